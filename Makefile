@@ -1,0 +1,47 @@
+# qw — the commands a newcomer needs. Each target installs what it uses into .venv first.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+WORKERS ?= 8
+ARGS   ?=
+
+.PHONY: up test test-all lint bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+# The runtime install (what `qw up` needs) and the test/bench extras, each stamped so that
+# they rerun only when pyproject.toml changes.
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e .
+	touch $@
+
+$(VENV)/.installed-test: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e '.[test]'
+	touch $@
+
+$(VENV)/.installed-bench: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e '.[test,bench]'
+	touch $@
+
+## up: run qw with $(WORKERS) workers on ./.qw (the live dashboard in a terminal)
+up: $(VENV)/.installed
+	$(BIN)/qw up --workers $(WORKERS) $(ARGS)
+
+## test: the test suite (includes a short chaos run; QW_CHAOS=long for the long one)
+test: $(VENV)/.installed-test
+	$(BIN)/python -m pytest -q $(ARGS)
+
+## lint: ruff and mypy (strict)
+lint: $(VENV)/.installed-test
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+## bench: every benchmark in one run; writes bench/results.md
+bench: $(VENV)/.installed-bench
+	$(BIN)/python -m bench.run_all $(ARGS)
+
+clean:
+	rm -rf $(VENV) .qw .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,167 @@
+"""The interface every log backend keeps: an ordered, append-only sequence of opaque records.
+
+A log knows nothing of tasks. It stores byte strings in the order they were appended and
+gives each one a *position*: an integer that grows with the order of the records. A record's
+position never changes once an append has returned it, and every reader of the same log sees
+the same records at the same positions in the same order.
+
+Positions are opaque to callers beyond three facts: they are non-negative integers, a later
+record has a larger position, and `Entry.next` is the position to read from after an entry.
+(The file log uses byte offsets; the Redis log packs the stream entry id into an integer.)
+
+`Entry.server_time_us` is set by backends whose server stamps each record with its own clock
+(Redis): the protocol then judges lease expiry by that single clock instead of the writer's.
+"""
+
+from __future__ import annotations
+
+import enum
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+
+
+class LogError(Exception):
+    """The root of every error a log backend raises."""
+
+
+class CorruptLogError(LogError):
+    """A record before the tail is damaged; `path` and `offset` say where."""
+
+    def __init__(self, path: str, offset: int, reason: str) -> None:
+        super().__init__(f"{path}: corrupt record at byte offset {offset}: {reason}")
+        self.path = path
+        self.offset = offset
+        self.reason = reason
+
+
+class ForeignFileError(LogError):
+    """The file exists but is not a qw log (or is a version this code cannot read)."""
+
+
+class RecordTooLargeError(LogError):
+    """An append was refused because one record exceeds the backend's maximum size."""
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(f"record of {size} bytes exceeds the maximum record size {limit} bytes")
+        self.size = size
+        self.limit = limit
+
+
+class AppendError(LogError):
+    """An append could not be completed (disk full, file too large, connection lost).
+
+    Nothing of the failed append is visible to readers: the log stays valid.
+    """
+
+
+class LogClosedError(LogError):
+    """The log was used after `close()`."""
+
+
+class Durability(enum.Enum):
+    """When appended records are forced to stable storage.
+
+    NONE    never forced: survives a killed process (the OS has the bytes), not a power cut.
+    COMMIT  records appended with ``durable=True`` (enqueued tasks, completions) are forced
+            before the append returns; concurrent forcers are grouped into one flush.
+    ALWAYS  every append is forced before it returns (grouped the same way).
+    """
+
+    NONE = "none"
+    COMMIT = "commit"
+    ALWAYS = "always"
+
+    @classmethod
+    def parse(cls, text: str) -> Durability:
+        try:
+            return cls(text)
+        except ValueError:
+            choices = ", ".join(d.value for d in cls)
+            raise ValueError(f"unknown fsync policy {text!r}; expected one of: {choices}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One record as read back: where it is, where the next one starts, and its bytes."""
+
+    position: int
+    next: int
+    data: bytes
+    server_time_us: int | None = None
+
+
+class Log(ABC):
+    """An append-only log of opaque byte records (one topic, one partition).
+
+    Implementations are safe to use from several processes at once (each opens its own
+    handle); one handle is used by one thread at a time unless the backend says otherwise.
+    """
+
+    #: a short name for messages: a file path, a redis URL and stream key, "memory:…"
+    name: str
+
+    @abstractmethod
+    def append(self, data: bytes, *, durable: bool = False) -> int:
+        """Append one record and return its position.
+
+        `durable` marks a record that must not be forgotten (an enqueued task, a completion):
+        under the COMMIT policy it is forced to stable storage before this returns.
+        """
+
+    @abstractmethod
+    def append_many(self, records: Sequence[bytes], *, durable: bool = False) -> list[int]:
+        """Append several records as one contiguous run (no other writer's record between
+        them) and return their positions in order. All or nothing: on an error none is
+        visible."""
+
+    @abstractmethod
+    def read(self, position: int, max_records: int | None = None) -> list[Entry]:
+        """The complete records at or after `position`, in order (at most `max_records`).
+
+        `position` must be the start of the log, a position returned by append, or an
+        `Entry.next`. Returns an empty list when nothing more is there yet. Never returns an
+        incomplete or damaged record: an incomplete tail is "nothing yet"; damage before the
+        tail raises `CorruptLogError`.
+        """
+
+    @abstractmethod
+    def wait(self, position: int, timeout: float) -> bool:
+        """Block until a record at or after `position` may be readable, or `timeout` seconds
+        pass. True means "read again" (it may rarely be a spurious wake-up); False means the
+        timeout passed with nothing new. Uses no CPU to speak of while it waits."""
+
+    @property
+    @abstractmethod
+    def start(self) -> int:
+        """The position of the first record (where a reader starts)."""
+
+    @abstractmethod
+    def end(self) -> int:
+        """The position just after the last complete record (where the next append lands,
+        as far as this reader knows)."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release the handle's resources. Idempotent."""
+
+    def iter_from(self, position: int, batch: int = 4096) -> Iterator[Entry]:
+        """Every complete record from `position` to the current end, in order."""
+        while True:
+            entries = self.read(position, batch)
+            if not entries:
+                return
+            yield from entries
+            position = entries[-1].next
+
+    def __enter__(self) -> Log:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
