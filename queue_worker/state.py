@@ -1,0 +1,291 @@
+"""ClaimState: the verdict of the claims log, as a pure fold.
+
+Rules this module keeps (DESIGN.md, "The verdict"):
+
+Rule 0. Everything that decides who owns a task lives in `ClaimState.apply`. It reads no
+        clock, no file and no other topic: every reader that applies the same prefix of the
+        claims log reaches the same state and the same outcome for every record.
+Rule 1. CLAIM(t, w, at, lease) loses when t is done or dead; loses when another claim holds t
+        and `at` < that holder's expiry; loses when `at` < a retry_at set by FAIL; otherwise
+        it wins: the claim (its position) holds t until `at` + lease. A win over an expired
+        holder is a TAKEOVER.
+Rule 2. RENEW, DONE and FAIL name the claim they act under (its log position: the fencing
+        token) and are accepted only from the current holder: same claim position, same
+        worker. Owners are claims, not names: two workers that share a name cannot act on
+        each other's claim.
+Rule 3. RENEW accepted: expiry becomes `at` + lease. Otherwise the lease is lost.
+Rule 4. DONE accepted: t is done, for ever. Otherwise it is STALE: its result is discarded
+        (and the report counts the work as done twice when that claim had won).
+Rule 5. FAIL accepted: the holder lets t go at once; t may be claimed again from `retry_at`,
+        or never (retry_at None: dead). The writer decides which; the fold obeys.
+Rule 6. A record of an unknown type changes nothing but the position.
+Rule 7. Expiry is judged by the records' own timestamps. The reader's clock enters only
+        through `claimable(now)`: which tasks a worker may *try* for.
+
+Memory stays small with long logs: closed (done or dead) tasks below a watermark are kept
+as one integer, and per-task state exists only for tasks that are open and have been claimed.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from queue_worker.records import Claim, ClaimsRecord, Done, Fail, Renew, Unknown
+
+
+class Verdict(enum.Enum):
+    """What one claims record did. The value is the word people read in reports."""
+
+    WON = "won"
+    TAKEOVER = "takeover"
+    LOST_HELD = "lost: held"
+    LOST_DONE = "lost: done"
+    LOST_DEAD = "lost: dead"
+    LOST_BACKOFF = "lost: backoff"
+    RENEWED = "renewed"
+    LEASE_LOST = "lease lost"
+    DONE = "done"
+    STALE_DONE = "stale done"
+    RELEASED = "released"
+    DEAD = "dead"
+    STALE_FAIL = "stale fail"
+    UNKNOWN = "unknown"
+
+    @property
+    def won(self) -> bool:
+        return self is Verdict.WON or self is Verdict.TAKEOVER
+
+    @property
+    def lost(self) -> bool:
+        return self.value.startswith("lost")
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A winning claim: who holds the task under which claim, and until when."""
+
+    claim: int  # the CLAIM's log position: the fencing token
+    worker: str
+    at: int
+    expiry: int
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """The verdict on one record, with what a reader needs to explain it.
+
+    `holder` is the lease that decided the verdict: the holder a lost claim ran into, the
+    expired holder a takeover replaced, the holder when a renewal/completion was refused
+    (None when nobody held the task), the new lease for a win or a renewal.
+    """
+
+    verdict: Verdict
+    position: int
+    task: int | None = None
+    worker: str | None = None
+    holder: Lease | None = None
+    previous: Lease | None = None  # for a TAKEOVER: the expired lease it replaced
+    retry_at: int | None = None  # for LOST_BACKOFF and RELEASED
+
+
+@dataclass(slots=True)
+class TaskState:
+    """An open task that has been claimed at least once."""
+
+    holder: Lease | None = None
+    attempts: int = 0  # winning claims so far
+    retry_at: int | None = None
+    last_error: str | None = None
+
+
+@dataclass(slots=True)
+class ClaimState:
+    """The fold over the claims log. Apply records in log order with their positions."""
+
+    position: int = -1  # the position of the last record applied
+    done_count: int = 0
+    dead_count: int = 0
+    unknown_count: int = 0
+    # every task below `watermark` is closed (done or dead); closed tasks above it:
+    watermark: int = 0
+    _closed_above: set[int] = field(default_factory=set)
+    _done_above: set[int] = field(default_factory=set)  # the subset of _closed_above done
+    _dead: dict[int, str] = field(default_factory=dict)  # dead task -> its last error
+    _open: dict[int, TaskState] = field(default_factory=dict)
+    _held: int = 0
+
+    # -- the fold --------------------------------------------------------------------------
+
+    def apply(self, record: ClaimsRecord, position: int) -> Outcome:
+        """Apply one record read at `position`; return its verdict."""
+        self.position = position
+        if isinstance(record, Claim):
+            return self._claim(record, position)
+        if isinstance(record, Renew):
+            return self._renew(record, position)
+        if isinstance(record, Done):
+            return self._done(record, position)
+        if isinstance(record, Fail):
+            return self._fail(record, position)
+        assert isinstance(record, Unknown)
+        self.unknown_count += 1
+        return Outcome(Verdict.UNKNOWN, position)
+
+    def _claim(self, r: Claim, position: int) -> Outcome:
+        t = r.task
+        if self.is_closed(t):
+            verdict = Verdict.LOST_DEAD if t in self._dead else Verdict.LOST_DONE
+            return Outcome(verdict, position, t, r.worker)
+        st = self._open.get(t)
+        if st is None:
+            st = self._open[t] = TaskState()
+        previous = st.holder
+        if previous is not None and r.at < previous.expiry:
+            return Outcome(Verdict.LOST_HELD, position, t, r.worker, previous)
+        if st.retry_at is not None and r.at < st.retry_at:
+            return Outcome(Verdict.LOST_BACKOFF, position, t, r.worker, retry_at=st.retry_at)
+        lease = Lease(position, r.worker, r.at, r.at + r.lease)
+        if previous is None:
+            self._held += 1
+        st.holder = lease
+        st.attempts += 1
+        st.retry_at = None
+        if previous is not None:
+            return Outcome(Verdict.TAKEOVER, position, t, r.worker, lease, previous)
+        return Outcome(Verdict.WON, position, t, r.worker, lease)
+
+    def _holder_of(self, task: int, claim: int, worker: str) -> TaskState | None:
+        st = self._open.get(task)
+        if st is None or st.holder is None:
+            return None
+        if st.holder.claim != claim or st.holder.worker != worker:
+            return None
+        return st
+
+    def _current(self, task: int) -> Lease | None:
+        st = self._open.get(task)
+        return None if st is None else st.holder
+
+    def _renew(self, r: Renew, position: int) -> Outcome:
+        st = self._holder_of(r.task, r.claim, r.worker)
+        if st is None:
+            return Outcome(Verdict.LEASE_LOST, position, r.task, r.worker, self._current(r.task))
+        assert st.holder is not None
+        st.holder = Lease(st.holder.claim, st.holder.worker, st.holder.at, r.at + r.lease)
+        return Outcome(Verdict.RENEWED, position, r.task, r.worker, st.holder)
+
+    def _done(self, r: Done, position: int) -> Outcome:
+        st = self._holder_of(r.task, r.claim, r.worker)
+        if st is None:
+            return Outcome(Verdict.STALE_DONE, position, r.task, r.worker, self._current(r.task))
+        lease = st.holder
+        self._close(r.task, dead_error=None)
+        self.done_count += 1
+        return Outcome(Verdict.DONE, position, r.task, r.worker, lease)
+
+    def _fail(self, r: Fail, position: int) -> Outcome:
+        st = self._holder_of(r.task, r.claim, r.worker)
+        if st is None:
+            return Outcome(Verdict.STALE_FAIL, position, r.task, r.worker, self._current(r.task))
+        lease = st.holder
+        if r.retry_at is None:
+            self._close(r.task, dead_error=r.error)
+            self.dead_count += 1
+            return Outcome(Verdict.DEAD, position, r.task, r.worker, lease)
+        st.holder = None
+        self._held -= 1
+        st.retry_at = r.retry_at
+        st.last_error = r.error
+        return Outcome(Verdict.RELEASED, position, r.task, r.worker, lease, retry_at=r.retry_at)
+
+    def _close(self, task: int, dead_error: str | None) -> None:
+        st = self._open.pop(task)
+        if st.holder is not None:
+            self._held -= 1
+        if dead_error is not None:
+            self._dead[task] = dead_error
+        else:
+            self._done_above.add(task)
+        self._closed_above.add(task)
+        # Advance the watermark over the closed run so that, with tasks finishing roughly in
+        # order, the sets above stay small however long the log grows.
+        while self.watermark in self._closed_above:
+            self._closed_above.discard(self.watermark)
+            self._done_above.discard(self.watermark)
+            self.watermark += 1
+
+    # -- queries ---------------------------------------------------------------------------
+
+    def is_closed(self, task: int) -> bool:
+        """Done or dead: never claimable again."""
+        return (0 <= task < self.watermark) or task in self._closed_above
+
+    def is_dead(self, task: int) -> bool:
+        return task in self._dead
+
+    def dead_error(self, task: int) -> str | None:
+        return self._dead.get(task)
+
+    def is_done(self, task: int) -> bool:
+        return self.is_closed(task) and task not in self._dead
+
+    def holder(self, task: int) -> Lease | None:
+        """The winning claim that holds `task` now (it may have expired), or None."""
+        return self._current(task)
+
+    def task_state(self, task: int) -> TaskState | None:
+        return self._open.get(task)
+
+    def attempts(self, task: int) -> int:
+        st = self._open.get(task)
+        return 0 if st is None else st.attempts
+
+    @property
+    def held_count(self) -> int:
+        """Tasks whose last winning claim has not finished or failed (expired or not)."""
+        return self._held
+
+    def held_tasks(self) -> Iterator[tuple[int, Lease]]:
+        for task, st in self._open.items():
+            if st.holder is not None:
+                yield task, st.holder
+
+    def dead_tasks(self) -> dict[int, str]:
+        return dict(self._dead)
+
+    # -- where the local clock enters --------------------------------------------------------
+
+    def is_claimable(self, task: int, now: int) -> bool:
+        """May a worker whose clock reads `now` try for `task`? (Known tasks only.)"""
+        if self.is_closed(task):
+            return False
+        st = self._open.get(task)
+        if st is None:
+            return True
+        if st.holder is not None and now < st.holder.expiry:
+            return False
+        return st.retry_at is None or now >= st.retry_at
+
+    def claimable(self, now: int, known: int, start: int = 0) -> Iterator[int]:
+        """Claimable tasks among ids 0..known-1 in id order, beginning at `start` and
+        wrapping around: the only place the reader's clock (`now`, µs) is used."""
+        low = self.watermark
+        begin = max(low, min(start, known))
+        for t in range(begin, known):
+            if self.is_claimable(t, now):
+                yield t
+        for t in range(low, begin):
+            if self.is_claimable(t, now):
+                yield t
+
+    def next_change(self, now: int) -> int | None:
+        """The earliest time after `now` at which a held or backed-off task becomes
+        claimable (a lease expiry or a retry time), or None: when an idle worker looks again."""
+        soonest: int | None = None
+        for st in self._open.values():
+            for t in (st.holder.expiry if st.holder else None, st.retry_at):
+                if t is not None and t > now and (soonest is None or t < soonest):
+                    soonest = t
+        return soonest

@@ -1,0 +1,115 @@
+"""WorkerStats: what one worker has done, as a snapshot the supervisor and HTTP endpoint read.
+
+A worker publishes its snapshot to a small JSON file (`<run dir>/<worker id>.json`, written
+to a temporary name and renamed, so a reader never sees half a file). Files outlive their
+worker: a dead worker's last figures stay visible, and `qw status` in another terminal sees
+every worker on the directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import deque
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+#: how many recent claim latencies the percentiles are computed over
+LATENCY_WINDOW = 2048
+
+
+def percentile(sorted_values: list[int], q: float) -> int:
+    """Nearest-rank percentile of an ascending list (0 for an empty one)."""
+    if not sorted_values:
+        return 0
+    rank = max(0, min(len(sorted_values) - 1, round(q * (len(sorted_values) - 1))))
+    return sorted_values[rank]
+
+
+@dataclass
+class WorkerStats:
+    """Counters of one worker process. Field names are the JSON keys."""
+
+    worker: str  # the unique worker id (a restarted worker is a new id)
+    name: str  # the label people read (w0, w1, …)
+    pid: int
+    host: str
+    started_at: float  # wall clock, seconds
+    state: str = "starting"  # starting | idle | claiming | working | draining | exited
+    attempts: int = 0
+    won: int = 0
+    takeovers: int = 0  # wins over an expired holder (redistribution)
+    lost: dict[str, int] = field(default_factory=dict)  # by verdict: "lost: held", …
+    finished: int = 0  # DONE records accepted
+    stale: int = 0  # DONE records written but rejected (the lease had been lost)
+    failed: int = 0  # FAIL records accepted (retry or dead)
+    timeouts: int = 0  # the original's name: leases that lapsed under this worker
+    renewals: int = 0
+    leases_lost: int = 0
+    cancelled: int = 0  # handlers cancelled after a lost lease
+    current_task: int | None = None
+    current_since: float | None = None  # wall clock, seconds
+    current_claim: int | None = None
+    lease_expiry: float | None = None  # wall clock, seconds
+    known_tasks: int = 0
+    consumed_up_to: int = 0  # claims-log position folded so far
+    tasks_position: int = 0
+    done_tasks: int = 0  # as this worker's fold sees the queue
+    held_by_anyone: int = 0
+    last_error: str | None = None
+    updated_at: float = 0.0
+    exit_reason: str | None = None
+    _latencies: deque[int] = field(default_factory=lambda: deque(maxlen=LATENCY_WINDOW))
+    latency_samples: int = 0
+
+    def record_latency(self, micros: int) -> None:
+        self._latencies.append(micros)
+        self.latency_samples += 1
+
+    def count_lost(self, reason: str) -> None:
+        self.lost[reason] = self.lost.get(reason, 0) + 1
+
+    @property
+    def lost_total(self) -> int:
+        return sum(self.lost.values())
+
+    def latency(self) -> dict[str, int]:
+        values = sorted(self._latencies)
+        return {
+            "p50": percentile(values, 0.50),
+            "p90": percentile(values, 0.90),
+            "p99": percentile(values, 0.99),
+            "samples": self.latency_samples,
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        del data["_latencies"]
+        data["lost_total"] = self.lost_total
+        data["claim_latency_micros"] = self.latency()
+        return data
+
+    def publish(self, path: Path) -> None:
+        """Write the snapshot atomically (tmp file + rename)."""
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(self.to_dict(), separators=(",", ":")))
+        os.replace(tmp, path)
+
+
+def read_snapshot(path: Path) -> dict[str, Any] | None:
+    """A published snapshot, or None if it is missing or unreadable (being replaced)."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def read_all(run_dir: Path) -> list[dict[str, Any]]:
+    """Every worker snapshot in a run directory, oldest worker first."""
+    if not run_dir.is_dir():
+        return []
+    snaps = [s for p in run_dir.glob("*.json") if (s := read_snapshot(p)) is not None]
+    snaps.sort(key=lambda s: (s.get("started_at", 0.0), s.get("worker", "")))
+    return snaps

@@ -1,0 +1,1 @@
+"""supervisor — the application: forks and watches workers, the dashboard, the `qw` CLI."""
