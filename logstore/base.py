@@ -52,7 +52,9 @@ class RecordTooLargeError(LogError):
 class AppendError(LogError):
     """An append could not be completed (disk full, file too large, connection lost).
 
-    Nothing of the failed append is visible to readers: the log stays valid.
+    The file log guarantees that nothing of the failed append is visible to readers. A
+    networked backend cannot always know: when a reply was lost after the request was sent,
+    its message says that the append may still have been made.
     """
 
 
@@ -135,12 +137,14 @@ class Log(ABC):
     @property
     @abstractmethod
     def start(self) -> int:
-        """The position of the first record (where a reader starts)."""
+        """A position at or before the first record: where a reader starts."""
 
     @abstractmethod
     def end(self) -> int:
-        """The position just after the last complete record (where the next append lands,
-        as far as this reader knows)."""
+        """A position after the last complete record, as far as this handle knows: reading
+        from it returns only records appended later. The next append lands at or after it
+        (exactly at it on the file log; Entry.next is likewise a lower bound, not always the
+        next record's position)."""
 
     @abstractmethod
     def close(self) -> None:

@@ -1,0 +1,549 @@
+"""The Redis log: one topic is one Redis stream, and the server's clock stamps every record.
+
+A topic is the stream at key ``qw:<topic>`` in the database the URL names. Each record is
+one stream entry with a single field ``d`` holding its bytes. Open one with
+``RedisLog.open(url, topic)`` (or ``logstore.open_log(url, topic)``).
+
+The URL is redis-py's (``redis://[[user]:password@]host[:port][/db]``, ``rediss://`` for
+TLS, ``unix:///path/to.sock?db=0``), with these query parameters of our own:
+
+``prefix=P``        the stream key becomes ``P:qw:<topic>`` — several independent queues (or
+                    test runs) in one database.
+``retries=N``       how many times one call retries after a connection error or timeout,
+                    with exponential backoff (0.1 s doubling up to 2 s; default 5, so a call
+                    gives up after about 3 s of not reaching the server).
+``max_record=B``    the largest record in bytes (default 16 MiB).
+``socket_timeout=S`` (redis-py's own) seconds to wait for a reply (default 5).
+
+Positions
+---------
+A stream entry id is ``<ms>-<seq>``: the server's clock in milliseconds when the entry was
+added, and a sequence number within that millisecond. A position packs the id into one
+integer, ``(ms << 20) | seq``. The packing is order-preserving, and ``Entry.next`` is simply
+``position + 1``: unpacked, that is ``ms-(seq+1)`` (or ``(ms+1)-0`` when seq is the largest
+the packing holds), the least id after the entry, and reading is inclusive (``XRANGE`` from
+that id), so a reader resumes exactly after what it has read. ``start`` is 0 (the id
+``0-0``, which no entry can have). A sequence of 2^20 or more within one millisecond cannot
+be packed: an append that would produce one is undone and raises ``AppendError``; it needs
+over a million appends in one millisecond of the server's clock (or a server clock that
+stood still while they were made). Packed positions fit in 63 bits until the year 2248.
+
+``Entry.server_time_us`` is ``ms * 1000``: the server's clock at the append, the single
+clock by which the protocol judges leases on this backend. Redis never lets ids go back:
+if the server's clock steps back, new entries keep the last millisecond (and count up seq).
+
+Appends
+-------
+``append`` and ``append_many`` run one Lua script: every record of a call is added in one
+step on the server, so a batch is contiguous (no other writer's entry between them) and all
+or nothing (if any ``XADD`` fails, the ones already added are deleted before the error
+returns; the stream's last id stays where it was, which only means the next id is larger).
+
+An append is retried after a connection error, so it must not be added twice when the
+first attempt reached the server but its reply was lost. Each call carries a number unique
+to this handle (and process), and the script keeps the last call's number and its first and
+last ids in ``<stream key>:w:<handle id>`` (expiring 10 minutes after the last append, and
+deleted by ``close()``): a retry of a call the server has already done returns the ids it
+got the first time and adds nothing. What this cannot settle: when every retry fails, the
+outcome is unknown if an attempt failed after sending (a lost connection or a timeout, not a
+refused connection): ``AppendError`` is raised, its message then says that the append may
+still have been made, and its records may be in the log.
+
+Reading and waiting
+-------------------
+``read`` is ``XRANGE key <id> + COUNT n``. ``wait`` is ``XREAD BLOCK`` for an entry after
+the id just before the position, on a connection of its own (a blocked read never holds a
+connection another call needs), in blocks of at most 5 s; ``timeout=0`` checks without
+blocking. Blocking is rounded up to whole milliseconds (at least 1 ms).
+
+Connections and errors
+----------------------
+Connection errors and timeouts are retried (see ``retries``); redis-py's own retries are
+turned off so that there is one predictable layer. After that the call raises
+``AppendError`` (appends) or ``LogError`` (everything else) with a message such as
+``cannot reach redis at redis://127.0.0.1:6390/0: Connection refused``; any other error
+from the server (out of memory, wrong key type, no permission) is a ``LogError`` naming
+the URL too. The password in a URL never appears in a message. A handle whose connection
+was lost reconnects on its next call, and since positions are the server's ids, a reader
+resumes from its position after a restart without reading anything twice (as long as the
+server kept its data: run it with ``appendonly yes``).
+
+Durability
+----------
+Nothing is forced from the client. What survives is the server's AOF policy:
+``appendonly yes`` with ``appendfsync always`` survives a power cut for every append that
+returned; ``appendfsync everysec`` (Redis's default) may lose the last second of appends;
+without AOF or RDB everything is lost with the server process. So ``Durability`` and the
+``durable`` flag change nothing here: ``COMMIT`` and ``ALWAYS`` both mean "configure
+``appendfsync always``", ``NONE`` means ``everysec`` or less. (A server of 7.2 or later
+could confirm an fsync per append with ``WAITAOF``; this backend does not issue it.)
+
+One handle is for one thread at a time; each process opens its own (the connection pools
+notice a fork and reconnect). Redis Cluster is not supported (the script touches two keys
+that may not share a slot).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import math
+import os
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from typing import TypeVar, cast
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
+
+try:
+    import redis
+    import redis.exceptions as rex
+    from redis.backoff import ExponentialBackoff, NoBackoff
+    from redis.retry import Retry
+except ImportError as exc:  # pragma: no cover - depends on the installation
+    raise ImportError("the Redis log needs the 'redis' package: pip install 'qw[redis]'") from exc
+
+from logstore.base import (
+    AppendError,
+    CorruptLogError,
+    Durability,
+    Entry,
+    ForeignFileError,
+    Log,
+    LogClosedError,
+    LogError,
+    RecordTooLargeError,
+)
+
+__all__ = [
+    "DEFAULT_MAX_RECORD",
+    "SEQ_BITS",
+    "RedisLog",
+    "after_id",
+    "format_id",
+    "pack_id",
+    "parse_id",
+    "unpack_position",
+]
+
+T = TypeVar("T")
+
+DEFAULT_MAX_RECORD = 16 * 1024 * 1024
+#: a batch (one script call) larger than this is refused before it is sent
+MAX_BATCH_BYTES = 256 * 1024 * 1024
+DEFAULT_RETRIES = 5
+DEFAULT_SOCKET_TIMEOUT = 5.0
+DEFAULT_CONNECT_TIMEOUT = 5.0
+#: the longest single XREAD BLOCK; a longer wait blocks again
+BLOCK_CHUNK_S = 5.0
+#: how long the server keeps a handle's last-append record (for retries of that append)
+DEDUP_TTL_MS = 10 * 60 * 1000
+
+SEQ_BITS = 20
+SEQ_LIMIT = 1 << SEQ_BITS
+_SEQ_MASK = SEQ_LIMIT - 1
+_U64_MAX = (1 << 64) - 1
+
+# URL query parameters this module takes (or overrides) rather than passing to redis-py.
+_OWN_PARAMS = ("prefix", "retries", "max_record")
+_FORCED_PARAMS = ("socket_timeout", "decode_responses", "protocol")
+
+# KEYS[1] the stream, KEYS[2] this handle's last-append record.
+# ARGV[1] the call number, ARGV[2] the record's ttl (ms), ARGV[3] the seq limit,
+# ARGV[4..] the records.
+_APPEND_LUA = """
+local last = redis.call('GET', KEYS[2])
+if last then
+  local n, first, final = string.match(last, '^(%d+) (%S+) (%S+)$')
+  if n == ARGV[1] then
+    local ids = {}
+    for i, e in ipairs(redis.call('XRANGE', KEYS[1], first, final)) do ids[i] = e[1] end
+    return ids
+  end
+end
+local ids = {}
+local function undo()
+  for _, id in ipairs(ids) do redis.call('XDEL', KEYS[1], id) end
+end
+for i = 4, #ARGV do
+  local r = redis.pcall('XADD', KEYS[1], '*', 'd', ARGV[i])
+  if type(r) == 'table' and r.err then
+    undo()
+    return r
+  end
+  ids[#ids + 1] = r
+end
+local limit = tonumber(ARGV[3])
+for _, id in ipairs(ids) do
+  if tonumber(string.match(id, '-(%d+)$')) >= limit then
+    undo()
+    return redis.error_reply('QWSEQ entry id ' .. id .. ' has a sequence number of '
+      .. ARGV[3] .. ' or more within one millisecond')
+  end
+end
+redis.call('SET', KEYS[2], ARGV[1] .. ' ' .. ids[1] .. ' ' .. ids[#ids], 'PX', ARGV[2])
+return ids
+"""
+
+
+# -- ids and positions ---------------------------------------------------------------
+
+
+def pack_id(ms: int, seq: int) -> int:
+    """The position of the stream entry id ``ms-seq``."""
+    if ms < 0 or seq < 0:
+        raise ValueError(f"stream id {ms}-{seq} is negative")
+    if seq >= SEQ_LIMIT:
+        raise LogError(
+            f"stream entry id {ms}-{seq} cannot be a position: its sequence number is "
+            f"{SEQ_LIMIT} or more (more entries in one millisecond than qw packs)"
+        )
+    return (ms << SEQ_BITS) | seq
+
+
+def unpack_position(position: int) -> tuple[int, int]:
+    """The stream id ``(ms, seq)`` a position stands for (the least id at or after it)."""
+    if position < 0:
+        raise ValueError(f"position {position} is negative; expected 0 or more")
+    return position >> SEQ_BITS, position & _SEQ_MASK
+
+
+def format_id(ms: int, seq: int) -> str:
+    return f"{ms}-{seq}"
+
+
+def parse_id(raw: bytes | str) -> tuple[int, int]:
+    """``b"1700000000000-3"`` → ``(1700000000000, 3)``."""
+    text = raw.decode("ascii") if isinstance(raw, bytes) else raw
+    ms_text, sep, seq_text = text.partition("-")
+    if not sep or not ms_text.isdigit() or not seq_text.isdigit():
+        raise LogError(f"not a stream entry id: {text!r}")
+    return int(ms_text), int(seq_text)
+
+
+def after_id(position: int) -> str:
+    """The id to give XREAD (which returns entries *after* an id) so that it returns the
+    entries at or after `position`: the greatest id before the position's own id."""
+    ms, seq = unpack_position(position)
+    if seq > 0:
+        return format_id(ms, seq - 1)
+    if ms > 0:
+        return format_id(ms - 1, _U64_MAX)
+    return "0-0"  # position 0: no entry can have the id 0-0
+
+
+# -- the URL -------------------------------------------------------------------------
+
+
+class _Settings:
+    """What `RedisLog` reads from a URL: redis-py's URL without our parameters, and ours."""
+
+    def __init__(self, url: str) -> None:
+        parts = urlsplit(url)
+        query = parse_qsl(parts.query, keep_blank_values=True)
+        own = {k: v for k, v in query if k in _OWN_PARAMS or k in _FORCED_PARAMS}
+        rest = [(k, v) for k, v in query if k not in own]
+        self.redis_url = urlunsplit(parts._replace(query=urlencode(rest)))
+        self.display_url = _redact(url)
+        self.prefix = own.get("prefix", "")
+        self.retries = _int_param(own, "retries", DEFAULT_RETRIES, url)
+        self.max_record = _int_param(own, "max_record", DEFAULT_MAX_RECORD, url)
+        self.socket_timeout = DEFAULT_SOCKET_TIMEOUT
+        if "socket_timeout" in own:
+            try:
+                self.socket_timeout = float(own["socket_timeout"])
+            except ValueError:
+                raise ValueError(
+                    f"socket_timeout={own['socket_timeout']!r} in {self.display_url} is not "
+                    "a number of seconds"
+                ) from None
+        if self.retries < 0 or self.max_record < 1 or self.socket_timeout <= 0:
+            raise ValueError(f"out-of-range parameter in {self.display_url}")
+
+
+def _int_param(params: dict[str, str], key: str, default: int, url: str) -> int:
+    if key not in params:
+        return default
+    try:
+        return int(params[key])
+    except ValueError:
+        raise ValueError(f"{key}={params[key]!r} in {_redact(url)} is not an integer") from None
+
+
+def _redact(url: str) -> str:
+    """The URL with its password replaced by ``***``."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    user = quote(parts.username or "", safe="")
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = f"{user}:***@{host}"
+    if parts.port is not None:
+        netloc += f":{parts.port}"
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def _reason(exc: BaseException) -> str:
+    """The root cause of a connection error in a few words ("Connection refused")."""
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        if isinstance(cur, OSError) and not isinstance(cur, rex.RedisError) and cur.strerror:
+            return cur.strerror
+        cur = cur.__cause__ or cur.__context__
+    text = str(exc).strip() or type(exc).__name__
+    return text.rstrip(".")
+
+
+def _before_sending(exc: Exception) -> bool:
+    """Whether `exc` failed to connect (so the command certainly never reached the server),
+    as opposed to losing a connection, or timing out, after sending it."""
+    text = str(exc)
+    return "connecting to" in text or "Timeout connecting" in text
+
+
+def _retryable(exc: Exception) -> bool:
+    # wrong credentials or permissions do not get better by asking again
+    return not isinstance(exc, (rex.AuthenticationError, rex.AuthorizationError))
+
+
+# -- the log -------------------------------------------------------------------------
+
+
+class RedisLog(Log):
+    """One Redis stream as a `Log`. See the module docstring for the details."""
+
+    def __init__(
+        self,
+        url: str,
+        topic: str,
+        *,
+        durability: Durability | None = None,
+        max_record: int | None = None,
+        retries: int | None = None,
+    ) -> None:
+        if not topic:
+            raise ValueError("a topic name must not be empty")
+        settings = _Settings(url)
+        self.url = settings.display_url
+        self.key = f"{settings.prefix}:qw:{topic}" if settings.prefix else f"qw:{topic}"
+        self.name = f"{self.url} {self.key}"
+        self.topic = topic
+        #: kept for symmetry with the file log: on Redis the server's AOF policy decides
+        self.durability = durability
+        self.max_record = max_record if max_record is not None else settings.max_record
+        self._retry = Retry(
+            ExponentialBackoff(cap=2.0, base=0.05),
+            retries if retries is not None else settings.retries,
+            supported_errors=(rex.ConnectionError, rex.TimeoutError, TimeoutError),
+        )
+        common: dict[str, object] = {
+            "decode_responses": False,
+            "protocol": 2,
+            "socket_connect_timeout": DEFAULT_CONNECT_TIMEOUT,
+            "socket_keepalive": True,
+            "retry": Retry(NoBackoff(), 0),  # ours is the one retry layer
+        }
+        try:
+            self._client = redis.Redis.from_url(
+                settings.redis_url, socket_timeout=settings.socket_timeout, **common
+            )
+            # XREAD BLOCK holds its connection for up to BLOCK_CHUNK_S: a pool of its own
+            self._blocking = redis.Redis.from_url(
+                settings.redis_url,
+                socket_timeout=settings.socket_timeout + BLOCK_CHUNK_S,
+                **common,
+            )
+        except ValueError as exc:
+            raise ValueError(f"bad redis URL {self.url}: {exc}") from None
+        self._script = self._client.register_script(_APPEND_LUA)
+        self._writer_pid = -1
+        self._writer_key = ""
+        self._calls = itertools.count(1)
+        self._closed = False
+
+    @classmethod
+    def open(
+        cls,
+        url: str,
+        topic: str,
+        *,
+        durability: Durability | None = None,
+        max_record: int | None = None,
+        retries: int | None = None,
+    ) -> RedisLog:
+        """Open the log of `topic` at `url`, checking that the server answers and that the
+        key is a stream (or absent: the first append creates it)."""
+        log = cls(url, topic, durability=durability, max_record=max_record, retries=retries)
+        try:
+            kind = log._call("open", lambda: _text(log._client.type(log.key)))
+            if kind not in ("none", "stream"):
+                raise ForeignFileError(
+                    f"{log.name}: the key holds a Redis {kind}, not a stream; it is not a "
+                    "qw log (choose another topic or a ?prefix=)"
+                )
+        except BaseException:
+            log.close()
+            raise
+        return log
+
+    # -- plumbing
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LogClosedError(f"{self.name} is closed")
+
+    def _call(self, what: str, fn: Callable[[], T], error: type[LogError] = LogError) -> T:
+        """Run `fn` with retries; turn what redis raises into `error` with a clear message."""
+        self._check_open()
+        failures: list[Exception] = []
+        try:
+            return self._retry.call_with_retry(fn, failures.append, is_retryable=_retryable)
+        except (rex.ConnectionError, rex.TimeoutError, TimeoutError) as exc:
+            tried = f", {len(failures)} attempts" if len(failures) > 1 else ""
+            message = f"cannot reach redis at {self.url}: {_reason(exc)} ({what} {self.key}{tried})"
+            if error is AppendError and not all(map(_before_sending, failures or [exc])):
+                message += "; the append may still have been made (a reply was lost)"
+            raise error(message) from exc
+        except rex.RedisError as exc:
+            raise error(f"redis at {self.url} refused {what} {self.key}: {exc}") from exc
+
+    def _writer(self) -> str:
+        """This handle's last-append key; a forked child gets its own."""
+        pid = os.getpid()
+        if pid != self._writer_pid:
+            self._writer_pid = pid
+            self._writer_key = f"{self.key}:w:{uuid.uuid4().hex}"
+            self._calls = itertools.count(1)
+        return self._writer_key
+
+    def _entries(self, raw: object) -> list[Entry]:
+        if raw is None:
+            return []
+        if not isinstance(raw, list):
+            raise LogError(f"{self.name}: unexpected reply from redis: {type(raw).__name__}")
+        entries: list[Entry] = []
+        for item in raw:
+            raw_id, fields = cast("tuple[object, object]", item)
+            if not isinstance(raw_id, (bytes, str)):
+                raise LogError(f"{self.name}: unexpected entry id from redis: {raw_id!r}")
+            ms, seq = parse_id(raw_id)
+            position = pack_id(ms, seq)
+            data = fields.get(b"d") if isinstance(fields, dict) else None
+            if not isinstance(data, bytes):
+                raise CorruptLogError(
+                    self.name, position, f"stream entry {ms}-{seq} has no 'd' field"
+                )
+            entries.append(Entry(position, position + 1, data, server_time_us=ms * 1000))
+        return entries
+
+    # -- the interface
+
+    def append(self, data: bytes, *, durable: bool = False) -> int:
+        """Append one record (the server's AOF policy decides durability)."""
+        return self.append_many([data], durable=durable)[0]
+
+    def append_many(self, records: Sequence[bytes], *, durable: bool = False) -> list[int]:
+        """Append records as one contiguous, all-or-nothing run (one script call)."""
+        self._check_open()
+        total = 0
+        for data in records:
+            if len(data) > self.max_record:
+                raise RecordTooLargeError(len(data), self.max_record)
+            total += len(data)
+        if not records:
+            return []
+        if total > MAX_BATCH_BYTES:
+            raise AppendError(
+                f"{self.name}: a batch of {total} bytes is more than one append may send "
+                f"({MAX_BATCH_BYTES} bytes); append it in smaller batches"
+            )
+        writer = self._writer()
+        call = next(self._calls)
+        args: list[bytes | int] = [call, DEDUP_TTL_MS, SEQ_LIMIT, *records]
+
+        def run() -> object:
+            return self._script(keys=[self.key, writer], args=args)
+
+        try:
+            raw = self._call("append to", run, AppendError)
+        except AppendError as exc:
+            if "QWSEQ" in str(exc):
+                raise AppendError(
+                    f"{self.name}: cannot append: the stream's last id has {SEQ_LIMIT - 1} "
+                    "entries in one millisecond already (has the server's clock stood "
+                    "still?); nothing was appended"
+                ) from exc
+            raise
+        if not isinstance(raw, list) or len(raw) != len(records):
+            raise AppendError(
+                f"{self.name}: the append's reply does not account for its {len(records)} "
+                f"records ({raw!r:.200}); the stream may have been trimmed"
+            )
+        return [pack_id(*parse_id(cast("bytes", i))) for i in raw]
+
+    def read(self, position: int, max_records: int | None = None) -> list[Entry]:
+        self._check_open()
+        if max_records is not None and max_records <= 0:
+            return []
+        first = format_id(*unpack_position(position))
+        raw = self._call(
+            "read from",
+            lambda: self._client.xrange(self.key, min=first, max="+", count=max_records),
+        )
+        return self._entries(raw)
+
+    def wait(self, position: int, timeout: float) -> bool:
+        self._check_open()
+        after = after_id(position)
+        deadline = time.monotonic() + max(timeout, 0.0)
+
+        def poll() -> object:
+            remaining = deadline - time.monotonic()
+            if timeout <= 0 or remaining <= 0:
+                return self._client.xread({self.key: after}, count=1)
+            block_ms = max(1, math.ceil(min(remaining, BLOCK_CHUNK_S) * 1000))
+            return self._blocking.xread({self.key: after}, count=1, block=block_ms)
+
+        while True:
+            if self._call("wait on", poll):
+                return True
+            if time.monotonic() >= deadline:
+                return False
+
+    @property
+    def start(self) -> int:
+        return 0
+
+    def end(self) -> int:
+        self._check_open()
+        raw = self._call(
+            "find the end of", lambda: self._client.xrevrange(self.key, "+", "-", count=1)
+        )
+        if not raw:
+            return self.start
+        [(last_id, _fields)] = cast("list[tuple[bytes, object]]", raw)
+        return pack_id(*parse_id(last_id)) + 1
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._writer_pid == os.getpid():
+            # best effort: the record expires by itself anyway
+            with contextlib.suppress(rex.RedisError):
+                self._client.delete(self._writer_key)
+        self._client.close()
+        self._blocking.close()
+
+    def __repr__(self) -> str:
+        return f"RedisLog({self.name!r})"
+
+
+def _text(raw: object) -> str:
+    if isinstance(raw, bytes):
+        return raw.decode("utf-8", "replace")
+    return str(raw)
