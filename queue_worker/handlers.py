@@ -1,0 +1,216 @@
+"""Task handlers: loading one by its "module:function" name, calling it, and what a failure
+means for the retry schedule.
+
+A handler is a function of the task's payload::
+
+    def resize(payload): ...                     # the payload only
+    def resize(payload, ctx): ...                # and a TaskContext (any second parameter)
+    def resize(payload, *, ctx): ...             # or a keyword parameter named ctx
+
+Its return value (anything msgpack can encode) is carried by the DONE record. An exception
+fails the attempt: the FAIL record carries "Type: message", and the task may be retried
+after a backoff (`retry_at`) until `max_attempts` winning claims have been used; then the
+FAIL is dead.
+
+Cancellation: when the worker loses the lease (a renewal refused, or another worker took
+the task over after the lease lapsed), it sets `ctx.cancelled`. A handler that honours it
+stops by raising `TaskCancelled` (`ctx.raise_if_cancelled()`, `ctx.sleep(s)`): the worker
+then writes nothing, since the task belongs to someone else now. A handler that returns
+normally has completed, cancelled or not: its DONE is written, and the fold judges it (a
+stale DONE is refused and stays in the log as evidence of work done twice).
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import random
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+
+from queue_worker.clock import seconds_to_us
+
+#: the longest error text a FAIL record carries
+MAX_ERROR_CHARS: Final = 1000
+
+
+class TaskCancelled(Exception):
+    """Raised by a handler that stops because its worker lost the lease."""
+
+
+class HandlerLoadError(ValueError):
+    """A handler spec that does not name a usable function."""
+
+
+@dataclass(frozen=True)
+class TaskContext:
+    """What a handler may know about the attempt it runs in."""
+
+    task_id: int
+    attempt: int  # 1 for the first winning claim of this task, 2 for the next, …
+    cancelled: threading.Event  # set when the lease is lost: stop and raise TaskCancelled
+    worker_id: str
+    work_ms: int = 400  # the worker's configured work time (the demo handler uses it)
+
+    def raise_if_cancelled(self) -> None:
+        if self.cancelled.is_set():
+            raise TaskCancelled(f"task {self.task_id}: the lease was lost")
+
+    def sleep(self, seconds: float) -> None:
+        """Wait `seconds`, or raise TaskCancelled as soon as the lease is lost."""
+        if self.cancelled.wait(seconds):
+            raise TaskCancelled(f"task {self.task_id}: the lease was lost")
+
+
+CtxMode = Literal["none", "positional", "keyword"]
+
+
+@dataclass(frozen=True)
+class Handler:
+    """A loaded handler and how it takes the context."""
+
+    spec: str
+    function: Callable[..., Any]
+    ctx_mode: CtxMode
+
+    def __call__(self, payload: Any, ctx: TaskContext) -> Any:
+        if self.ctx_mode == "positional":
+            return self.function(payload, ctx)
+        if self.ctx_mode == "keyword":
+            return self.function(payload, ctx=ctx)
+        return self.function(payload)
+
+
+def load_handler(spec: str) -> Handler:
+    """Import "module:function" (the function may be a dotted path: "module:Class.method")."""
+    module_name, sep, attr_path = spec.partition(":")
+    if not (sep and module_name and attr_path):
+        raise HandlerLoadError(f"handler {spec!r} is malformed; expected 'module:function'")
+    try:
+        target: Any = importlib.import_module(module_name)
+    except ImportError as e:
+        raise HandlerLoadError(
+            f"handler {spec!r}: cannot import module {module_name!r} ({e}); "
+            "expected an importable module"
+        ) from e
+    for part in attr_path.split("."):
+        try:
+            target = getattr(target, part)
+        except AttributeError:
+            raise HandlerLoadError(
+                f"handler {spec!r}: {module_name!r} has no attribute {attr_path!r}; "
+                "expected a function of that name"
+            ) from None
+    if not callable(target):
+        raise HandlerLoadError(
+            f"handler {spec!r} is a {type(target).__name__}, not callable; "
+            "expected a function taking (payload) or (payload, ctx)"
+        )
+    return Handler(spec, target, _ctx_mode(spec, target))
+
+
+def handler_from_function(function: Callable[..., Any], spec: str | None = None) -> Handler:
+    """A handler from a function already in hand (tests, embedding a worker)."""
+    name = spec if spec is not None else getattr(function, "__qualname__", repr(function))
+    return Handler(name, function, _ctx_mode(name, function))
+
+
+def _ctx_mode(spec: str, function: Callable[..., Any]) -> CtxMode:
+    try:
+        signature = inspect.signature(function)
+    except (TypeError, ValueError):  # some builtins have no signature: pass the payload
+        return "none"
+    params = list(signature.parameters.values())
+    positional = [
+        p
+        for p in params
+        if p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    ]
+    var_positional = any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in params)
+    if not positional and not var_positional:
+        raise HandlerLoadError(
+            f"handler {spec!r} takes no positional parameter; "
+            "expected a function taking (payload) or (payload, ctx)"
+        )
+    if len(positional) >= 2 or var_positional:
+        return "positional"
+    ctx = signature.parameters.get("ctx")
+    if ctx is not None and ctx.kind is inspect.Parameter.KEYWORD_ONLY:
+        return "keyword"
+    return "none"
+
+
+@dataclass(frozen=True)
+class HandlerOutcome:
+    """What one call of a handler came to: a result, or an error (with the exception)."""
+
+    result: Any = None
+    error: str | None = None
+    exception: BaseException | None = None
+    permanent: bool = False  # retrying cannot help (an unreadable task): fail it for good
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+def error_text(exc: BaseException) -> str:
+    """ "Type: message" on one line, bounded (it goes into a FAIL record)."""
+    message = str(exc)
+    text = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+    text = " ".join(text.split())
+    if len(text) > MAX_ERROR_CHARS:
+        text = text[: MAX_ERROR_CHARS - 1] + "…"
+    return text
+
+
+def run_handler(handler: Handler, payload: Any, ctx: TaskContext) -> HandlerOutcome:
+    """Call the handler; an exception becomes a failed outcome (never propagates)."""
+    try:
+        result = handler(payload, ctx)
+    except Exception as e:  # any handler failure is the task's failure, not the worker's
+        return HandlerOutcome(error=error_text(e), exception=e)
+    return HandlerOutcome(result=result)
+
+
+def backoff_us(attempt: int, backoff_s: float, backoff_max_s: float, rng: random.Random) -> int:
+    """Full jitter: uniform in [0, min(backoff_max_s, backoff_s * 2**(attempt-1))] seconds."""
+    exponent = min(max(attempt - 1, 0), 64)  # 2**64 * any base is past any maximum anyway
+    ceiling = min(backoff_max_s, backoff_s * 2.0**exponent)
+    return seconds_to_us(rng.uniform(0.0, ceiling))
+
+
+def retry_at(
+    at: int,
+    attempt: int,
+    *,
+    max_attempts: int,
+    backoff_s: float,
+    backoff_max_s: float,
+    rng: random.Random,
+    permanent: bool = False,
+) -> int | None:
+    """When a task that failed attempt `attempt` at `at` (µs) may be tried again, or None
+    when it is dead: its attempts are used up, or the failure is permanent."""
+    if permanent or attempt >= max_attempts:
+        return None
+    return at + backoff_us(attempt, backoff_s, backoff_max_s, rng)
+
+
+class DemoFailure(Exception):
+    """The failure the demo handler raises when the payload asks for one."""
+
+
+def demo(payload: Any, ctx: TaskContext) -> dict[str, Any]:
+    """The default handler: work for `work_ms` (the payload's {"work_ms": n}, else the
+    worker's), stop at once when cancelled, and fail when the payload says {"fail": true}."""
+    work_ms: float = ctx.work_ms
+    requested = payload.get("work_ms") if isinstance(payload, dict) else None
+    if isinstance(requested, int | float) and not isinstance(requested, bool) and requested >= 0:
+        work_ms = requested
+    ctx.sleep(work_ms / 1000)
+    if isinstance(payload, dict) and payload.get("fail") is True:
+        raise DemoFailure(f"task {ctx.task_id} asked to fail (attempt {ctx.attempt})")
+    return {"task": ctx.task_id, "worked_ms": work_ms}

@@ -1,0 +1,241 @@
+"""Keeping a won task's lease while its handler runs, and cancelling the handler when the
+lease is lost.
+
+A `LeaseKeeper` runs in a thread of its own, so a handler that blocks (or never looks at
+its context) cannot stop the renewals. At half the lease it appends RENEW (naming the
+winning claim's position: the fencing token) and learns the verdict by folding the claims
+log from just after that claim up to its RENEW, restricted to the one task (see
+`SingleTaskFold`). RENEWED moves the expiry on. LEASE_LOST — or a takeover already seen in
+the log, in which case no RENEW is written — sets the cancellation flag (a
+`threading.Event` the handler sees as `ctx.cancelled`) and stops the renewals. Renewal also
+stops when the handler returns (`stop()`, or leaving the `with` block).
+
+What a lost lease means for the completion
+------------------------------------------
+A handler that honours the flag raises `TaskCancelled`: the worker writes no DONE (and no
+FAIL) — the task belongs to the claim that took it over. A handler that ignores the flag and
+completes anyway still gets its DONE written: the fold refuses it (STALE_DONE, because the
+DONE names a claim that no longer holds the task), the result is discarded, and the log
+keeps the evidence: the report counts that task as worked twice. The worker does not
+swallow the DONE, because only the log, not the worker, can say for certain whether the
+lease was lost (a renewal may lose a race it could not yet see).
+
+Timing is by the local monotonic clock (renew every `lease/2` seconds of real time); the
+records' `at` comes from the worker's clock (injectable), and expiry is judged, as always,
+by the fold.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Final, Protocol
+
+from logstore import CorruptLogError, Entry, Log, LogClosedError, LogError
+from queue_worker.records import Claim, RecordDecodeError, Renew, encode
+from queue_worker.state import ClaimState, Lease, Outcome, Verdict
+from queue_worker.topics import SETTLE_TIMEOUT_S, decode_claims_entry, read_through
+
+#: how often the keeper thread wakes between renewals to let the worker publish its stats
+TICK_S: Final = 0.25
+
+#: after a failed append, how soon the renewal is tried again (seconds, at most)
+RETRY_S: Final = 1.0
+
+
+class SingleTaskFold:
+    """The fold of the claims log restricted to one task, from one winning claim onward.
+
+    Why a fresh `ClaimState` fed only this task's records gives the verdicts the full fold
+    gives: `ClaimState.apply` on a record of task t reads and writes only t's own state
+    (its holder, retry time, attempts) and whether t itself is closed; records of other tasks
+    never touch t's state (the watermark only moves over closed ids, and t is open while we
+    hold it). Right after our winning CLAIM the full fold has t open, held by our claim,
+    with no retry time — exactly what a fresh state has after applying that CLAIM (only the
+    attempt count differs, and no verdict reads it). From there both folds see the same
+    records of t in the same order, so they agree on every verdict about t.
+    """
+
+    def __init__(self, claim: Claim, claim_position: int, read_from: int) -> None:
+        self.task = claim.task
+        self.claim_position = claim_position
+        self.next_position = read_from
+        self.state = ClaimState()
+        first = self.state.apply(claim, claim_position)
+        assert first.verdict.won, "a fresh fold always grants the first claim"
+
+    def feed(self, entry: Entry) -> Outcome | None:
+        """Apply one entry if it is about this task; its outcome, or None if skipped."""
+        self.next_position = entry.next
+        try:
+            record = decode_claims_entry(entry)
+        except RecordDecodeError:
+            return None  # the full fold skips it too (it has no task to act on)
+        if getattr(record, "task", None) != self.task:
+            return None
+        return self.state.apply(record, entry.position)
+
+    def catch_up(self, log: Log) -> None:
+        while entries := log.read(self.next_position):
+            for entry in entries:
+                self.feed(entry)
+
+    def settle(self, log: Log, position: int, timeout: float = SETTLE_TIMEOUT_S) -> Outcome:
+        """Fold up to and including the record at `position`; return its outcome."""
+        for entry in read_through(log, self.next_position, position, timeout):
+            outcome = self.feed(entry)
+            if entry.position == position:
+                if outcome is None:
+                    raise LogError(f"{log.name}: the record at {position} is not about our task")
+                return outcome
+        raise AssertionError("read_through returns only after yielding `position`")
+
+    @property
+    def holder(self) -> Lease | None:
+        return self.state.holder(self.task)
+
+    @property
+    def held(self) -> bool:
+        """Does our claim still hold the task, as far as the log has been read?"""
+        holder = self.holder
+        return holder is not None and holder.claim == self.claim_position
+
+
+class LeaseListener(Protocol):
+    """What the keeper tells the worker (called from the keeper's thread)."""
+
+    def lease_renewed(self, expiry: int) -> None: ...
+
+    def lease_lost(self, holder: Lease | None) -> None: ...
+
+    def lease_error(self, error: str) -> None: ...
+
+    def lease_tick(self) -> None: ...
+
+
+class LeaseKeeper:
+    """Renews one winning claim's lease in a thread until stopped or lost."""
+
+    def __init__(
+        self,
+        log: Log,
+        *,
+        claim: Claim,
+        claim_position: int,
+        read_from: int,
+        lease_us: int,
+        clock: Callable[[], int],
+        cancelled: threading.Event | None = None,
+        listener: LeaseListener | None = None,
+        renew_every_s: float | None = None,
+    ) -> None:
+        self.log = log
+        self.claim = claim
+        self.lease_us = lease_us
+        self.clock = clock
+        self.fold = SingleTaskFold(claim, claim_position, read_from)
+        self.cancelled = cancelled if cancelled is not None else threading.Event()
+        self.listener = listener
+        self.renew_every_s = renew_every_s if renew_every_s is not None else lease_us / 2e6
+        self.renewals = 0
+        self.lost = False
+        self.lost_to: Lease | None = None  # who holds the task after we lost it, if anyone
+        self.last_error: str | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def task(self) -> int:
+        return self.claim.task
+
+    @property
+    def expiry(self) -> int | None:
+        """Our lease's expiry as the fold has it (None once lost)."""
+        holder = self.fold.holder
+        return holder.expiry if holder is not None and self.fold.held else None
+
+    # -- one renewal -------------------------------------------------------------------------
+
+    def renew_once(self) -> Verdict:
+        """Renew now: RENEWED, or LEASE_LOST (the cancellation flag is then set)."""
+        if self.lost:
+            return Verdict.LEASE_LOST
+        # A takeover already in the log: the lease is gone, and a RENEW would only be refused.
+        self.fold.catch_up(self.log)
+        if not self.fold.held:
+            self._lose(self.fold.holder)
+            return Verdict.LEASE_LOST
+        renew = Renew(
+            self.task, self.claim.worker, self.clock(), self.fold.claim_position, self.lease_us
+        )
+        position = self.log.append(encode(renew))
+        outcome = self.fold.settle(self.log, position)
+        if outcome.verdict is not Verdict.RENEWED:
+            self._lose(outcome.holder)
+            return Verdict.LEASE_LOST
+        self.renewals += 1
+        if self.listener is not None and outcome.holder is not None:
+            self.listener.lease_renewed(outcome.holder.expiry)
+        return Verdict.RENEWED
+
+    def _lose(self, holder: Lease | None) -> None:
+        self.lost = True
+        self.lost_to = holder
+        self.cancelled.set()
+        if self.listener is not None:
+            self.listener.lease_lost(holder)
+
+    # -- the thread --------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread = threading.Thread(
+            target=self._run, name=f"lease-task-{self.task}", daemon=True
+        )
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop renewing (the handler has returned). Waits for a renewal in flight."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+    def _run(self) -> None:
+        next_renewal = time.monotonic() + self.renew_every_s
+        while not self.lost:
+            if self._stop.wait(min(TICK_S, max(0.0, next_renewal - time.monotonic()))):
+                return
+            if time.monotonic() >= next_renewal:
+                next_renewal = self._renew_in_thread(next_renewal)
+            if self.listener is not None:
+                self.listener.lease_tick()
+
+    def _renew_in_thread(self, scheduled: float) -> float:
+        """Renew, and return when to renew next."""
+        try:
+            self.renew_once()
+        except (CorruptLogError, LogClosedError) as e:
+            # The log cannot be trusted or used: without renewals the lease will lapse, so
+            # stop the handler now rather than let it finish as a stale completion.
+            self._fail(f"lease renewal of task {self.task} stopped: {e}")
+            self._lose(None)
+        except LogError as e:  # an append that did not land (disk full, connection lost)
+            self._fail(f"lease renewal of task {self.task} failed, retrying: {e}")
+            return time.monotonic() + min(RETRY_S, self.renew_every_s / 4)
+        except Exception as e:  # a bug: do not let the handler run on with no renewals
+            self._fail(f"lease renewal of task {self.task} crashed: {type(e).__name__}: {e}")
+            self._lose(None)
+        return max(scheduled, time.monotonic()) + self.renew_every_s
+
+    def _fail(self, error: str) -> None:
+        self.last_error = error
+        if self.listener is not None:
+            self.listener.lease_error(error)
+
+    def __enter__(self) -> LeaseKeeper:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()

@@ -1,0 +1,103 @@
+"""Which claimable task a worker tries for: the choice that decides how often workers collide.
+
+Two workers that try for the same task at about the same time both append a CLAIM; the log
+order makes one win and the other's attempt is wasted (a lost claim round trip). The
+strategies differ only in how likely that is with many idle workers and a backlog:
+
+first   the lowest claimable id. Every worker picks the same task: with N workers, up to
+        N-1 of every N attempts are lost. Useful to see the protocol arbitrate.
+random  uniform over the claimable set. Collisions become rare (the original measured ~0%
+        with a backlog). Expected O(1): sample ids in [watermark, known) and keep the first
+        claimable one; only when a few samples miss (a sparse claimable set) scan and choose.
+spread  each worker is given a slot of `slots` by the supervisor and prefers ids with
+        id % slots == slot, lowest first: with a backlog, N workers in N slots never pick
+        the same task, and the queue is still worked roughly in order. It scans its own ids
+        from the watermark with step `slots` (a bounded number of probes), and when it finds
+        none claimable it falls back to `random` over the rest.
+
+The reader's clock enters only through `ClaimState.is_claimable(task, now)`.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Container
+from typing import Final
+
+from queue_worker.state import ClaimState
+
+#: random: samples tried before scanning the whole claimable set
+RANDOM_SAMPLES: Final = 8
+
+#: spread: own-slot ids probed before falling back to random
+SPREAD_PROBES: Final = 256
+
+_NOTHING: Final[frozenset[int]] = frozenset()
+
+
+def pick_first(
+    state: ClaimState, now: int, known: int, excluded: Container[int] = _NOTHING
+) -> int | None:
+    for task in state.claimable(now, known):
+        if task not in excluded:
+            return task
+    return None
+
+
+def pick_random(
+    state: ClaimState,
+    now: int,
+    known: int,
+    rng: random.Random,
+    excluded: Container[int] = _NOTHING,
+) -> int | None:
+    low = state.watermark
+    if low >= known:
+        return None
+    # Rejection sampling is uniform over the claimable set: every claimable id is equally
+    # likely to be the first sample that hits; the scan below is uniform too.
+    for _ in range(RANDOM_SAMPLES):
+        task = rng.randrange(low, known)
+        if task not in excluded and state.is_claimable(task, now):
+            return task
+    candidates = [t for t in state.claimable(now, known) if t not in excluded]
+    return rng.choice(candidates) if candidates else None
+
+
+def pick_spread(
+    state: ClaimState,
+    now: int,
+    known: int,
+    slot: int,
+    slots: int,
+    rng: random.Random,
+    excluded: Container[int] = _NOTHING,
+) -> int | None:
+    low = state.watermark
+    first_own = low + (slot - low) % slots  # the lowest id >= watermark in this slot
+    stop = min(known, first_own + SPREAD_PROBES * slots)
+    for task in range(first_own, stop, slots):
+        if task not in excluded and state.is_claimable(task, now):
+            return task
+    return pick_random(state, now, known, rng, excluded)
+
+
+def pick_task(
+    strategy: str,
+    state: ClaimState,
+    now: int,
+    known: int,
+    *,
+    rng: random.Random,
+    slot: int = 0,
+    slots: int = 1,
+    excluded: Container[int] = _NOTHING,
+) -> int | None:
+    """A claimable task among ids 0..known-1 by `strategy` (first|random|spread), or None."""
+    if strategy == "first":
+        return pick_first(state, now, known, excluded)
+    if strategy == "random":
+        return pick_random(state, now, known, rng, excluded)
+    if strategy == "spread":
+        return pick_spread(state, now, known, slot, slots, rng, excluded)
+    raise ValueError(f"pick strategy {strategy!r} is unknown; expected first, random or spread")

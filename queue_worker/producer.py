@@ -1,0 +1,114 @@
+"""Enqueueing tasks: `Queue(location).enqueue(payload) -> task id`.
+
+A task's id is its index in the tasks log (0, 1, 2, …): stable, short, and the same for
+every reader, because the log's order is. An append returns only a *position*, so the
+producer learns the index by counting the records before its own; it remembers how far it
+has counted (an index and its position), so that repeated enqueues read only what other
+producers appended since.
+
+    with Queue(".qw") as queue:
+        first = queue.enqueue({"url": "https://example.org"})
+        ids = queue.enqueue_many([{"n": n} for n in range(100)])
+"""
+
+from __future__ import annotations
+
+import reprlib
+from collections.abc import Iterable
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from logstore import Durability, Log, LogError, open_log
+from queue_worker.clock import Clock, now_us
+from queue_worker.records import RecordEncodeError, TaskRecord, encode
+from queue_worker.topics import READ_BATCH, TASKS_TOPIC
+
+
+class Queue:
+    """A producer handle on one queue's tasks log."""
+
+    def __init__(
+        self,
+        location: str | Path,
+        fsync: str = "commit",
+        *,
+        tasks_log: Log | None = None,
+        clock: Clock = now_us,
+    ) -> None:
+        """Open the tasks log at `location` (a data directory or a redis:// URL), or use
+        `tasks_log` when given (tests)."""
+        durability = Durability.parse(fsync)
+        self._owns_log = tasks_log is None
+        self.log = (
+            tasks_log if tasks_log is not None else open_log(location, TASKS_TOPIC, durability)
+        )
+        self._clock = clock
+        # How far this producer has counted: the record at `_counted_position` is task
+        # `_counted`. Starts at the beginning of the log.
+        self._counted = 0
+        self._counted_position = self.log.start
+
+    def enqueue(self, payload: Any) -> int:
+        """Append one task; return its id."""
+        return self.enqueue_many([payload])[0]
+
+    def enqueue_many(self, payloads: Iterable[Any]) -> list[int]:
+        """Append tasks as one contiguous run (one durable append); return their ids.
+
+        Raises RecordEncodeError, naming the value, if a payload cannot be encoded: then
+        nothing is written.
+        """
+        at = self._clock()
+        records = [_encode_payload(i, payload, at) for i, payload in enumerate(payloads)]
+        if not records:
+            return []
+        positions = self.log.append_many(records, durable=True)
+        first = self._index_of(positions[0])
+        return list(range(first, first + len(records)))
+
+    def _index_of(self, position: int) -> int:
+        """The index of the record at `position` (one this producer appended)."""
+        index, at = self._counted, self._counted_position
+        while True:
+            entries = self.log.read(at, READ_BATCH)
+            if not entries:
+                raise LogError(f"{self.log.name}: appended record at {position} is not readable")
+            for entry in entries:
+                if entry.position == position:
+                    self._counted, self._counted_position = index, position
+                    return index
+                if entry.position > position:
+                    raise LogError(f"{self.log.name}: no record at position {position}")
+                index += 1
+            at = entries[-1].next
+
+    def close(self) -> None:
+        if self._owns_log:
+            self.log.close()
+
+    def __enter__(self) -> Queue:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+_QUOTE = reprlib.Repr()
+_QUOTE.maxlevel = 3
+_QUOTE.maxstring = 40
+_QUOTE.maxother = 40
+
+
+def _encode_payload(index: int, payload: Any, enqueued_at: int) -> bytes:
+    try:
+        return encode(TaskRecord(payload, enqueued_at))
+    except RecordEncodeError as e:
+        raise RecordEncodeError(
+            f"payload {index} ({_QUOTE.repr(payload)}) cannot be enqueued: {e}"
+        ) from e

@@ -1,0 +1,224 @@
+"""The two topics as a worker sees them: opening them, and catching up on them.
+
+tasks   A task's id is its index in the tasks log: the n-th record (counting from 0) is
+        task n, whatever its type. `TaskIndex` remembers where each task's record is, so a
+        worker re-reads a payload only when it wins the task and keeps no payloads in memory.
+claims  `ClaimsFollower` folds every record into a `ClaimState`, in log order, and can
+        *settle* a record: read up to and including it, and return its verdict.
+
+The server's clock (Redis)
+--------------------------
+A backend whose server stamps each record (`Entry.server_time_us`, set by the Redis log)
+gives the protocol one clock for everyone: `on_server_clock` rewrites a decoded claims
+record so that its `at` is the server's time, and a FAIL's `retry_at` keeps its distance
+from `at` (the backoff the writer chose, measured on the server's clock). Every reader does
+the same rewrite from the same entries, so the fold is still a pure function of the log.
+The bytes in the log keep the writer's own `at` as evidence. A worker then judges
+`claimable(now)` on the server's clock too: it estimates its offset from the server's stamp
+on its own CLAIM (see `Worker`). The file log sets no server time: `at` is the writer's.
+
+Malformed records
+-----------------
+A claims record that does not decode is folded as `Unknown(MALFORMED)`: it changes nothing
+but the position (Rule 6), the same for every reader, and the follower counts it. A task
+record that does not decode still has its id; the worker that wins it fails it for good
+with the decode error, so the queue drains and the report shows why. A task record of a
+type this version does not know (`Unknown`, from a newer writer) is left alone for a worker
+that knows it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from array import array
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from logstore import Durability, Entry, Log, LogError, open_log
+from queue_worker.records import (
+    ClaimsRecord,
+    Fail,
+    RecordDecodeError,
+    TaskRecord,
+    Unknown,
+    decode_claims,
+    decode_task,
+)
+from queue_worker.state import ClaimState, Outcome
+
+TASKS_TOPIC: Final = "tasks"
+CLAIMS_TOPIC: Final = "claims"
+
+#: the type code a claims record that does not decode is folded as
+MALFORMED: Final = "?malformed"
+
+#: records read per call while catching up
+READ_BATCH: Final = 4096
+
+#: how long settling waits for a record it has appended to become readable
+SETTLE_TIMEOUT_S: Final = 10.0
+
+
+class SettleError(LogError):
+    """A record this process appended did not show up in the log where it should."""
+
+
+def open_topics(
+    location: str | Path, durability: Durability = Durability.COMMIT
+) -> tuple[Log, Log]:
+    """Open (creating if needed) the tasks and claims logs at `location`."""
+    tasks = open_log(location, TASKS_TOPIC, durability)
+    try:
+        claims = open_log(location, CLAIMS_TOPIC, durability)
+    except BaseException:
+        tasks.close()
+        raise
+    return tasks, claims
+
+
+def on_server_clock(record: ClaimsRecord, server_time_us: int) -> ClaimsRecord:
+    """The record as the fold must judge it on a backend whose server stamps records."""
+    if isinstance(record, Unknown):
+        return record
+    if isinstance(record, Fail) and record.retry_at is not None:
+        shift = server_time_us - record.at
+        return dataclasses.replace(record, at=server_time_us, retry_at=record.retry_at + shift)
+    return dataclasses.replace(record, at=server_time_us)
+
+
+def decode_claims_entry(entry: Entry) -> ClaimsRecord:
+    """Decode one claims-log entry, on the server's clock when the backend sets one.
+    Raises RecordDecodeError for a malformed record."""
+    record = decode_claims(entry.data)
+    if entry.server_time_us is not None:
+        return on_server_clock(record, entry.server_time_us)
+    return record
+
+
+def read_through(log: Log, start: int, position: int, timeout: float) -> Iterator[Entry]:
+    """The entries from `start` up to and including the one at `position`.
+
+    The record at `position` was appended by this process, so it is readable once the append
+    has returned; the wait is only a guard against a backend that lags. Raises SettleError
+    when it is not there within `timeout` seconds, or when the log skips over `position`.
+    """
+    deadline = time.monotonic() + timeout
+    next_position = start
+    while True:
+        entries = log.read(next_position, READ_BATCH)
+        for entry in entries:
+            if entry.position > position:
+                raise SettleError(f"{log.name}: no record at position {position}")
+            yield entry
+            if entry.position == position:
+                return
+            next_position = entry.next
+        if not entries:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise SettleError(
+                    f"{log.name}: the record at position {position} did not become readable "
+                    f"within {timeout}s"
+                )
+            log.wait(next_position, remaining)
+
+
+@dataclass(frozen=True, slots=True)
+class Settled:
+    """A record this worker appended, with the verdict the fold gave it."""
+
+    outcome: Outcome
+    record: ClaimsRecord  # as the fold saw it (on the server's clock where there is one)
+    entry: Entry
+
+
+class ClaimsFollower:
+    """The fold over the claims log, caught up incrementally."""
+
+    def __init__(self, start: int, state: ClaimState | None = None) -> None:
+        self.state = state if state is not None else ClaimState()
+        self.next_position = start  # where the next unread record is
+        self.malformed = 0
+        self.last_malformed: str | None = None
+
+    def apply(self, entry: Entry) -> tuple[Outcome, ClaimsRecord]:
+        try:
+            record = decode_claims_entry(entry)
+        except RecordDecodeError as e:
+            self.malformed += 1
+            self.last_malformed = f"malformed claims record at position {entry.position}: {e}"
+            record = Unknown(MALFORMED)
+        outcome = self.state.apply(record, entry.position)
+        self.next_position = entry.next
+        return outcome, record
+
+    def catch_up(self, log: Log) -> int:
+        """Fold every record now in the log; return how many were folded."""
+        count = 0
+        while entries := log.read(self.next_position, READ_BATCH):
+            for entry in entries:
+                self.apply(entry)
+            count += len(entries)
+        return count
+
+    def settle(self, log: Log, position: int, timeout: float = SETTLE_TIMEOUT_S) -> Settled:
+        """Fold up to and including the record at `position` (one this worker appended)."""
+        for entry in read_through(log, self.next_position, position, timeout):
+            outcome, record = self.apply(entry)
+            if entry.position == position:
+                return Settled(outcome, record, entry)
+        raise AssertionError("read_through returns only after yielding `position`")
+
+
+class TaskIndex:
+    """Where each task's record is in the tasks log, and which tasks cannot be run here."""
+
+    def __init__(self, start: int) -> None:
+        self.next_position = start
+        self._positions = array("q")  # task id -> log position of its record
+        self.foreign: set[int] = set()  # a record type from a newer writer: not ours to run
+        self.unreadable: dict[int, str] = {}  # task id -> why its record does not decode
+
+    @property
+    def known(self) -> int:
+        """How many tasks this worker has seen (ids 0 .. known-1)."""
+        return len(self._positions)
+
+    def catch_up(self, log: Log) -> int:
+        """Index every record now in the log; return how many tasks are new."""
+        before = self.known
+        while entries := log.read(self.next_position, READ_BATCH):
+            for entry in entries:
+                self._index(entry)
+        return self.known - before
+
+    def _index(self, entry: Entry) -> None:
+        task = self.known
+        self._positions.append(entry.position)
+        self.next_position = entry.next
+        try:
+            record = decode_task(entry.data)
+        except RecordDecodeError as e:
+            self.unreadable[task] = f"task record at position {entry.position} is malformed: {e}"
+            return
+        if isinstance(record, Unknown):
+            self.foreign.add(task)
+
+    def position_of(self, task: int) -> int:
+        return self._positions[task]
+
+    def load(self, log: Log, task: int) -> TaskRecord:
+        """Read task `task`'s record again. Raises RecordDecodeError if it is unreadable."""
+        if task in self.unreadable:
+            raise RecordDecodeError(self.unreadable[task])
+        position = self._positions[task]
+        entries = log.read(position, 1)
+        if not entries or entries[0].position != position:
+            raise LogError(f"{log.name}: task {task} is no longer at position {position}")
+        record = decode_task(entries[0].data)
+        if not isinstance(record, TaskRecord):
+            raise RecordDecodeError(f"task {task} is a record of unknown type {record.code!r}")
+        return record

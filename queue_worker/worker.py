@@ -1,0 +1,644 @@
+"""The worker: one process that claims tasks through the claims log and runs them.
+
+One iteration (`Worker.step`):
+
+1. catch up on both logs (index new tasks; fold new claims records into the `ClaimState`);
+2. pick a claimable task (`queue_worker.pick`);
+3. append CLAIM and *settle* it: read the claims log up to and including that record,
+   folding everything before it; its verdict decides (claim latency = append start to
+   verdict);
+4. if won: run the handler with a `LeaseKeeper` renewing the lease in a thread; then append
+   DONE (the result) or FAIL (the error, and when to retry or that the task is dead), both
+   durable, and settle that too. A handler cancelled after a lost lease writes nothing.
+
+`run(stop)` repeats `step()`; an idle worker blocks in `tasks_log.wait` until a task is
+enqueued, a lease or backoff it knows of runs out, or `idle_poll_s` passes. `drain()` (or
+the stop event) means: no new claims, finish the task in hand, return.
+
+`run_worker_process(config_json)` is the process the supervisor starts
+(``python -m queue_worker.worker '<json>'``): it dies with its parent, drains on SIGTERM,
+exits at once on a second SIGTERM, and ignores SIGINT (the supervisor owns Ctrl-C).
+
+Clocks: records carry `at` from the injected `clock` (wall clock µs). On a backend that
+stamps records with its server's clock (Redis), the fold judges by that clock instead (see
+`queue_worker.topics`), so the worker estimates its offset to the server from its own CLAIM
+and asks `claimable` on the server's clock.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import enum
+import os
+import random
+import secrets
+import signal
+import socket
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from logstore import (
+    CorruptLogError,
+    ForeignFileError,
+    Log,
+    LogClosedError,
+    LogError,
+    RecordTooLargeError,
+)
+from queue_worker.clock import Clock, now_us, us_to_seconds
+from queue_worker.config import WorkerConfig
+from queue_worker.handlers import (
+    HandlerOutcome,
+    TaskContext,
+    error_text,
+    handler_from_function,
+    load_handler,
+    retry_at,
+    run_handler,
+)
+from queue_worker.lease import LeaseKeeper
+from queue_worker.pick import pick_task
+from queue_worker.records import (
+    Claim,
+    Done,
+    Fail,
+    RecordDecodeError,
+    RecordEncodeError,
+    encode,
+)
+from queue_worker.state import Lease, Verdict
+from queue_worker.stats import WorkerStats
+from queue_worker.topics import ClaimsFollower, Settled, TaskIndex, open_topics
+
+# Exit codes of a worker process.
+EXIT_OK: Final = 0  # drained, stopped, or the queue was drained (exit_when_drained)
+EXIT_ERROR: Final = 1  # the worker failed: a log it cannot use, or a bug (message on stderr)
+EXIT_CONFIG: Final = 2  # the config is invalid or the handler cannot be loaded
+EXIT_ORPHANED: Final = 3  # the supervisor is gone: exit rather than outlive it
+EXIT_TERMINATED: Final = 128 + signal.SIGTERM  # a second SIGTERM: exit at once
+
+#: snapshots: at most one every PUBLISH_PERIOD_S, but a state change only needs STATE_GAP_S
+PUBLISH_PERIOD_S: Final = 0.25
+STATE_GAP_S: Final = 0.05
+
+#: how often the orphan watchdog compares getppid() with the supervisor's pid
+WATCHDOG_PERIOD_S: Final = 0.2
+
+PARENT_PID_ENV: Final = "QW_PARENT_PID"
+
+# Errors after which a log handle cannot be used again: the worker exits. Other LogErrors
+# (an append that did not land, a server out of reach) are retried after a pause.
+_FATAL_LOG_ERRORS: Final = (CorruptLogError, ForeignFileError, LogClosedError)
+
+
+class StepKind(enum.Enum):
+    """What one `Worker.step` came to."""
+
+    IDLE = "idle"  # nothing claimable
+    DRAINING = "draining"  # asked to drain: made no claim
+    LOST = "lost"  # our CLAIM lost (the verdict says why)
+    DONE = "done"  # ran the task; our DONE was accepted
+    STALE = "stale"  # ran the task but the lease had been lost: DONE/FAIL refused
+    FAILED = "failed"  # the handler failed; the task may be retried after a backoff
+    DEAD = "dead"  # the handler failed for the last time: the task is dead
+    CANCELLED = "cancelled"  # the lease was lost and the handler stopped: nothing written
+
+
+@dataclass(frozen=True)
+class StepResult:
+    kind: StepKind
+    task: int | None = None
+    claim: int | None = None  # the position of our CLAIM
+    verdict: Verdict | None = None  # LOST: the CLAIM's; otherwise that of our DONE/FAIL
+    result: Any = None  # DONE: the handler's result
+    error: str | None = None  # FAILED, DEAD, CANCELLED: why
+    retry_at: int | None = None  # FAILED: when the task may be tried again (fold clock, µs)
+    latency_us: int | None = None  # claim latency: CLAIM append start to its verdict
+    drained: bool = False  # IDLE: no task is pending or held
+    next_change: int | None = None  # IDLE: when a held/backed-off task frees up (fold clock)
+
+
+def new_worker_id(name: str) -> str:
+    """Unique per process: a restarted worker is a new id (ownership is never by name)."""
+    return f"{name}-{os.getpid()}-{secrets.token_hex(2)}"
+
+
+class SnapshotPublisher:
+    """Writes the worker's stats file: on a state change (at most one per STATE_GAP_S),
+    otherwise at most once per PUBLISH_PERIOD_S, and always when forced (at exit)."""
+
+    def __init__(self, stats: WorkerStats, path: Path | None, lock: threading.Lock) -> None:
+        self.stats = stats
+        self.path = path
+        self.lock = lock
+        self._last = float("-inf")
+        self._last_state: str | None = None
+
+    def publish(self, *, force: bool = False) -> None:
+        if self.path is None:
+            return
+        with self.lock:
+            now = time.monotonic()
+            gap = STATE_GAP_S if self.stats.state != self._last_state else PUBLISH_PERIOD_S
+            if not force and now - self._last < gap:
+                return
+            self.stats.updated_at = time.time()
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self.stats.publish(self.path)
+            except OSError as e:  # a full disk must not stop the work; say so in the stats
+                self.stats.last_error = f"cannot write stats to {self.path}: {e}"
+            self._last = now
+            self._last_state = self.stats.state
+
+
+class Worker:
+    """A worker over the two logs. Drive it with `step()` (tests) or `run()` (a process)."""
+
+    def __init__(
+        self,
+        config: WorkerConfig,
+        *,
+        clock: Clock = now_us,
+        tasks_log: Log | None = None,
+        claims_log: Log | None = None,
+        rng: random.Random | None = None,
+        handler: Callable[..., Any] | None = None,
+    ) -> None:
+        """`handler` runs the tasks instead of the one `config.handler` names (tests,
+        embedding); the logs, when given, are used instead of opening config.location."""
+        config.validate()
+        self.config = config
+        self.worker_id = new_worker_id(config.name)
+        self.handler = (
+            load_handler(config.handler) if handler is None else handler_from_function(handler)
+        )
+        self._clock = clock
+        self._rng = rng if rng is not None else random.Random()
+        if tasks_log is None or claims_log is None:
+            opened_tasks, opened_claims = open_topics(config.location, config.durability)
+            self._owned_logs = [opened_tasks, opened_claims]
+            tasks_log = tasks_log if tasks_log is not None else opened_tasks
+            claims_log = claims_log if claims_log is not None else opened_claims
+        else:
+            self._owned_logs = []
+        self.tasks_log: Log = tasks_log
+        self.claims_log: Log = claims_log
+        self.tasks = TaskIndex(tasks_log.start)
+        self.claims = ClaimsFollower(claims_log.start)
+        # server clock − our clock, µs (0 unless the backend stamps records: see topics.py)
+        self.clock_offset_us = 0
+        self._draining = threading.Event()
+        self._stats_lock = threading.Lock()
+        self.stats = WorkerStats(
+            worker=self.worker_id,
+            name=config.name,
+            pid=os.getpid(),
+            host=socket.gethostname(),
+            started_at=time.time(),
+        )
+        path = Path(config.run_dir) / f"{self.worker_id}.json" if config.run_dir else None
+        self.publisher = SnapshotPublisher(self.stats, path, self._stats_lock)
+
+    # -- one iteration -------------------------------------------------------------------------
+
+    def step(self, now: int | None = None) -> StepResult:
+        """One iteration: catch up, pick, claim, settle, and run the task if won. Blocks only
+        while the handler runs. `now` is the worker's clock (µs) for the pick and the CLAIM."""
+        if now is None:
+            now = self._clock()
+        self.catch_up()
+        if self._draining.is_set():
+            return StepResult(StepKind.DRAINING)
+        task = self.pick(now)
+        if task is None:
+            return self._idle(now)
+        return self.attempt(task, now)
+
+    def catch_up(self) -> None:
+        """Index new tasks and fold new claims records."""
+        self.tasks.catch_up(self.tasks_log)
+        self.claims.catch_up(self.claims_log)
+        self._refresh_fold_stats()
+
+    def pick(self, now: int) -> int | None:
+        """A claimable task by the configured strategy (as of the last catch-up), or None."""
+        cfg = self.config
+        return pick_task(
+            cfg.pick,
+            self.claims.state,
+            self.fold_time(now),
+            self.tasks.known,
+            rng=self._rng,
+            slot=cfg.slot,
+            slots=cfg.slots,
+            excluded=self.tasks.foreign,
+        )
+
+    def attempt(self, task: int, now: int) -> StepResult:
+        """Claim `task` at `now`, settle the claim, and run the task if the claim won."""
+        self._set_state("claiming")
+        claim = Claim(task, self.worker_id, now, self.config.lease_us)
+        data = encode(claim)
+        started = time.perf_counter_ns()
+        position = self.claims_log.append(data)
+        settled = self.claims.settle(self.claims_log, position)
+        latency_us = (time.perf_counter_ns() - started) // 1000
+        # Our CLAIM as folded carries the server's time where there is one: now we know
+        # (to within a round trip) how far our clock is from the server's.
+        self.clock_offset_us = settled.record.at - now if isinstance(settled.record, Claim) else 0
+        verdict = settled.outcome.verdict
+        with self._stats_lock:
+            self.stats.attempts += 1
+            self.stats.record_latency(latency_us)
+            if verdict.won:
+                self.stats.won += 1
+                if verdict is Verdict.TAKEOVER:
+                    self.stats.takeovers += 1
+            else:
+                self.stats.count_lost(verdict.value)
+        self._refresh_fold_stats()
+        if not verdict.won:
+            self._set_state("idle")
+            return StepResult(StepKind.LOST, task, position, verdict, latency_us=latency_us)
+        return self._work(task, settled, latency_us)
+
+    def fold_time(self, now: int) -> int:
+        """`now` on the clock the fold judges by (the server's, when the backend has one)."""
+        return now + self.clock_offset_us
+
+    def drain(self) -> None:
+        """Make no new claims; the task in hand is finished. (Safe from a signal handler.)"""
+        self._draining.set()
+
+    @property
+    def draining(self) -> bool:
+        return self._draining.is_set()
+
+    def is_drained(self) -> bool:
+        """Nothing pending or held: every known task (that this version can run) is closed."""
+        state = self.claims.state
+        if state.held_count:
+            return False
+        return all(
+            state.is_closed(t) or t in self.tasks.foreign
+            for t in range(state.watermark, self.tasks.known)
+        )
+
+    def _idle(self, now: int) -> StepResult:
+        self._set_state("idle")
+        return StepResult(
+            StepKind.IDLE,
+            drained=self.is_drained(),
+            next_change=self.claims.state.next_change(self.fold_time(now)),
+        )
+
+    # -- running a won task --------------------------------------------------------------------
+
+    def _work(self, task: int, settled: Settled, latency_us: int) -> StepResult:
+        claim = settled.record
+        lease = settled.outcome.holder
+        assert isinstance(claim, Claim) and lease is not None
+        claim_position = settled.entry.position
+        with self._stats_lock:
+            self.stats.current_task = task
+            self.stats.current_claim = claim_position
+            self.stats.current_since = time.time()
+            self.stats.lease_expiry = self._wall_seconds(lease.expiry)
+        self._set_state("working")
+        try:
+            keeper = LeaseKeeper(
+                self.claims_log,
+                claim=claim,
+                claim_position=claim_position,
+                read_from=settled.entry.next,
+                lease_us=self.config.lease_us,
+                clock=self._clock,
+                listener=self,
+            )
+            ctx = TaskContext(
+                task_id=task,
+                attempt=self.claims.state.attempts(task),
+                cancelled=keeper.cancelled,
+                worker_id=self.worker_id,
+                work_ms=self.config.work_ms,
+            )
+            with keeper:
+                outcome = self._run_task(task, ctx)
+            if keeper.cancelled.is_set() and not outcome.ok:
+                # The handler stopped because the lease was lost: the task is someone else's.
+                with self._stats_lock:
+                    self.stats.cancelled += 1
+                    self.stats.last_error = f"task {task}: cancelled: {outcome.error}"
+                return StepResult(
+                    StepKind.CANCELLED,
+                    task,
+                    claim_position,
+                    error=outcome.error,
+                    latency_us=latency_us,
+                )
+            return self._finish(task, claim_position, ctx.attempt, outcome, keeper, latency_us)
+        finally:
+            with self._stats_lock:
+                self.stats.current_task = None
+                self.stats.current_claim = None
+                self.stats.current_since = None
+                self.stats.lease_expiry = None
+            self._set_state("idle")
+
+    def _run_task(self, task: int, ctx: TaskContext) -> HandlerOutcome:
+        try:
+            record = self.tasks.load(self.tasks_log, task)
+        except RecordDecodeError as e:  # it will not decode next time either: fail for good
+            return HandlerOutcome(error=f"RecordDecodeError: {e}", exception=e, permanent=True)
+        return run_handler(self.handler, record.payload, ctx)
+
+    def _finish(
+        self,
+        task: int,
+        claim_position: int,
+        attempt: int,
+        outcome: HandlerOutcome,
+        keeper: LeaseKeeper,
+        latency_us: int,
+    ) -> StepResult:
+        """Append DONE (or FAIL), settle it, and count what the fold made of it."""
+        at = self._clock()
+        position: int | None = None
+        if outcome.ok:
+            try:
+                done = Done(task, self.worker_id, at, claim_position, outcome.result)
+                position = self.claims_log.append(encode(done), durable=True)
+            except RecordEncodeError as e:
+                outcome = HandlerOutcome(error=f"result cannot be recorded: {e}", exception=e)
+            except RecordTooLargeError as e:
+                outcome = HandlerOutcome(error=f"result cannot be recorded: {e}", exception=e)
+        fail: Fail | None = None
+        if position is None:
+            assert outcome.error is not None
+            fail = Fail(
+                task,
+                self.worker_id,
+                at,
+                claim_position,
+                outcome.error,
+                retry_at(
+                    at,
+                    attempt,
+                    max_attempts=self.config.max_attempts,
+                    backoff_s=self.config.backoff_s,
+                    backoff_max_s=self.config.backoff_max_s,
+                    rng=self._rng,
+                    permanent=outcome.permanent,
+                ),
+            )
+            position = self.claims_log.append(encode(fail), durable=True)
+        settled = self.claims.settle(self.claims_log, position)
+        verdict = settled.outcome.verdict
+        self._refresh_fold_stats()
+        kind = {
+            Verdict.DONE: StepKind.DONE,
+            Verdict.STALE_DONE: StepKind.STALE,
+            Verdict.RELEASED: StepKind.FAILED,
+            Verdict.DEAD: StepKind.DEAD,
+            Verdict.STALE_FAIL: StepKind.STALE,
+        }[verdict]
+        with self._stats_lock:
+            if kind is StepKind.DONE:
+                self.stats.finished += 1
+            elif kind is StepKind.STALE:
+                if verdict is Verdict.STALE_DONE:
+                    self.stats.stale += 1
+                if not keeper.lost:  # the keeper had not noticed: count the lost lease here
+                    self.stats.leases_lost += 1
+                    self.stats.timeouts += 1
+            else:
+                self.stats.failed += 1
+            if outcome.error is not None:
+                self.stats.last_error = f"task {task}: {outcome.error}"
+        retry = settled.record.retry_at if isinstance(settled.record, Fail) else None
+        return StepResult(
+            kind,
+            task,
+            claim_position,
+            verdict,
+            result=outcome.result if outcome.ok else None,
+            error=outcome.error,
+            retry_at=retry if kind is StepKind.FAILED else None,
+            latency_us=latency_us,
+        )
+
+    # -- LeaseListener (called from the keeper's thread) -----------------------------------------
+
+    def lease_renewed(self, expiry: int) -> None:
+        with self._stats_lock:
+            self.stats.renewals += 1
+            self.stats.lease_expiry = self._wall_seconds(expiry)
+
+    def lease_lost(self, holder: Lease | None) -> None:
+        with self._stats_lock:
+            self.stats.leases_lost += 1
+            self.stats.timeouts += 1
+            self.stats.lease_expiry = None
+            taken = f" (taken over by {holder.worker})" if holder is not None else ""
+            self.stats.last_error = f"task {self.stats.current_task}: lease lost{taken}"
+        self.publisher.publish()
+
+    def lease_error(self, error: str) -> None:
+        with self._stats_lock:
+            self.stats.last_error = error
+
+    def lease_tick(self) -> None:
+        # drain() may run in a signal handler, where taking the stats lock could deadlock;
+        # the state it implies is shown from here instead.
+        if self._draining.is_set():
+            with self._stats_lock:
+                if self.stats.state == "working":
+                    self.stats.state = "draining"
+        self.publisher.publish()
+
+    # -- the loop ------------------------------------------------------------------------------
+
+    def run(self, stop: threading.Event | None = None) -> str:
+        """Step until drained, stopped, or (exit_when_drained) the queue is empty; return
+        why it stopped."""
+        stop = stop if stop is not None else threading.Event()
+        reason = "stopped"
+        try:
+            while True:
+                if stop.is_set() or self._draining.is_set():
+                    reason = "drained" if self._draining.is_set() else "stopped"
+                    break
+                try:
+                    result = self.step()
+                except _FATAL_LOG_ERRORS:
+                    raise
+                except LogError as e:  # may pass (disk full, server restarting): retry
+                    with self._stats_lock:
+                        self.stats.last_error = str(e)
+                    self.publisher.publish()
+                    stop.wait(self.config.idle_poll_s)
+                    continue
+                if result.kind is StepKind.IDLE:
+                    if self.config.exit_when_drained and result.drained:
+                        reason = "queue drained"
+                        break
+                    self.publisher.publish()
+                    self._wait_for_work(result)
+                else:
+                    self.publisher.publish()
+        except BaseException as e:
+            reason = f"error: {error_text(e)}"
+            raise
+        finally:
+            with self._stats_lock:
+                self.stats.state = "exited"
+                self.stats.exit_reason = reason
+            self.publisher.publish(force=True)
+        return reason
+
+    def _wait_for_work(self, idle: StepResult) -> None:
+        """Block until a task may be enqueued, a known lease/backoff runs out, or the poll
+        interval passes: no CPU while idle, and awake within a wake-up of an enqueue."""
+        timeout = self.config.idle_poll_s
+        if idle.next_change is not None:
+            until_change = us_to_seconds(idle.next_change - self.fold_time(self._clock()))
+            timeout = max(0.0, min(timeout, until_change))
+        self.tasks_log.wait(self.tasks.next_position, timeout)
+
+    # -- stats ---------------------------------------------------------------------------------
+
+    def _set_state(self, state: str) -> None:
+        with self._stats_lock:
+            draining = self._draining.is_set() and state in ("claiming", "working")
+            self.stats.state = "draining" if draining else state
+        self.publisher.publish()
+
+    def _refresh_fold_stats(self) -> None:
+        state = self.claims.state
+        with self._stats_lock:
+            s = self.stats
+            s.known_tasks = self.tasks.known
+            s.tasks_position = self.tasks.next_position
+            s.consumed_up_to = self.claims.next_position
+            s.done_tasks = state.done_count
+            s.held_by_anyone = state.held_count
+            if self.claims.last_malformed is not None:
+                s.last_error = self.claims.last_malformed
+                self.claims.last_malformed = None
+
+    def _wall_seconds(self, fold_time_us: int) -> float:
+        return us_to_seconds(fold_time_us - self.clock_offset_us)
+
+    def close(self) -> None:
+        for log in self._owned_logs:
+            log.close()
+
+    def __enter__(self) -> Worker:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+# -- the worker process ------------------------------------------------------------------------
+
+PR_SET_PDEATHSIG: Final = 1
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """Exit when the supervisor dies, even by kill -9: the kernel sends us SIGKILL (Linux),
+    and a watchdog thread notices a changed parent within WATCHDOG_PERIOD_S as a fallback
+    (other systems; and PDEATHSIG fires when the parent *thread* that started us exits)."""
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    # Checked after prctl: a parent that died before it took effect is caught here.
+    if os.getppid() != parent_pid:
+        os._exit(EXIT_ORPHANED)
+
+    def watch() -> None:
+        while True:
+            time.sleep(WATCHDOG_PERIOD_S)
+            if os.getppid() != parent_pid:
+                os._exit(EXIT_ORPHANED)
+
+    threading.Thread(target=watch, name="orphan-watchdog", daemon=True).start()
+
+
+def _parent_pid(config: WorkerConfig) -> int:
+    if config.parent_pid is not None:
+        return config.parent_pid
+    env = os.environ.get(PARENT_PID_ENV)
+    if env is not None and env.isdigit():
+        return int(env)
+    return os.getppid()
+
+
+def run_worker_process(config_json: str) -> None:
+    """The worker process: parse the config, guard against orphaning, handle signals, run.
+
+    Returns on a clean exit (drained, or the queue drained with exit_when_drained); raises
+    SystemExit with one of the EXIT_* codes otherwise, the reason on stderr in one line.
+    """
+    stop = threading.Event()
+    terms = 0
+    worker: Worker | None = None
+
+    def on_sigterm(signum: int, frame: object) -> None:
+        nonlocal terms
+        terms += 1
+        if terms > 1:
+            os._exit(EXIT_TERMINATED)
+        stop.set()
+        if worker is not None:
+            worker.drain()
+
+    # Signals first: a SIGTERM while the logs are opening still means "drain".
+    signal.signal(signal.SIGTERM, on_sigterm)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        config = WorkerConfig.from_json(config_json)
+        config.validate()
+    except ValueError as e:
+        print(f"qw worker: invalid config: {e}", file=sys.stderr)
+        raise SystemExit(EXIT_CONFIG) from None
+    _die_with_parent(_parent_pid(config))
+    try:
+        worker = Worker(config)
+    except ValueError as e:  # the handler cannot be loaded
+        print(f"qw worker {config.name}: {e}", file=sys.stderr)
+        raise SystemExit(EXIT_CONFIG) from None
+    except LogError as e:
+        print(f"qw worker {config.name}: {e}", file=sys.stderr)
+        raise SystemExit(EXIT_ERROR) from None
+    if stop.is_set():
+        worker.drain()
+    try:
+        with worker:
+            worker.run(stop)
+    except LogError as e:
+        print(f"qw worker {worker.worker_id}: {e}", file=sys.stderr)
+        raise SystemExit(EXIT_ERROR) from None
+    except Exception as e:
+        traceback.print_exc()
+        print(f"qw worker {worker.worker_id}: crashed: {error_text(e)}", file=sys.stderr)
+        raise SystemExit(EXIT_ERROR) from None
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print("usage: python -m queue_worker.worker '<worker config JSON>'", file=sys.stderr)
+        return EXIT_CONFIG
+    run_worker_process(argv[0])
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
