@@ -26,6 +26,7 @@ decoding untrusted input: anything malformed raises `RecordDecodeError`, and not
 
 from __future__ import annotations
 
+import reprlib
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -105,15 +106,36 @@ ClaimsRecord = Claim | Renew | Done | Fail | Unknown
 Record = TaskRecord | ClaimsRecord
 
 
+# Error messages quote the offending value. It is untrusted and may be huge or nested a
+# thousand levels deep (the builtin repr would raise RecursionError), so quote it bounded.
+_QUOTE = reprlib.Repr()
+_QUOTE.maxlevel = 3
+_QUOTE.maxstring = 40
+_QUOTE.maxother = 40
+
+
+def _quote(value: Any) -> str:
+    return _QUOTE.repr(value)
+
+
 def _pack(items: list[Any]) -> bytes:
     try:
-        return msgpack.packb(items, use_bin_type=True)  # type: ignore[no-any-return]
-    except (TypeError, ValueError, OverflowError) as e:
+        data: bytes = msgpack.packb(items, use_bin_type=True)
+    except (TypeError, ValueError, OverflowError, BufferError) as e:
         raise RecordEncodeError(f"cannot encode as msgpack: {e}") from e
+    # msgpack packs some values that no reader can decode (a map keyed by a tuple comes
+    # back keyed by an unhashable list; a bool where an integer field goes): written to a
+    # log, such a record would stop every reader. Refuse it here instead.
+    try:
+        decode(data)
+    except RecordDecodeError as e:
+        raise RecordEncodeError(f"encodes to bytes that do not decode: {e}") from e
+    return data
 
 
 def encode(record: Record) -> bytes:
-    """The wire bytes of a record (raises RecordEncodeError for an unencodable payload)."""
+    """The wire bytes of a record (raises RecordEncodeError for an unencodable payload, or
+    for fields that would not decode back)."""
     if isinstance(record, Claim):
         return _pack([SCHEMA, CLAIM, record.task, record.worker, record.at, record.lease])
     if isinstance(record, Renew):
@@ -127,19 +149,19 @@ def encode(record: Record) -> bytes:
         return _pack([SCHEMA, FAIL, f.task, f.worker, f.at, f.claim, f.error, f.retry_at])
     if isinstance(record, TaskRecord):
         return _pack([SCHEMA, TASK, record.payload, record.enqueued_at])
-    raise TypeError(f"cannot encode {record!r}: not a qw record")
+    raise TypeError(f"cannot encode {_quote(record)}: not a qw record")
 
 
 def _int(value: Any, field: str) -> int:
     # bool is an int subclass; a record with True as a task id is malformed, not task 1
     if type(value) is not int:
-        raise RecordDecodeError(f"field {field!r} is {value!r}; expected an integer")
+        raise RecordDecodeError(f"field {field!r} is {_quote(value)}; expected an integer")
     return value
 
 
 def _str(value: Any, field: str) -> str:
     if not isinstance(value, str):
-        raise RecordDecodeError(f"field {field!r} is {value!r}; expected a string")
+        raise RecordDecodeError(f"field {field!r} is {_quote(value)}; expected a string")
     return value
 
 
@@ -151,14 +173,14 @@ def decode(data: bytes) -> Record:
     try:
         items = msgpack.unpackb(data, raw=False, strict_map_key=False, use_list=True)
     except Exception as e:  # msgpack raises several unrelated types on garbage
-        raise RecordDecodeError(f"not msgpack: {e}") from e
+        raise RecordDecodeError(f"not msgpack: {type(e).__name__}: {e}") from e
     if not isinstance(items, list) or len(items) < 2:
-        raise RecordDecodeError(f"expected a [schema, type, ...] array, got {items!r:.80}")
+        raise RecordDecodeError(f"expected a [schema, type, ...] array, got {_quote(items)}")
     version, code = items[0], items[1]
     if type(version) is not int or version < 1:
-        raise RecordDecodeError(f"schema version is {version!r}; expected an integer >= 1")
+        raise RecordDecodeError(f"schema version is {_quote(version)}; expected an integer >= 1")
     if not isinstance(code, str):
-        raise RecordDecodeError(f"record type is {code!r}; expected a string")
+        raise RecordDecodeError(f"record type is {_quote(code)}; expected a string")
     need = _FIELD_COUNTS.get(code)
     if need is None:
         return Unknown(code)

@@ -111,7 +111,6 @@ class ClaimState:
     # every task below `watermark` is closed (done or dead); closed tasks above it:
     watermark: int = 0
     _closed_above: set[int] = field(default_factory=set)
-    _done_above: set[int] = field(default_factory=set)  # the subset of _closed_above done
     _dead: dict[int, str] = field(default_factory=dict)  # dead task -> its last error
     _open: dict[int, TaskState] = field(default_factory=dict)
     _held: int = 0
@@ -206,14 +205,11 @@ class ClaimState:
             self._held -= 1
         if dead_error is not None:
             self._dead[task] = dead_error
-        else:
-            self._done_above.add(task)
         self._closed_above.add(task)
         # Advance the watermark over the closed run so that, with tasks finishing roughly in
         # order, the sets above stay small however long the log grows.
         while self.watermark in self._closed_above:
             self._closed_above.discard(self.watermark)
-            self._done_above.discard(self.watermark)
             self.watermark += 1
 
     # -- queries ---------------------------------------------------------------------------
