@@ -1,0 +1,606 @@
+"""The file log: one append-only file per topic, shared by the processes of one machine.
+
+The byte format is in `logstore.framing`; the locks in `logstore.locking`; waiting for new
+records in `logstore.waiting`. Positions are byte offsets of frames; the first record is at
+16, just after the file header.
+
+``<log>.sync`` is a 16-byte file every handle maps into memory: the *committed* end (where
+the last complete append ended) and the *synced* offset (see Durability).
+
+Appending, under an exclusive flock on ``<log>.lock``:
+
+1. Find where the log ends. The size (lseek SEEK_END: cheaper than an fstat result) equals
+   this handle's last append end when nobody else appended; or the committed end, which
+   every appender stores after a complete write, when the last append completed. Otherwise
+   a writer died mid-append (or this handle has not looked yet): walk the frame headers
+   from the furthest known end and verify the last batch in full (`_find_end`); a torn
+   tail is truncated.
+2. Write all the frames of the append with one pwrite (pwritev for a large record). A short
+   write or an error (disk full, RLIMIT_FSIZE) truncates back to where the append began and
+   raises AppendError: nothing of it stays visible.
+
+Durability (``Durability``) uses group commit across processes. A writer that must be
+durable takes the flock on ``<log>.sync`` after its write (outside the append lock); if the
+synced offset already covers its record, some other process's fdatasync did the work;
+otherwise it notes the file size, fdatasyncs, and stores the size as the synced offset.
+A truncation lowers the synced offset first.
+
+Reading takes no lock: pread into a reused buffer, decode, and stop at an incomplete frame.
+Readers never see a record until it is whole and valid. One race needs care: a reader may
+read a torn tail while a writer truncates and rewrites it, and so see a mix of old and new
+bytes that looks like damage. A reader that meets damage decides again under a shared flock
+(which excludes writers): damage that is still there is real.
+
+Handles and processes: every process opens its own `FileLog`. A handle inherited through
+fork() must not be used by the child; as a safety net a handle notices it is in a new
+process on first use and reopens its descriptors (flock belongs to the open file, which the
+child shares with its parent). `append`/`append_many` may be called from several threads;
+`read`, `end` and `wait` from one thread at a time (which may differ from the appending ones).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+import os
+import struct
+import threading
+import weakref
+from collections.abc import Sequence
+from pathlib import Path
+from typing import NoReturn
+from zlib import crc32
+
+from logstore import framing
+from logstore.base import (
+    AppendError,
+    CorruptLogError,
+    Durability,
+    Entry,
+    Log,
+    LogClosedError,
+    LogError,
+    RecordTooLargeError,
+)
+from logstore.framing import FILE_HEADER_SIZE, FRAME_HEADER_SIZE, MAX_RECORD, Stop
+from logstore.locking import FlockLock, HeldLock, maintenance_lock, open_lock
+from logstore.waiting import Waiter, make_waiter
+
+#: a reader's pread size (a frame larger than this is read whole, in a buffer of its own)
+READ_CHUNK = 256 * 1024
+#: gaps larger than this are walked header by header instead of read whole
+SCAN_CHUNK = 64 * 1024
+_U64 = struct.Struct("<Q")
+_LOAD = _U64.unpack_from
+_STORE = _U64.pack_into
+#: ``<log>.sync`` holds two words that every process maps into memory (mmap):
+_SYNCED = 0  # the offset up to which the file is on stable storage (under the sync flock)
+_COMMITTED = 8  # the end of the last append that completed (under the append lock)
+_STATE_SIZE = 16
+_HEADER_PACK = framing.FRAME_HEADER.pack
+_ALL_ONES = framing.ALL_ONES
+_SEEK_END = os.SEEK_END
+#: records up to this size are copied behind their header and written with pwrite; larger
+#: ones go out with pwritev from where they are (a copy costs more than the iovec then)
+_COPY_LIMIT = 64 * 1024
+
+#: every open handle of this process, so that a forked child can mark them inherited
+_HANDLES: weakref.WeakSet[FileLog] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for handle in list(_HANDLES):
+        handle._stale = True
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _pread(fd: int, pos: int, want: int, buf: memoryview) -> memoryview:
+    """Up to `want` bytes at `pos`, into `buf` when they fit (no allocation) or a new buffer."""
+    if want <= len(buf):
+        return buf[: os.preadv(fd, [buf[:want]], pos)]
+    return memoryview(os.pread(fd, want, pos))
+
+
+class FileLog(Log):
+    """An append-only file of framed records; see the module docstring. Use `FileLog.open`."""
+
+    def __init__(self, path: str, durability: Durability, max_record: int, file_max: int) -> None:
+        self.path = path
+        self.name = path
+        self.durability = durability
+        #: the largest record `append` accepts
+        self.max_record = min(max_record, file_max)
+        self._file_max = file_max  # the file's own limit, which decoding enforces
+        self._sync_all = durability is Durability.ALWAYS
+        self._sync_durable = durability is not Durability.NONE
+        self._tail = FILE_HEADER_SIZE  # the writer's verified end of the file
+        self._seen = FILE_HEADER_SIZE  # the reader's verified end of the file
+        self._stall = (-1, -1)  # (position, file size) where a read last met an incomplete tail
+        self._walked = False  # whether _find_end has verified the file's last batch once
+        self._read_view = memoryview(bytearray(READ_CHUNK))
+        self._scan_view = memoryview(bytearray(SCAN_CHUNK))
+        self._closed = False
+        self._open_files()
+
+    @classmethod
+    def open(
+        cls,
+        path: str | os.PathLike[str],
+        durability: Durability = Durability.COMMIT,
+        max_record: int = MAX_RECORD,
+    ) -> FileLog:
+        """Open the log at `path`, creating it (with its header) if it does not exist.
+
+        Raises ForeignFileError, leaving the file untouched, when `path` holds something that
+        is not a qw log. `max_record` caps appends through this handle; a log keeps the
+        max_record it was created with, and appends never exceed that either.
+        """
+        if not 0 <= max_record <= framing.MAX_RECORD_LIMIT:
+            raise ValueError(
+                f"max_record {max_record} is out of range 0..{framing.MAX_RECORD_LIMIT}"
+            )
+        name = os.fspath(path)
+        file_max = _read_header(name)  # refuse a foreign file before creating anything
+        if file_max is None:
+            with maintenance_lock(name + ".lock"):  # two creators must not race
+                file_max = _create(name, max_record)
+        return cls(name, durability, max_record, file_max)
+
+    # -- descriptors and process ownership -----------------------------------------------------
+
+    def _open_files(self) -> None:
+        with contextlib.ExitStack() as undo:  # closes what was opened if a later step fails
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CLOEXEC)
+            undo.callback(os.close, self._fd)
+            self._rfd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+            undo.callback(os.close, self._rfd)
+            self._lock: HeldLock = open_lock(self.path + ".lock")
+            undo.callback(self._lock.close)
+            # Group commit needs flock on the sync file; without flock every durable append
+            # forces the file on its own.
+            self._sync_lock = None
+            if isinstance(self._lock, FlockLock):
+                self._sync_lock = FlockLock(self.path + ".sync")
+                undo.callback(self._sync_lock.close)
+                state_fd = self._sync_lock.fd
+            else:
+                state_fd = os.open(self.path + ".sync", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC)
+                undo.callback(os.close, state_fd)
+            if os.fstat(state_fd).st_size < _STATE_SIZE:
+                os.ftruncate(state_fd, _STATE_SIZE)  # only ever grows it: safe without a lock
+            self._state = mmap.mmap(state_fd, _STATE_SIZE)
+            undo.pop_all()
+        if self._sync_lock is None:
+            os.close(state_fd)  # the mapping stays valid
+        self._acquire = self._lock.acquire
+        self._release = self._lock.release
+        self._mutex = threading.Lock()  # threads of this process sharing the handle's flock
+        self._waiter: Waiter | None = None
+        #: True when this handle must not be used as it is: closed, or inherited through fork()
+        self._stale = False
+        _HANDLES.add(self)
+
+    def _close_files(self) -> None:
+        if self._waiter is not None:
+            self._waiter.close()
+        self._state.close()
+        if self._sync_lock is not None:
+            self._sync_lock.close()
+        self._lock.close()
+        os.close(self._rfd)
+        os.close(self._fd)
+
+    def _revive(self) -> None:
+        """Called when `_stale` is set: the handle is closed, or was inherited through fork()."""
+        if self._closed:
+            raise LogClosedError(f"{self.name} is closed")
+        # A forked child shares the parent's open files, and with them the parent's flock:
+        # closing the child's copies leaves the parent's locks alone; then open our own.
+        self._close_files()
+        self._open_files()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._stale = True  # every method's check now raises LogClosedError
+        _HANDLES.discard(self)
+        self._close_files()
+
+    # -- appending -----------------------------------------------------------------------------
+
+    def append(self, data: bytes, *, durable: bool = False) -> int:
+        if self._stale:
+            self._revive()
+        size = len(data)
+        if size > self.max_record:
+            raise RecordTooLargeError(size, self.max_record)
+        header = _HEADER_PACK(size, size ^ _ALL_ONES, crc32(data, size))  # framing.frame_header
+        if size > _COPY_LIMIT:
+            pos = self._write((header, data), FRAME_HEADER_SIZE + size)
+        else:
+            # `_write` inlined: this is the hot path, and a call and a tuple cost ~10% here.
+            frame = header + data
+            total = len(frame)
+            with self._mutex:
+                self._acquire()
+                try:
+                    pos = self._tail
+                    file_size = os.lseek(self._fd, 0, _SEEK_END)
+                    if file_size != pos:
+                        pos = self._find_append_position(file_size)
+                    try:
+                        written = os.pwrite(self._fd, frame, pos)
+                    except OSError as exc:
+                        self._undo(pos, total, exc)
+                    if written != total:
+                        self._finish((frame,), total, pos, written)
+                    self._tail = pos + total
+                    _STORE(self._state, _COMMITTED, self._tail)
+                finally:
+                    self._release()
+        if self._sync_all or (durable and self._sync_durable):
+            self._sync(pos + FRAME_HEADER_SIZE + size)
+        return pos
+
+    def append_many(self, records: Sequence[bytes], *, durable: bool = False) -> list[int]:
+        if self._stale:
+            self._revive()
+        if not records:
+            return []
+        for data in records:
+            if len(data) > self.max_record:
+                raise RecordTooLargeError(len(data), self.max_record)
+        frames = framing.encode_batch(records)
+        pos = self._write((frames,), len(frames))
+        positions = []
+        at = pos
+        for data in records:
+            positions.append(at)
+            at += FRAME_HEADER_SIZE + len(data)
+        if self._sync_all or (durable and self._sync_durable):
+            self._sync(at)
+        return positions
+
+    def _write(self, parts: tuple[bytes, ...], total: int) -> int:
+        """Write `parts` (one or more whole frames) at the end of the log; return the offset."""
+        with self._mutex:
+            self._acquire()
+            try:
+                pos = self._tail
+                size = os.lseek(self._fd, 0, _SEEK_END)
+                if size != pos:
+                    pos = self._find_append_position(size)
+                try:
+                    if len(parts) == 1:
+                        written = os.pwrite(self._fd, parts[0], pos)
+                    else:
+                        written = os.pwritev(self._fd, parts, pos)
+                except OSError as exc:
+                    self._undo(pos, total, exc)
+                if written != total:
+                    self._finish(parts, total, pos, written)
+                self._tail = pos + total
+                _STORE(self._state, _COMMITTED, self._tail)
+            finally:
+                self._release()
+        return pos
+
+    def _find_append_position(self, size: int) -> int:
+        """Under the append lock, when the file has grown past this handle's last append."""
+        # If the last appender completed its append, the end is sound: no need to walk.
+        if self._walked and size == _LOAD(self._state, _COMMITTED)[0]:
+            return size
+        return self._settle(size)
+
+    def _settle(self, size: int) -> int:
+        """Under the append lock: the end of the valid frames, a torn tail cut off."""
+        start = max(self._tail, self._seen)
+        committed = _LOAD(self._state, _COMMITTED)[0]
+        if self._walked and start < committed <= size:  # (a stale value after a power cut
+            start = committed  # is never used: the first walk of a handle ignores it)
+        if size < start:  # cut by something outside this protocol: trust nothing we knew
+            start = self._seen = FILE_HEADER_SIZE
+        end, stop = self._find_end(self._fd, start, size, self._scan_view)
+        if stop is Stop.TORN_TAIL:
+            self._truncate(end)
+        return end
+
+    def _finish(self, parts: tuple[bytes, ...], total: int, pos: int, written: int) -> None:
+        # A short write: a signal, or a limit (disk full, RLIMIT_FSIZE) reached part way.
+        # Try to write the rest; the error that stops it undoes the whole append.
+        rest = memoryview(b"".join(parts))
+        while written < total:
+            try:
+                count = os.pwrite(self._fd, rest[written:], pos + written)
+            except OSError as exc:
+                self._undo(pos, total, exc)
+            if count == 0:
+                self._undo(pos, total, OSError(0, "the write made no progress"))
+            written += count
+
+    def _undo(self, pos: int, total: int, exc: OSError) -> NoReturn:
+        """Cut a failed append back off the file, and raise AppendError."""
+        with contextlib.suppress(OSError):  # if this fails, the next appender cuts it
+            self._truncate(pos)
+        reason = exc.strerror or str(exc)
+        raise AppendError(
+            f"{self.name}: append of {total} bytes at offset {pos} failed: {reason}"
+        ) from exc
+
+    def _truncate(self, end: int) -> None:
+        """Cut the file at `end` (under the append or maintenance lock)."""
+        os.ftruncate(self._fd, end)
+        _STORE(self._state, _COMMITTED, end)
+        if self._sync_lock is None:
+            return
+        # The synced offset may count bytes of the cut tail; new bytes written there later
+        # must not pass for synced.
+        sync = self._sync_lock
+        sync.acquire()
+        try:
+            if _LOAD(self._state, _SYNCED)[0] > end:
+                _STORE(self._state, _SYNCED, end)
+        finally:
+            sync.release()
+
+    def _sync(self, end: int) -> None:
+        """Make the file durable at least up to `end` (group commit, see module docstring)."""
+        try:
+            sync = self._sync_lock
+            if sync is None:
+                os.fdatasync(self._fd)
+                return
+            sync.acquire()
+            try:
+                synced = _LOAD(self._state, _SYNCED)[0]
+                size = os.lseek(self._fd, 0, _SEEK_END)
+                if end <= synced <= size:  # (an offset past the file's end is stale: ignore it)
+                    return
+                os.fdatasync(self._fd)
+                _STORE(self._state, _SYNCED, size)
+            finally:
+                sync.release()
+        except OSError as exc:
+            raise LogError(
+                f"{self.name}: could not force the file to disk ({exc.strerror or exc}); "
+                f"the records up to offset {end} are written but may not survive a power cut"
+            ) from exc
+
+    def synced(self) -> int:
+        """The offset up to which the log is known to be on stable storage (0 if unknown)."""
+        if self._stale:
+            self._revive()
+        return 0 if self._sync_lock is None else int(_LOAD(self._state, _SYNCED)[0])
+
+    # -- finding the end, verifying ---------------------------------------------------------
+
+    def _find_end(self, fd: int, start: int, size: int, buf: memoryview) -> tuple[int, Stop]:
+        """The end of the valid frames between `start` (a batch boundary) and `size`.
+
+        Returns (end, CLEAN) or (end, TORN_TAIL). Only the end of the file can be torn: each
+        writer checked the end before it wrote whole frames after it. So frame headers are
+        walked (payloads unread) and only the last complete batch and what follows it are
+        verified in full — when the walk stops short of `size` or inside a batch (a writer
+        was killed mid-append), and on this handle's first walk. A whole frame with a bad
+        payload at the end is what a power cut leaves; it can only predate this handle (a
+        power cut ends every process), so after the first walk a clean walk is trusted.
+        """
+        pos = open_batch = last_batch = start
+        chunk = len(buf)
+        while size - pos > chunk:  # far from the end: walk a chunk at a time
+            view = _pread(fd, pos, chunk, buf)
+            walked, open_batch, last_batch = framing.walk_frames(
+                view, pos, self._file_max, open_batch, last_batch
+            )
+            if walked > pos:
+                pos = walked
+                continue
+            # not one whole frame in a chunk: a large one, hopped over by its header
+            peek = framing.peek_frame(view, self._file_max)
+            if peek is None or pos + peek[0] > size:
+                break
+            pos += peek[0]
+            if not peek[1]:
+                last_batch, open_batch = open_batch, pos
+        if size - pos <= chunk:  # near the end: one read, walked in memory
+            view = _pread(fd, pos, size - pos, buf)
+            walk = framing.walk_frames(view, pos, self._file_max, open_batch, last_batch)
+            if walk.end == walk.open_batch == size and self._walked:
+                return size, Stop.CLEAN
+            last_batch = walk.last_batch
+            if last_batch >= pos:  # what needs verifying is in the buffer already
+                found = framing.scan_frames(
+                    view[last_batch - pos :],
+                    last_batch,
+                    at_eof=True,
+                    max_record=self._file_max,
+                    path=self.name,
+                )
+                self._walked = True
+                return last_batch + found.consumed, found.stop
+        verified = self._verify(fd, last_batch, size, buf)
+        self._walked = True
+        return verified
+
+    def _verify(self, fd: int, start: int, size: int, buf: memoryview) -> tuple[int, Stop]:
+        """Check every frame (payload checksums too) from `start` to `size`."""
+        pos = start
+        needed = 0
+        while True:
+            want = min(size - pos, max(len(buf), needed))
+            view = _pread(fd, pos, want, buf)
+            at_eof = len(view) < want or pos + len(view) >= size
+            found = framing.scan_frames(
+                view, pos, at_eof=at_eof, max_record=self._file_max, path=self.name
+            )
+            pos += found.consumed
+            if found.stop is Stop.NEED_DATA:
+                needed = found.needed or size - pos
+                if not found.consumed:
+                    needed = max(needed, want * 2)
+                continue
+            if at_eof or found.stop is Stop.TORN_TAIL:
+                return pos, found.stop
+            needed = 0
+
+    def repair(self) -> int:
+        """Verify every frame under the maintenance lock; cut a torn tail. Returns the bytes cut.
+
+        Appends repair a torn tail on their own; this is for an operator (or a test) who
+        wants the whole file checked. Damage before the tail raises CorruptLogError.
+        """
+        if self._stale:
+            self._revive()
+        with self._mutex, maintenance_lock(self.path + ".lock"):
+            size = os.lseek(self._fd, 0, _SEEK_END)
+            end, stop = self._verify(self._fd, FILE_HEADER_SIZE, size, self._scan_view)
+            if stop is Stop.TORN_TAIL:
+                self._truncate(end)
+            _STORE(self._state, _COMMITTED, end)  # (appenders are held off: it is exact)
+            self._tail = end
+            self._seen = min(self._seen, end)
+            self._walked = True
+            return size - end
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def read(self, position: int, max_records: int | None = None) -> list[Entry]:
+        if self._stale:
+            self._revive()
+        if position < FILE_HEADER_SIZE:
+            raise ValueError(
+                f"{self.name}: position {position} is before the first record ({FILE_HEADER_SIZE})"
+            )
+        if max_records is not None and max_records <= 0:
+            return []
+        try:
+            return self._read(position, max_records)
+        except CorruptLogError:
+            # Perhaps a writer was cutting a torn tail while we read it. Decide again with
+            # the writers held off: damage that is still there is real.
+            self._lock.acquire_shared()
+            try:
+                return self._read(position, max_records)
+            finally:
+                self._lock.release()
+
+    def _read(self, position: int, max_records: int | None) -> list[Entry]:
+        entries: list[Entry] = []
+        pos = position
+        want = READ_CHUNK
+        while True:
+            view = _pread(self._rfd, pos, want, self._read_view)
+            at_eof = len(view) < want
+            limit = None if max_records is None else max_records - len(entries)
+            found = framing.decode_frames(
+                view, pos, at_eof=at_eof, max_record=self._file_max, path=self.name, limit=limit
+            )
+            if found.entries:
+                entries.extend(found.entries)
+            if pos + found.verified > self._seen:
+                self._seen = pos + found.verified
+            stop = found.stop
+            if stop is Stop.CLEAN:
+                pos += found.consumed
+                if at_eof or (max_records is not None and len(entries) >= max_records):
+                    return entries
+                want = READ_CHUNK
+            elif stop is Stop.NEED_DATA:
+                pos += found.consumed
+                if not found.needed:  # only zero bytes to the end of the buffer: read it all
+                    want = os.lseek(self._rfd, 0, _SEEK_END) - pos + 1
+                else:  # (doubling: a long batch must not be re-read one frame longer each time)
+                    want = max(found.needed, want * 2 if not found.consumed else READ_CHUNK)
+            elif stop is Stop.TORN_TAIL:
+                # Nothing more yet. Remember what we saw, so that wait() sleeps until it changes.
+                self._stall = (pos + found.consumed, pos + len(view))
+                return entries
+            else:  # DAMAGED: return the good records; the next read from here raises
+                return entries
+
+    def end(self) -> int:
+        if self._stale:
+            self._revive()
+        size = os.lseek(self._rfd, 0, _SEEK_END)
+        start = max(self._seen, self._tail)
+        if size == start:
+            return start
+        if self._walked and size == _LOAD(self._state, _COMMITTED)[0]:
+            self._seen = size  # the last append completed and nothing follows it
+            return size
+        if size < start:
+            start = FILE_HEADER_SIZE
+        try:
+            end, _ = self._find_end(self._rfd, start, size, self._read_view)
+        except CorruptLogError:  # as in read(): decide again with the writers held off
+            self._lock.acquire_shared()
+            try:
+                size = os.lseek(self._rfd, 0, _SEEK_END)
+                end, _ = self._find_end(self._rfd, start, size, self._read_view)
+            finally:
+                self._lock.release()
+        self._seen = end
+        return end
+
+    @property
+    def start(self) -> int:
+        return FILE_HEADER_SIZE
+
+    # -- waiting -------------------------------------------------------------------------------
+
+    def _ready(self, position: int) -> bool:
+        size = os.lseek(self._rfd, 0, _SEEK_END)
+        return size > position and (position, size) != self._stall
+
+    def wait(self, position: int, timeout: float) -> bool:
+        if self._stale:
+            self._revive()
+        if self._ready(position):
+            return True
+        if timeout <= 0:
+            return False
+        if self._waiter is None:
+            self._waiter = make_waiter(self.path)
+        return self._waiter.wait(lambda: self._ready(position), timeout)
+
+    def __enter__(self) -> FileLog:
+        return self
+
+    def __repr__(self) -> str:
+        return f"FileLog({self.path!r}, durability={self.durability.value})"
+
+
+def _read_header(path: str) -> int | None:
+    """The max_record of the log at `path`; None if there is no file or it is empty."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    try:
+        raw = os.pread(fd, FILE_HEADER_SIZE, 0)
+    finally:
+        os.close(fd)
+    return framing.decode_file_header(raw, path) if raw else None
+
+
+def _create(path: str, max_record: int) -> int:
+    """Under the maintenance lock: write the header of a new (or empty) log; return its max."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+    try:
+        raw = os.pread(fd, FILE_HEADER_SIZE, 0)
+        if raw:  # another process created it first (or it is not ours: decoding says so)
+            return framing.decode_file_header(raw, path)
+        os.pwrite(fd, framing.encode_file_header(max_record), 0)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    directory = os.open(str(Path(path).parent), os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        os.fsync(directory)  # the new name must survive a power cut too
+    finally:
+        os.close(directory)
+    return max_record

@@ -1,0 +1,88 @@
+"""The locks of a file log: one lock file, two ways to take it.
+
+The hot path (every append) takes `fcntl.flock` on a descriptor of ``<log>.lock`` that the
+handle keeps open. Maintenance (creating the log, `repair()`) takes the same file through
+`filelock.FileLock`. Both are flock on the same inode, so they exclude each other across
+processes (and between two descriptors in one process). filelock's UnixFileLock leaves the
+file in place on release (we also ask for that with ``preserve_lock_file``), so every holder
+locks the same inode.
+
+Why not filelock on the hot path: an acquire + release through filelock costs about 80 µs
+here (it opens, checks and closes the file each time), flock on a kept descriptor about
+1.7 µs, and an append is a few µs of work.
+
+Where `fcntl` is missing, `open_lock` falls back to filelock for the hot path as well (and a
+shared lock is then an exclusive one).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from functools import partial
+from typing import Protocol
+
+import filelock
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not a POSIX system
+    HAVE_FLOCK = False
+else:
+    HAVE_FLOCK = True
+
+
+class HeldLock(Protocol):
+    """An inter-process lock a handle keeps for its lifetime; acquire/release are cheap."""
+
+    path: str
+    #: take the lock exclusively (blocks)
+    acquire: Callable[[], object]
+    #: take it shared with other shared holders (blocks while anyone holds it exclusively)
+    acquire_shared: Callable[[], object]
+    release: Callable[[], object]
+
+    def close(self) -> None:
+        """Close the kept descriptor (which releases the lock if this handle holds it)."""
+
+
+class FlockLock:
+    """flock on a kept-open descriptor. The methods are C partials: no Python frame per call."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        self.acquire: Callable[[], object] = partial(fcntl.flock, self.fd, fcntl.LOCK_EX)
+        self.acquire_shared: Callable[[], object] = partial(fcntl.flock, self.fd, fcntl.LOCK_SH)
+        self.release: Callable[[], object] = partial(fcntl.flock, self.fd, fcntl.LOCK_UN)
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+class FallbackLock:
+    """filelock.FileLock, for platforms without fcntl.flock. Shared is exclusive here."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._lock = maintenance_lock(path)
+        self.acquire: Callable[[], object] = self._lock.acquire
+        self.acquire_shared: Callable[[], object] = self._lock.acquire
+        self.release: Callable[[], object] = self._lock.release
+
+    def close(self) -> None:
+        if self._lock.is_locked:
+            self._lock.release(force=True)
+
+
+def open_lock(path: str) -> HeldLock:
+    """The hot-path lock on `path`: flock where available, else filelock."""
+    return FlockLock(path) if HAVE_FLOCK else FallbackLock(path)
+
+
+def maintenance_lock(path: str) -> filelock.BaseFileLock:
+    """A filelock.FileLock on `path` that keeps the lock file in place on release."""
+    try:
+        return filelock.FileLock(path, preserve_lock_file=True)
+    except TypeError:  # filelock 3.x: no such option; its Unix lock never unlinks the file
+        return filelock.FileLock(path)

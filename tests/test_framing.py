@@ -1,0 +1,283 @@
+"""The frame format, decoded from plain bytes: round trips, torn tails, corruption."""
+
+from __future__ import annotations
+
+import itertools
+import zlib
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from logstore.base import CorruptLogError, ForeignFileError
+from logstore.framing import (
+    FILE_HEADER_SIZE,
+    FRAME_HEADER_SIZE,
+    MAX_RECORD,
+    Decoded,
+    Stop,
+    Walk,
+    decode_file_header,
+    decode_frames,
+    encode_batch,
+    encode_file_header,
+    encode_frame,
+    peek_frame,
+    scan_frames,
+    walk_frames,
+)
+
+PATH = "/data/claims.log"
+MAX = 1000
+
+records = st.binary(max_size=40)
+batches = st.lists(st.lists(records, min_size=1, max_size=3), max_size=6)
+
+
+def build(batch_list: list[list[bytes]]) -> bytes:
+    return encode_file_header(MAX) + b"".join(encode_batch(b) for b in batch_list)
+
+
+def decode(buf: bytes, *, at_eof: bool = True, limit: int | None = None) -> Decoded:
+    """Decode the frames of a whole file image (header included)."""
+    return decode_frames(
+        buf[FILE_HEADER_SIZE:],
+        FILE_HEADER_SIZE,
+        at_eof=at_eof,
+        max_record=MAX,
+        path=PATH,
+        limit=limit,
+    )
+
+
+def batch_ends(batch_list: list[list[bytes]]) -> list[int]:
+    """The file offset just after each batch."""
+    ends, at = [], FILE_HEADER_SIZE
+    for batch in batch_list:
+        at += sum(FRAME_HEADER_SIZE + len(r) for r in batch)
+        ends.append(at)
+    return ends
+
+
+def frame_starts(batch_list: list[list[bytes]]) -> list[int]:
+    starts, at = [], FILE_HEADER_SIZE
+    for record in itertools.chain.from_iterable(batch_list):
+        starts.append(at)
+        at += FRAME_HEADER_SIZE + len(record)
+    return starts
+
+
+def test_the_docstring_example_is_the_real_encoding() -> None:
+    image = encode_file_header(MAX_RECORD) + encode_frame(b"hi")
+    assert image == bytes.fromhex(
+        "51 57 4c 4f 47 01 00 00 00 00 00 01 85 c3 0b fa 02 00 00 00 fd ff ff ff 2e 48 a5 ea 68 69"
+    )
+    found = decode_frames(image[16:], 16, at_eof=True, max_record=MAX_RECORD, path=PATH)
+    assert [(e.position, e.next, e.data) for e in found.entries] == [(16, 30, b"hi")]
+
+
+@given(batches)
+def test_round_trip(batch_list: list[list[bytes]]) -> None:
+    image = build(batch_list)
+    found = decode(image)
+    flat = list(itertools.chain.from_iterable(batch_list))
+    assert [e.data for e in found.entries] == flat
+    assert [e.position for e in found.entries] == frame_starts(batch_list)
+    for before, after in itertools.pairwise(found.entries):
+        assert before.next == after.position
+    assert found.stop is Stop.CLEAN
+    assert FILE_HEADER_SIZE + found.consumed == len(image)
+
+
+@given(batches, st.integers(min_value=1, max_value=5))
+def test_a_limit_returns_a_prefix_and_decoding_resumes_from_consumed(
+    batch_list: list[list[bytes]], limit: int
+) -> None:
+    image = build(batch_list)
+    flat = list(itertools.chain.from_iterable(batch_list))
+    seen: list[bytes] = []
+    at = FILE_HEADER_SIZE
+    while True:
+        found = decode_frames(image[at:], at, at_eof=True, max_record=MAX, path=PATH, limit=limit)
+        assert len(found.entries) <= limit
+        seen += [e.data for e in found.entries]
+        at += found.consumed
+        if not found.entries:
+            break
+    assert seen == flat
+
+
+@settings(max_examples=60)
+@given(batches)
+def test_every_truncation_decodes_as_a_prefix_of_whole_batches(
+    batch_list: list[list[bytes]],
+) -> None:
+    image = build(batch_list)
+    ends = batch_ends(batch_list)
+    for cut in range(FILE_HEADER_SIZE, len(image) + 1):
+        whole = [i for i, end in enumerate(ends) if end <= cut]
+        expected = list(itertools.chain.from_iterable(batch_list[: len(whole)]))
+        boundary = cut == FILE_HEADER_SIZE or cut in ends
+        found = decode(image[:cut], at_eof=True)
+        assert [e.data for e in found.entries] == expected
+        assert found.stop is (Stop.CLEAN if boundary else Stop.TORN_TAIL)
+        unread = decode(image[:cut], at_eof=False)
+        assert [e.data for e in unread.entries] == expected
+        assert unread.stop is (Stop.CLEAN if boundary else Stop.NEED_DATA)
+        if not boundary:  # the hint asks for more than the buffer holds from `consumed`
+            assert unread.needed > cut - FILE_HEADER_SIZE - unread.consumed
+
+
+@settings(max_examples=60)
+@given(batches, st.integers(min_value=1, max_value=40))
+def test_a_truncation_padded_with_zeros_is_a_torn_tail(
+    batch_list: list[list[bytes]], zeros: int
+) -> None:
+    # A power cut can leave the file longer than what was written, the rest zero-filled.
+    image = build(batch_list)
+    ends = batch_ends(batch_list)
+    flat = list(itertools.chain.from_iterable(batch_list))
+    for cut in range(FILE_HEADER_SIZE, len(image) + 1):
+        found = decode(image[:cut] + bytes(zeros), at_eof=True)
+        data = [e.data for e in found.entries]
+        complete = sum(len(b) for b, end in zip(batch_list, ends, strict=True) if end <= cut)
+        # zero padding may complete a record whose missing bytes were zeros: still a prefix
+        assert data == flat[: len(data)]
+        assert len(data) >= complete
+        # CLEAN only when the zeros happened to complete the last frame exactly
+        assert found.stop in (Stop.TORN_TAIL, Stop.CLEAN)
+
+
+@given(
+    batches.filter(lambda b: sum(map(len, b)) >= 2),
+    st.data(),
+)
+def test_a_flipped_byte_before_the_last_frame_is_corruption_at_that_frame(
+    batch_list: list[list[bytes]], data: st.DataObject
+) -> None:
+    image = bytearray(build(batch_list))
+    starts = frame_starts(batch_list)
+    victim = data.draw(st.integers(min_value=0, max_value=len(starts) - 2), label="frame")
+    start, end = starts[victim], starts[victim + 1]
+    offset = data.draw(st.integers(min_value=start, max_value=end - 1), label="byte")
+    image[offset] ^= data.draw(st.integers(min_value=1, max_value=255), label="xor")
+    at = FILE_HEADER_SIZE
+    with pytest.raises(CorruptLogError) as caught:
+        for _ in range(len(starts) + 1):
+            found = decode_frames(
+                bytes(image[at:]), at, at_eof=True, max_record=MAX, path=PATH, limit=None
+            )
+            assert found.stop is Stop.DAMAGED  # good records first; the next decode raises
+            assert all(e.position < start for e in found.entries)
+            at += found.consumed
+    assert caught.value.offset == start
+    assert caught.value.path == PATH
+    assert f"{PATH}: corrupt record at byte offset {start}" in str(caught.value)
+    with pytest.raises(CorruptLogError) as scanned:
+        scan_frames(bytes(image[16:]), 16, at_eof=True, max_record=MAX, path=PATH)
+    assert scanned.value.offset == start
+
+
+def test_a_frame_with_a_bad_checksum_ending_at_eof_is_a_torn_tail() -> None:
+    image = bytearray(build([[b"one"], [b"two"]]))
+    image[-1] ^= 0xFF
+    found = decode(bytes(image))
+    assert [e.data for e in found.entries] == [b"one"]
+    assert found.stop is Stop.TORN_TAIL
+    # not known to be the end of the file: one more byte decides
+    unread = decode(bytes(image), at_eof=False)
+    assert unread.stop is Stop.NEED_DATA
+    assert unread.needed == FRAME_HEADER_SIZE + 3 + 1
+    # followed by anything non-zero it is corruption: "one" first, then the error
+    damaged = decode(bytes(image) + b"\x01")
+    assert [e.data for e in damaged.entries] == [b"one"]
+    assert damaged.stop is Stop.DAMAGED
+    second = FILE_HEADER_SIZE + damaged.consumed
+    assert second == FILE_HEADER_SIZE + FRAME_HEADER_SIZE + 3
+    with pytest.raises(CorruptLogError) as caught:
+        decode_frames(
+            bytes(image[second:]) + b"\x01", second, at_eof=True, max_record=MAX, path=PATH
+        )
+    assert caught.value.offset == second
+
+
+@pytest.mark.parametrize("length", [MAX + 1, 0x7FFF_FFFF])
+def test_an_invalid_length_followed_by_zeros_is_a_torn_tail(length: int) -> None:
+    word = length.to_bytes(4, "little")
+    bad = word + bytes(b ^ 0xFF for b in word) + b"\0\0\0\0"
+    image = build([[b"ok"]]) + bad + bytes(100)
+    found = decode(image)
+    assert [e.data for e in found.entries] == [b"ok"]
+    assert found.stop is Stop.TORN_TAIL
+    assert decode(image, at_eof=False).stop is Stop.NEED_DATA
+    assert decode(image, at_eof=False).needed == 0  # zeros to the end of the buffer: read it all
+    with pytest.raises(CorruptLogError, match="exceeds max"):
+        decode(build([]) + bad + bytes(10) + b"x")
+
+
+def test_a_zero_filled_tail_is_torn_and_an_empty_record_is_valid() -> None:
+    image = build([[b""], [b"", b"x"]])
+    assert [e.data for e in decode(image).entries] == [b"", b"", b"x"]
+    found = decode(image + bytes(FRAME_HEADER_SIZE * 3))
+    assert found.stop is Stop.TORN_TAIL
+    assert FILE_HEADER_SIZE + found.consumed == len(image)
+    with pytest.raises(CorruptLogError, match="check word"):
+        decode(build([]) + bytes(FRAME_HEADER_SIZE) + encode_frame(b"after"))
+
+
+def test_an_incomplete_batch_is_not_returned() -> None:
+    image = build([[b"a"], [b"b", b"c", b"d"]])
+    cut = len(image) - 2  # inside the last frame of the second batch
+    found = decode(image[:cut])
+    assert [e.data for e in found.entries] == [b"a"]
+    assert found.stop is Stop.TORN_TAIL
+    assert FILE_HEADER_SIZE + found.consumed == batch_ends([[b"a"]])[0]
+
+
+def test_a_limit_inside_a_batch_verifies_the_whole_batch() -> None:
+    image = build([[b"a", b"b", b"c"]])
+    found = decode(image, limit=2)
+    assert [e.data for e in found.entries] == [b"a", b"b"]
+    assert found.consumed == found.entries[-1].next - FILE_HEADER_SIZE
+    assert FILE_HEADER_SIZE + found.verified == len(image)
+
+
+def test_peek_and_walk_read_headers_only() -> None:
+    image = build([[b"a"], [b"bb", b"ccc"], [b"dddd"]])
+    frames = image[FILE_HEADER_SIZE:]
+    assert peek_frame(frames, MAX) == (FRAME_HEADER_SIZE + 1, False)
+    assert peek_frame(frames[13:], MAX) == (FRAME_HEADER_SIZE + 2, True)
+    assert peek_frame(bytes(FRAME_HEADER_SIZE), MAX) is None
+    a, b, c, d = 16, 16 + 13, 16 + 13 + 14, 16 + 13 + 14 + 15  # frame starts
+    end = len(image)
+
+    def walk(cut: int) -> Walk:
+        return walk_frames(image[16:cut], 16, MAX, 16, 16)
+
+    assert walk(end) == Walk(end=end, open_batch=end, last_batch=d)
+    assert walk(end - 1) == Walk(end=d, open_batch=d, last_batch=b)  # inside the last frame
+    assert walk(c + 1) == Walk(end=c, open_batch=b, last_batch=a)  # inside the second batch
+    # a bad payload is not noticed: walking trusts whole frames with valid headers
+    damaged = bytearray(image)
+    damaged[-1] ^= 1
+    assert walk_frames(bytes(damaged[16:]), 16, MAX, 16, 16).end == end
+    # a walk resumed in the middle of a batch keeps the batch's start
+    assert walk_frames(image[c:], c, MAX, b, a) == Walk(end=end, open_batch=end, last_batch=d)
+    assert walk_frames(image[c:d], c, MAX, b, a) == Walk(end=d, open_batch=d, last_batch=b)
+
+
+def test_file_header_round_trip_and_foreign_files() -> None:
+    assert decode_file_header(encode_file_header(1234), PATH) == 1234
+    good = encode_file_header(MAX)
+    with pytest.raises(ForeignFileError, match="is not a qw log"):
+        decode_file_header(b"hello world, this is text", PATH)
+    with pytest.raises(ForeignFileError, match="shorter than"):
+        decode_file_header(good[:10], PATH)
+    with pytest.raises(ForeignFileError, match="checksum"):
+        decode_file_header(good[:9] + b"\x77" + good[10:], PATH)
+    newer = bytearray(good[:12])
+    newer[5] = 2
+    with pytest.raises(ForeignFileError, match="version 2"):
+        decode_file_header(bytes(newer) + zlib.crc32(newer).to_bytes(4, "little"), PATH)
+    with pytest.raises(ValueError, match="out of range"):
+        encode_file_header(-1)
