@@ -131,7 +131,12 @@ def new_worker_id(name: str) -> str:
 
 class SnapshotPublisher:
     """Writes the worker's stats file: on a state change (at most one per STATE_GAP_S),
-    otherwise at most once per PUBLISH_PERIOD_S, and always when forced (at exit)."""
+    otherwise at most once per PUBLISH_PERIOD_S, and always when forced (at exit).
+
+    A change that comes too soon after the last write is not dropped: a daemon thread writes
+    it once the gap has passed, so a short "working" spell still reaches the dashboard. The
+    thread blocks on an event while nothing is pending: an idle worker costs no CPU.
+    """
 
     def __init__(self, stats: WorkerStats, path: Path | None, lock: threading.Lock) -> None:
         self.stats = stats
@@ -139,6 +144,8 @@ class SnapshotPublisher:
         self.lock = lock
         self._last = float("-inf")
         self._last_state: str | None = None
+        self._pending = threading.Event()
+        self._thread: threading.Thread | None = None
 
     def publish(self, *, force: bool = False) -> None:
         if self.path is None:
@@ -147,15 +154,40 @@ class SnapshotPublisher:
             now = time.monotonic()
             gap = STATE_GAP_S if self.stats.state != self._last_state else PUBLISH_PERIOD_S
             if not force and now - self._last < gap:
+                self._defer()
                 return
-            self.stats.updated_at = time.time()
-            try:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-                self.stats.publish(self.path)
-            except OSError as e:  # a full disk must not stop the work; say so in the stats
-                self.stats.last_error = f"cannot write stats to {self.path}: {e}"
-            self._last = now
-            self._last_state = self.stats.state
+            self._write(now)
+
+    def _write(self, now: float) -> None:
+        assert self.path is not None
+        self.stats.updated_at = time.time()
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.stats.publish(self.path)
+        except OSError as e:  # a full disk must not stop the work; say so in the stats
+            self.stats.last_error = f"cannot write stats to {self.path}: {e}"
+        self._last = now
+        self._last_state = self.stats.state
+
+    def _defer(self) -> None:
+        self._pending.set()
+        if self._thread is None:
+            self._thread = threading.Thread(
+                target=self._write_deferred, name="qw-stats", daemon=True
+            )
+            self._thread.start()
+
+    def _write_deferred(self) -> None:
+        while True:
+            self._pending.wait()
+            self._pending.clear()
+            with self.lock:
+                wait = self._last + STATE_GAP_S - time.monotonic()
+            if wait > 0:
+                time.sleep(wait)  # rate limit: at most one deferred write per STATE_GAP_S
+            with self.lock:
+                if time.monotonic() - self._last >= STATE_GAP_S:
+                    self._write(time.monotonic())
 
 
 class Worker:
