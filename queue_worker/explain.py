@@ -1,0 +1,221 @@
+"""`qw why TASK`: every record about one task, in log order, with the rule that decided it.
+
+`explain_task` is pure: it folds the whole claims log through `ClaimState` (the verdicts are
+the fold's, never re-derived here) and, for the records about one task, words the outcome
+with the facts a reader needs: whose lease a claim ran into and until when, whose expired
+lease a takeover replaced, which claim held the task when a completion was refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from queue_worker.records import Claim, ClaimsRecord, Done, Fail, Renew, TaskRecord, Unknown
+from queue_worker.report import clock_text, duration_text
+from queue_worker.state import ClaimState, Lease, Outcome, Verdict
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One record about the task, and why the fold decided what it did."""
+
+    position: int  # in the claims log; for the TASK step, its index in the tasks log (its id)
+    kind: str  # TASK, CLAIM, RENEW, DONE, FAIL
+    worker: str | None
+    at: int  # 0 when unknown (an unreadable TASK record)
+    verdict: str  # the Verdict's word ("won", "lost: held", …); "published" for TASK
+    why: str
+    claim: int | None = None  # the claim a RENEW/DONE/FAIL acted under
+
+
+@dataclass(frozen=True)
+class TaskStory:
+    task: int
+    published: bool
+    steps: tuple[Step, ...]
+    state: str  # done | dead | held by … | waiting | never claimed | unpublished
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "task": self.task,
+            "published": self.published,
+            "state": self.state,
+            "records": [
+                {
+                    "position": s.position,
+                    "kind": s.kind,
+                    "worker": s.worker,
+                    "at": s.at,
+                    "verdict": s.verdict,
+                    "why": s.why,
+                    "claim": s.claim,
+                }
+                for s in self.steps
+            ],
+        }
+
+
+def _lease_text(lease: Lease) -> str:
+    return f"{lease.worker} (claim @{lease.claim})"
+
+
+@dataclass
+class _Teller:
+    """The fold plus the few facts about one task that the words need."""
+
+    task: int
+    state: ClaimState = field(default_factory=ClaimState)
+    wins: list[int] = field(default_factory=list)  # winning claims of the task
+    last_at: dict[int, int] = field(default_factory=dict)  # claim -> its last accepted at
+    closed_at: int | None = None  # the position of the DONE or dead FAIL
+    released: bool = False
+    steps: list[Step] = field(default_factory=list)
+
+    def apply(self, record: ClaimsRecord, position: int) -> None:
+        if isinstance(record, Unknown) or record.task != self.task:
+            self.state.apply(record, position)
+            return
+        before = self.state.holder(self.task)
+        outcome = self.state.apply(record, position)
+        if isinstance(record, Claim):
+            step = self._claim(record, outcome)
+        elif isinstance(record, Renew):
+            step = self._renew(record, outcome, before)
+        elif isinstance(record, Done):
+            step = self._done(record, outcome)
+        else:
+            step = self._fail(record, outcome)
+        self.steps.append(step)
+
+    def _step(self, kind: str, r: Claim | Renew | Done | Fail, o: Outcome, why: str) -> Step:
+        claim = None if isinstance(r, Claim) else r.claim
+        return Step(o.position, kind, r.worker, r.at, o.verdict.value, why, claim)
+
+    def _claim(self, r: Claim, o: Outcome) -> Step:
+        v = o.verdict
+        if v is Verdict.WON:
+            self.wins.append(o.position)
+            self.last_at[o.position] = r.at
+            why = "won: nobody held it"
+            if self.released:
+                why = "won: nobody held it and its retry time had come"
+            why += f"; lease until {clock_text(r.at + r.lease)}"
+        elif v is Verdict.TAKEOVER:
+            assert o.previous is not None
+            prev = o.previous
+            self.wins.append(o.position)
+            self.last_at[o.position] = r.at
+            last = self.last_at.pop(prev.claim, prev.at)
+            why = (
+                f"won, a takeover of {_lease_text(prev)}: that lease expired at "
+                f"{clock_text(prev.expiry)}, {duration_text(r.at - prev.expiry)} before this "
+                f"claim; its holder's last record was {duration_text(r.at - last)} earlier"
+            )
+        elif v is Verdict.LOST_HELD:
+            assert o.holder is not None
+            why = (
+                f"lost because held by {_lease_text(o.holder)} until "
+                f"{clock_text(o.holder.expiry)} ({duration_text(o.holder.expiry - r.at)} "
+                "after this claim)"
+            )
+        elif v is Verdict.LOST_DONE:
+            why = f"lost: the task was already done (@{self.closed_at})"
+        elif v is Verdict.LOST_DEAD:
+            why = f"lost: the task is dead (@{self.closed_at})"
+        else:
+            assert o.retry_at is not None
+            why = f"lost: the task may not be retried before {clock_text(o.retry_at)}"
+        return self._step("CLAIM", r, o, why)
+
+    def _refused(self, o: Outcome) -> str:
+        if o.holder is not None:
+            return f"the holder is {_lease_text(o.holder)}"
+        if self.state.is_done(self.task):
+            return f"the task was already done (@{self.closed_at})"
+        if self.state.is_dead(self.task):
+            return f"the task is dead (@{self.closed_at})"
+        return "nobody holds the task"
+
+    def _renew(self, r: Renew, o: Outcome, before: Lease | None) -> Step:
+        if o.verdict is Verdict.RENEWED:
+            self.last_at[r.claim] = r.at
+            left = "" if before is None else f" ({duration_text(before.expiry - r.at)} were left)"
+            why = f"renewed: lease until {clock_text(r.at + r.lease)}{left}"
+        else:
+            why = f"lease lost: claim @{r.claim} no longer holds the task; {self._refused(o)}"
+        return self._step("RENEW", r, o, why)
+
+    def _done(self, r: Done, o: Outcome) -> Step:
+        if o.verdict is Verdict.DONE:
+            assert o.holder is not None
+            self.closed_at = o.position
+            margin = o.holder.expiry - r.at
+            when = "before" if margin >= 0 else "after"
+            why = (
+                f"done: accepted from the holder, claim @{r.claim}, "
+                f"{duration_text(abs(margin))} {when} its lease expired"
+            )
+        else:
+            why = f"stale: claim @{r.claim} is not the holder; {self._refused(o)}"
+            ran = r.claim in self.wins
+            others = [w for w in self.wins if w != r.claim]
+            if ran and others:
+                why += (
+                    f". Claim @{r.claim} had won, so its handler ran to completion while "
+                    f"claim @{others[-1]} also ran it: the task was worked twice (the result "
+                    "is discarded)"
+                )
+            else:
+                why += "; the result is discarded"
+        return self._step("DONE", r, o, why)
+
+    def _fail(self, r: Fail, o: Outcome) -> Step:
+        v = o.verdict
+        if v is Verdict.DEAD:
+            self.closed_at = o.position
+            why = f"dead: attempts used up; last error: {r.error}"
+        elif v is Verdict.RELEASED:
+            assert r.retry_at is not None
+            self.released = True
+            why = f"released after error: {r.error}; retry at {clock_text(r.retry_at)}"
+        else:
+            why = f"stale fail: claim @{r.claim} is not the holder; {self._refused(o)}"
+        return self._step("FAIL", r, o, why)
+
+    def final_state(self, published: bool) -> str:
+        if self.state.is_done(self.task):
+            return f"done (@{self.closed_at})"
+        if self.state.is_dead(self.task):
+            return f"dead: {self.state.dead_error(self.task)}"
+        holder = self.state.holder(self.task)
+        if holder is not None:
+            return f"held by {_lease_text(holder)} until {clock_text(holder.expiry)}"
+        if self.released:
+            return "waiting for its retry time"
+        return "never claimed" if published else "not published"
+
+
+def explain_task(
+    task: int,
+    task_record: TaskRecord | str | None,
+    claims: Iterable[tuple[int, ClaimsRecord]],
+) -> TaskStory:
+    """The story of `task`: its TASK record (a string when it cannot be read, None when the
+    tasks topic lacks it) and every claims record about it, each with why the fold decided
+    what it did."""
+    teller = _Teller(task)
+    for position, record in claims:
+        teller.apply(record, position)
+    steps = list(teller.steps)
+    if isinstance(task_record, TaskRecord):
+        payload = repr(task_record.payload)
+        if len(payload) > 60:
+            payload = payload[:57] + "..."
+        first = Step(task, "TASK", None, task_record.enqueued_at, "published", f"payload {payload}")
+        steps.insert(0, first)
+    elif task_record is not None:
+        steps.insert(0, Step(task, "TASK", None, 0, "published", f"unreadable: {task_record}"))
+    published = task_record is not None
+    return TaskStory(task, published, tuple(steps), teller.final_state(published))

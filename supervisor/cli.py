@@ -1,0 +1,364 @@
+"""The `qw` command line: one typer app, thin command bodies over the supervisor and the logs.
+
+    qw up        start workers on a data directory and watch them (dashboard or plain lines)
+    qw enqueue   add tasks
+    qw status, tail, task, kill      look at a directory      (supervisor.inspect_cli)
+    qw report, why, demo             replay and explain       (supervisor.report_cli)
+
+Errors are one line on stderr, ``qw: error: …``, naming the bad value and what was expected,
+with exit code 2 (typer's own usage errors are reshaped the same way by `main`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from logstore import LogError
+from queue_worker.handlers import HandlerLoadError, load_handler
+from queue_worker.records import RecordEncodeError, TaskRecord, encode
+from supervisor import inspect_cli, report_cli
+from supervisor.cli_options import (
+    DEFAULT_DIR,
+    FSYNCS,
+    MAX_WORKERS,
+    PICKS,
+    DirOption,
+    LogOption,
+    bad,
+    fail,
+    location_of,
+    one_of,
+    real,
+    whole,
+)
+from supervisor.http_api import StatsServer, is_loopback, parse_address
+from supervisor.progress import run_progress
+from supervisor.signals import stop_on_signals
+from supervisor.supervisor import (
+    DEMO_HANDLER,
+    EXIT_FORCED,
+    EXIT_NO_WORKERS,
+    RestartPolicy,
+    Supervisor,
+    SupervisorOptions,
+    default_demo_rate,
+    demo_payloads,
+)
+
+app = typer.Typer(
+    name="qw",
+    help="qw: a task queue with no broker. Workers coordinate through two append-only logs.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode="markdown",  # docstring lines join into paragraphs; blank lines split
+)
+
+
+# -- qw up -------------------------------------------------------------------------------------
+
+
+@app.command(
+    epilog="Examples:  qw up --workers 8  ·  "
+    "qw up --tasks 200 --exit-when-drained --no-tui  ·  qw up --http 8080"
+)
+def up(
+    directory: DirOption = DEFAULT_DIR,
+    workers: Annotated[
+        int,
+        typer.Option(
+            parser=whole("a number of workers", 1, MAX_WORKERS),
+            metavar="N",
+            help="Worker processes.",
+        ),
+    ] = 4,
+    handler: Annotated[
+        str, typer.Option(help="The task handler, module:function.", metavar="MODULE:FUNCTION")
+    ] = DEMO_HANDLER,
+    work_ms: Annotated[
+        int,
+        typer.Option(
+            parser=whole("milliseconds", 0, 3_600_000),
+            metavar="MS",
+            help="The demo handler's work per task.",
+        ),
+    ] = 400,
+    tasks: Annotated[
+        int,
+        typer.Option(
+            parser=whole("a number of tasks", 0, 10_000_000),
+            metavar="K",
+            help="Demo tasks to enqueue at start.",
+        ),
+    ] = 0,
+    rate: Annotated[
+        float | None,
+        typer.Option(
+            parser=real("tasks per second", 0, 100_000),
+            metavar="R",
+            help="Demo tasks enqueued per second while running. Default: 80% of what the "
+            "workers can do, with the demo handler and neither --tasks nor "
+            "--exit-when-drained; else 0.",
+        ),
+    ] = None,
+    lease: Annotated[
+        float,
+        typer.Option(
+            parser=real("seconds", 0, 86_400, low_open=True),
+            metavar="SECONDS",
+            help="Each claim's lease (renewed while the task runs).",
+        ),
+    ] = 30.0,
+    pick: Annotated[
+        str,
+        typer.Option(
+            parser=one_of(*PICKS),
+            metavar="|".join(PICKS),
+            help="How a worker picks among claimable tasks.",
+        ),
+    ] = "spread",
+    restart: Annotated[bool, typer.Option(help="Restart workers that die.")] = True,
+    fsync: Annotated[
+        str,
+        typer.Option(
+            parser=one_of(*FSYNCS),
+            metavar="|".join(FSYNCS),
+            help="When log appends are forced to disk.",
+        ),
+    ] = "commit",
+    http: Annotated[
+        str | None,
+        typer.Option(
+            metavar="HOST:PORT",
+            help="Serve /health /stats /task/ID /metrics (loopback unless a host is named).",
+        ),
+    ] = None,
+    no_tui: Annotated[bool, typer.Option("--no-tui", help="Plain lines, no dashboard.")] = False,
+    exit_when_drained: Annotated[
+        bool, typer.Option("--exit-when-drained", help="Exit 0 once no task is pending or held.")
+    ] = False,
+    log: LogOption = None,
+) -> None:
+    """Start worker processes on a data directory and watch them.
+
+    On a terminal a live dashboard shows the workers, the queue and the events (k kills a
+    worker that holds a task, q drains). Without one (or with --no-tui) a status line is
+    printed each second. Ctrl-C or SIGTERM drains (workers finish their task); a second
+    one kills them now. Several `qw up` on one directory share its queue.
+    """
+    location = location_of(directory, log)
+    if rate and exit_when_drained:
+        bad("--rate", rate, "no --rate with --exit-when-drained (the queue would never drain)")
+    _check_handler(handler)
+    if rate is None:
+        auto = handler == DEMO_HANDLER and not tasks and not exit_when_drained
+        rate = default_demo_rate(workers, work_ms) if auto else 0.0
+    server_address = _parse_http(http)
+    options = SupervisorOptions(
+        data_dir=directory,
+        location=location,
+        workers=workers,
+        handler=handler,
+        work_ms=work_ms,
+        lease_s=lease,
+        pick=pick,
+        fsync=fsync,
+        tasks=tasks,
+        rate=rate,
+        exit_when_drained=exit_when_drained,
+        restart=RestartPolicy(enabled=restart),
+    )
+    supervisor = Supervisor(options)
+    server = None
+    if server_address is not None:
+        try:
+            server = StatsServer(supervisor, *server_address)
+        except OSError as e:
+            bad("--http", http, f"an address this machine can listen on ({e.strerror})")
+        supervisor.http_address = server.address
+    raise typer.Exit(_run(supervisor, server, tui=sys.stdout.isatty() and not no_tui))
+
+
+def _check_handler(spec: str) -> None:
+    # The worker runs `python -m`, which puts the working directory on sys.path: so here.
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        load_handler(spec)
+    except HandlerLoadError as e:
+        raise typer.BadParameter(str(e), param_hint="'--handler'") from None
+
+
+def _parse_http(text: str | None) -> tuple[str, int] | None:
+    if text is None:
+        return None
+    try:
+        host, port = parse_address(text)
+    except ValueError:
+        bad("--http", text, "HOST:PORT or PORT, with a port from 0 to 65535")
+    if not is_loopback(host):
+        typer.echo(f"qw: warning: {host}:{port} is reachable from other machines", err=True)
+    return host, port
+
+
+def _run(supervisor: Supervisor, server: StatsServer | None, *, tui: bool) -> int:
+    """Start, watch until the supervisor ends, and say how it ended; returns the exit code."""
+    with stop_on_signals(supervisor.request_stop):
+        try:
+            supervisor.start()
+        except (LogError, OSError) as e:  # a log that is not ours, a directory we cannot use
+            fail(str(e))
+        try:
+            if server is not None:
+                server.start()
+                typer.echo(f"qw: stats on http://{server.address}/stats", err=True)
+            if tui:
+                from supervisor.tui import run_dashboard
+
+                run_dashboard(supervisor)
+            else:
+                run_progress(supervisor, sys.stdout)
+            supervisor.wait()
+        except BaseException:
+            supervisor.stop_now()  # never leave workers behind a crashed dashboard
+            supervisor.wait(10)
+            raise
+        finally:
+            if server is not None:
+                server.close()
+    code = supervisor.exit_code
+    assert code is not None  # wait() returned: the supervisor finished
+    q = supervisor.snapshot().queue
+    counts = f"published {q.published}, done {q.done}, dead {q.dead}, pending {q.pending}"
+    if code == EXIT_FORCED:
+        typer.echo(f"qw: stopped: workers killed mid-task ({counts})", err=True)
+    elif code == EXIT_NO_WORKERS:
+        typer.echo(f"qw: every worker died and none will be restarted ({counts})", err=True)
+    else:
+        typer.echo(f"qw: drained ({counts})")
+    return code
+
+
+# -- qw enqueue --------------------------------------------------------------------------------
+
+
+@app.command(
+    epilog="Examples:  qw enqueue --count 100  ·  qw enqueue --payload '{\"x\": 1}'"
+    "  ·  qw enqueue --file tasks.jsonl"
+)
+def enqueue(
+    count: Annotated[
+        int | None,
+        typer.Option(
+            parser=whole("a number of tasks", 1),
+            metavar="N",
+            help="How many tasks (of --payload, or demo tasks).",
+        ),
+    ] = None,
+    payload: Annotated[
+        str | None, typer.Option(metavar="JSON", help="The payload of each task, as JSON.")
+    ] = None,
+    file: Annotated[
+        Path | None,
+        typer.Option(metavar="FILE", help="Tasks from a file: one JSON payload per line."),
+    ] = None,
+    directory: DirOption = DEFAULT_DIR,
+    log: LogOption = None,
+    fsync: Annotated[
+        str,
+        typer.Option(
+            parser=one_of(*FSYNCS),
+            metavar="|".join(FSYNCS),
+            help="When the append is forced to disk.",
+        ),
+    ] = "commit",
+) -> None:
+    """Add tasks to the queue: all of them or, on any error, none.
+
+    Without --payload or --file, demo tasks ({"n": 0}, {"n": 1}, …) are added. Prints the
+    new task ids.
+    """
+    location = location_of(directory, log)
+    if file is not None and (payload is not None or count is not None):
+        bad("--file", str(file), "--file alone (without --payload or --count)")
+    if file is not None:
+        payloads = _payloads_from_file(file)
+    elif payload is not None:
+        try:
+            value = json.loads(payload)
+        except ValueError as e:
+            bad("--payload", payload, f"one JSON value ({e})")
+        _check_encodable(value, "--payload")
+        payloads = [value] * (count or 1)
+    else:
+        payloads = list(demo_payloads(0, count or 1))
+    if not payloads:
+        fail(f"{file} holds no tasks; expected one JSON payload per line")
+    from queue_worker.producer import Queue
+
+    try:
+        with Queue(location, fsync) as queue:
+            ids = queue.enqueue_many(payloads)
+    except (LogError, RecordEncodeError) as e:
+        fail(str(e))
+    where = str(directory) if log is None else log
+    if len(ids) == 1:
+        typer.echo(f"enqueued task {ids[0]} on {where}")
+    else:
+        typer.echo(f"enqueued {len(ids)} tasks ({ids[0]}–{ids[-1]}) on {where}")
+
+
+def _check_encodable(value: Any, where: str) -> None:
+    try:
+        encode(TaskRecord(value, 0))
+    except RecordEncodeError as e:
+        fail(f"{where}: {e}")
+
+
+def _payloads_from_file(path: Path) -> list[Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        bad("--file", str(path), f"a readable UTF-8 file ({e})")
+    payloads = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue  # blank lines separate nothing; skipping them is what people expect
+        try:
+            value = json.loads(line)
+        except ValueError as e:
+            fail(f"{path} line {number}: not JSON ({e}); expected one JSON value per line")
+        _check_encodable(value, f"{path} line {number}")
+        payloads.append(value)
+    return payloads
+
+
+inspect_cli.register(app)
+report_cli.register(app)
+
+
+# -- the entry point ---------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run `qw`; every usage error is one line on stderr and exit code 2."""
+    try:
+        result: object = app(args=argv, prog_name="qw", standalone_mode=False)
+    except typer.TyperException as e:  # typer's usage errors (exit code 2) and the like
+        message = " ".join(e.format_message().split())
+        if message:  # empty: typer has printed the help (`qw` alone)
+            typer.echo(f"qw: error: {message}", err=True)
+        return e.exit_code
+    except typer.Abort:
+        return 130
+    return result if isinstance(result, int) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

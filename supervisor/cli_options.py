@@ -1,0 +1,101 @@
+"""What the `qw` commands share: option parsers that name a bad value and what was expected,
+the one-line errors, and the --dir / --log options.
+
+A parser raises `typer.BadParameter`, which typer words as "Invalid value for '--x': …" and
+`supervisor.cli.main` prints as one line on stderr with exit code 2.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Final, NoReturn
+
+import typer
+
+from logstore import is_redis_url
+from queue_worker.report import has_logs
+from queue_worker.topics import CLAIMS_TOPIC, TASKS_TOPIC
+
+EXIT_USAGE: Final = 2  # a bad option value, a bad input file, no data where one was named
+MAX_WORKERS: Final = 256
+DEFAULT_DIR: Final = Path(".qw")
+
+PICKS: Final = ("first", "random", "spread")
+FSYNCS: Final = ("none", "commit", "always")
+TOPICS: Final = (CLAIMS_TOPIC, TASKS_TOPIC)
+
+
+# -- option parsers: each names the bad value and what was expected ----------------------------
+
+
+def whole(what: str, low: int, high: int | None = None) -> Callable[[str], int]:
+    expected = f"{what} from {low} to {high}" if high is not None else f"{what} >= {low}"
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except (TypeError, ValueError):
+            raise typer.BadParameter(f"got {text!r}; expected {expected}") from None
+        if value < low or (high is not None and value > high):
+            raise typer.BadParameter(f"got {text!r}; expected {expected}")
+        return value
+
+    return parse
+
+
+def real(what: str, low: float, high: float, *, low_open: bool = False) -> Callable[[str], float]:
+    expected = f"{what} {'>' if low_open else '>='} {low:g} and <= {high:g}"
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except (TypeError, ValueError):
+            raise typer.BadParameter(f"got {text!r}; expected {expected}") from None
+        too_low = value <= low if low_open else value < low
+        if not math.isfinite(value) or too_low or value > high:
+            raise typer.BadParameter(f"got {text!r}; expected {expected}")
+        return value
+
+    return parse
+
+
+def one_of(*choices: str) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        if text not in choices:
+            raise typer.BadParameter(f"got {text!r}; expected one of {', '.join(choices)}")
+        return text
+
+    return parse
+
+
+DirOption = Annotated[
+    Path, typer.Option("--dir", "-d", help="The data directory (logs and run state).")
+]
+LogOption = Annotated[
+    str | None,
+    typer.Option("--log", metavar="URL", help="A redis://… log instead of the files in --dir."),
+]
+
+
+def bad(option: str, value: object, expected: str) -> NoReturn:
+    raise typer.BadParameter(f"got {value!r}; expected {expected}", param_hint=f"'{option}'")
+
+
+def fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
+    typer.echo(f"qw: error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def location_of(directory: Path, log: str | None) -> str:
+    if log is None:
+        return str(directory)
+    if not is_redis_url(log):
+        bad("--log", log, "a redis:// URL (the files in --dir are the default)")
+    return log
+
+
+def require_logs(location: str) -> None:
+    if not has_logs(location):
+        fail(f"no qw logs at {location} (expected tasks.log and claims.log)")

@@ -1,0 +1,77 @@
+"""What every demo returns, where it works, and how it speaks."""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from rich.console import Console
+
+#: the width plain (piped) output is laid out for: wide enough that rows do not wrap
+PLAIN_WIDTH: Final = 200
+
+
+def stdout_console() -> Console:
+    """stdout: a terminal as it is; a pipe or a file gets plain text whose lines are not
+    wrapped (one line per row or sentence, for grep)."""
+    console = Console(highlight=False)
+    if console.is_terminal:
+        return console
+    return Console(highlight=False, width=PLAIN_WIDTH, soft_wrap=True)
+
+
+@dataclass(frozen=True)
+class DemoResult:
+    """Did the demo show what it claims? `summary` says what it showed, or why not."""
+
+    shown: bool
+    summary: str
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.shown else 1
+
+
+@contextlib.contextmanager
+def data_dir(given: Path | None, keep: bool) -> Iterator[Path]:
+    """The demo's data directory: the one given (kept), or a fresh temporary one that is
+    removed afterwards unless `keep`."""
+    if given is not None:
+        given.mkdir(parents=True, exist_ok=True)
+        yield given
+        return
+    made = Path(tempfile.mkdtemp(prefix="qw-demo-"))
+    try:
+        yield made
+    finally:
+        if not keep:
+            shutil.rmtree(made, ignore_errors=True)
+
+
+class Narrator:
+    """Numbered steps on a console; plain text when it is not a terminal."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.steps = 0
+
+    def title(self, text: str) -> None:
+        self.console.print(f"\n{text}", style="bold", markup=False, highlight=False)
+
+    def say(self, text: str) -> None:
+        self.steps += 1
+        self.console.print(f"{self.steps:>2}. {text}", markup=False, highlight=False)
+
+    def note(self, text: str) -> None:
+        self.console.print(f"    {text}", markup=False, highlight=False, style="dim")
+
+    def result(self, result: DemoResult) -> DemoResult:
+        style = "bold green" if result.shown else "bold red"
+        word = "shown" if result.shown else "NOT shown"
+        self.console.print(f"\n{word}: {result.summary}", style=style, markup=False)
+        return result

@@ -1,0 +1,212 @@
+"""What the demos share: a handful of real worker processes, and a reader of the claims log.
+
+`Fleet` starts workers the way the supervisor does (``python -m queue_worker.worker
+'<config json>'``) but keeps no restart policy and no dashboard: a demo decides when a
+worker is killed, paused or resumed, and every process it started is ended on the way out
+(the `with` block), whatever happens. `ClaimsTail` folds the claims log as it grows with
+the same fold the workers run, keeping each record's verdict so a demo can wait for one
+(a takeover, a completion) and narrate it with its log position.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Final, TypeVar
+
+from logstore import Log, open_log
+from queue_worker.config import WorkerConfig
+from queue_worker.records import ClaimsRecord
+from queue_worker.state import Outcome, Verdict
+from queue_worker.stats import read_all
+from queue_worker.topics import CLAIMS_TOPIC, ClaimsFollower
+
+#: how long a worker that was asked to drain (SIGTERM) may take before it is killed
+STOP_GRACE_S: Final = 5.0
+#: how often a wait looks at its condition again
+POLL_S: Final = 0.02
+
+T = TypeVar("T")
+
+
+class DemoFailed(Exception):
+    """The demo could not show what it claims; the message says why."""
+
+
+def wait_for(condition: Callable[[], T | None], timeout: float, what: str) -> T:
+    """Poll `condition` until it returns something truthy; DemoFailed after `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise DemoFailed(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(POLL_S)  # a poll interval: the condition itself is what is waited for
+
+
+@dataclass
+class WorkerProcess:
+    name: str
+    config: WorkerConfig
+    process: subprocess.Popen[bytes]
+    paused: bool = False
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    @property
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+
+@dataclass
+class Fleet:
+    """Worker processes on one data directory; `with Fleet(...) as fleet:` ends them all."""
+
+    location: Path
+    defaults: dict[str, Any] = field(default_factory=dict)  # WorkerConfig fields for all
+    workers: list[WorkerProcess] = field(default_factory=list)
+
+    @property
+    def run_dir(self) -> Path:
+        return self.location / "run"
+
+    def start(self, name: str, **overrides: Any) -> WorkerProcess:
+        """Start one worker process (the fields of WorkerConfig as keyword arguments)."""
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        config = WorkerConfig(
+            location=str(self.location),
+            run_dir=str(self.run_dir),
+            name=name,
+            parent_pid=os.getpid(),
+            **{**self.defaults, **overrides},
+        )
+        config.validate()
+        output = (self.run_dir / f"{name}.out").open("ab")
+        try:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "queue_worker.worker", config.to_json()],
+                stdin=subprocess.DEVNULL,
+                stdout=output,
+                stderr=subprocess.STDOUT,
+            )
+        finally:
+            output.close()  # the child has its own copy
+        worker = WorkerProcess(name, config, process)
+        self.workers.append(worker)
+        return worker
+
+    def worker_ids(self) -> dict[str, int]:
+        """worker id -> pid, from the stats snapshots the workers publish."""
+        return {str(s["worker"]): int(s["pid"]) for s in read_all(self.run_dir) if "pid" in s}
+
+    def process_of(self, worker_id: str) -> WorkerProcess | None:
+        pid = self.worker_ids().get(worker_id)
+        return next((w for w in self.workers if w.pid == pid), None)
+
+    def started(self) -> bool:
+        """Has every worker published a snapshot in which it is past starting up?"""
+        snaps = {int(s["pid"]): s for s in read_all(self.run_dir) if "pid" in s}
+        return all(
+            w.pid in snaps and snaps[w.pid].get("state") not in (None, "starting")
+            for w in self.workers
+        )
+
+    def kill(self, worker: WorkerProcess) -> None:
+        """kill -9: no goodbye, no DONE, no release; its lease must run out."""
+        worker.process.send_signal(signal.SIGKILL)
+        worker.process.wait()
+
+    def pause(self, worker: WorkerProcess) -> None:
+        worker.process.send_signal(signal.SIGSTOP)
+        worker.paused = True
+
+    def resume(self, worker: WorkerProcess) -> None:
+        worker.process.send_signal(signal.SIGCONT)
+        worker.paused = False
+
+    def stop(self) -> None:
+        """End every worker this fleet started: drain (SIGTERM), then kill what lingers."""
+        for w in self.workers:
+            if w.alive:
+                with contextlib.suppress(ProcessLookupError):
+                    if w.paused:
+                        w.process.send_signal(signal.SIGCONT)  # a stopped process cannot drain
+                    w.process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + STOP_GRACE_S
+        for w in self.workers:
+            try:
+                w.process.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                w.process.kill()
+                w.process.wait()
+
+    def __enter__(self) -> Fleet:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+@dataclass(frozen=True, slots=True)
+class Seen:
+    """One claims record as the fold judged it."""
+
+    record: ClaimsRecord
+    outcome: Outcome
+
+    @property
+    def position(self) -> int:
+        return self.outcome.position
+
+    @property
+    def verdict(self) -> Verdict:
+        return self.outcome.verdict
+
+
+class ClaimsTail:
+    """The claims log folded as it grows, every verdict kept (demos are short)."""
+
+    def __init__(self, location: str | Path) -> None:
+        self.log: Log = open_log(location, CLAIMS_TOPIC)
+        self.follower = ClaimsFollower(self.log.start)
+        self.seen: list[Seen] = []
+
+    def poll(self) -> list[Seen]:
+        """Fold what was appended since the last poll; return it."""
+        new: list[Seen] = []
+        while entries := self.log.read(self.follower.next_position):
+            for entry in entries:
+                outcome, record = self.follower.apply(entry)
+                new.append(Seen(record, outcome))
+        self.seen += new
+        return new
+
+    def find(self, match: Callable[[Seen], bool]) -> Seen | None:
+        """The first record so far (after polling) that matches."""
+        self.poll()
+        return next((s for s in self.seen if match(s)), None)
+
+    def close(self) -> None:
+        self.log.close()
+
+    def __enter__(self) -> ClaimsTail:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()

@@ -1,0 +1,298 @@
+"""The stats endpoint of `qw up --http HOST:PORT`: a stdlib HTTP server in a daemon thread.
+
+    /health      "ok"
+    /stats       JSON: the supervisor, the queue, and one object per worker slot with the
+                 original's field names (attempts, won, lost, finished, timeouts, current,
+                 knownTasks, consumedUpTo, doneTasks, heldByAnyone, claimLatencyMicros
+                 {p50, p90, p99, samples}) and ours after them
+    /task/{id}   JSON: done, heldBy, heldAt (ms), known, and ours (dead, attempts, …)
+    /metrics     the Prometheus text exposition format (version 0.0.4)
+
+Every answer is built from `snapshot()` and `task_info()`, which copy what the supervisor's
+watcher gathered: a request never touches a worker or a log.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import socket
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Protocol
+
+from supervisor.model import SupervisorSnapshot, WorkerView
+from supervisor.monitor import TaskInfo
+
+PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+class StatsSource(Protocol):
+    def snapshot(self) -> SupervisorSnapshot: ...
+
+    def task_info(self, task: int) -> TaskInfo | None: ...
+
+
+def parse_address(text: str) -> tuple[str, int]:
+    """ "PORT", ":PORT", "HOST:PORT" or "[IPv6]:PORT" → (host, port); loopback by default.
+    Raises ValueError naming what was expected."""
+    host, sep, port_text = text.rpartition(":")
+    if not sep:
+        host, port_text = "", text
+    host = host.strip("[]") or "127.0.0.1"
+    if not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+        raise ValueError(f"{text!r} has no valid port; expected HOST:PORT with a port 0-65535")
+    return host, int(port_text)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a host name other than localhost: it may resolve anywhere
+
+
+# -- the JSON bodies -------------------------------------------------------------------------
+
+
+def _number(stats: Mapping[str, Any], key: str) -> int | float:
+    """A number from a worker's JSON snapshot (another process's file: trust no type)."""
+    value = stats.get(key)
+    return value if isinstance(value, int | float) and not isinstance(value, bool) else 0
+
+
+def worker_json(w: WorkerView) -> dict[str, Any]:
+    """One worker: the original's field names first, then ours."""
+    s = w.stats
+    lost_by = s.get("lost") if isinstance(s.get("lost"), dict) else {}
+    latency = s.get("claim_latency_micros")
+    latency = latency if isinstance(latency, dict) else {}
+    return {
+        "name": w.name,
+        "attempts": _number(s, "attempts"),
+        "won": _number(s, "won"),
+        "lost": _number(s, "lost_total"),
+        "finished": _number(s, "finished"),
+        "timeouts": _number(s, "timeouts"),
+        "current": s.get("current_task"),
+        "knownTasks": _number(s, "known_tasks"),
+        "consumedUpTo": _number(s, "consumed_up_to"),
+        "doneTasks": _number(s, "done_tasks"),
+        "heldByAnyone": _number(s, "held_by_anyone"),
+        "claimLatencyMicros": {k: _number(latency, k) for k in ("p50", "p90", "p99", "samples")},
+        # ours
+        "slot": w.slot,
+        "worker": w.worker_id,
+        "pid": w.pid,
+        "state": w.state,
+        "lostByVerdict": lost_by,
+        "takeovers": _number(s, "takeovers"),
+        "stale": _number(s, "stale"),
+        "failed": _number(s, "failed"),
+        "renewals": _number(s, "renewals"),
+        "leasesLost": _number(s, "leases_lost"),
+        "cpuPercent": w.cpu_percent,
+        "rssBytes": w.rss_bytes,
+        "restarts": w.restarts,
+        "exitCode": w.exit_code,
+        "diedAt": w.died_at,
+    }
+
+
+def stats_json(snap: SupervisorSnapshot) -> dict[str, Any]:
+    return {
+        "location": snap.location,
+        "startedAt": snap.started_at,
+        "draining": snap.draining,
+        "queue": asdict(snap.queue),
+        "workers": [worker_json(w) for w in snap.workers],
+    }
+
+
+def task_json(info: TaskInfo) -> dict[str, Any]:
+    holder = info.holder
+    return {
+        "task": info.task,
+        "done": info.done,
+        "heldBy": info.holder_name,
+        "heldAt": None if holder is None else holder.at // 1000,  # ms, as the original
+        "known": info.known,
+        # ours
+        "dead": info.dead,
+        "heldByWorker": None if holder is None else holder.worker,
+        "claim": None if holder is None else holder.claim,
+        "expiresAt": None if holder is None else holder.expiry // 1000,
+        "attempts": info.attempts,
+        "lastError": info.last_error,
+    }
+
+
+# -- /metrics --------------------------------------------------------------------------------
+
+
+def _label(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+Sample = tuple[str, dict[str, str], float]  # (name suffix, labels, value)
+
+
+def _family(name: str, kind: str, help_text: str, samples: Iterable[Sample]) -> list[str]:
+    lines = [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
+    for suffix, labels, value in samples:
+        text = ",".join(f'{k}="{_label(v)}"' for k, v in labels.items())
+        lines.append(f"{name}{suffix}{{{text}}} {value}" if text else f"{name}{suffix} {value}")
+    return lines
+
+
+#: per-worker counters: (metric name, stats key, help)
+_WORKER_COUNTERS = (
+    ("qw_worker_attempts_total", "attempts", "CLAIM records appended."),
+    ("qw_worker_won_total", "won", "Claims won (takeovers included)."),
+    ("qw_worker_lost_total", "lost_total", "Claims lost to another holder, done or backoff."),
+    ("qw_worker_finished_total", "finished", "DONE records accepted."),
+    ("qw_worker_takeovers_total", "takeovers", "Wins over an expired holder."),
+    ("qw_worker_stale_total", "stale", "DONE records refused: the lease had been lost."),
+    ("qw_worker_failed_total", "failed", "FAIL records accepted."),
+    ("qw_worker_timeouts_total", "timeouts", "Leases that lapsed under this worker."),
+    ("qw_worker_renewals_total", "renewals", "Leases renewed."),
+)
+
+
+def metrics_text(snap: SupervisorSnapshot) -> str:
+    q = snap.queue
+    lines = _family(
+        "qw_tasks",
+        "gauge",
+        "Tasks by state, from the supervisor's fold of the claims log.",
+        [
+            ("", {"state": state}, getattr(q, state))
+            for state in ("published", "pending", "held", "done", "failed", "dead")
+        ],
+    )
+    lines += _family(
+        "qw_throughput_tasks_per_second",
+        "gauge",
+        "Tasks done per second.",
+        [("", {}, q.throughput_now)],
+    )
+    lines += _family("qw_log_bytes", "gauge", "Bytes in both log files.", [("", {}, q.log_bytes)])
+    lines += _family("qw_log_records", "gauge", "Records in both logs.", [("", {}, q.record_count)])
+    workers = snap.workers
+    alive = [("", {"worker": w.name}, 0 if w.state in ("dead", "exited") else 1) for w in workers]
+    lines += _family("qw_worker_up", "gauge", "1 while the worker process runs.", alive)
+    for name, key, help_text in _WORKER_COUNTERS:
+        samples = [("", {"worker": w.name}, _number(w.stats, key)) for w in workers]
+        lines += _family(name, "counter", help_text, samples)
+    lines += _family(
+        "qw_worker_restarts_total",
+        "counter",
+        "Times the slot's worker was restarted.",
+        [("", {"worker": w.name}, w.restarts) for w in workers],
+    )
+    lines += _family(
+        "qw_worker_cpu_percent",
+        "gauge",
+        "CPU use of the worker process (100 = one core).",
+        [("", {"worker": w.name}, w.cpu_percent) for w in workers],
+    )
+    lines += _family(
+        "qw_worker_rss_bytes",
+        "gauge",
+        "Resident memory of the worker process.",
+        [("", {"worker": w.name}, w.rss_bytes) for w in workers],
+    )
+    latency: list[Sample] = []
+    for w in workers:
+        lat = w.stats.get("claim_latency_micros")
+        lat = lat if isinstance(lat, dict) else {}
+        for quantile, key in (("0.5", "p50"), ("0.9", "p90"), ("0.99", "p99")):
+            latency.append(("", {"worker": w.name, "quantile": quantile}, _number(lat, key)))
+        latency.append(("_count", {"worker": w.name}, _number(lat, "samples")))
+    lines += _family(
+        "qw_claim_latency_microseconds",
+        "summary",
+        "Claim round trip (append start to settled verdict) over the recent window.",
+        latency,
+    )
+    return "\n".join(lines) + "\n"
+
+
+# -- the server ------------------------------------------------------------------------------
+
+
+class _Handler(BaseHTTPRequestHandler):
+    source: StatsSource  # set on the subclass made per server
+
+    def do_GET(self) -> None:
+        path = self.path.split("?", 1)[0].rstrip("/") or "/"
+        if path == "/health":
+            self._send(200, "text/plain; charset=utf-8", "ok\n")
+        elif path == "/stats":
+            self._json(200, stats_json(self.source.snapshot()))
+        elif path == "/metrics":
+            self._send(200, PROMETHEUS_CONTENT_TYPE, metrics_text(self.source.snapshot()))
+        elif path.startswith("/task/"):
+            self._task(path.removeprefix("/task/"))
+        else:
+            self._json(404, {"error": f"no such path {path}; try /health /stats /task/ID /metrics"})
+
+    def _task(self, text: str) -> None:
+        if not text.isdigit():
+            self._json(400, {"error": f"task id {text!r} is not a number; expected /task/ID"})
+            return
+        info = self.source.task_info(int(text))
+        if info is None:
+            self._json(503, {"error": "the supervisor has not started"})
+            return
+        self._json(200, task_json(info))
+
+    def _json(self, status: int, body: object) -> None:
+        self._send(status, "application/json", json.dumps(body) + "\n")
+
+    def _send(self, status: int, content_type: str, body: str) -> None:
+        data = body.encode()
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass  # the dashboard owns the terminal: no access log on stderr
+
+
+class _IPv6Server(ThreadingHTTPServer):
+    address_family = socket.AF_INET6
+
+
+class StatsServer:
+    """The endpoint on (host, port); `start()` serves from a daemon thread."""
+
+    def __init__(self, source: StatsSource, host: str, port: int) -> None:
+        handler = type("StatsHandler", (_Handler,), {"source": source})
+        server_class = _IPv6Server if ":" in host else ThreadingHTTPServer
+        # Binds now, so that a busy port is an error before any worker starts.
+        self._server = server_class((host, port), handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name="qw-http", daemon=True
+        )
+
+    @property
+    def address(self) -> str:
+        address = self._server.server_address
+        host, port = str(address[0]), int(address[1])
+        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def close(self) -> None:
+        if self._thread.is_alive():
+            self._server.shutdown()
+        self._server.server_close()

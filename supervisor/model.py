@@ -1,0 +1,82 @@
+"""What the supervisor shows: plain data the dashboard, the progress line and HTTP render.
+
+The supervisor builds a `SupervisorSnapshot` a few times a second; renderers are pure
+functions of it. `Controls` is what the dashboard's keys may ask the supervisor to do.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+
+@dataclass
+class WorkerView:
+    """One worker slot as the supervisor sees it (the process and its last published stats)."""
+
+    slot: int
+    name: str  # w0, w1, …
+    worker_id: str | None  # the protocol id of the current (or last) process in this slot
+    pid: int | None
+    state: str  # starting | idle | claiming | working | paused | draining | dead | exited
+    stats: dict[str, Any] = field(default_factory=dict)  # queue_worker.stats snapshot
+    cpu_percent: float = 0.0
+    rss_bytes: int = 0
+    exit_code: int | None = None  # negative: killed by that signal
+    died_at: float | None = None  # wall clock, seconds
+    restarts: int = 0
+
+
+@dataclass
+class QueueView:
+    """The queue as the supervisor's own fold of the logs sees it."""
+
+    published: int = 0
+    pending: int = 0
+    held: int = 0
+    done: int = 0
+    failed: int = 0  # FAIL records accepted (released for retry, or dead)
+    dead: int = 0
+    throughput_now: float = 0.0  # tasks done per second, recent
+    throughput_history: list[float] = field(default_factory=list)  # one value per second
+    log_bytes: int = 0
+    record_count: int = 0  # records in both topics
+
+
+@dataclass
+class Event:
+    """One line of the event feed: a takeover, a lost lease, a stale completion, a death…"""
+
+    at: float  # wall clock, seconds
+    kind: str  # takeover | lease-lost | stale | dead-task | death | restart | pause | info
+    text: str
+
+
+@dataclass
+class SupervisorSnapshot:
+    location: str
+    workers: list[WorkerView]
+    queue: QueueView
+    events: list[Event]
+    draining: bool = False
+    selected: int | None = None  # the slot chosen with a digit key
+    started_at: float = 0.0
+
+
+class Controls(Protocol):
+    """The actions the dashboard's keys trigger on the supervisor."""
+
+    def kill_a_holder(self) -> str | None:
+        """kill -9 a worker that holds a task; returns what it did (for the feed)."""
+
+    def kill(self, slot: int) -> str | None: ...
+
+    def toggle_pause(self, slot: int) -> str | None: ...
+
+    def add_worker(self) -> str | None: ...
+
+    def remove_worker(self) -> str | None: ...
+
+    def drain(self) -> None: ...
+
+    def select(self, slot: int | None) -> None: ...

@@ -1,0 +1,264 @@
+"""The supervisor's own reading of the queue: it tails both logs and folds the claims log.
+
+`Monitor.poll()` reads what was appended since the last call, applies it to a `ClaimState`
+(the same pure fold every worker runs, so its verdicts are the workers' verdicts) and turns
+the interesting outcomes into feed events:
+
+    takeover    task 17: w2 → w5, 1.2 s after w2 died
+    lease-lost  task 17: w2 lost its lease to w5
+    stale       task 17: w2's completion was discarded (w5 holds it): worked twice
+    dead-task   task 17 is dead after 3 attempts: ValueError: …
+
+The fold is the workers' own (`queue_worker.topics.ClaimsFollower`): the same decoding, the
+same server clock on Redis, the same treatment of a malformed record.
+
+Worker ids are long ("w2-4711-9f3a"); the supervisor tells the monitor the name and the
+death time of the workers it runs (`name_worker`, `worker_died`). Workers of another
+supervisor on the same directory are labelled by name and pid ("w2-4711").
+
+The monitor starts by folding the whole claims log, silently: only records appended after
+it was created become events, so a restart does not replay yesterday's feed. One `poll`
+reads a bounded batch, so the supervisor's loop stays responsive while it catches up.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from logstore import Entry, Log, is_redis_url, open_log
+from logstore.base import Durability
+from queue_worker.records import Claim, ClaimsRecord, Done, RecordDecodeError, Unknown
+from queue_worker.state import ClaimState, Lease, Outcome, Verdict
+from queue_worker.topics import CLAIMS_TOPIC, TASKS_TOPIC, ClaimsFollower, decode_claims_entry
+from supervisor.model import Event, QueueView
+
+#: records read from each log by one `poll` (catching up on a long log takes several polls)
+POLL_BATCH: Final = 20_000
+#: seconds of throughput history kept (one value a second)
+HISTORY_SECONDS: Final = 120
+#: the throughput shown as "now" is the mean of this many complete seconds
+THROUGHPUT_WINDOW: Final = 3
+MICROS: Final = 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class TaskInfo:
+    """One task as the monitor's fold sees it now (what `/task/{id}` serves)."""
+
+    task: int
+    known: bool  # the tasks log has it (the monitor has read that far)
+    done: bool
+    dead: bool
+    holder: Lease | None
+    holder_name: str | None
+    attempts: int
+    last_error: str | None
+
+
+class Monitor:
+    """Tails the tasks and claims logs of one location; thread-safe."""
+
+    def __init__(self, location: str, *, batch: int = POLL_BATCH) -> None:
+        self.location = location
+        self._batch = batch
+        # Durability only matters to writers; the monitor never appends.
+        self._tasks: Log = open_log(location, TASKS_TOPIC, Durability.NONE)
+        self._claims: Log = open_log(location, CLAIMS_TOPIC, Durability.NONE)
+        self._tasks_pos = self._tasks.start
+        # The workers' own fold (same decoding, same server clock, same malformed records).
+        self._follower = ClaimsFollower(self._claims.start)
+        self._state: ClaimState = self._follower.state
+        # Records before this position are history: folded, never turned into events.
+        self._events_from = self._claims.end()
+        self._published = 0
+        self._records = 0
+        self._failed = 0
+        self._done_per_second: Counter[int] = Counter()
+        self._names: dict[str, str] = {}
+        self._deaths: dict[str, float] = {}
+        self._caught_up = False
+        self._lock = threading.Lock()
+
+    # -- what the supervisor tells it --------------------------------------------------------
+
+    def name_worker(self, worker_id: str, name: str) -> None:
+        with self._lock:
+            self._names[worker_id] = name
+
+    def worker_died(self, worker_id: str, at: float) -> None:
+        with self._lock:
+            self._deaths[worker_id] = at
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def poll(self) -> list[Event]:
+        """Read one batch of each log; return the events it produced."""
+        with self._lock:
+            tasks_read = self._read_tasks()
+            events, claims_read = self._read_claims()
+            self._caught_up = tasks_read < self._batch and claims_read < self._batch
+            return events
+
+    def _read_tasks(self) -> int:
+        # A task's id is its index in the tasks log, whatever the record holds: counting
+        # is all the monitor needs (the workers decide what a bad record means).
+        entries = self._tasks.read(self._tasks_pos, self._batch)
+        if entries:
+            self._published += len(entries)
+            self._tasks_pos = entries[-1].next
+            self._records += len(entries)
+        return len(entries)
+
+    def _read_claims(self) -> tuple[list[Event], int]:
+        entries = self._claims.read(self._follower.next_position, self._batch)
+        events: list[Event] = []
+        for entry in entries:
+            # attempts before the record: a DEAD verdict forgets the task's state
+            attempts = self._attempts_before(entry)
+            outcome, record = self._follower.apply(entry)
+            self._count(record, outcome)
+            if entry.position >= self._events_from:
+                event = self._event(record, outcome, attempts)
+                if event is not None:
+                    events.append(event)
+        self._records += len(entries)
+        return events, len(entries)
+
+    def _attempts_before(self, entry: Entry) -> int:
+        try:
+            record = decode_claims_entry(entry)
+        except RecordDecodeError:
+            return 0  # the follower folds it as a malformed record: no task, no event
+        return 0 if isinstance(record, Unknown) else self._state.attempts(record.task)
+
+    def _count(self, record: ClaimsRecord, outcome: Outcome) -> None:
+        if outcome.verdict is Verdict.DONE and isinstance(record, Done):
+            # bucketed by the record's own time, so catching up on history fills the past
+            self._done_per_second[record.at // MICROS] += 1
+        elif outcome.verdict in (Verdict.RELEASED, Verdict.DEAD):
+            self._failed += 1
+
+    # -- events ------------------------------------------------------------------------------
+
+    def _label(self, worker_id: str) -> str:
+        # Our own workers by name (w2); another supervisor's by name and pid (w2-4711), since
+        # every supervisor has a w2. A worker id is "<name>-<pid>-<random>".
+        return self._names.get(worker_id) or worker_id.rsplit("-", 1)[0]
+
+    def _event(self, record: ClaimsRecord, outcome: Outcome, attempts: int) -> Event | None:
+        verdict, task = outcome.verdict, outcome.task
+        worker = outcome.worker
+        if worker is None or task is None:
+            return None
+        now = time.time()
+        who = self._label(worker)
+        if verdict is Verdict.TAKEOVER and outcome.previous and isinstance(record, Claim):
+            return Event(now, "takeover", self._takeover_text(task, who, outcome.previous, record))
+        if verdict is Verdict.LEASE_LOST:
+            holder = outcome.holder
+            to = f" to {self._label(holder.worker)}" if holder and holder.worker != worker else ""
+            return Event(now, "lease-lost", f"task {task}: {who} lost its lease{to}")
+        if verdict is Verdict.STALE_DONE:
+            holder = outcome.holder
+            if holder is not None:
+                why = f"{self._label(holder.worker)} holds it"
+            else:
+                why = "already done" if self._state.is_done(task) else "nobody holds it"
+            return Event(now, "stale", f"task {task}: {who}'s completion was discarded ({why})")
+        if verdict is Verdict.DEAD:
+            error = self._state.dead_error(task) or "no error given"
+            text = f"task {task} is dead after {attempts} attempt{'s' * (attempts != 1)}: {error}"
+            return Event(now, "dead-task", text)
+        return None
+
+    def _takeover_text(self, task: int, who: str, previous: Lease, record: Claim) -> str:
+        victim = self._label(previous.worker)
+        claimed_at = record.at / MICROS
+        died = self._deaths.get(previous.worker)
+        if died is not None:
+            return f"task {task}: {victim} → {who}, {claimed_at - died:.1f} s after {victim} died"
+        lapsed = claimed_at - previous.expiry / MICROS
+        return f"task {task}: {victim} → {who}, {lapsed:.1f} s after its lease lapsed"
+
+    # -- queries -----------------------------------------------------------------------------
+
+    @property
+    def caught_up(self) -> bool:
+        """The last poll reached the end of both logs."""
+        with self._lock:
+            return self._caught_up
+
+    def is_drained(self) -> bool:
+        """Caught up, and every published task is closed (done or dead): none pending or
+        held."""
+        with self._lock:
+            state = self._state
+            closed = state.done_count + state.dead_count
+            return self._caught_up and state.held_count == 0 and closed >= self._published
+
+    def queue_view(self, now: float | None = None) -> QueueView:
+        with self._lock:
+            state = self._state
+            second = int(time.time() if now is None else now)
+            # Complete seconds only: the current one is still filling.
+            history = [
+                float(self._done_per_second.get(s, 0))
+                for s in range(second - HISTORY_SECONDS, second)
+            ]
+            for s in [s for s in self._done_per_second if s < second - HISTORY_SECONDS]:
+                del self._done_per_second[s]
+            closed = state.done_count + state.dead_count
+            return QueueView(
+                published=self._published,
+                pending=max(0, self._published - closed - state.held_count),
+                held=state.held_count,
+                done=state.done_count,
+                failed=self._failed,
+                dead=state.dead_count,
+                throughput_now=sum(history[-THROUGHPUT_WINDOW:]) / THROUGHPUT_WINDOW,
+                throughput_history=history,
+                log_bytes=self._log_bytes(),
+                record_count=self._records,
+            )
+
+    def _log_bytes(self) -> int:
+        if is_redis_url(self.location):
+            return 0
+        total = 0
+        for topic in (TASKS_TOPIC, CLAIMS_TOPIC):
+            with contextlib.suppress(OSError):  # not created yet
+                total += (Path(self.location) / f"{topic}.log").stat().st_size
+        return total
+
+    def holdings(self) -> dict[str, int]:
+        """worker id -> a task its claim holds now, by the log (an expired lease included:
+        a dead worker still "holds" its task until a survivor takes it over)."""
+        with self._lock:
+            return {lease.worker: task for task, lease in self._state.held_tasks()}
+
+    def task_info(self, task: int) -> TaskInfo:
+        with self._lock:
+            state = self._state
+            holder = state.holder(task)
+            open_state = state.task_state(task)
+            return TaskInfo(
+                task=task,
+                known=0 <= task < self._published,
+                done=state.is_done(task),
+                dead=state.is_dead(task),
+                holder=holder,
+                holder_name=None if holder is None else self._label(holder.worker),
+                attempts=state.attempts(task),
+                last_error=state.dead_error(task)
+                or (open_state.last_error if open_state else None),
+            )
+
+    def close(self) -> None:
+        self._tasks.close()
+        self._claims.close()

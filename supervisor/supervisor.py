@@ -1,0 +1,651 @@
+"""The Supervisor: starts the worker processes, watches them, restarts the dead, drains.
+
+Each worker is a child process, ``python -m queue_worker.worker '<config json>'``, in a
+session of its own (so a Ctrl-C in the terminal reaches the supervisor only, which then
+drains the workers in order). A worker dies with its supervisor on its own (it checks its
+parent), so `kill -9` of the supervisor leaves no orphan behind.
+
+Threads:
+  the caller's   `start()`, `snapshot()`, the dashboard's controls, `wait()`
+  the watcher    every TICK_S: reaps exits, restarts due slots, acts on stop requests,
+                 decides when the run is over; every REFRESH_S: reads the workers' stats
+                 snapshots and folds the logs (`Monitor`); every SAMPLE_S: samples CPU and
+                 memory, writes the status file `qw status` reads
+  the publisher  optional: the demo tasks (`DemoPublisher`)
+
+Signal handlers only call `request_stop()`, which bumps a counter and takes no lock (a
+handler runs on the main thread, which may hold the lock at that moment); the watcher acts
+on it within one tick: the first request drains, the second kills every worker at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+import psutil
+
+from queue_worker.config import WorkerConfig
+from queue_worker.stats import read_snapshot
+from queue_worker.worker import EXIT_CONFIG as WORKER_EXIT_CONFIG
+from supervisor.model import Event, QueueView, SupervisorSnapshot
+from supervisor.monitor import Monitor, TaskInfo
+from supervisor.slots import RestartPolicy, Slot, describe_exit, last_line
+
+#: exit codes of `qw up`
+EXIT_OK: Final = 0  # drained: every worker finished what it held and exited
+EXIT_NO_WORKERS: Final = 1  # every worker died and none will be restarted
+EXIT_FORCED: Final = 130  # stopped by a second signal: workers were killed mid-task
+
+DEMO_HANDLER: Final = "queue_worker.handlers:demo"
+#: how often the watcher thread polls the worker processes and acts on requests
+TICK_S: Final = 0.1
+#: how often it reads the workers' stats files and the logs (the dashboard draws 4 a second)
+REFRESH_S: Final = 0.25
+#: how often CPU% and RSS are sampled, and the status file rewritten
+SAMPLE_S: Final = 1.0
+#: events kept for the feed
+EVENTS_KEPT: Final = 200
+
+
+@dataclass(frozen=True)
+class SupervisorOptions:
+    """Everything `qw up` decides; `worker_config` turns it into one worker's config."""
+
+    data_dir: Path  # holds run/ (stats, status files, worker logs) and, by default, the logs
+    location: str  # the logs: the data directory, or a redis:// URL
+    workers: int = 4
+    handler: str = DEMO_HANDLER
+    work_ms: int = 400
+    lease_s: float = 30.0
+    pick: str = "spread"
+    fsync: str = "commit"
+    tasks: int = 0  # demo tasks enqueued at start
+    rate: float = 0.0  # demo tasks per second from a publisher thread (0: none)
+    exit_when_drained: bool = False
+    restart: RestartPolicy = field(default_factory=RestartPolicy)
+
+    @property
+    def run_dir(self) -> Path:
+        return self.data_dir / "run"
+
+    def worker_config(self, name: str, slot: int, slots: int) -> WorkerConfig:
+        return WorkerConfig(
+            location=self.location,
+            run_dir=str(self.run_dir),
+            name=name,
+            handler=self.handler,
+            work_ms=self.work_ms,
+            lease_s=self.lease_s,
+            pick=self.pick,
+            slot=slot,
+            slots=slots,
+            fsync=self.fsync,
+            parent_pid=os.getpid(),
+        )
+
+
+def default_demo_rate(workers: int, work_ms: int) -> float:
+    """Tasks per second that `workers` demo workers keep up with: 80% of their capacity."""
+    return round(min(workers * 1000 / max(work_ms, 5) * 0.8, 500.0), 1)
+
+
+def demo_payloads(first: int, count: int) -> list[dict[str, int]]:
+    return [{"n": n} for n in range(first, first + count)]
+
+
+class DemoPublisher(threading.Thread):
+    """Enqueues demo tasks at a steady rate until stopped."""
+
+    def __init__(
+        self,
+        location: str,
+        fsync: str,
+        rate: float,
+        on_error: Callable[[str], None],
+        first_number: int = 0,
+    ) -> None:
+        super().__init__(name="qw-demo-publisher", daemon=True)
+        self.location, self.fsync, self.rate = location, fsync, rate
+        self.first_number = first_number  # payloads go on counting after the start tasks
+        self.sent = 0
+        self._on_error = on_error
+        self._stop_event = threading.Event()
+
+    def stop(self) -> None:
+        self._stop_event.set()
+
+    def run(self) -> None:
+        from queue_worker.producer import Queue
+
+        interval = min(1.0, max(0.05, 1.0 / self.rate))
+        began = time.monotonic()
+        try:
+            with Queue(self.location, self.fsync) as queue:
+                while not self._stop_event.wait(interval):
+                    due = int(self.rate * (time.monotonic() - began)) - self.sent
+                    if due > 0:
+                        queue.enqueue_many(demo_payloads(self.first_number + self.sent, due))
+                        self.sent += due
+        except Exception as e:  # the demo stops; the workers and the dashboard go on
+            self._on_error(f"the demo publisher stopped: {type(e).__name__}: {e}")
+
+
+class Supervisor:
+    """Runs `options.workers` worker processes on one location until drained or stopped."""
+
+    def __init__(self, options: SupervisorOptions) -> None:
+        self.options = options
+        self.location = options.location
+        self.started_at = 0.0
+        self.http_address: str | None = None  # set by whoever serves the stats (status file)
+        self._slots = [Slot(i, f"w{i}") for i in range(options.workers)]
+        self._events: deque[Event] = deque(maxlen=EVENTS_KEPT)
+        self._events_total = 0
+        self._queue = QueueView()
+        self._monitor: Monitor | None = None
+        self._publisher: DemoPublisher | None = None
+        self._selected: int | None = None
+        self._draining = False
+        self._drain_requested = False
+        self._stop_requests = 0  # bumped by signal handlers: no lock
+        self._forced = False
+        self._exit_code: int | None = None
+        self._finished = threading.Event()
+        self._lock = threading.RLock()
+        self._watcher = threading.Thread(target=self._watch, name="qw-watcher", daemon=True)
+        self._next_sample = 0.0
+        self._next_refresh = 0.0
+        self._status_path = options.run_dir / "supervisors" / f"{os.getpid()}.json"
+        self._logs_dir = options.run_dir / "logs"
+
+    # -- life cycle ----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Enqueue the start tasks, start every worker, and begin watching."""
+        from queue_worker.producer import Queue
+
+        opts = self.options
+        for directory in (opts.run_dir, self._status_path.parent, self._logs_dir):
+            directory.mkdir(parents=True, exist_ok=True)
+        self.started_at = time.time()
+        self._monitor = Monitor(opts.location)
+        if opts.tasks:
+            with Queue(opts.location, opts.fsync) as queue:
+                ids = queue.enqueue_many(demo_payloads(0, opts.tasks))
+            self._event("info", f"enqueued {len(ids)} demo tasks ({ids[0]}–{ids[-1]})")
+        with self._lock:
+            for slot in self._slots:
+                self._spawn(slot)
+        if opts.rate > 0:
+            self._publisher = DemoPublisher(
+                opts.location,
+                opts.fsync,
+                opts.rate,
+                lambda text: self._event("info", text),
+                first_number=opts.tasks,
+            )
+            self._publisher.start()
+            self._event("info", f"publishing {opts.rate:g} demo tasks/s")
+        self._write_status()
+        self._watcher.start()
+
+    def request_stop(self) -> None:
+        """Safe from a signal handler: the first request drains, the second kills."""
+        self._stop_requests += 1
+
+    def stop_now(self) -> None:
+        """Kill every worker at once (what a second stop request does)."""
+        self._stop_requests += 2
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the supervisor has finished (or `timeout`); True if finished."""
+        return self._finished.wait(timeout)
+
+    @property
+    def finished(self) -> bool:
+        return self._finished.is_set()
+
+    @property
+    def exit_code(self) -> int | None:
+        return self._exit_code
+
+    # -- the watcher ---------------------------------------------------------------------------
+
+    def _watch(self) -> None:
+        last_error = ""
+        while not self._finished.wait(TICK_S):
+            try:
+                self._tick()
+            except Exception as e:  # the watcher must outlive any one bad tick
+                text = f"supervisor error: {type(e).__name__}: {e}"
+                if text != last_error:  # once, not ten times a second
+                    self._event("info", text)
+                last_error = text
+
+    def _tick(self) -> None:
+        now = time.monotonic()
+        monitor = self._monitor
+        assert monitor is not None
+        # Processes are polled every tick (cheap); files only as often as anyone looks.
+        refresh = now >= self._next_refresh
+        if refresh:
+            self._next_refresh = now + REFRESH_S
+            events = monitor.poll()  # outside the lock: catching up may take a while
+            queue = monitor.queue_view()
+        with self._lock:
+            if refresh:
+                for event in events:
+                    self._add_event(event)
+                self._queue = queue
+            if self._stop_requests >= 2 and not self._forced:
+                self._kill_all_now()
+            elif (self._stop_requests or self._drain_requested) and not self._draining:
+                self._begin_drain("stop requested" if self._stop_requests else "drain requested")
+            elif self.options.exit_when_drained and not self._draining and monitor.is_drained():
+                self._begin_drain("the queue is drained")
+            for slot in self._slots:
+                self._reap(slot, now)
+            if not self._draining:
+                for slot in self._slots:
+                    if slot.restart_due is not None and now >= slot.restart_due:
+                        self._restart(slot, now)
+            if refresh:
+                self._refresh_stats()
+            if now >= self._next_sample:
+                self._next_sample = now + SAMPLE_S
+                self._sample_processes()
+                self._write_status()
+            self._check_finished()
+
+    def _check_finished(self) -> None:
+        if any(slot.alive for slot in self._slots):
+            return
+        if self._draining:
+            self._finish(EXIT_FORCED if self._forced else EXIT_OK)
+        elif any(s.lost for s in self._slots) and all(s.restart_due is None for s in self._slots):
+            self._event("info", "every worker is gone and none will be restarted")
+            self._finish(EXIT_NO_WORKERS)
+
+    def _finish(self, code: int) -> None:
+        if self._publisher is not None:
+            self._publisher.stop()
+        self._exit_code = code
+        for slot in self._slots:
+            self._read_stats(slot)  # the last figures a drained worker published
+        if self._monitor is not None:
+            for event in self._monitor.poll():  # the last completions, for the final counts
+                self._add_event(event)
+            self._queue = self._monitor.queue_view()
+            self._monitor.close()  # its fold stays readable (task_info) for a last request
+        with contextlib.suppress(OSError):
+            self._status_path.unlink()
+        self._finished.set()
+
+    # -- processes -------------------------------------------------------------------------------
+
+    def _spawn(self, slot: Slot) -> None:
+        # Workers die with the *thread* that started them (PR_SET_PDEATHSIG): spawn only from
+        # the main thread or the watcher, which both outlive every worker they start.
+        config = self.options.worker_config(slot.name, slot.index, len(self._slots))
+        log_path = self._logs_dir / f"{slot.name}.log"
+        with open(log_path, "ab") as log:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "queue_worker.worker", config.to_json()],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                start_new_session=True,  # a terminal's Ctrl-C reaches the supervisor only
+            )
+        slot.process, slot.pid = process, process.pid
+        slot.worker_id, slot.stats, slot.stats_mtime = None, {}, 0
+        slot.exit_code, slot.died_at, slot.paused = None, None, False
+        slot.launched_at = time.monotonic()
+        slot.restart_due = None
+        slot.cpu_percent, slot.rss_bytes = 0.0, 0
+        try:
+            slot.ps = psutil.Process(process.pid)
+            slot.ps.cpu_percent(None)  # the first call only starts the measurement
+        except psutil.Error:
+            slot.ps = None
+
+    def _reap(self, slot: Slot, now: float) -> None:
+        process = slot.process
+        if process is None:
+            return
+        code = process.poll()
+        if code is None:
+            return
+        self._read_stats(slot)
+        slot.process, slot.ps, slot.paused = None, None, False
+        slot.exit_code, slot.died_at = code, time.time()
+        if slot.worker_id is not None and self._monitor is not None:
+            self._monitor.worker_died(slot.worker_id, slot.died_at)
+        stopping = self._draining or slot.retiring
+        # SIGTERM before the worker installed its handler (it was still starting) kills it:
+        # that is a clean stop too, it had no task yet.
+        slot.clean_exit = code == 0 or (stopping and code == -signal.SIGTERM)
+        if stopping:
+            if not slot.clean_exit:
+                self._event("death", f"{slot.name} (pid {slot.pid}) {describe_exit(code)}")
+            return
+        self._event("death", self._death_text(slot, code))
+        if code == WORKER_EXIT_CONFIG:
+            slot.lost = True  # a config the worker rejects would be rejected again
+            return
+        self._plan_restart(slot, now)
+
+    def _death_text(self, slot: Slot, code: int) -> str:
+        text = f"{slot.name} (pid {slot.pid}) {describe_exit(code)}"
+        holdings = self._monitor.holdings() if self._monitor else {}
+        task = holdings.get(slot.worker_id or "")
+        if task is not None:
+            text += f" while holding task {task}"
+        if code > 0:
+            last = last_line(self._logs_dir / f"{slot.name}.log")
+            if last:
+                text += f": {last}"
+        return text
+
+    def _plan_restart(self, slot: Slot, now: float) -> None:
+        policy = self.options.restart
+        if not policy.enabled:
+            slot.lost = True
+            return
+        while slot.restart_times and now - slot.restart_times[0] > policy.storm_window_s:
+            slot.restart_times.popleft()
+        if len(slot.restart_times) >= policy.storm_limit:
+            slot.lost = True
+            self._event(
+                "death",
+                f"{slot.name} restarted {len(slot.restart_times)} times in "
+                f"{policy.storm_window_s:g} s: the slot stays dead",
+            )
+            return
+        lived = now - slot.launched_at
+        slot.young_deaths = 1 if lived >= policy.healthy_after_s else slot.young_deaths + 1
+        slot.restart_due = now + policy.delay(slot.young_deaths)
+
+    def _restart(self, slot: Slot, now: float) -> None:
+        slot.restart_times.append(now)
+        slot.restarts += 1
+        old_pid = slot.pid
+        self._spawn(slot)
+        self._event("restart", f"{slot.name} restarted as pid {slot.pid} (was {old_pid})")
+
+    def _signal(self, slot: Slot, signum: int) -> bool:
+        """Send `signum` to a live worker; False if it is already gone."""
+        if slot.process is None or slot.process.poll() is not None:
+            return False  # not reaped yet means the pid is still ours; reaped means gone
+        try:
+            if signum == signal.SIGKILL:
+                os.killpg(slot.process.pid, signum)  # the handler's own children too
+            else:
+                os.kill(slot.process.pid, signum)
+        except ProcessLookupError:
+            return False
+        return True
+
+    def _begin_drain(self, why: str) -> None:
+        self._draining = True
+        if self._publisher is not None:
+            self._publisher.stop()
+        for slot in self._slots:
+            slot.restart_due = None
+            if slot.paused:
+                self._signal(slot, signal.SIGCONT)  # a stopped process cannot drain
+                slot.paused = False
+            self._signal(slot, signal.SIGTERM)
+        self._event("info", f"draining ({why}): workers finish their tasks and exit")
+
+    def _kill_all_now(self) -> None:
+        self._forced = True
+        self._draining = True
+        if self._publisher is not None:
+            self._publisher.stop()
+        for slot in self._slots:
+            slot.restart_due = None
+            self._signal(slot, signal.SIGKILL)
+        self._event("info", "stopping now: every worker killed")
+
+    # -- what the workers publish ------------------------------------------------------------------
+
+    def _read_stats(self, slot: Slot) -> None:
+        if slot.pid is None:
+            return
+        run_dir = self.options.run_dir
+        if slot.worker_id is None:
+            # The worker id is "<name>-<pid>-<random>": find this process's snapshot.
+            found = next(iter(run_dir.glob(f"{slot.name}-{slot.pid}-*.json")), None)
+            if found is None:
+                return
+            slot.worker_id = found.stem
+            if self._monitor is not None:
+                self._monitor.name_worker(slot.worker_id, slot.name)
+        path = run_dir / f"{slot.worker_id}.json"
+        try:
+            mtime = path.stat().st_mtime_ns
+        except OSError:
+            return  # being replaced: the next refresh reads it
+        if mtime == slot.stats_mtime:
+            return  # unchanged since the last read: a stat is cheaper than a parse
+        snapshot = read_snapshot(path)
+        if snapshot is not None:
+            slot.stats, slot.stats_mtime = snapshot, mtime
+
+    def _refresh_stats(self) -> None:
+        for slot in self._slots:
+            if slot.alive:
+                self._read_stats(slot)
+
+    def _sample_processes(self) -> None:
+        for slot in self._slots:
+            if slot.ps is None:
+                continue
+            try:
+                with slot.ps.oneshot():
+                    slot.cpu_percent = slot.ps.cpu_percent(None)
+                    slot.rss_bytes = slot.ps.memory_info().rss
+            except psutil.Error:
+                slot.ps = None  # it exited; the next reap notices
+
+    # -- events and views --------------------------------------------------------------------------
+
+    def _event(self, kind: str, text: str) -> None:
+        with self._lock:
+            self._add_event(Event(time.time(), kind, text))
+
+    def _add_event(self, event: Event) -> None:
+        self._events.append(event)
+        self._events_total += 1
+
+    def events_since(self, seen: int) -> tuple[list[Event], int]:
+        """The events after the first `seen` ones (as many as are kept), and the new total."""
+        with self._lock:
+            new = min(self._events_total - seen, len(self._events))
+            return list(self._events)[len(self._events) - new :], self._events_total
+
+    def snapshot(self) -> SupervisorSnapshot:
+        """What the dashboard draws; cheap (it copies what the watcher thread gathered)."""
+        with self._lock:
+            return SupervisorSnapshot(
+                location=self.location,
+                workers=[slot.view(self._draining) for slot in self._slots],
+                queue=self._queue,
+                events=list(self._events),
+                draining=self._draining,
+                selected=self._selected,
+                started_at=self.started_at,
+            )
+
+    def task_info(self, task: int) -> TaskInfo | None:
+        return None if self._monitor is None else self._monitor.task_info(task)
+
+    # -- the controls (supervisor.model.Controls) -----------------------------------------------
+
+    def kill_a_holder(self) -> str | None:
+        holdings = self._monitor.holdings() if self._monitor else {}
+        with self._lock:
+            # The log says who holds what; a worker's own stats may be a moment behind.
+            holders = [s for s in self._slots if s.alive and s.worker_id in holdings]
+            if not holders:
+                return None
+            return self.kill(random.choice(holders).index)
+
+    def kill(self, slot: int) -> str | None:
+        holdings = self._monitor.holdings() if self._monitor else {}
+        with self._lock:
+            target = self._slot(slot)
+            if target is None or not self._signal(target, signal.SIGKILL):
+                return None
+            task = holdings.get(target.worker_id or "")
+            holding = f", holding task {task}" if task is not None else ""
+            text = f"kill -9 {target.name} (pid {target.pid}){holding}"
+            self._event("info", text)
+            return text
+
+    def toggle_pause(self, slot: int) -> str | None:
+        with self._lock:
+            target = self._slot(slot)
+            if target is None or self._draining:
+                return None
+            signum = signal.SIGCONT if target.paused else signal.SIGSTOP
+            if not self._signal(target, signum):
+                return None
+            target.paused = not target.paused
+            verb = "paused" if target.paused else "resumed"
+            text = f"{target.name} (pid {target.pid}) {verb}"
+            self._event("pause", text)
+            return text
+
+    def add_worker(self) -> str | None:
+        with self._lock:
+            if self._draining:
+                return None
+            slot = next((s for s in self._slots if s.retiring and not s.alive), None)
+            if slot is None:
+                slot = Slot(len(self._slots), f"w{len(self._slots)}")
+                self._slots.append(slot)
+            slot.retiring = slot.lost = False
+            slot.restart_times.clear()
+            slot.young_deaths = 0
+            self._spawn(slot)
+            text = f"{slot.name} added (pid {slot.pid})"
+            self._event("info", text)
+            return text
+
+    def remove_worker(self) -> str | None:
+        with self._lock:
+            live = [s for s in self._slots if s.alive and not s.retiring]
+            if self._draining or not live:
+                return None
+            slot = live[-1]
+            slot.retiring = True
+            if slot.paused:
+                self._signal(slot, signal.SIGCONT)
+                slot.paused = False
+            self._signal(slot, signal.SIGTERM)
+            text = f"{slot.name} (pid {slot.pid}) removed: it finishes its task and exits"
+            self._event("info", text)
+            return text
+
+    def drain(self) -> None:
+        self._drain_requested = True
+
+    def select(self, slot: int | None) -> None:
+        with self._lock:
+            self._selected = slot
+
+    def _slot(self, index: int) -> Slot | None:
+        return self._slots[index] if 0 <= index < len(self._slots) else None
+
+    # -- the status file (what `qw status` reads) ------------------------------------------------
+
+    def _write_status(self) -> None:
+        status = {
+            "pid": os.getpid(),
+            "started_at": self.started_at,
+            "updated_at": time.time(),
+            "location": self.location,
+            "http": self.http_address,
+            "draining": self._draining,
+            "workers": [
+                {
+                    "slot": s.index,
+                    "name": s.name,
+                    "pid": s.pid,
+                    "worker_id": s.worker_id,
+                    "alive": s.alive,
+                    "restarts": s.restarts,
+                    "exit_code": s.exit_code,
+                }
+                for s in self._slots
+            ],
+        }
+        tmp = self._status_path.with_suffix(".tmp")
+        with contextlib.suppress(OSError):  # a full disk costs `qw status`, not the run
+            tmp.write_text(json.dumps(status))
+            os.replace(tmp, self._status_path)
+
+
+def read_status_files(run_dir: Path) -> list[dict[str, Any]]:
+    """The status of every supervisor running on a data directory (stale files of
+    supervisors that were killed are skipped)."""
+    statuses: list[dict[str, Any]] = []
+    for path in sorted((run_dir / "supervisors").glob("*.json")):
+        try:
+            status = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        pid = status.get("pid") if isinstance(status, dict) else None
+        if isinstance(pid, int) and _running_since(pid, status.get("started_at")):
+            statuses.append(status)
+    return statuses
+
+
+def _running_since(pid: int, started_at: object) -> bool:
+    """Is `pid` alive and the same process that started at `started_at` (not a reused pid)?"""
+    try:
+        process = psutil.Process(pid)
+        if process.status() == psutil.STATUS_ZOMBIE:
+            return False
+        created = process.create_time()
+    except psutil.Error:
+        return False
+    return not isinstance(started_at, (int, float)) or created <= started_at + 1.0
+
+
+def is_running_worker(snapshot: dict[str, Any]) -> bool:
+    """Is the worker that published `snapshot` still running?"""
+    pid = snapshot.get("pid")
+    if not isinstance(pid, int) or snapshot.get("state") == "exited":
+        return False
+    return _running_since(pid, snapshot.get("started_at"))
+
+
+__all__ = [
+    "DEMO_HANDLER",
+    "EXIT_FORCED",
+    "EXIT_NO_WORKERS",
+    "EXIT_OK",
+    "RestartPolicy",
+    "Supervisor",
+    "SupervisorOptions",
+    "default_demo_rate",
+    "demo_payloads",
+    "describe_exit",
+    "is_running_worker",
+    "read_status_files",
+]

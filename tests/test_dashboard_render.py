@@ -1,0 +1,565 @@
+"""The dashboard's pure builders, rendered into a plain-text console and read back."""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+from typing import Any
+
+import pytest
+from rich.console import Console, RenderableType
+
+from supervisor.dashboard import (
+    event_feed,
+    format_bytes,
+    format_duration,
+    format_micros,
+    full_screen,
+    queue_panel,
+    render,
+    worker_table,
+)
+from supervisor.model import Event, QueueView, SupervisorSnapshot, WorkerView
+from supervisor.sparkline import sparkline
+from supervisor.tui import ESC, Dashboard, _Keys, _sigterm_stops, parse_keys
+
+NOW = 1_700_000_000.0
+WIDTH = 120
+
+
+def text_of(renderable: RenderableType, width: int = WIDTH, height: int | None = None) -> str:
+    out = io.StringIO()
+    Console(file=out, width=width, height=height, color_system=None).print(renderable)
+    return out.getvalue()
+
+
+def stats(**over: Any) -> dict[str, Any]:
+    """A worker's published snapshot, as queue_worker.stats.WorkerStats.to_dict() writes it."""
+    base: dict[str, Any] = {
+        "attempts": 40,
+        "won": 31,
+        "lost_total": 9,
+        "finished": 30,
+        "current_task": None,
+        "current_since": None,
+        "lease_expiry": None,
+        "claim_latency_micros": {"p50": 420, "p90": 800, "p99": 2350, "samples": 40},
+    }
+    base.update(over)
+    return base
+
+
+def worker(slot: int, state: str = "idle", **over: Any) -> WorkerView:
+    fields: dict[str, Any] = {
+        "slot": slot,
+        "name": f"w{slot}",
+        "worker_id": f"w{slot}-{41000 + slot}-9fe3",
+        "pid": 41000 + slot,
+        "state": state,
+        "stats": stats(),
+        "cpu_percent": 12.5,
+        "rss_bytes": 31 * 1024 * 1024,
+    }
+    fields.update(over)
+    return WorkerView(**fields)
+
+
+def snapshot(workers: list[WorkerView] | None = None, **over: Any) -> SupervisorSnapshot:
+    fields: dict[str, Any] = {
+        "location": "/home/me/demo/.qw",
+        "workers": [] if workers is None else workers,
+        "queue": QueueView(
+            published=30,
+            pending=12,
+            held=3,
+            done=15,
+            failed=1,
+            dead=0,
+            throughput_now=2.5,
+            throughput_history=[0.0, 1.0, 2.0, 3.0, 4.0, 2.0, 0.0, 2.5],
+            log_bytes=48_213,
+            record_count=187,
+        ),
+        "events": [],
+        "started_at": NOW - 83,
+    }
+    fields.update(over)
+    return SupervisorSnapshot(**fields)
+
+
+def eight_workers() -> list[WorkerView]:
+    states = ["working", "working", "claiming", "idle", "paused", "dead", "working", "idle"]
+    out = []
+    for slot, state in enumerate(states):
+        held = state in ("working", "dead")
+        out.append(
+            worker(
+                slot,
+                state,
+                stats=stats(
+                    current_task=100 + slot if held else None,
+                    current_since=NOW - 1.2 if held else None,
+                    lease_expiry=NOW + 0.8 if held else None,
+                ),
+                exit_code=-9 if state == "dead" else None,
+                died_at=NOW - 0.5 if state == "dead" else None,
+            )
+        )
+    return out
+
+
+def row_of(text: str, name: str) -> str:
+    """The worker table's row for worker `name` (slot number first, then the name)."""
+    rows = [line for line in text.splitlines() if line.replace("▶", "").split()[1:2] == [name]]
+    assert len(rows) == 1, f"expected one row for {name}:\n{text}"
+    return rows[0]
+
+
+# -- workers ------------------------------------------------------------------------------
+
+
+def test_worker_rows_show_every_figure() -> None:
+    w = worker(
+        2,
+        "working",
+        stats=stats(
+            attempts=57,
+            won=44,
+            lost_total=13,
+            finished=41,
+            current_task=17,
+            current_since=NOW - 3.2,
+            lease_expiry=NOW + 1.5,
+            claim_latency_micros={"p50": 612, "p90": 900, "p99": 14_200, "samples": 57},
+        ),
+        cpu_percent=7.25,
+        rss_bytes=28 * 1024 * 1024,
+    )
+    row = row_of(text_of(worker_table([w], now=NOW)), "w2")
+    for expected in (
+        "w2-41002-9fe3",
+        "41002",
+        "working",
+        "#17",
+        "3.2s",  # held
+        "1.5s",  # lease left
+        "57/44/13",
+        "41",
+        "612µs/14ms",
+        "7.2%",
+        "28.0M",
+    ):
+        assert expected in row, f"{expected!r} missing from {row!r}"
+
+
+def test_a_long_worker_id_keeps_its_start() -> None:
+    w = worker(0, worker_id="w0-4194303-" + "ab" * 20)
+    assert "w0-4194303-ab…" in row_of(text_of(worker_table([w], now=NOW)), "w0")
+
+
+def test_every_state_is_named() -> None:
+    text = text_of(worker_table(eight_workers(), now=NOW))
+    for name, state in [("w0", "working"), ("w2", "claiming"), ("w3", "idle"), ("w4", "paused")]:
+        assert state in row_of(text, name)
+    assert "dead KILL" in row_of(text, "w5")  # killed by signal 9, named
+
+
+def test_lease_lapsed_reads_expired() -> None:
+    w = worker(
+        0, "working", stats=stats(current_task=3, current_since=NOW - 5, lease_expiry=NOW - 1)
+    )
+    assert "expired" in row_of(text_of(worker_table([w], now=NOW)), "w0")
+
+
+def test_dead_worker_keeps_its_last_figures() -> None:
+    dead = worker(
+        1,
+        "dead",
+        stats=stats(attempts=23, won=20, lost_total=3, finished=19, current_task=8),
+        exit_code=-9,
+        died_at=NOW - 2,
+        restarts=1,
+        pid=41777,
+    )
+    row = row_of(text_of(worker_table([dead], now=NOW)), "w1")
+    for expected in ("dead", "KILL", "41777", "#8", "23/20/3", "19", "420µs/2.35ms", "↻1"):
+        assert expected in row, f"{expected!r} missing from {row!r}"
+
+
+def test_selected_worker_is_marked_without_colour() -> None:
+    text = text_of(worker_table(eight_workers(), now=NOW, selected=3))
+    assert "▶ 3" in row_of(text, "w3")
+    assert "▶" not in row_of(text, "w2")
+
+
+def test_no_workers() -> None:
+    text = text_of(render(snapshot([]), now=NOW))
+    assert "no workers" in text
+    assert "0 alive" in text
+    assert "no events yet" in text
+    assert "q  drain & quit" in text
+
+
+def test_worker_without_stats_yet() -> None:
+    fresh = worker(0, "starting", stats={}, pid=None, worker_id=None, rss_bytes=0)
+    row = row_of(text_of(worker_table([fresh], now=NOW)), "w0")
+    assert "starting" in row
+    assert "0/0/0" in row
+
+
+def test_stats_of_the_wrong_types_do_not_crash() -> None:
+    # the stats come from another process's JSON: a bad value shows as missing, not a crash
+    odd = worker(
+        0,
+        "working",
+        stats={
+            "current_task": "seven",
+            "attempts": True,
+            "lost": {"lost: held": 2, "lost: done": "x"},
+            "claim_latency_micros": [1, 2],
+            "lease_expiry": "soon",
+        },
+    )
+    row = row_of(text_of(worker_table([odd], now=NOW)), "w0")
+    assert "0/0/2" in row
+
+
+# -- the queue ----------------------------------------------------------------------------
+
+
+def test_queue_panel_counts_and_sparkline() -> None:
+    queue = QueueView(
+        published=1200,
+        pending=400,
+        held=8,
+        done=780,
+        failed=4,
+        dead=2,
+        throughput_now=12.5,
+        throughput_history=[float(v) for v in range(0, 9)] * 10,
+        log_bytes=3 * 1024 * 1024,
+        record_count=51_234,
+    )
+    text = text_of(queue_panel(queue))
+    for expected in (
+        "published 1,200",
+        "pending 400",
+        "held 8",
+        "done 780",
+        "failed 4",
+        "dead 2",
+        "12.5/s",
+        "3.0M",
+        "51,234 records",
+        "peak 8.0/s",
+        "65%",
+    ):
+        assert expected in text, f"{expected!r} missing from\n{text}"
+    # the last 60 seconds of 0..8 repeated, at full height 8 → "█"
+    assert sparkline(queue.throughput_history, 60) in text
+    assert " ▁▂▃▄▅▆▇█ ▁▂▃▄▅▆▇█" in text
+
+
+def test_sparkline() -> None:
+    assert sparkline([0, 1, 2, 4, 8], 5) == " ▁▂▄█"
+    assert sparkline([1, 2], 5) == "   ▄█"  # missing history is blank, on the left
+    assert sparkline([0.01, 100], 2) == "▁█"  # a little work is not none
+    assert sparkline([], 3) == "   "
+    assert sparkline([0, 0], 2) == "  "
+    assert sparkline([float("nan"), -3, float("inf"), 2], 4) == "   █"
+    assert sparkline(list(range(100)), 10) == sparkline(list(range(90, 100)), 10)
+    assert sparkline([1, 2], 2, maximum=4) == "▂▄"
+    assert sparkline([1], 0) == ""
+
+
+# -- the event feed -----------------------------------------------------------------------
+
+
+def test_takeover_and_death_in_the_feed_newest_first() -> None:
+    events = [
+        Event(NOW - 9, "death", "w1 (pid 41001) killed by SIGKILL holding task 17"),
+        Event(NOW - 7, "takeover", "task 17: w1 → w3, 2.1s after w1 died"),
+        Event(NOW - 6, "restart", "w1 restarted as pid 41010"),
+        Event(NOW - 5, "lease-lost", "task 22: w2 lost its lease"),
+        Event(NOW - 4, "stale", "task 22: DONE from w2 discarded (stale)"),
+    ]
+    lines = text_of(event_feed(events)).splitlines()
+    takeover = next(line for line in lines if "takeover" in line)
+    assert "task 17: w1 → w3, 2.1s after w1 died" in takeover
+    kinds = [
+        k
+        for line in lines
+        for k in ("death", "takeover", "restart", "lease-lost", "stale")
+        if f" {k} " in line
+    ]
+    assert kinds == ["stale", "lease-lost", "restart", "takeover", "death"]
+
+
+def test_feed_shows_the_last_ten() -> None:
+    events = [Event(NOW - 100 + i, "info", f"event number {i:03d}") for i in range(40)]
+    text = text_of(event_feed(events))
+    assert "event number 039" in text
+    assert "event number 030" in text
+    assert "event number 029" not in text
+
+
+# -- the whole screen ---------------------------------------------------------------------
+
+
+def test_render_whole_screen() -> None:
+    snap = snapshot(
+        eight_workers(),
+        events=[Event(NOW - 1, "takeover", "task 105: w5 → w0, 2.0s after w5 died")],
+        draining=True,
+    )
+    text = text_of(render(snap, now=NOW, message="killed w5 (pid 41005)"))
+    assert "/home/me/demo/.qw" in text
+    assert "up 1m23s" in text
+    assert "7 alive" in text and "1 dead" in text and "1 paused" in text
+    assert "DRAINING" in text
+    assert "draining: workers finish their tasks" in text
+    assert "Ctrl-C ×2  kill them now" in text
+    assert "killed w5 (pid 41005)" in text
+    assert "task 105: w5 → w0" in text
+    for slot in range(8):
+        row_of(text, f"w{slot}")
+    assert all(len(line) <= WIDTH for line in text.splitlines())
+
+
+def test_footer_follows_the_selection() -> None:
+    text = text_of(render(snapshot(eight_workers(), selected=4), now=NOW))
+    assert "kill -9 w4" in text
+    assert "pause/resume w4" in text
+    assert "Esc  clear" in text
+
+
+def test_layout_pins_the_footer_to_the_last_line() -> None:
+    events = [Event(NOW - 100 + i, "info", f"event number {i:03d}") for i in range(200)]
+    snap = snapshot(eight_workers(), events=events)
+    for height in (50, 24):
+        lines = text_of(full_screen(snap, now=NOW, height=height), height=height).splitlines()
+        assert len(lines) == height
+        assert "drain & quit" in lines[-1]
+        assert "event number 199" in "\n".join(lines)  # the newest event is always in sight
+    tall = text_of(full_screen(snap, now=NOW, height=50), height=50)
+    assert "╰" in tall.splitlines()[-2]  # the feed grew to fill the screen, border and all
+    assert "event number 170" in tall
+
+
+def test_very_long_values_are_cut_not_wrapped() -> None:
+    huge = 10**30
+    w = worker(
+        0,
+        "working-" + "x" * 300,
+        name="w" * 400,
+        worker_id="id" * 300,
+        pid=huge,
+        stats=stats(
+            attempts=huge,
+            won=huge,
+            lost_total=huge,
+            finished=huge,
+            current_task=huge,
+            current_since=NOW - 10**9,
+            lease_expiry=NOW + 10**9,
+            claim_latency_micros={"p50": huge, "p99": huge, "samples": 1},
+        ),
+        cpu_percent=1e9,
+        rss_bytes=huge,
+        restarts=huge,
+    )
+    snap = snapshot(
+        [w],
+        location="/very/long/" + "path/" * 200,
+        events=[Event(NOW, "k" * 300, "t" * 5000)],
+        queue=QueueView(
+            published=huge,
+            pending=huge,
+            done=huge,
+            throughput_now=1e12,
+            throughput_history=[1e300] * 500,
+            log_bytes=huge,
+            record_count=huge,
+        ),
+    )
+    text = text_of(render(snap, now=NOW, message="m" * 1000))
+    lines = text.splitlines()
+    assert all(len(line) <= WIDTH for line in lines)
+    assert "…" in text
+    assert len(lines) < 40  # nothing wrapped onto extra lines
+
+
+def test_control_characters_never_reach_the_terminal() -> None:
+    # a worker's last log line ends up in a death event; it may carry colour codes
+    snap = snapshot(
+        [worker(0, name="w0\x1b[2J")],
+        events=[Event(NOW, "death", "w0 exited with code 1: \x1b[31mboom\x1b[0m\tat\nline 3")],
+    )
+    out = io.StringIO()
+    console = Console(file=out, width=WIDTH, force_terminal=True, color_system="standard")
+    console.print(render(snap, now=NOW, message="\x07bell"))
+    screen = out.getvalue()
+    assert "\x1b[2J" not in screen  # clear-screen: rich itself never prints it
+    assert "\x1b[31mboom" not in screen
+    assert "\x07" not in screen
+    assert "�[31mboom�[0m at line 3" in text_of(render(snap, now=NOW))
+
+
+@pytest.mark.parametrize(("width", "height"), [(20, 5), (60, 12), (300, 100)])
+def test_any_screen_size_renders(width: int, height: int) -> None:
+    events = [Event(NOW, "takeover", "task 1: w0 → w1, 2.0 s after w0 died")] * 50
+    text = text_of(
+        full_screen(snapshot(eight_workers(), events=events), now=NOW, height=height),
+        width=width,
+        height=height,
+    )
+    assert all(len(line) <= width for line in text.splitlines())
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [(0.04, "0.0s"), (3.25, "3.2s"), (42, "42s"), (125, "2m05s"), (3725, "1h02m"), (-5, "0.0s")],
+)
+def test_format_duration(seconds: float, text: str) -> None:
+    assert format_duration(seconds) == text
+
+
+def test_format_micros_and_bytes() -> None:
+    assert [format_micros(v) for v in (410, 1250, 12_345, 1_500_000)] == [
+        "410µs",
+        "1.25ms",
+        "12ms",
+        "1.5s",
+    ]
+    assert [format_bytes(v) for v in (0, 1023, 12 * 1024, 45 * 1024**2, 3 * 1024**5)] == [
+        "0B",
+        "1023B",
+        "12.0K",
+        "45.0M",
+        "3072.0T",
+    ]
+
+
+# -- keys (no terminal needed) ------------------------------------------------------------
+
+
+def test_parse_keys_drops_escape_sequences() -> None:
+    assert parse_keys("k3p") == ["k", "3", "p"]
+    assert parse_keys("\x1b") == [ESC]
+    assert parse_keys("\x1b[A\x1b[1;5Cq") == ["q"]  # arrows and ctrl-right are not commands
+    assert parse_keys("\x1bOPk") == ["k"]  # F1
+    assert parse_keys("\r\n\t") == []
+
+
+def test_keys_from_a_hung_up_terminal_stop_being_read() -> None:
+    read_end, write_end = os.pipe()
+    try:
+        keys = _Keys(read_end)
+        assert keys.read(timeout=0.0) == []
+        os.write(write_end, b"k\x1b[Bq")
+        assert keys.read(timeout=1.0) == ["k", "q"]
+        os.close(write_end)
+        write_end = -1
+        assert keys.read(timeout=1.0) == []  # end of file: readable for ever after
+        assert keys.fd is None  # so it is not polled again (that loop would burn a core)
+    finally:
+        os.close(read_end)
+        if write_end >= 0:
+            os.close(write_end)
+
+
+def test_sigterm_ends_the_loop_instead_of_the_process() -> None:
+    before = signal.getsignal(signal.SIGTERM)
+    with _sigterm_stops() as sigterm:
+        was = sigterm.received
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert (was, sigterm.received) == (False, True)
+    assert signal.getsignal(signal.SIGTERM) == before
+
+
+def test_sigterm_goes_to_the_callers_handler_when_there_is_one() -> None:
+    calls: list[int] = []
+    before = signal.signal(signal.SIGTERM, lambda signum, frame: calls.append(signum))
+    try:
+        with _sigterm_stops() as sigterm:
+            os.kill(os.getpid(), signal.SIGTERM)
+            assert calls == [signal.SIGTERM]
+            assert not sigterm.received  # the caller decides (qw up drains)
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
+class RecordingSupervisor:
+    """Controls that record what the keys asked for."""
+
+    def __init__(self, snap: SupervisorSnapshot) -> None:
+        self.snap = snap
+        self.calls: list[tuple[str, int | None]] = []
+        self.finished = False
+
+    def snapshot(self) -> SupervisorSnapshot:
+        return self.snap
+
+    def kill_a_holder(self) -> str | None:
+        self.calls.append(("kill_a_holder", None))
+        return "killed w0 holding task 100"
+
+    def kill(self, slot: int) -> str | None:
+        self.calls.append(("kill", slot))
+        return None
+
+    def toggle_pause(self, slot: int) -> str | None:
+        self.calls.append(("toggle_pause", slot))
+        return f"paused w{slot}"
+
+    def add_worker(self) -> str | None:
+        self.calls.append(("add_worker", None))
+        raise RuntimeError("no more slots")
+
+    def remove_worker(self) -> str | None:
+        self.calls.append(("remove_worker", None))
+        return None
+
+    def drain(self) -> None:
+        self.calls.append(("drain", None))
+
+    def select(self, slot: int | None) -> None:
+        self.calls.append(("select", slot))
+
+
+def test_keys_drive_the_controls() -> None:
+    sup = RecordingSupervisor(snapshot(eight_workers()))
+    dash = Dashboard(sup)
+    dash.frame(now=NOW, height=40)  # learns which slots exist
+
+    dash.on_key("k", now=NOW)
+    assert dash.message == "killed w0 holding task 100"
+    dash.on_key("p", now=NOW)
+    assert dash.message is not None and "select a worker first" in dash.message
+    dash.on_key("9", now=NOW)
+    assert dash.selected is None and dash.message == "no worker in slot 9"
+    for key in ("3", "k", "p", ESC, "+", "-", "q", "q"):
+        dash.on_key(key, now=NOW)
+    assert sup.calls == [
+        ("kill_a_holder", None),
+        ("select", 3),
+        ("kill", 3),
+        ("toggle_pause", 3),
+        ("select", None),
+        ("add_worker", None),
+        ("remove_worker", None),
+        ("drain", None),  # once: a second q does not drain again
+    ]
+    assert dash.selected is None and dash.draining
+    assert dash.message is not None and "already draining" in dash.message
+
+    frame = text_of(dash.frame(now=NOW + 1, height=40), height=40)
+    assert "DRAINING" in frame and "already draining" in frame
+    assert "already draining" not in text_of(dash.frame(now=NOW + 60, height=40), height=40)
+
+
+def test_a_failing_control_is_shown_not_raised() -> None:
+    dash = Dashboard(RecordingSupervisor(snapshot(eight_workers())))
+    dash.on_key("+", now=NOW)
+    assert dash.message == "+: RuntimeError: no more slots"

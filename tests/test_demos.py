@@ -1,0 +1,104 @@
+"""`qw demo …`: each teaching scenario, shortened, run as the user runs it (a real `qw`
+process starting real workers). Each must exit 0, meaning it showed what it claims."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+
+def qw_demo(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "supervisor.cli", "demo", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def shown(result: subprocess.CompletedProcess[str]) -> str:
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
+    assert "\nshown: " in output, output
+    return output
+
+
+def test_collisions_shows_pick_first_losing_the_most_attempts(tmp_path: Path) -> None:
+    out = shown(
+        qw_demo(
+            "collisions",
+            "--workers",
+            "6",
+            "--tasks",
+            "100",
+            "--work-ms",
+            "1",
+            "--dir",
+            str(tmp_path),
+        )
+    )
+    for pick in ("first", "random", "spread"):
+        assert (tmp_path / pick / "claims.log").is_file()
+        assert f" {pick} " in out
+    assert "pick=first lost" in out
+
+
+def test_redistribution_shows_a_survivor_taking_over_a_killed_holders_task(
+    tmp_path: Path,
+) -> None:
+    out = shown(
+        qw_demo(
+            "redistribution",
+            "--workers",
+            "2",
+            "--tasks",
+            "3",
+            "--lease",
+            "0.5",
+            "--work-ms",
+            "800",
+            "--dir",
+            str(tmp_path),
+        )
+    )
+    assert "kill -9" in out and "took task" in out and "qw report: exit 0" in out
+
+
+def test_pause_shows_fencing_refuse_the_frozen_workers_done(tmp_path: Path) -> None:
+    out = shown(qw_demo("pause", "--lease", "0.5", "--work-ms", "1200", "--dir", str(tmp_path)))
+    assert "SIGSTOP" in out and "SIGCONT" in out
+    assert "verdict 'stale done'" in out
+    assert "qw report: exit 1: FAIL: a task was worked twice" in out
+
+
+def test_skew_shows_a_fast_clock_stealing_and_a_slow_one_not(tmp_path: Path) -> None:
+    out = shown(
+        qw_demo(
+            "skew",
+            "--lease",
+            "0.3",
+            "--skew",
+            "0.5",
+            "--work-ms",
+            "3000",
+            "--dir",
+            str(tmp_path),
+        )
+    )
+    assert "the fold grants a TAKEOVER" in out
+    assert "verdict 'lost: held'" in out
+    assert "qw report: exit 0" in out
+
+
+def test_a_demo_that_cannot_show_its_point_exits_1_saying_why() -> None:
+    result = qw_demo("skew", "--lease", "1", "--skew", "0.5")
+    assert result.returncode == 1
+    assert "NOT shown: --skew must exceed --lease" in result.stdout
+
+
+def test_the_demos_are_listed() -> None:
+    result = qw_demo("--help")
+    assert result.returncode == 0
+    for demo in ("collisions", "redistribution", "pause", "skew"):
+        assert demo in result.stdout
