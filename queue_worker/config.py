@@ -12,6 +12,11 @@ from typing import Any, Final
 
 from logstore.base import Durability
 
+#: The lease a claim carries unless told otherwise. The original used 30 s because it could
+#: not renew; we renew at half the lease, so a killed worker's task is taken over after
+#: seconds, not half a minute, and a long task still keeps its lease.
+DEFAULT_LEASE_S: Final = 5.0
+
 PICK_STRATEGIES: Final = ("first", "random", "spread")
 
 # A worker id is "<name>-<pid>-<hex>" and names the stats file, so the name must be safe in a
@@ -28,7 +33,7 @@ class WorkerConfig:
     name: str = "w0"  # the label people read; the worker id adds pid and a random suffix
     handler: str = "queue_worker.handlers:demo"  # "module:function"
     work_ms: int = 400  # how long the demo handler works (a payload may override it)
-    lease_s: float = 30.0  # each claim's lease; renewed at half of it while the task runs
+    lease_s: float = DEFAULT_LEASE_S  # renewed at half of it while the task runs
     pick: str = "spread"  # first | random | spread
     slot: int = 0  # spread: this worker prefers task ids with id % slots == slot
     slots: int = 1

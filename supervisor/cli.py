@@ -20,6 +20,7 @@ from typing import Annotated, Any
 import typer
 
 from logstore import LogError
+from queue_worker.config import DEFAULT_LEASE_S
 from queue_worker.handlers import HandlerLoadError, load_handler
 from queue_worker.records import RecordEncodeError, TaskRecord, encode
 from supervisor import inspect_cli, report_cli
@@ -112,9 +113,11 @@ def up(
         typer.Option(
             parser=real("seconds", 0, 86_400, low_open=True),
             metavar="SECONDS",
-            help="Each claim's lease (renewed while the task runs).",
+            help="Each claim's lease: how long a killed worker's task waits before a "
+            "survivor may take it over. The holder renews it at half time while the task "
+            "runs, so a short lease is safe for long tasks.",
         ),
-    ] = 30.0,
+    ] = DEFAULT_LEASE_S,
     pick: Annotated[
         str,
         typer.Option(
