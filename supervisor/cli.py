@@ -126,6 +126,22 @@ def up(
             help="How a worker picks among claimable tasks.",
         ),
     ] = "spread",
+    max_attempts: Annotated[
+        int,
+        typer.Option(
+            parser=whole("a number of attempts", 1, 1_000_000),
+            metavar="N",
+            help="Attempts a task gets; after the last one fails, the task is dead.",
+        ),
+    ] = 3,
+    backoff: Annotated[
+        float,
+        typer.Option(
+            parser=real("seconds", 0, 86_400),
+            metavar="SECONDS",
+            help="Backoff before the first retry; it doubles with each attempt (full jitter).",
+        ),
+    ] = 1.0,
     restart: Annotated[bool, typer.Option(help="Restart workers that die.")] = True,
     fsync: Annotated[
         str,
@@ -172,6 +188,8 @@ def up(
         lease_s=lease,
         pick=pick,
         fsync=fsync,
+        max_attempts=max_attempts,
+        backoff_s=backoff,
         tasks=tasks,
         rate=rate,
         exit_when_drained=exit_when_drained,

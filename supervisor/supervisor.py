@@ -37,7 +37,7 @@ from typing import Any, Final
 
 import psutil
 
-from queue_worker.config import WorkerConfig
+from queue_worker.config import DEFAULT_LEASE_S, WorkerConfig
 from queue_worker.stats import read_snapshot
 from queue_worker.worker import EXIT_CONFIG as WORKER_EXIT_CONFIG
 from supervisor.model import Event, QueueView, SupervisorSnapshot
@@ -69,9 +69,11 @@ class SupervisorOptions:
     workers: int = 4
     handler: str = DEMO_HANDLER
     work_ms: int = 400
-    lease_s: float = 30.0
+    lease_s: float = DEFAULT_LEASE_S
     pick: str = "spread"
     fsync: str = "commit"
+    max_attempts: int = 3  # winning claims a task gets before a failure makes it dead
+    backoff_s: float = 1.0  # the first retry's backoff; doubles per attempt, with jitter
     tasks: int = 0  # demo tasks enqueued at start
     rate: float = 0.0  # demo tasks per second from a publisher thread (0: none)
     exit_when_drained: bool = False
@@ -93,6 +95,8 @@ class SupervisorOptions:
             slot=slot,
             slots=slots,
             fsync=self.fsync,
+            max_attempts=self.max_attempts,
+            backoff_s=self.backoff_s,
             parent_pid=os.getpid(),
         )
 
