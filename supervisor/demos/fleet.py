@@ -202,6 +202,19 @@ class ClaimsTail:
         self.poll()
         return next((s for s in self.seen if match(s)), None)
 
+    def wait_for_takeover(self, won: Seen, timeout: float, what: str) -> Seen:
+        """Wait for the CLAIM that takes over the lease `won` won (a TAKEOVER naming it)."""
+
+        def of_that_lease(s: Seen) -> bool:
+            previous = s.outcome.previous
+            return (
+                s.verdict is Verdict.TAKEOVER
+                and previous is not None
+                and (previous.claim == won.position)
+            )
+
+        return wait_for(lambda: self.find(of_that_lease), timeout, what)
+
     def close(self) -> None:
         self.log.close()
 

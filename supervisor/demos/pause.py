@@ -134,17 +134,7 @@ def _after_pause(
     patience: float,
     say: Narrator | None,
 ) -> PauseRun:
-    takeover = wait_for(
-        lambda: tail.find(
-            lambda s: (
-                s.verdict is Verdict.TAKEOVER
-                and s.outcome.previous is not None
-                and s.outcome.previous.claim == won.position
-            )
-        ),
-        patience,
-        f"another worker to take task {task} over",
-    )
+    takeover = tail.wait_for_takeover(won, patience, f"another worker to take task {task} over")
     previous = takeover.outcome.previous
     assert previous is not None
     if say:

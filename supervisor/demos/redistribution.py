@@ -115,17 +115,7 @@ def _after_kill(
     patience: float,
     say: Narrator | None,
 ) -> Redistribution:
-    takeover = wait_for(
-        lambda: tail.find(
-            lambda s: (
-                s.verdict is Verdict.TAKEOVER
-                and s.outcome.previous is not None
-                and s.outcome.previous.claim == won.position
-            )
-        ),
-        patience,
-        f"a survivor to take task {task} over",
-    )
+    takeover = tail.wait_for_takeover(won, patience, f"a survivor to take task {task} over")
     previous = takeover.outcome.previous
     assert previous is not None and isinstance(takeover.record, Claim)
     if say:
