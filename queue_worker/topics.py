@@ -29,7 +29,6 @@ that knows it.
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from array import array
 from collections.abc import Iterator
@@ -85,8 +84,8 @@ def on_server_clock(record: ClaimsRecord, server_time_us: int) -> ClaimsRecord:
         return record
     if isinstance(record, Fail) and record.retry_at is not None:
         shift = server_time_us - record.at
-        return dataclasses.replace(record, at=server_time_us, retry_at=record.retry_at + shift)
-    return dataclasses.replace(record, at=server_time_us)
+        return record._replace(at=server_time_us, retry_at=record.retry_at + shift)
+    return record._replace(at=server_time_us)
 
 
 def decode_claims_entry(entry: Entry) -> ClaimsRecord:

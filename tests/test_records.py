@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import math
 import struct
 from typing import Any
@@ -114,7 +113,7 @@ def same(a: Any, b: Any) -> bool:
 
 def same_record(a: Record, b: Record) -> bool:
     return type(a) is type(b) and all(
-        same(getattr(a, f.name), getattr(b, f.name)) for f in dataclasses.fields(a)
+        same(getattr(a, name), getattr(b, name)) for name in a._fields
     )
 
 

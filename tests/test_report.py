@@ -5,7 +5,6 @@ The end-to-end `qw report` over real files (exit codes, a corrupt log) is at the
 
 from __future__ import annotations
 
-import dataclasses
 import io
 import json
 import re
@@ -339,7 +338,7 @@ def _write_log(data_dir: Path, records: list[tuple[int, ClaimsRecord]], tasks: i
         positions: dict[int, int] = {}  # scripted position -> file position
         for index, record in records:
             if isinstance(record, Renew | Done | Fail):
-                record = dataclasses.replace(record, claim=positions[record.claim])
+                record = record._replace(claim=positions[record.claim])
             positions[index] = log.append(encode(record))
 
 
