@@ -30,7 +30,7 @@ def _worker(path: str, worker: int, workers: int, tasks: int, go: mp.Event) -> N
 
     def catch_up() -> list[tuple[int, int, int]]:
         nonlocal pos
-        out = []
+        out: list[tuple[int, int, int]] = []
         while True:
             chunk = os.pread(fd, 1 << 16, pos)
             if not chunk:

@@ -1,0 +1,371 @@
+"""What every benchmark section shares: starting worker processes, enqueueing, folding the
+claims log to check and time a run, percentiles, and the Markdown it prints.
+
+Times in the claims log are the records' own `at` (wall clock, µs; on Redis the server's
+clock). A drain is timed from the first CLAIM's `at` to the last accepted DONE's `at`, so
+process start-up is not part of it; the wall time from launch is reported beside it.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from logstore import open_log
+from queue_worker.config import WorkerConfig
+from queue_worker.producer import Queue
+from queue_worker.records import Claim, Done, TaskRecord, decode_task
+from queue_worker.state import Lease, Verdict
+from queue_worker.stats import read_all
+from queue_worker.topics import CLAIMS_TOPIC, TASKS_TOPIC, ClaimsFollower
+
+REPO = Path(__file__).resolve().parent.parent
+#: worker processes import the handler (bench.noop) from the repository
+ENV = {
+    **os.environ,
+    "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+}
+NOOP = "bench.noop:noop"
+#: how long any one wait of a benchmark may take before the run is declared broken
+TIMEOUT_S = 300.0
+
+T = TypeVar("T")
+
+
+class BenchError(RuntimeError):
+    """A benchmark run that cannot be trusted: a task lost or run twice, a worker that died."""
+
+
+# -- numbers and tables ----------------------------------------------------------------------
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile of `values` (any order); NaN for none."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    rank = max(0, min(len(ordered) - 1, round(q * (len(ordered) - 1))))
+    return ordered[rank]
+
+
+def median(values: Iterable[float]) -> float:
+    data = list(values)
+    return statistics.median(data) if data else float("nan")
+
+
+def table(headers: Sequence[str], rows: Iterable[Sequence[object]], right: int = 1) -> str:
+    """A Markdown table; columns from index `right` on are right-aligned (numbers)."""
+    align = ["---" if i < right else "---:" for i in range(len(headers))]
+    lines = ["| " + " | ".join(headers) + " |", "| " + " | ".join(align) + " |"]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def num(value: float, digits: int = 0) -> str:
+    return "n/a" if value != value else f"{value:,.{digits}f}"  # NaN != NaN
+
+
+def us(value: float) -> str:
+    return "n/a" if value != value else f"{value:,.0f} µs"
+
+
+def ms(value_us: float) -> str:
+    return "n/a" if value_us != value_us else f"{value_us / 1000:,.1f} ms"
+
+
+@dataclass(frozen=True)
+class Target:
+    """One line of the final "target / measured / met?" table."""
+
+    what: str
+    wanted: str
+    measured: str
+    met: bool | None  # None: not measured (the section was skipped or failed)
+
+
+@dataclass
+class Section:
+    """The Markdown of one benchmark section and the targets it decided."""
+
+    title: str
+    body: str
+    targets: list[Target] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def markdown(self) -> str:
+        return f"## {self.title}\n\n{self.body.rstrip()}\n\n_(section took {self.seconds:.0f} s)_\n"
+
+
+# -- machine ---------------------------------------------------------------------------------
+
+
+def machine_line() -> str:
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return (
+        f"{cpus} CPUs (nproc), Python {platform.python_version()} "
+        f"({platform.python_implementation()}), {platform.system()} {platform.release()}, "
+        f"load average at start {load}"
+    )
+
+
+def wait_for(condition: Callable[[], T | None], timeout: float, what: str) -> T:
+    """Poll `condition` until it returns something other than None/False."""
+    deadline = time.monotonic() + timeout
+    delay = 0.001
+    while True:
+        value = condition()
+        if value is not None and value is not False:
+            return value
+        if time.monotonic() > deadline:
+            raise BenchError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(delay)  # a poll interval of the harness
+        delay = min(delay * 2, 0.02)
+
+
+# -- worker processes ------------------------------------------------------------------------
+
+
+def worker_config(location: str | Path, run_dir: Path, name: str, **settings: Any) -> WorkerConfig:
+    defaults: dict[str, Any] = {
+        "handler": NOOP,
+        "pick": "spread",
+        "fsync": "none",
+        "exit_when_drained": True,
+        "parent_pid": os.getpid(),
+    }
+    defaults.update(settings)
+    return WorkerConfig(str(location), str(run_dir), name=name, **defaults)
+
+
+def fleet_configs(
+    location: str | Path, run_dir: Path, workers: int, **settings: Any
+) -> list[WorkerConfig]:
+    """`workers` configs in slots 0..workers-1 of `workers` (what the supervisor hands out)."""
+    return [
+        worker_config(location, run_dir, f"w{i}", slot=i, slots=workers, **settings)
+        for i in range(workers)
+    ]
+
+
+class Fleet:
+    """Worker processes (``python -m queue_worker.worker``); killed on exit if still running."""
+
+    def __init__(self, log_dir: Path) -> None:
+        self.log_dir = log_dir
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.names: dict[int, str] = {}
+
+    def start(self, config: WorkerConfig) -> subprocess.Popen[bytes]:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.log_dir / f"{config.name}.{len(self.procs)}.stderr", "wb") as err:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "queue_worker.worker", config.to_json()],
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+                env=ENV,
+                cwd=REPO,
+            )
+        self.procs.append(proc)
+        self.names[proc.pid] = config.name
+        return proc
+
+    def wait_all(self, timeout: float = TIMEOUT_S) -> None:
+        """Wait for every worker to exit; BenchError if one fails or they take too long."""
+        deadline = time.monotonic() + timeout
+        for proc in self.procs:
+            try:
+                proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                raise BenchError(
+                    f"worker pid {proc.pid} still running after {timeout:.0f}s"
+                ) from None
+        failed = [p for p in self.procs if p.returncode != 0 and p.returncode != -signal.SIGKILL]
+        if failed:
+            proc = failed[0]
+            raise BenchError(
+                f"worker {self.names[proc.pid]} (pid {proc.pid}) exited with {proc.returncode}: "
+                f"{self.stderr_tail(proc)}"
+            )
+
+    def stderr_tail(self, proc: subprocess.Popen[bytes]) -> str:
+        for path in self.log_dir.glob(f"{self.names[proc.pid]}.*.stderr"):
+            text = path.read_text(errors="replace").strip()
+            if text:
+                return text.splitlines()[-1]
+        return "(no stderr)"
+
+    def stop_all(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.kill()
+        for proc in self.procs:
+            proc.wait(30)
+
+    def __enter__(self) -> Fleet:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop_all()
+
+
+def run_fleet(configs: Sequence[WorkerConfig], log_dir: Path) -> tuple[float, float]:
+    """Start the workers (exit_when_drained) and wait for them all: (launch, exit) wall times."""
+    with Fleet(log_dir) as fleet:
+        launched = time.time()
+        for config in configs:
+            fleet.start(config)
+        fleet.wait_all()
+        return launched, time.time()
+
+
+# -- producing -------------------------------------------------------------------------------
+
+
+def enqueue(location: str | Path, count: int, payload: Any = None, fsync: str = "none") -> None:
+    """Enqueue `count` tasks the way a producer that enqueues as work arrives does: one
+    `Queue.enqueue` (one append) each. (One `enqueue_many` batch of them all is measured
+    on its own in the drain section: it has a cost of its own.)"""
+    with Queue(location, fsync=fsync) as queue:
+        for _ in range(count):
+            queue.enqueue(payload)
+
+
+def enqueue_batch(location: str | Path, count: int, payload: Any = None) -> None:
+    """Enqueue `count` tasks in one `Queue.enqueue_many` call (one contiguous batch)."""
+    with Queue(location, fsync="none") as queue:
+        queue.enqueue_many([payload] * count)
+
+
+# -- folding the claims log ------------------------------------------------------------------
+
+
+@dataclass
+class Fold:
+    """What a run wrote to the claims log, as the protocol's own fold judges it."""
+
+    records: int = 0
+    claims: int = 0
+    wins: int = 0
+    takeovers: int = 0
+    lost: Counter[str] = field(default_factory=Counter)
+    done: Counter[int] = field(default_factory=Counter)  # task -> accepted DONEs
+    stale_done: int = 0
+    failed: int = 0
+    first_claim_at: int | None = None
+    last_done_at: int | None = None
+    #: task -> `at` of its first winning CLAIM
+    won_at: dict[int, int] = field(default_factory=dict)
+    #: task -> the worker id of its latest winning CLAIM
+    holders: dict[int, str] = field(default_factory=dict)
+    #: (takeover CLAIM, the expired lease it replaced)
+    takeover_list: list[tuple[Claim, Lease]] = field(default_factory=list)
+
+    @property
+    def lost_total(self) -> int:
+        return sum(self.lost.values())
+
+    @property
+    def span_us(self) -> int:
+        if self.first_claim_at is None or self.last_done_at is None:
+            return 0
+        return self.last_done_at - self.first_claim_at
+
+    def check_exactly_once(self, tasks: int) -> None:
+        """Every task 0..tasks-1 done exactly once, nothing else done, nothing stale."""
+        missing = [t for t in range(tasks) if self.done[t] == 0]
+        twice = [t for t, n in self.done.items() if n > 1]
+        extra = [t for t in self.done if not 0 <= t < tasks]
+        problems = []
+        if missing:
+            problems.append(f"{len(missing)} tasks never done (first: {missing[:5]})")
+        if twice:
+            problems.append(f"{len(twice)} tasks done more than once (first: {twice[:5]})")
+        if extra:
+            problems.append(f"{len(extra)} unknown tasks done")
+        if self.stale_done:
+            problems.append(f"{self.stale_done} stale DONE records (work done twice)")
+        if problems:
+            raise BenchError("exactly-once check failed: " + "; ".join(problems))
+
+
+def fold_claims(location: str | Path) -> Fold:
+    """Fold the whole claims log at `location` with the protocol's `ClaimsFollower`."""
+    fold = Fold()
+    with open_log(location, CLAIMS_TOPIC) as log:
+        follower = ClaimsFollower(log.start)
+        for entry in log.iter_from(log.start):
+            outcome, record = follower.apply(entry)
+            fold.records += 1
+            verdict = outcome.verdict
+            if isinstance(record, Claim):
+                fold.claims += 1
+                if fold.first_claim_at is None:
+                    fold.first_claim_at = record.at
+                if verdict.won:
+                    fold.wins += 1
+                    fold.won_at.setdefault(record.task, record.at)
+                    fold.holders[record.task] = record.worker
+                    if verdict is Verdict.TAKEOVER:
+                        fold.takeovers += 1
+                        assert outcome.previous is not None
+                        fold.takeover_list.append((record, outcome.previous))
+                else:
+                    fold.lost[verdict.value] += 1
+            elif isinstance(record, Done):
+                if verdict is Verdict.DONE:
+                    fold.done[record.task] += 1
+                    fold.last_done_at = record.at
+                else:
+                    fold.stale_done += 1
+            elif verdict in (Verdict.RELEASED, Verdict.DEAD):
+                fold.failed += 1
+    return fold
+
+
+def enqueued_at(location: str | Path) -> list[int]:
+    """Each task's enqueue time (µs), by task id."""
+    out: list[int] = []
+    with open_log(location, TASKS_TOPIC) as log:
+        for entry in log.iter_from(log.start):
+            record = decode_task(entry.data)
+            out.append(record.enqueued_at if isinstance(record, TaskRecord) else -1)
+    return out
+
+
+def snapshots(run_dir: Path) -> list[dict[str, Any]]:
+    return read_all(run_dir)
+
+
+# -- small utilities -------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def scratch(root: Path, name: str) -> Iterator[Path]:
+    """A fresh directory under `root`, removed afterwards."""
+    path = root / name
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(parents=True)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
