@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import socket
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -19,9 +20,24 @@ DEFAULT_LEASE_S: Final = 5.0
 
 PICK_STRATEGIES: Final = ("first", "random", "spread")
 
-# A worker id is "<name>-<pid>-<hex>" and names the stats file, so the name must be safe in a
-# file name and readable in a table.
+# A worker id is "<name>-<pid>-<hex>" (or "<name>@<host>-<pid>-<hex>") and names the stats
+# file, so the name and the host must be safe in a file name and readable in a table.
 _NAME_PATTERN: Final = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+_NOT_IN_NAMES: Final = re.compile(r"[^A-Za-z0-9_.-]")
+
+
+def default_host() -> str:
+    """This machine's host name, as a worker id can hold it (other characters become '_')."""
+    return _NOT_IN_NAMES.sub("_", socket.gethostname())[:64] or "localhost"
+
+
+def check_host(host: str) -> None:
+    """Raise ValueError unless `host` can stand in a worker id."""
+    if not _NAME_PATTERN.fullmatch(host):
+        raise ValueError(
+            f"host {host!r} is not a valid host name for a worker; expected 1-64 letters, "
+            "digits, '_', '.' or '-'"
+        )
 
 
 @dataclass(frozen=True)
@@ -46,6 +62,10 @@ class WorkerConfig:
     # The supervisor's pid: a worker whose parent is no longer this pid exits (no orphans).
     # None: take it from $QW_PARENT_PID, else the parent at start.
     parent_pid: int | None = None
+    # The host the worker reports (stats) and, on a shared log, puts in its id
+    # ("w0@box-4711-9f3a"). None: this machine's name (`default_host()`); set it to tell
+    # apart several `qw up` on one machine, or machines whose names clash.
+    host: str | None = None
 
     def validate(self) -> None:
         """Raise ValueError with one line naming the bad value and what was expected."""
@@ -77,6 +97,8 @@ class WorkerConfig:
         _positive("idle_poll_s", self.idle_poll_s)
         if self.parent_pid is not None:
             _at_least("parent_pid", self.parent_pid, 1)
+        if self.host is not None:
+            check_host(self.host)
 
     @property
     def durability(self) -> Durability:
@@ -129,14 +151,16 @@ _FIELD_TYPES: Final[dict[str, str]] = {
     "idle_poll_s": "float",
     "exit_when_drained": "bool",
     "parent_pid": "int?",
+    "host": "str?",
 }
 
 
 def _check_type(key: str, value: Any, kind: str) -> None:
-    if kind == "int?" and value is None:
+    if kind in ("int?", "str?") and value is None:
         return
     ok = {
         "str": isinstance(value, str),
+        "str?": isinstance(value, str),
         "bool": isinstance(value, bool),
         # bool is an int subclass in Python, but true is not a number of milliseconds
         "int": type(value) is int,
@@ -149,6 +173,7 @@ def _check_type(key: str, value: Any, kind: str) -> None:
             "bool": "true or false",
             "int": "an integer",
             "int?": "an integer or null",
+            "str?": "a string or null",
             "float": "a number",
         }[kind]
         raise ValueError(f"worker config {key!r} is {value!r}; expected {expected}")

@@ -64,6 +64,7 @@ __all__ = [
     # reading the logs
     "count_tasks",
     "has_logs",
+    "missing_logs_text",
     "read_claims",
     "read_task",
     # errors and exit codes
@@ -310,6 +311,8 @@ def json_safe(value: Any) -> Any:
     """Dataclasses, enums, tuples and int-keyed dicts as plain JSON values."""
     if is_dataclass(value) and not isinstance(value, type):
         return {f.name: json_safe(getattr(value, f.name)) for f in fields(value)}
+    if isinstance(value, tuple) and hasattr(value, "_asdict"):  # a NamedTuple (Lease, …)
+        return {k: json_safe(v) for k, v in value._asdict().items()}
     if isinstance(value, Verdict):
         return value.value
     if isinstance(value, dict):
@@ -532,12 +535,35 @@ def build_report(tasks_published: int, claims: Iterable[tuple[int, ClaimsRecord]
 
 
 def has_logs(location: str | Path) -> bool:
-    """Is there a qw data directory (or a log URL) at `location`? Opens nothing."""
+    """Is there a qw queue at `location`: a data directory holding a log file (looked at,
+    nothing opened), or a Redis database holding a non-empty stream of ours (the server is
+    asked: a wrong database number or ?prefix= is "no logs", not an empty queue)? Raises
+    LogError when the server cannot be asked."""
     text = str(location)
     if is_redis_url(text):
-        return True
+        for topic in (TASKS_TOPIC, CLAIMS_TOPIC):
+            with open_log(text, topic) as log:
+                if log.end() != log.start:
+                    return True
+        return False
     directory = Path(text)
     return any((directory / f"{topic}.log").is_file() for topic in (TASKS_TOPIC, CLAIMS_TOPIC))
+
+
+def missing_logs_text(location: str | Path) -> str:
+    """What to say when `has_logs(location)` is False."""
+    text = str(location)
+    if is_redis_url(text):
+        from logstore.redis_log import RedisLog  # redis is an optional extra
+
+        tasks, claims = RedisLog(text, TASKS_TOPIC), RedisLog(text, CLAIMS_TOPIC)
+        tasks.close()
+        claims.close()
+        return (
+            f"no qw logs at {tasks.url} (expected the streams {tasks.key} and {claims.key}; "
+            "is it the right database number and ?prefix=?)"
+        )
+    return f"no qw logs at {text} (expected tasks.log and claims.log)"
 
 
 def _open_existing(location: str | Path, topic: str) -> Log | None:
@@ -603,9 +629,9 @@ def load_report(location: str | Path, up_to: int | None = None) -> Report:
     Raises ReportInputError for a location without logs or a damaged log (the message of a
     CorruptLogError names the file and the byte offset).
     """
-    if not has_logs(location):
-        raise ReportInputError(f"no qw logs at {location} (expected tasks.log and claims.log)")
     try:
+        if not has_logs(location):
+            raise ReportInputError(missing_logs_text(location))
         return build_report(count_tasks(location), read_claims(location, up_to))
     except (LogError, OSError) as e:  # a damaged or foreign log; a file we may not read
         raise ReportInputError(str(e)) from e

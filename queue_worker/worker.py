@@ -23,6 +23,14 @@ Clocks: records carry `at` from the injected `clock` (wall clock µs). On a back
 stamps records with its server's clock (Redis), the fold judges by that clock instead (see
 `queue_worker.topics`), so the worker estimates its offset to the server from its own CLAIM
 and asks `claimable` on the server's clock.
+
+A log out of reach (a Redis server restarting, a network partition): the log's own retries
+come first; after them a failed read or wait only pauses the loop, and the worker resumes
+from the positions it has folded (it never folds a record twice). An append that fails may
+still have landed (its reply was lost), so the worker resolves it from the log once the
+server answers again (`_append_and_settle`): a CLAIM found there is settled (and worked, if
+it won); a DONE or FAIL found there is settled, and one that did not land is appended again
+while our claim still holds the task, so that a finished task is not run a second time.
 """
 
 from __future__ import annotations
@@ -42,6 +50,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
+from urllib.parse import urlsplit
 
 from logstore import (
     CorruptLogError,
@@ -50,9 +59,10 @@ from logstore import (
     LogClosedError,
     LogError,
     RecordTooLargeError,
+    is_redis_url,
 )
 from queue_worker.clock import Clock, now_us, us_to_seconds
-from queue_worker.config import WorkerConfig
+from queue_worker.config import WorkerConfig, default_host
 from queue_worker.handlers import (
     HandlerOutcome,
     TaskContext,
@@ -66,6 +76,7 @@ from queue_worker.lease import LeaseKeeper
 from queue_worker.pick import pick_task
 from queue_worker.records import (
     Claim,
+    ClaimsRecord,
     Done,
     Fail,
     RecordDecodeError,
@@ -74,7 +85,7 @@ from queue_worker.records import (
 )
 from queue_worker.state import Lease, Verdict
 from queue_worker.stats import WorkerStats
-from queue_worker.topics import ClaimsFollower, Settled, TaskIndex, open_topics
+from queue_worker.topics import READ_BATCH, ClaimsFollower, Settled, TaskIndex, open_topics
 
 # Exit codes of a worker process.
 EXIT_OK: Final = 0  # drained, stopped, or the queue was drained (exit_when_drained)
@@ -91,6 +102,9 @@ STATE_GAP_S: Final = 0.05
 WATCHDOG_PERIOD_S: Final = 0.2
 
 PARENT_PID_ENV: Final = "QW_PARENT_PID"
+
+#: where `worker_command` puts a config that must not be on the command line
+CONFIG_ENV: Final = "QW_WORKER_CONFIG"
 
 # Errors after which a log handle cannot be used again: the worker exits. Other LogErrors
 # (an append that did not land, a server out of reach) are retried after a pause.
@@ -124,9 +138,12 @@ class StepResult:
     next_change: int | None = None  # IDLE: when a held/backed-off task frees up (fold clock)
 
 
-def new_worker_id(name: str) -> str:
-    """Unique per process: a restarted worker is a new id (ownership is never by name)."""
-    return f"{name}-{os.getpid()}-{secrets.token_hex(2)}"
+def new_worker_id(name: str, host: str | None = None) -> str:
+    """Unique per process: a restarted worker is a new id (ownership is never by name).
+    With `host` (workers of several machines on one log), it names the machine too:
+    ``w0@box-4711-9f3a``."""
+    at_host = f"@{host}" if host else ""
+    return f"{name}{at_host}-{os.getpid()}-{secrets.token_hex(2)}"
 
 
 class SnapshotPublisher:
@@ -207,7 +224,11 @@ class Worker:
         embedding); the logs, when given, are used instead of opening config.location."""
         config.validate()
         self.config = config
-        self.worker_id = new_worker_id(config.name)
+        host = config.host if config.host is not None else default_host()
+        # On a log that several machines share (Redis), or with a host named on purpose, the
+        # id says where the worker runs: a pid is unique only on its own machine.
+        shared = config.host is not None or is_redis_url(config.location)
+        self.worker_id = new_worker_id(config.name, host if shared else None)
         self.handler = (
             load_handler(config.handler) if handler is None else handler_from_function(handler)
         )
@@ -232,7 +253,7 @@ class Worker:
             worker=self.worker_id,
             name=config.name,
             pid=os.getpid(),
-            host=socket.gethostname(),
+            host=host if config.host is not None else socket.gethostname(),
             started_at=time.time(),
         )
         path = Path(config.run_dir) / f"{self.worker_id}.json" if config.run_dir else None
@@ -277,10 +298,11 @@ class Worker:
         """Claim `task` at `now`, settle the claim, and run the task if the claim won."""
         self._set_state("claiming")
         claim = Claim(task, self.worker_id, now, self.config.lease_us)
-        data = encode(claim)
         started = time.perf_counter_ns()
-        position = self.claims_log.append(data)
-        settled = self.claims.settle(self.claims_log, position)
+        settled = self._append_and_settle(claim)
+        if settled is None:
+            raise LogError(f"{self.claims_log.name}: our CLAIM of task {task} is not in the log")
+        position = settled.entry.position
         latency_us = (time.perf_counter_ns() - started) // 1000
         # Our CLAIM as folded carries the server's time where there is one: now we know
         # (to within a round trip) how far our clock is from the server's.
@@ -402,17 +424,18 @@ class Worker:
     ) -> StepResult:
         """Append DONE (or FAIL), settle it, and count what the fold made of it."""
         at = self._clock()
-        position: int | None = None
+        settled: Settled | None = None
+        recorded = False  # a DONE or FAIL was made (settled is None: our claim lost the task)
         if outcome.ok:
             try:
                 done = Done(task, self.worker_id, at, claim_position, outcome.result)
-                position = self.claims_log.append(encode(done), durable=True)
+                settled = self._append_and_settle(done)
+                recorded = True
             except RecordEncodeError as e:
                 outcome = HandlerOutcome(error=f"result cannot be recorded: {e}", exception=e)
             except RecordTooLargeError as e:
                 outcome = HandlerOutcome(error=f"result cannot be recorded: {e}", exception=e)
-        fail: Fail | None = None
-        if position is None:
+        if not recorded:
             assert outcome.error is not None
             fail = Fail(
                 task,
@@ -430,8 +453,9 @@ class Worker:
                     permanent=outcome.permanent,
                 ),
             )
-            position = self.claims_log.append(encode(fail), durable=True)
-        settled = self.claims.settle(self.claims_log, position)
+            settled = self._append_and_settle(fail)
+        if settled is None:
+            return self._lost_while_unreachable(task, claim_position, outcome, keeper, latency_us)
         verdict = settled.outcome.verdict
         self._refresh_fold_stats()
         kind = {
@@ -465,6 +489,92 @@ class Worker:
             retry_at=retry if kind is StepKind.FAILED else None,
             latency_us=latency_us,
         )
+
+    def _lost_while_unreachable(
+        self,
+        task: int,
+        claim_position: int,
+        outcome: HandlerOutcome,
+        keeper: LeaseKeeper,
+        latency_us: int,
+    ) -> StepResult:
+        """Our DONE/FAIL could not be written before our claim lost the task (the log was
+        out of reach until the lease lapsed and the task was taken over): nothing written."""
+        self._refresh_fold_stats()
+        error = "the lease was lost while the log was out of reach; nothing recorded"
+        with self._stats_lock:
+            self.stats.cancelled += 1
+            if not keeper.lost:
+                self.stats.leases_lost += 1
+                self.stats.timeouts += 1
+            self.stats.last_error = f"task {task}: {error}"
+        return StepResult(
+            StepKind.CANCELLED,
+            task,
+            claim_position,
+            result=None,
+            error=outcome.error or error,
+            latency_us=latency_us,
+        )
+
+    # -- appending when the log may be out of reach --------------------------------------------
+
+    def _append_and_settle(self, record: Claim | Done | Fail) -> Settled | None:
+        """Append one of our records (a DONE or FAIL durably) and settle it.
+
+        When the append or the settling fails (a LogError other than a log that cannot be
+        used or a record too large: the server is out of reach, say), the record may or may
+        not be in the log. Every `idle_poll_s` the claims log is then folded on to its end,
+        looking for the record (same type, worker, task, claim): found, its verdict is the
+        answer. Not found: a CLAIM is given up (None; another attempt makes a new one); a
+        DONE or FAIL is appended again while our claim still holds the task, and given up
+        (None) once it does not (the lease lapsed and the task was taken over).
+        A CLAIM stops being retried when the worker is asked to drain.
+        """
+        durable = not isinstance(record, Claim)
+        data = encode(record)
+        try:
+            position = self.claims_log.append(data, durable=durable)
+            return self.claims.settle(self.claims_log, position)
+        except (RecordTooLargeError, *_FATAL_LOG_ERRORS):
+            raise
+        except LogError as e:
+            error = e
+        kind = type(record).__name__.upper()
+        while True:
+            with self._stats_lock:
+                self.stats.last_error = f"task {record.task}: {kind} not settled, retrying: {error}"
+            self.publisher.publish()
+            if isinstance(record, Claim) and self._draining.is_set():
+                raise error
+            time.sleep(self.config.idle_poll_s)
+            try:
+                found = self._fold_to_end_finding(record)
+                if found is not None:
+                    return found
+                if isinstance(record, Claim):
+                    return None  # it never landed: no claim was made
+                holder = self.claims.state.holder(record.task)
+                if holder is None or holder.claim != record.claim:
+                    return None
+                position = self.claims_log.append(data, durable=durable)
+                return self.claims.settle(self.claims_log, position)
+            except (RecordTooLargeError, *_FATAL_LOG_ERRORS):
+                raise
+            except LogError as e:
+                error = e
+
+    def _fold_to_end_finding(self, record: Claim | Done | Fail) -> Settled | None:
+        """Fold the claims log to its end; the first record folded that is `record` (as
+        written by an append that failed), with its verdict, or None."""
+        found: Settled | None = None
+        while entries := self.claims_log.read(self.claims.next_position, READ_BATCH):
+            for entry in entries:
+                outcome, folded = self.claims.apply(entry)
+                if found is None and _same_record(folded, record):
+                    found = Settled(outcome, folded, entry)
+        self._refresh_fold_stats()
+        return found
 
     # -- LeaseListener (called from the keeper's thread) -----------------------------------------
 
@@ -509,6 +619,14 @@ class Worker:
                     break
                 try:
                     result = self.step()
+                    if result.kind is StepKind.IDLE:
+                        if self.config.exit_when_drained and result.drained:
+                            reason = "queue drained"
+                            break
+                        self.publisher.publish()
+                        self._wait_for_work(result)
+                    else:
+                        self.publisher.publish()
                 except _FATAL_LOG_ERRORS:
                     raise
                 except LogError as e:  # may pass (disk full, server restarting): retry
@@ -516,15 +634,6 @@ class Worker:
                         self.stats.last_error = str(e)
                     self.publisher.publish()
                     stop.wait(self.config.idle_poll_s)
-                    continue
-                if result.kind is StepKind.IDLE:
-                    if self.config.exit_when_drained and result.drained:
-                        reason = "queue drained"
-                        break
-                    self.publisher.publish()
-                    self._wait_for_work(result)
-                else:
-                    self.publisher.publish()
         except BaseException as e:
             reason = f"error: {error_text(e)}"
             raise
@@ -577,6 +686,18 @@ class Worker:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+def _same_record(folded: ClaimsRecord, mine: Claim | Done | Fail) -> bool:
+    """Is `folded` (as the fold saw it: on the server's clock, where there is one) the record
+    `mine` that this worker appended? Compared on everything but `at`."""
+    if type(folded) is not type(mine):
+        return False
+    if isinstance(mine, Claim):
+        assert isinstance(folded, Claim)
+        return (folded.task, folded.worker, folded.lease) == (mine.task, mine.worker, mine.lease)
+    assert isinstance(folded, Done | Fail)
+    return (folded.task, folded.worker, folded.claim) == (mine.task, mine.worker, mine.claim)
 
 
 # -- the worker process ------------------------------------------------------------------------
@@ -664,11 +785,25 @@ def run_worker_process(config_json: str) -> None:
         raise SystemExit(EXIT_ERROR) from None
 
 
+def worker_command(config: WorkerConfig) -> tuple[list[str], dict[str, str] | None]:
+    """How to start a worker process for `config`: its command line, and its environment
+    (None: the caller's). A config whose log URL holds a password travels in the environment
+    (which only its user can read) instead of the command line (which `ps` shows everyone)."""
+    command = [sys.executable, "-m", "queue_worker.worker"]
+    if not (is_redis_url(config.location) and urlsplit(config.location).password is not None):
+        return [*command, config.to_json()], None
+    return command, {**os.environ, CONFIG_ENV: config.to_json()}
+
+
 def main(argv: list[str]) -> int:
-    if len(argv) != 1:
+    if not argv and CONFIG_ENV in os.environ:
+        config_json = os.environ.pop(CONFIG_ENV)  # not passed on to the handler's children
+    elif len(argv) == 1:
+        config_json = argv[0]
+    else:
         print("usage: python -m queue_worker.worker '<worker config JSON>'", file=sys.stderr)
         return EXIT_CONFIG
-    run_worker_process(argv[0])
+    run_worker_process(config_json)
     return EXIT_OK
 
 

@@ -33,9 +33,11 @@ from supervisor.cli_options import (
     LogOption,
     bad,
     fail,
+    host_name_option,
     location_of,
     one_of,
     real,
+    shown,
     whole,
 )
 from supervisor.http_api import StatsServer, is_loopback, parse_address
@@ -163,13 +165,26 @@ def up(
         bool, typer.Option("--exit-when-drained", help="Exit 0 once no task is pending or held.")
     ] = False,
     log: LogOption = None,
+    host_name: Annotated[
+        str | None,
+        typer.Option(
+            "--host-name",
+            envvar="QW_HOST",
+            show_envvar=True,
+            parser=host_name_option,
+            metavar="NAME",
+            help="The host name the workers report (on --log, it is part of each worker "
+            "id). Default: this machine's name.",
+        ),
+    ] = None,
 ) -> None:
     """Start worker processes on a data directory and watch them.
 
     On a terminal a live dashboard shows the workers, the queue and the events (k kills a
     worker that holds a task, q drains). Without one (or with --no-tui) a status line is
     printed each second. Ctrl-C or SIGTERM drains (workers finish their task); a second
-    one kills them now. Several `qw up` on one directory share its queue.
+    one kills them now. Several `qw up` on one directory share its queue, and so do several
+    on one --log URL, from as many machines (--host-name tells them apart).
     """
     location = location_of(directory, log)
     if rate and exit_when_drained:
@@ -194,8 +209,10 @@ def up(
         rate=rate,
         exit_when_drained=exit_when_drained,
         restart=RestartPolicy(enabled=restart),
+        host=host_name,
     )
     supervisor = Supervisor(options)
+    supervisor.location = shown(location)  # what the dashboard shows: no password
     server = None
     if server_address is not None:
         try:
@@ -328,7 +345,7 @@ def enqueue(
             ids = queue.enqueue_many(payloads)
     except (LogError, RecordEncodeError) as e:
         fail(str(e))
-    where = str(directory) if log is None else log
+    where = str(directory) if log is None else shown(log)
     if len(ids) == 1:
         typer.echo(f"enqueued task {ids[0]} on {where}")
     else:

@@ -14,8 +14,9 @@ from typing import Annotated, Final, NoReturn
 
 import typer
 
-from logstore import is_redis_url
-from queue_worker.report import has_logs
+from logstore import LogError, is_redis_url
+from queue_worker.config import check_host
+from queue_worker.report import has_logs, missing_logs_text
 from queue_worker.topics import CLAIMS_TOPIC, TASKS_TOPIC
 
 EXIT_USAGE: Final = 2  # a bad option value, a bad input file, no data where one was named
@@ -70,12 +71,28 @@ def one_of(*choices: str) -> Callable[[str], str]:
     return parse
 
 
+def host_name_option(text: str) -> str:
+    try:
+        check_host(text)
+    except ValueError:
+        raise typer.BadParameter(
+            f"got {text!r}; expected a host name of 1-64 letters, digits, '_', '.' or '-'"
+        ) from None
+    return text
+
+
 DirOption = Annotated[
     Path, typer.Option("--dir", "-d", help="The data directory (logs and run state).")
 ]
 LogOption = Annotated[
     str | None,
-    typer.Option("--log", metavar="URL", help="A redis://… log instead of the files in --dir."),
+    typer.Option(
+        "--log",
+        envvar="QW_LOG",  # keeps a password off the command line
+        show_envvar=True,
+        metavar="URL",
+        help="A redis://… log instead of the files in --dir.",
+    ),
 ]
 
 
@@ -93,9 +110,42 @@ def location_of(directory: Path, log: str | None) -> str:
         return str(directory)
     if not is_redis_url(log):
         bad("--log", log, "a redis:// URL (the files in --dir are the default)")
+    check_log_url(log)
     return log
 
 
+def check_log_url(url: str) -> None:
+    """Parse a redis:// URL as the Redis log will, connecting to nothing: a malformed one
+    (a bad port, an unknown parameter value) or a missing redis package is one line and
+    exit 2 here, rather than a traceback later."""
+    try:
+        from logstore.redis_log import RedisLog
+    except ImportError as e:
+        fail(str(e))
+    try:
+        RedisLog(url, TASKS_TOPIC).close()  # a handle that never connected
+    except ValueError as e:  # its messages never show a password
+        fail(f"--log: {e}")
+
+
+def shown(location: str) -> str:
+    """A location as a message shows it: a redis URL without its password."""
+    if not is_redis_url(location):
+        return location
+    from logstore.redis_log import RedisLog
+
+    try:
+        log = RedisLog(location, TASKS_TOPIC)
+    except ValueError:
+        return "redis://…"
+    log.close()
+    return log.url
+
+
 def require_logs(location: str) -> None:
-    if not has_logs(location):
-        fail(f"no qw logs at {location} (expected tasks.log and claims.log)")
+    try:
+        found = has_logs(location)
+    except LogError as e:
+        fail(str(e))
+    if not found:
+        fail(missing_logs_text(location))

@@ -40,6 +40,7 @@ from supervisor.cli_options import (
     location_of,
     one_of,
     require_logs,
+    shown,
     whole,
 )
 from supervisor.model import QueueView
@@ -78,14 +79,14 @@ def status(
         fail(str(e))
     if as_json:
         body = {
-            "location": location,
+            "location": shown(location),
             "supervisors": supervisors,
             "workers": {"running": running, "stopped": len(snapshots) - len(running)},
             "queue": {k: v for k, v in vars(queue).items() if k != "throughput_history"},
         }
         typer.echo(json.dumps(body, indent=2))
         return
-    typer.echo(f"qw on {location}")
+    typer.echo(f"qw on {shown(location)}")
     typer.echo(f"supervisors  {len(supervisors)} running")
     for sup in supervisors:
         alive = sum(1 for w in sup.get("workers", []) if w.get("alive"))
@@ -249,7 +250,7 @@ def task_command(
     except (ReportInputError, LogError) as e:
         fail(str(e))
     if not story.steps:
-        fail(f"task {task_id} is not in {location}: no TASK record and no claims name it")
+        fail(f"task {task_id} is not in {shown(location)}: no TASK record and no claims name it")
     accepted = [s.position for s in story.steps if s.kind == "DONE" and s.verdict == "done"]
     result = results.get(accepted[0]) if accepted else None
     if as_json:

@@ -28,9 +28,11 @@ from queue_worker.report import (
     duration_text,
     has_logs,
     load_report,
+    missing_logs_text,
     read_claims,
     read_task,
 )
+from supervisor.cli_options import check_log_url, shown
 from supervisor.demos import demo_app
 from supervisor.demos.common import stdout_console
 
@@ -44,7 +46,13 @@ DirOption = Annotated[
 ]
 LogOption = Annotated[
     str | None,
-    typer.Option("--log", help="A log URL (redis://…) to read instead of --dir.", metavar="URL"),
+    typer.Option(
+        "--log",
+        envvar="QW_LOG",  # keeps a password off the command line
+        show_envvar=True,
+        help="A log URL (redis://…) to read instead of --dir.",
+        metavar="URL",
+    ),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")]
 
@@ -70,6 +78,7 @@ def _location(directory: Path, log: str | None) -> str:
         raise _fail(
             f"--log is {log!r}; expected a redis:// URL (the files in --dir are the default)"
         )
+    check_log_url(log)  # a malformed URL is one line and exit 2, before anything connects
     return log
 
 
@@ -107,7 +116,7 @@ def report_command(
         typer.echo(json.dumps(report.to_json(), indent=2))
     else:
         console = stdout_console()
-        console.print(render_report(report, location, plain=not console.is_terminal))
+        console.print(render_report(report, shown(location), plain=not console.is_terminal))
     raise typer.Exit(report.exit_code)
 
 
@@ -119,14 +128,16 @@ def why_command(
 ) -> None:
     """Every record about one task, in log order, with the rule that decided each."""
     location = _location(directory, log)
-    if not has_logs(location):
-        raise _fail(f"no qw logs at {location} (expected tasks.log and claims.log)")
     try:
+        if not has_logs(location):
+            raise _fail(missing_logs_text(location))
         story = explain_task(task, read_task(location, task), read_claims(location))
     except (ReportInputError, LogError, OSError) as e:
         raise _fail(str(e)) from None
     if not story.steps:
-        raise _fail(f"task {task} is not in {location}: no TASK record and no claims name it")
+        raise _fail(
+            f"task {task} is not in {shown(location)}: no TASK record and no claims name it"
+        )
     if as_json:
         typer.echo(json.dumps(story.to_json(), indent=2))
     else:

@@ -1,8 +1,9 @@
 """The Supervisor: starts the worker processes, watches them, restarts the dead, drains.
 
-Each worker is a child process, ``python -m queue_worker.worker '<config json>'``, in a
-session of its own (so a Ctrl-C in the terminal reaches the supervisor only, which then
-drains the workers in order). A worker dies with its supervisor on its own (it checks its
+Each worker is a child process, ``python -m queue_worker.worker '<config json>'`` (the
+config in the environment instead when its log URL holds a password), in a session of its
+own (so a Ctrl-C in the terminal reaches the supervisor only, which then drains the
+workers in order). A worker dies with its supervisor on its own (it checks its
 parent), so `kill -9` of the supervisor leaves no orphan behind.
 
 Threads:
@@ -26,7 +27,6 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections import deque
@@ -40,6 +40,7 @@ import psutil
 from queue_worker.config import DEFAULT_LEASE_S, WorkerConfig
 from queue_worker.stats import read_snapshot
 from queue_worker.worker import EXIT_CONFIG as WORKER_EXIT_CONFIG
+from queue_worker.worker import worker_command
 from supervisor.model import Event, QueueView, SupervisorSnapshot
 from supervisor.monitor import Monitor, TaskInfo
 from supervisor.slots import RestartPolicy, Slot, describe_exit, last_line
@@ -78,6 +79,7 @@ class SupervisorOptions:
     rate: float = 0.0  # demo tasks per second from a publisher thread (0: none)
     exit_when_drained: bool = False
     restart: RestartPolicy = field(default_factory=RestartPolicy)
+    host: str | None = None  # the host the workers report (None: this machine's name)
 
     @property
     def run_dir(self) -> Path:
@@ -98,6 +100,7 @@ class SupervisorOptions:
             max_attempts=self.max_attempts,
             backoff_s=self.backoff_s,
             parent_pid=os.getpid(),
+            host=self.host,
         )
 
 
@@ -304,10 +307,12 @@ class Supervisor:
         # Workers die with the *thread* that started them (PR_SET_PDEATHSIG): spawn only from
         # the main thread or the watcher, which both outlive every worker they start.
         config = self.options.worker_config(slot.name, slot.index, len(self._slots))
+        command, env = worker_command(config)  # a password stays off the command line
         log_path = self._logs_dir / f"{slot.name}.log"
         with open(log_path, "ab") as log:
             process = subprocess.Popen(
-                [sys.executable, "-m", "queue_worker.worker", config.to_json()],
+                command,
+                env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=log,
@@ -431,8 +436,10 @@ class Supervisor:
             return
         run_dir = self.options.run_dir
         if slot.worker_id is None:
-            # The worker id is "<name>-<pid>-<random>": find this process's snapshot.
-            found = next(iter(run_dir.glob(f"{slot.name}-{slot.pid}-*.json")), None)
+            # The worker id is "<name>-<pid>-<random>", or "<name>@<host>-<pid>-<random>" on a
+            # shared log: find this process's snapshot.
+            patterns = (f"{slot.name}-{slot.pid}-*.json", f"{slot.name}@*-{slot.pid}-*.json")
+            found = next((p for pattern in patterns for p in run_dir.glob(pattern)), None)
             if found is None:
                 return
             slot.worker_id = found.stem

@@ -1,0 +1,134 @@
+"""Chaos on Redis: `qw up --log redis://…` with restarts on, while workers that hold tasks are
+killed with -9 again and again, and the Redis server itself is killed with -9 and restarted
+(AOF on, fsync always: it loses nothing it acknowledged) under the running workers.
+
+Afterwards the claims stream must prove what the file-log chaos run proves (see
+test_chaos.py): every task done exactly once and `qw report` exits 0; the original's
+invariants on every prefix of the log; never two holders (a claim wins a held task only when
+the holder's lease, by the records' own times — here the server's clock — had run out); and
+every worker's published view is the fold of the prefix it had read.
+
+The short run is part of the normal suite; QW_CHAOS=long runs a longer, wider one.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from logstore import LogError
+from queue_worker.report import load_report, read_claims
+from queue_worker.stats import read_all
+from supervisor.demos.fleet import ClaimsTail
+from tests.helpers import wait_until
+from tests.test_chaos import Chaos, Plan, check_log
+from tests.test_redis_e2e import ENV, OwnRedis, qw_command
+
+pytestmark = [pytest.mark.chaos, pytest.mark.redis]
+
+LONG = os.environ.get("QW_CHAOS") == "long"
+
+# The lease is longer than in the file-log run: a server restart must not outlast it (a
+# holder cut off from the server for longer than its lease may be taken over mid-task, and
+# the report would rightly say that task was worked twice).
+SHORT = Plan(workers=4, tasks=150, work_ms=60, lease_s=3.0, tasks_between_kills=12)
+WIDE = Plan(workers=8, tasks=3000, work_ms=60, lease_s=3.0, tasks_between_kills=30)
+
+#: the server is restarted after every this many worker kills
+KILLS_PER_SERVER_RESTART = 3 if not LONG else 5
+
+
+def test_kill_9_workers_and_the_server_and_every_task_is_done_exactly_once(
+    tmp_path: Path,
+) -> None:
+    plan = WIDE if LONG else SHORT
+    server = OwnRedis(tmp_path / "redis")
+    server.start()
+    url = server.url
+    data_dir = tmp_path / "qw"
+    # fmt: off
+    supervisor = subprocess.Popen(
+        qw_command(
+            "up", "--log", url, "--dir", str(data_dir), "--workers", str(plan.workers),
+            "--tasks", str(plan.tasks), "--work-ms", str(plan.work_ms),
+            "--lease", str(plan.lease_s), "--pick", "random", "--exit-when-drained", "--no-tui",
+        ),
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path, env=ENV,
+    )
+    # fmt: on
+    chaos = Chaos()
+    try:
+        with ClaimsTail(url) as tail:
+            done = 0
+
+            def poll() -> int:
+                nonlocal done
+                try:
+                    tail.poll()
+                except LogError:  # the server is restarting: no news
+                    return done
+                done = tail.follower.state.done_count
+                return done
+
+            def progressed(target: int) -> Callable[[], bool]:
+                return lambda: poll() >= target or supervisor.poll() is not None
+
+            wait_until(lambda: read_all(data_dir / "run"), 60, "qw up to start its workers")
+            rounds = 0
+            while poll() < plan.tasks and supervisor.poll() is None:
+                target = min(plan.tasks, done + plan.tasks_between_kills)
+                if chaos.kill_a_holder(data_dir, tail) is not None:
+                    rounds += 1
+                    if rounds % KILLS_PER_SERVER_RESTART == 0:
+                        server.restart()
+                wait_until(progressed(target), 90, f"{target} tasks done amid the kills")
+        output, _ = supervisor.communicate(timeout=120)
+    finally:
+        if supervisor.poll() is None:
+            supervisor.send_signal(signal.SIGTERM)
+            supervisor.send_signal(signal.SIGTERM)  # the second one kills the workers now
+            supervisor.wait(30)
+    try:
+        assert supervisor.returncode == 0, output
+        kills = sum(len(times) for times in chaos.kills.values())
+        assert kills >= 3, f"only {kills} kills: the run was too short to be chaos"
+        assert server.restarts >= 1, "the server was never restarted"
+
+        records = list(read_claims(url))
+        takeovers, done_after = check_log(records)
+        assert takeovers >= 1
+        assert done_after[-1] == plan.tasks
+
+        # Readers at different points of the log (the workers' published views) agree with
+        # the fold of the same prefix: a reader further along never sees fewer tasks done,
+        # and no restart of the server made a worker fold a record twice or skip one.
+        positions = [position for position, _ in records]
+        views = chaos.views | {
+            (int(s["consumed_up_to"]), int(s["done_tasks"])) for s in read_all(data_dir / "run")
+        }
+        for consumed_up_to, done_tasks in sorted(views):
+            prefix = sum(1 for p in positions if p < consumed_up_to)
+            assert done_tasks == (done_after[prefix - 1] if prefix else 0)
+
+        report = load_report(url)
+        assert report.ok, report.verdict
+        assert report.tasks_published == report.tasks_done == report.completions_accepted
+        assert report.tasks_done == plan.tasks
+        assert report.worked_twice == ()
+        assert len(report.takeovers) == takeovers
+        result = subprocess.run(
+            [sys.executable, "-m", "supervisor.cli", "report", "--log", url],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=ENV,
+        )
+        assert result.returncode == 0, result.stdout + result.stderr
+    finally:
+        server.kill9()
