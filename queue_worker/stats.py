@@ -94,9 +94,14 @@ class WorkerStats:
 
     def publish(self, path: Path) -> None:
         """Write the snapshot atomically (tmp file + rename)."""
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(self.to_dict(), separators=(",", ":")))
-        os.replace(tmp, path)
+        write_snapshot(path, self.to_dict())
+
+
+def write_snapshot(path: Path, data: dict[str, Any]) -> None:
+    """Write a snapshot atomically: a tmp file, then a rename, so no reader sees half."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, separators=(",", ":")))
+    os.replace(tmp, path)
 
 
 #: the fields a snapshot carries (the raw latency window stays in the worker)

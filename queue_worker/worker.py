@@ -72,7 +72,7 @@ from queue_worker.handlers import (
     retry_at,
     run_handler,
 )
-from queue_worker.lease import LeaseKeeper
+from queue_worker.lease import LeaseKeeper, RenewalThread
 from queue_worker.pick import pick_task
 from queue_worker.records import (
     Claim,
@@ -84,7 +84,7 @@ from queue_worker.records import (
     encode,
 )
 from queue_worker.state import Lease, Verdict
-from queue_worker.stats import WorkerStats
+from queue_worker.stats import WorkerStats, write_snapshot
 from queue_worker.topics import READ_BATCH, ClaimsFollower, Settled, TaskIndex, open_topics
 
 # Exit codes of a worker process.
@@ -163,6 +163,7 @@ class SnapshotPublisher:
         self._last_state: str | None = None
         self._pending = threading.Event()
         self._thread: threading.Thread | None = None
+        self._file_lock = threading.Lock()
 
     def publish(self, *, force: bool = False) -> None:
         if self.path is None:
@@ -173,18 +174,26 @@ class SnapshotPublisher:
             if not force and now - self._last < gap:
                 self._defer()
                 return
-            self._write(now)
+            data = self._take(now)
+        self._write(data)
 
-    def _write(self, now: float) -> None:
-        assert self.path is not None
+    def _take(self, now: float) -> dict[str, Any]:
+        """The snapshot to write (called under the stats lock; the file is written after it,
+        so the worker's own thread never waits on the disk for the stats lock)."""
         self.stats.updated_at = time.time()
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self.stats.publish(self.path)
-        except OSError as e:  # a full disk must not stop the work; say so in the stats
-            self.stats.last_error = f"cannot write stats to {self.path}: {e}"
         self._last = now
         self._last_state = self.stats.state
+        return self.stats.to_dict()
+
+    def _write(self, data: dict[str, Any]) -> None:
+        assert self.path is not None
+        with self._file_lock:  # the worker's thread and the deferred writer share the tmp name
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                write_snapshot(self.path, data)
+            except OSError as e:  # a full disk must not stop the work; say so in the stats
+                with self.lock:
+                    self.stats.last_error = f"cannot write stats to {self.path}: {e}"
 
     def _defer(self) -> None:
         self._pending.set()
@@ -203,8 +212,10 @@ class SnapshotPublisher:
             if wait > 0:
                 time.sleep(wait)  # rate limit: at most one deferred write per STATE_GAP_S
             with self.lock:
-                if time.monotonic() - self._last >= STATE_GAP_S:
-                    self._write(time.monotonic())
+                if time.monotonic() - self._last < STATE_GAP_S:
+                    continue
+                data = self._take(time.monotonic())
+            self._write(data)
 
 
 class Worker:
@@ -258,15 +269,19 @@ class Worker:
         )
         path = Path(config.run_dir) / f"{self.worker_id}.json" if config.run_dir else None
         self.publisher = SnapshotPublisher(self.stats, path, self._stats_lock)
+        # one renewal thread for the worker's life, handed each task's lease (see lease.py)
+        self._renewer = RenewalThread()
 
     # -- one iteration -------------------------------------------------------------------------
 
     def step(self, now: int | None = None) -> StepResult:
         """One iteration: catch up, pick, claim, settle, and run the task if won. Blocks only
         while the handler runs. `now` is the worker's clock (µs) for the pick and the CLAIM."""
-        if now is None:
-            now = self._clock()
         self.catch_up()
+        if now is None:
+            # After the catch-up: a long replay must not leave the CLAIM's `at` (and so its
+            # lease) stale by the replay's length.
+            now = self._clock()
         if self._draining.is_set():
             return StepResult(StepKind.DRAINING)
         task = self.pick(now)
@@ -375,6 +390,7 @@ class Worker:
                 lease_us=self.config.lease_us,
                 clock=self._clock,
                 listener=self,
+                renewer=self._renewer,
             )
             ctx = TaskContext(
                 task_id=task,
@@ -678,6 +694,7 @@ class Worker:
         return us_to_seconds(fold_time_us - self.clock_offset_us)
 
     def close(self) -> None:
+        self._renewer.close()
         for log in self._owned_logs:
             log.close()
 
