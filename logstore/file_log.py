@@ -25,11 +25,17 @@ synced offset already covers its record, some other process's fdatasync did the 
 otherwise it notes the file size, fdatasyncs, and stores the size as the synced offset.
 A truncation lowers the synced offset first.
 
-Reading takes no lock: pread into a reused buffer, decode, and stop at an incomplete frame.
-Readers never see a record until it is whole and valid. One race needs care: a reader may
-read a torn tail while a writer truncates and rewrites it, and so see a mix of old and new
-bytes that looks like damage. A reader that meets damage decides again under a shared flock
-(which excludes writers): damage that is still there is real.
+Reading takes no lock: pread, decode, and stop at an incomplete frame. Readers never see a
+record until it is whole and valid. A handle remembers how far it has verified whole batches
+(`_seen`): a frame before that point is returned as soon as it is read, its checksum
+checked, without reading to the end of its batch again; a batch longer than a read buffer
+is verified once, a buffer at a time (`_vouch`), before any of its frames is returned.
+
+One race needs care: a reader may read a torn tail while a writer truncates and rewrites it,
+and so see a mix of old and new bytes that looks like damage. A reader that meets damage
+decides again under a shared flock (which excludes writers): damage that is still there is
+real. (What a handle has verified is never cut: writers cut only a torn tail, after the
+last whole batch.)
 
 Handles and processes: every process opens its own `FileLog`. A handle inherited through
 fork() must not be used by the child; as a safety net a handle notices it is in a new
@@ -68,6 +74,13 @@ from logstore.waiting import Waiter, make_waiter
 
 #: a reader's pread size (a frame larger than this is read whole, in a buffer of its own)
 READ_CHUNK = 256 * 1024
+#: a read that goes on past its first buffer (a long gap, a long batch) reads this much at a
+#: time: fewer, larger preads
+BIG_READ = 1024 * 1024
+#: a read for a few records reads no less than this...
+MIN_READ = 4 * 1024
+#: ...and guesses this many bytes a record (a longer record costs one more pread)
+RECORD_GUESS = 64
 #: gaps larger than this are walked header by header instead of read whole
 SCAN_CHUNK = 64 * 1024
 _U64 = struct.Struct("<Q")
@@ -102,6 +115,18 @@ def _pread(fd: int, pos: int, want: int, buf: memoryview) -> memoryview:
     if want <= len(buf):
         return buf[: os.preadv(fd, [buf[:want]], pos)]
     return memoryview(os.pread(fd, want, pos))
+
+
+def _read_on(max_records: int | None, count: int, span: int) -> int:
+    """The size of the next read of a call that has read `count` records in `span` bytes.
+
+    A read that goes on past its first buffer is reading a long gap: BIG_READ at a time,
+    unless only a few more records are wanted, as large as the records so far suggest.
+    """
+    if max_records is None:
+        return BIG_READ
+    per_record = span // count if count else RECORD_GUESS
+    return min(BIG_READ, max(MIN_READ, (max_records - count) * per_record))
 
 
 class FileLog(Log):
@@ -489,18 +514,34 @@ class FileLog(Log):
                 self._lock.release()
 
     def _read(self, position: int, max_records: int | None) -> list[Entry]:
+        fd = self._rfd
         entries: list[Entry] = []
         pos = position
-        want = READ_CHUNK
+        if max_records is None:
+            want = READ_CHUNK
+        else:  # read(pos, 1) must not copy 256 KiB: size the first read for what is asked
+            want = min(READ_CHUNK, max(MIN_READ, max_records * RECORD_GUESS))
+        vouch = True  # whether a batch longer than the buffer may still be verified ahead
         while True:
-            view = _pread(self._rfd, pos, want, self._read_view)
-            at_eof = len(view) < want
-            limit = None if max_records is None else max_records - len(entries)
+            # A fresh bytes object rather than a reused bytearray: decoding slices each
+            # Entry.data straight out of bytes (a bytearray would be copied to bytes first).
+            buf = os.pread(fd, want, pos)
+            at_eof = len(buf) < want
+            if at_eof and pos + len(buf) < self._seen:
+                # Shorter than what this handle verified: cut by something outside this
+                # protocol (which never cuts a complete batch). Vouch for nothing any more.
+                self._seen = FILE_HEADER_SIZE
             found = framing.decode_frames(
-                view, pos, at_eof=at_eof, max_record=self._file_max, path=self.name, limit=limit
+                buf,
+                pos,
+                at_eof=at_eof,
+                max_record=self._file_max,
+                path=self.name,
+                limit=None if max_records is None else max_records - len(entries),
+                verified=self._seen - pos,  # frames before it are not verified again
             )
             if found.entries:
-                entries.extend(found.entries)
+                entries += found.entries
             if pos + found.verified > self._seen:
                 self._seen = pos + found.verified
             stop = found.stop
@@ -508,19 +549,61 @@ class FileLog(Log):
                 pos += found.consumed
                 if at_eof or (max_records is not None and len(entries) >= max_records):
                     return entries
-                want = READ_CHUNK
+                want = _read_on(max_records, len(entries), pos - position)
             elif stop is Stop.NEED_DATA:
                 pos += found.consumed
                 if not found.needed:  # only zero bytes to the end of the buffer: read it all
-                    want = os.lseek(self._rfd, 0, _SEEK_END) - pos + 1
-                else:  # (doubling: a long batch must not be re-read one frame longer each time)
-                    want = max(found.needed, want * 2 if not found.consumed else READ_CHUNK)
+                    want = os.lseek(fd, 0, _SEEK_END) - pos + 1
+                elif found.consumed:  # read on from the open frame or batch
+                    want = max(found.needed, _read_on(max_records, len(entries), pos - position))
+                elif pos < self._seen:  # a verified frame longer than the buffer: read it
+                    want = max(found.needed, want)
+                elif vouch and self._vouch(pos, 2 * want):
+                    pass  # the batch at pos is verified: its frames come from any buffer now
+                else:
+                    # A batch not complete yet (being written, or torn) or damaged: decoding
+                    # decides with all of it in hand. (Doubling: a long batch must not be
+                    # re-read one frame longer each time.)
+                    vouch = False
+                    want = max(found.needed, want * 2)
             elif stop is Stop.TORN_TAIL:
                 # Nothing more yet. Remember what we saw, so that wait() sleeps until it changes.
-                self._stall = (pos + found.consumed, pos + len(view))
+                self._stall = (pos + found.consumed, pos + len(buf))
                 return entries
             else:  # DAMAGED: return the good records; the next read from here raises
                 return entries
+
+    def _vouch(self, start: int, chunk: int) -> bool:
+        """Verify the batch at `start` (not verified yet, longer than the read buffer) in full.
+
+        Every frame's checksum is checked, a buffer at a time with the batch carried across
+        buffers, so memory stays bounded however long the batch. The buffers start at
+        `chunk` bytes and double up to BIG_READ: verifying ahead of the batch (whatever else
+        is in the last buffer) costs at most about as much as the batch itself. On success
+        `_seen` moves past the batch (and the whole batches after it in the last buffer),
+        and reads return its frames without verifying it again. False when the batch is not
+        whole and valid: still being written, torn, or damaged; decoding decides which.
+        """
+        fd = self._rfd
+        max_record = self._file_max
+        pos = open_batch = last_batch = start
+        while True:
+            chunk = min(chunk, BIG_READ)
+            buf = os.pread(fd, chunk, pos)
+            chunk *= 2
+            walk = framing.walk_frames(buf, pos, max_record, open_batch, last_batch, check=True)
+            if walk.end == pos:  # not one whole, valid frame in the buffer
+                peek = framing.peek_frame(buf, max_record)
+                if peek is None or peek[0] <= len(buf):  # invalid, or whole and damaged
+                    return False
+                buf = os.pread(fd, peek[0], pos)  # one frame longer than a buffer
+                walk = framing.walk_frames(buf, pos, max_record, open_batch, last_batch, check=True)
+                if walk.end == pos:  # incomplete (the end of the file), or damaged
+                    return False
+            pos, open_batch, last_batch = walk
+            if open_batch > start:  # the batch at `start` ended
+                self._seen = max(self._seen, open_batch)
+                return True
 
     def end(self) -> int:
         if self._stale:

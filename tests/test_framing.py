@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import zlib
 
@@ -9,7 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from logstore.base import CorruptLogError, ForeignFileError
+from logstore import framing
+from logstore.base import CorruptLogError, Entry, ForeignFileError
 from logstore.framing import (
     FILE_HEADER_SIZE,
     FRAME_HEADER_SIZE,
@@ -281,3 +283,149 @@ def test_file_header_round_trip_and_foreign_files() -> None:
         decode_file_header(bytes(newer) + zlib.crc32(newer).to_bytes(4, "little"), PATH)
     with pytest.raises(ValueError, match="out of range"):
         encode_file_header(-1)
+
+
+# -- a prefix the reader has verified before --------------------------------------------------
+
+
+def frame_ends(batch_list: list[list[bytes]]) -> list[int]:
+    """The file offset just after each frame."""
+    ends, at = [], FILE_HEADER_SIZE
+    for record in itertools.chain.from_iterable(batch_list):
+        at += FRAME_HEADER_SIZE + len(record)
+        ends.append(at)
+    return ends
+
+
+@settings(max_examples=60)
+@given(batches.filter(bool), st.data())
+def test_frames_before_the_verified_offset_come_back_without_the_rest_of_their_batch(
+    batch_list: list[list[bytes]], data: st.DataObject
+) -> None:
+    # The reader vouches for whole batches up to `verified` (a batch boundary): a frame that
+    # ends there or before is returned as soon as it is in the buffer; past it, a batch is
+    # returned only when it is whole, as without `verified`.
+    image = build(batch_list)
+    flat = list(itertools.chain.from_iterable(batch_list))
+    ends = frame_ends(batch_list)
+    batch_of_frame = [i for i, batch in enumerate(batch_list) for _ in batch]
+    bends = batch_ends(batch_list)
+    verified = data.draw(st.sampled_from([FILE_HEADER_SIZE, *bends]), label="verified")
+    cut = data.draw(st.integers(FILE_HEADER_SIZE, len(image)), label="cut")
+    limit = data.draw(st.none() | st.integers(1, 8), label="limit")
+    found = decode_frames(
+        image[FILE_HEADER_SIZE:cut],
+        FILE_HEADER_SIZE,
+        at_eof=False,
+        max_record=MAX,
+        path=PATH,
+        limit=limit,
+        verified=verified - FILE_HEADER_SIZE,
+    )
+    returnable = [
+        i
+        for i, end in enumerate(ends)
+        if end <= cut and (end <= verified or bends[batch_of_frame[i]] <= cut)
+    ]
+    expected = returnable if limit is None else returnable[:limit]
+    assert [e.data for e in found.entries] == [flat[i] for i in expected]
+    assert [e.next for e in found.entries] == [ends[i] for i in expected]
+    at = found.entries[-1].next if found.entries else FILE_HEADER_SIZE
+    assert FILE_HEADER_SIZE + found.consumed == at
+    assert found.stop in (Stop.CLEAN, Stop.NEED_DATA)
+    if found.stop is Stop.NEED_DATA:  # and it asks for more than the buffer holds
+        assert found.needed > cut - at
+
+
+def test_a_verified_batch_is_returned_a_frame_at_a_time_from_a_buffer_cut_inside_it() -> None:
+    image = build([[b"one", b"two", b"three", b"four"]])
+    frames = image[FILE_HEADER_SIZE:]
+    cut = 3 * FRAME_HEADER_SIZE + len(b"one") + len(b"two") + 2  # inside "three"
+    # not verified: nothing of the batch until all of it is there
+    assert decode(image[: FILE_HEADER_SIZE + cut], at_eof=False).entries == []
+    found = decode_frames(
+        frames[:cut],
+        FILE_HEADER_SIZE,
+        at_eof=False,
+        max_record=MAX,
+        path=PATH,
+        verified=len(frames),
+    )
+    assert [e.data for e in found.entries] == [b"one", b"two"]
+    assert found.stop is Stop.NEED_DATA
+    assert found.consumed == found.verified == 2 * FRAME_HEADER_SIZE + 6
+    assert found.needed == FRAME_HEADER_SIZE + len(b"three")  # only the frame it is in
+    one = decode_frames(
+        frames, FILE_HEADER_SIZE, at_eof=True, max_record=MAX, path=PATH, limit=1, verified=999
+    )
+    assert [e.data for e in one.entries] == [b"one"]
+    assert one.consumed == one.verified == FRAME_HEADER_SIZE + 3  # decoded no further
+
+
+def test_a_damaged_frame_before_the_verified_offset_is_still_damage() -> None:
+    # Vouching spares reading to the end of a batch, not the checksum of a frame returned.
+    image = bytearray(build([[b"aaa", b"bbb", b"ccc", b"ddd"]]))
+    second = FILE_HEADER_SIZE + FRAME_HEADER_SIZE + 3
+    image[second + FRAME_HEADER_SIZE] ^= 0x20  # a payload byte of "bbb"
+    frames = bytes(image[FILE_HEADER_SIZE:])
+    found = decode_frames(
+        frames, FILE_HEADER_SIZE, at_eof=True, max_record=MAX, path=PATH, verified=len(frames)
+    )
+    assert [e.data for e in found.entries] == [b"aaa"]
+    assert found.stop is Stop.DAMAGED
+    with pytest.raises(CorruptLogError, match="payload checksum mismatch") as caught:
+        decode_frames(
+            frames[found.consumed :],
+            second,
+            at_eof=True,
+            max_record=MAX,
+            path=PATH,
+            verified=len(frames) - found.consumed,
+        )
+    assert caught.value.offset == second
+
+
+def test_walk_with_check_stops_at_a_bad_checksum() -> None:
+    image = bytearray(build([[b"a"], [b"bb", b"ccc"], [b"dddd"]]))
+    a, b, c, d = 16, 16 + 13, 16 + 13 + 14, 16 + 13 + 14 + 15
+    assert walk_frames(bytes(image[16:]), 16, MAX, 16, 16, check=True) == Walk(
+        end=len(image), open_batch=len(image), last_batch=d
+    )
+    image[c + FRAME_HEADER_SIZE] ^= 1  # "ccc": the batch [bb, ccc] is not verified
+    walk = walk_frames(bytes(image[16:]), 16, MAX, 16, 16, check=True)
+    assert walk == Walk(end=c, open_batch=b, last_batch=a)
+    assert walk_frames(memoryview(image)[16:], 16, MAX, 16, 16, check=True) == walk
+    assert walk_frames(bytes(image[16:]), 16, MAX, 16, 16).end == len(image)  # headers only
+
+
+def test_decoded_entries_are_ordinary_entries() -> None:
+    # Entries are built a column at a time through Entry's slots (framing._make_entries):
+    # they must be indistinguishable from constructed ones.
+    batch_list = [[b"x"], [b"", b"yz"]] * 4  # (enough records not to take the short cut)
+    found = decode(build(batch_list))
+    expected, at = [], FILE_HEADER_SIZE
+    for data in itertools.chain.from_iterable(batch_list):
+        expected.append(Entry(at, at + FRAME_HEADER_SIZE + len(data), data))
+        at = expected[-1].next
+    assert found.entries == expected
+    assert [hash(e) for e in found.entries] == [hash(e) for e in expected]
+    assert [repr(e) for e in found.entries] == [repr(e) for e in expected]
+    assert all(type(e) is Entry and e.server_time_us is None for e in found.entries)
+    assert all(type(e.data) is bytes for e in found.entries)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        found.entries[0].data = b"changed"  # type: ignore[misc]
+    assert framing._SETTERS is not None  # the fast path is the one in use
+
+
+def test_entries_fall_back_to_the_constructor(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(framing, "_SETTERS", None)
+    assert decode(build([[b"x", b"y"]])).entries == [Entry(16, 29, b"x"), Entry(29, 42, b"y")]
+
+
+def test_decoding_accepts_bytearray_and_memoryview() -> None:
+    image = build([[b"one"], [b"two", b"three"]])
+    for buf in (bytearray(image[16:]), memoryview(image)[16:]):
+        found = decode_frames(buf, 16, at_eof=True, max_record=MAX, path=PATH)
+        assert [e.data for e in found.entries] == [b"one", b"two", b"three"]
+        assert all(type(e.data) is bytes for e in found.entries)
+        assert scan_frames(buf, 16, at_eof=True, max_record=MAX, path=PATH).consumed == len(buf)
