@@ -7,8 +7,7 @@ and appended with `append_many` in batches of 1,000 records. The queue is built 
 real worker process (no-op handler) is started on the logs:
 
 - start-up time: launch → the `at` of its DONE of that task (imports, opening the logs,
-  replaying both logs, claiming, running the no-op). Not the CLAIM's `at`: a worker reads
-  its clock for the CLAIM at the start of the step, before it catches up on the logs.
+  replaying both logs, claiming, running the no-op).
 - resident memory (psutil RSS) once it has done that task and sits idle (caught up).
 
 Replay speed is measured in this process on the stage whose claims log holds 1M records:
@@ -255,9 +254,8 @@ def long_section(root: Path, stages: tuple[int, int, int]) -> Section:
             ),
             "",
             "The last column is how old the CLAIM's timestamp was when the no-op task was "
-            "done: the worker reads its clock at the start of a step, *before* catching up, so "
-            "after a long replay its CLAIM carries a time that far in the past (and a lease "
-            "that much shorter).",
+            "done: a worker reads its clock after catching up, so however long the replay, "
+            "its CLAIM's lease starts when the claim is made.",
         ]
     )
     target = Target(

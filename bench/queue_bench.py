@@ -218,9 +218,7 @@ def drain_section(results: DrainResults) -> Section:
         "tasks / (launch → last exit); *start-up* is launch → first CLAIM. Huey: SqliteHuey, "
         "process consumer, tasks/s from the first task's start to the last task's end. Raw "
         "loop: bench/raw_loop.py, pre-forked processes timed from their release to the last "
-        "exit. A qw worker stamps a CLAIM's `at` as its step begins, before it catches up, "
-        "so the first CLAIM's `at` precedes its first catch-up on the logs (which counts "
-        "against qw).",
+        "exit.",
         "",
         table(
             [
@@ -260,8 +258,7 @@ def drain_section(results: DrainResults) -> Section:
         lines += [
             "",
             "Enqueue shape (1 worker, same task count, tasks/s): one `enqueue` per task "
-            f"**{num(single)}**, the whole backlog as one `enqueue_many` batch **{num(batched)}** "
-            "(reading one task of a batch verifies the rest of the batch: see the report).",
+            f"**{num(single)}**, the whole backlog as one `enqueue_many` batch **{num(batched)}**.",
         ]
     targets = []
     n = max(counts)
