@@ -32,7 +32,7 @@ from queue_worker.report import (
     read_claims,
     read_task,
 )
-from supervisor.cli_options import check_log_url, shown
+from supervisor.cli_options import DirOption, LogOption, check_log_url, shown
 from supervisor.demos import demo_app
 from supervisor.demos.common import stdout_console
 
@@ -41,19 +41,6 @@ DEFAULT_DIR: Final = Path(".qw")
 MAX_ROWS: Final = 20
 HISTOGRAM_BAR: Final = 40
 
-DirOption = Annotated[
-    Path, typer.Option("--dir", "-d", help="The data directory.", show_default=True)
-]
-LogOption = Annotated[
-    str | None,
-    typer.Option(
-        "--log",
-        envvar="QW_LOG",  # keeps a password off the command line
-        show_envvar=True,
-        help="A log URL (redis://…) to read instead of --dir.",
-        metavar="URL",
-    ),
-]
 JsonOption = Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")]
 
 

@@ -189,7 +189,18 @@ def test_kill_9_again_and_again_and_every_task_is_done_exactly_once(data_dir: Pa
     kills = sum(len(times) for times in chaos.kills.values())
     assert kills >= 3, f"only {kills} kills: the run was too short to be chaos"
 
-    records = list(read_claims(data_dir))
+    check_the_run(str(data_dir), plan, chaos.views, ["--dir", str(data_dir)], dict(os.environ))
+
+
+def check_the_run(
+    location: str,
+    plan: Plan,
+    views: set[tuple[int, int]],
+    report_args: list[str],
+    env: dict[str, str],
+) -> None:
+    """What every chaos run must show afterwards, on any log backend."""
+    records = list(read_claims(location))
     takeovers, done_after = check_log(records)
     assert takeovers >= 1
     assert done_after[-1] == plan.tasks
@@ -197,20 +208,21 @@ def test_kill_9_again_and_again_and_every_task_is_done_exactly_once(data_dir: Pa
     # Readers at different points of the log (the workers' published views) agree with the
     # fold of the same prefix: a reader further along never sees fewer tasks done.
     positions = [position for position, _ in records]
-    for consumed_up_to, done_tasks in sorted(chaos.views):
+    for consumed_up_to, done_tasks in sorted(views):
         prefix = sum(1 for p in positions if p < consumed_up_to)
         assert done_tasks == (done_after[prefix - 1] if prefix else 0)
 
-    report = load_report(data_dir)
+    report = load_report(location)
     assert report.ok, report.verdict
     assert report.tasks_published == report.tasks_done == report.completions_accepted
     assert report.tasks_done == plan.tasks
     assert report.worked_twice == ()
     assert len(report.takeovers) == takeovers
     result = subprocess.run(
-        [sys.executable, "-m", "supervisor.cli", "report", "--dir", str(data_dir)],
+        [sys.executable, "-m", "supervisor.cli", "report", *report_args],
         capture_output=True,
         text=True,
         timeout=120,
+        env=env,
     )
     assert result.returncode == 0, result.stdout + result.stderr
