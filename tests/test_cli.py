@@ -6,6 +6,7 @@ Every wait is a condition with a deadline (tests.helpers.wait_until); no test sl
 from __future__ import annotations
 
 import json
+import re
 import signal
 import socket
 import subprocess
@@ -282,7 +283,9 @@ def test_tail_claims_shows_positions_and_verdicts(drained_dir: Path) -> None:
     claims = [line for line in lines if " CLAIM " in line]
     dones = [line for line in lines if " DONE " in line]
     assert all(line.startswith("@") for line in lines)
-    assert all(line.endswith(("→ won", "→ lost: held", "→ lost: done")) for line in claims)
+    # a lost claim names the holder it ran into and when that lease ran out
+    verdict = re.compile(r"→ (won|lost: done|lost: held by \S+ until \d\d:\d\d:\d\d\.\d{3})$")
+    assert claims and all(verdict.search(line) for line in claims), claims
     assert len([line for line in dones if line.endswith("→ done")]) == 40
 
 
