@@ -13,7 +13,9 @@ spread  each worker is given a slot of `slots` by the supervisor and prefers ids
         id % slots == slot, lowest first: with a backlog, N workers in N slots never pick
         the same task, and the queue is still worked roughly in order. It scans its own ids
         from the watermark with step `slots` (a bounded number of probes), and when it finds
-        none claimable it falls back to `random` over the rest.
+        none claimable it falls back to `random` over the rest — but leaves another slot's
+        task alone for SPREAD_GRACE_US after it first saw it (`FreshTasks`): with no backlog,
+        a new task's own worker takes it, and the idle others do not all collide on it.
 
 The reader's clock enters only through `ClaimState.is_claimable(task, now)`.
 """
@@ -21,6 +23,7 @@ The reader's clock enters only through `ClaimState.is_claimable(task, now)`.
 from __future__ import annotations
 
 import random
+from collections import deque
 from collections.abc import Container
 from typing import Final
 
@@ -32,7 +35,72 @@ RANDOM_SAMPLES: Final = 8
 #: spread: own-slot ids probed before falling back to random
 SPREAD_PROBES: Final = 256
 
+#: spread: how long another slot's new task is left to its own worker (µs of the worker's
+#: clock). An idle owner claims within a wake-up (~0.1-0.4 ms); a busy one leaves it to
+#: the others after this.
+SPREAD_GRACE_US: Final = 10_000
+
 _NOTHING: Final[frozenset[int]] = frozenset()
+
+
+class FreshTasks:
+    """When this worker first saw each task, as runs: (first task id, worker clock µs).
+
+    One entry per catch-up that found new tasks (a backlog is one run), and runs below the
+    watermark are dropped, so it stays small however long the log grows.
+    """
+
+    def __init__(self) -> None:
+        self._runs: deque[tuple[int, int]] = deque()
+        self.recheck_at: int | None = None  # when a held-back task may be taken (worker µs)
+
+    def saw(self, first_task: int, now: int) -> None:
+        self._runs.append((first_task, now))
+
+    def forget_below(self, watermark: int) -> None:
+        runs = self._runs
+        while len(runs) > 1 and runs[1][0] <= watermark:
+            runs.popleft()
+
+    def seen_at(self, task: int) -> int | None:
+        for first, at in reversed(self._runs):
+            if first <= task:
+                return at
+        return None
+
+    def held_back(
+        self, now: int, slot: int, slots: int, excluded: Container[int]
+    ) -> Container[int]:
+        """`excluded` plus the tasks of other slots first seen less than the grace ago."""
+        self.recheck_at = None
+        return _HeldBack(self, now, slot, slots, excluded)
+
+    def hold(self, task: int, now: int, slot: int, slots: int) -> bool:
+        """Leave `task` to its own slot's worker for now? (Notes when to look again.)"""
+        if task % slots == slot:
+            return False
+        seen = self.seen_at(task)
+        if seen is None or now - seen >= SPREAD_GRACE_US:
+            return False
+        due = seen + SPREAD_GRACE_US
+        if self.recheck_at is None or due < self.recheck_at:
+            self.recheck_at = due
+        return True
+
+
+class _HeldBack:
+    """The tasks a spread pick skips: the excluded ones, and fresh tasks of other slots."""
+
+    def __init__(
+        self, fresh: FreshTasks, now: int, slot: int, slots: int, excluded: Container[int]
+    ) -> None:
+        self.fresh, self.now, self.slot, self.slots = fresh, now, slot, slots
+        self.excluded = excluded
+
+    def __contains__(self, task: object) -> bool:
+        if task in self.excluded:
+            return True
+        return isinstance(task, int) and self.fresh.hold(task, self.now, self.slot, self.slots)
 
 
 def pick_first(

@@ -46,7 +46,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -73,7 +73,7 @@ from queue_worker.handlers import (
     run_handler,
 )
 from queue_worker.lease import LeaseKeeper, RenewalThread
-from queue_worker.pick import pick_task
+from queue_worker.pick import FreshTasks, pick_task
 from queue_worker.records import (
     Claim,
     ClaimsRecord,
@@ -255,6 +255,7 @@ class Worker:
         self.tasks_log: Log = tasks_log
         self.claims_log: Log = claims_log
         self.tasks = TaskIndex(tasks_log.start)
+        self._fresh = FreshTasks()
         self.claims = ClaimsFollower(claims_log.start)
         # server clock − our clock, µs (0 unless the backend stamps records: see topics.py)
         self.clock_offset_us = 0
@@ -291,13 +292,20 @@ class Worker:
 
     def catch_up(self) -> None:
         """Index new tasks and fold new claims records."""
+        before = self.tasks.known
         self.tasks.catch_up(self.tasks_log)
+        if self.tasks.known > before:
+            self._fresh.saw(before, self._clock())
         self.claims.catch_up(self.claims_log)
         self._refresh_fold_stats()
 
     def pick(self, now: int) -> int | None:
         """A claimable task by the configured strategy (as of the last catch-up), or None."""
         cfg = self.config
+        excluded: Container[int] = self.tasks.foreign
+        if cfg.pick == "spread" and cfg.slots > 1:
+            self._fresh.forget_below(self.claims.state.watermark)
+            excluded = self._fresh.held_back(now, cfg.slot, cfg.slots, self.tasks.foreign)
         return pick_task(
             cfg.pick,
             self.claims.state,
@@ -306,7 +314,7 @@ class Worker:
             rng=self._rng,
             slot=cfg.slot,
             slots=cfg.slots,
-            excluded=self.tasks.foreign,
+            excluded=excluded,
         )
 
     def attempt(self, task: int, now: int) -> StepResult:
@@ -362,11 +370,12 @@ class Worker:
 
     def _idle(self, now: int) -> StepResult:
         self._set_state("idle")
-        return StepResult(
-            StepKind.IDLE,
-            drained=self.is_drained(),
-            next_change=self.claims.state.next_change(self.fold_time(now)),
-        )
+        next_change = self.claims.state.next_change(self.fold_time(now))
+        recheck = self._fresh.recheck_at
+        if recheck is not None:  # a fresh task of another slot becomes ours to take then
+            recheck = self.fold_time(recheck)
+            next_change = recheck if next_change is None else min(next_change, recheck)
+        return StepResult(StepKind.IDLE, drained=self.is_drained(), next_change=next_change)
 
     # -- running a won task --------------------------------------------------------------------
 

@@ -17,7 +17,7 @@ from logstore import Entry, MemoryLog
 from queue_worker.clock import now_us
 from queue_worker.config import WorkerConfig
 from queue_worker.handlers import TaskContext
-from queue_worker.pick import pick_first, pick_random, pick_spread, pick_task
+from queue_worker.pick import SPREAD_GRACE_US, pick_first, pick_random, pick_spread, pick_task
 from queue_worker.producer import Queue
 from queue_worker.records import (
     Claim,
@@ -396,6 +396,28 @@ def test_pick_spread_prefers_the_workers_own_slot_then_falls_back() -> None:
     own_slot_busy = state_with(closed=(0, 1, 2, 3), held=(6, 10, 14, 18))
     assert pick_spread(own_slot_busy, T0, 20, slot=2, slots=4, rng=rng) not in {6, 10, 14, 18}
     assert pick_spread(own_slot_busy, T0, 20, slot=2, slots=4, rng=rng) is not None
+
+
+def test_spread_leaves_a_fresh_task_to_its_own_slot_for_the_grace(cluster: Cluster) -> None:
+    """With no backlog, an idle worker does not jump on another slot's new task at once
+    (so the idle workers do not all collide on it); after the grace it takes it."""
+    clock = FakeClock()
+    other = cluster.worker("w1", clock=clock, pick="spread", slot=1, slots=2)
+    cluster.queue.enqueue("for slot 0")  # task 0: 0 % 2 == 0, not w1's part
+    idle = other.step()
+    assert idle.kind is StepKind.IDLE
+    assert idle.next_change == T0 + SPREAD_GRACE_US  # it looks again when the grace is over
+    assert cluster.fold() == []  # no CLAIM was written
+    clock.advance(SPREAD_GRACE_US / SECOND)
+    taken = other.step()
+    assert (taken.kind, taken.task) == (StepKind.DONE, 0)
+
+
+def test_spread_takes_its_own_fresh_task_at_once(cluster: Cluster) -> None:
+    owner = cluster.worker("w0", pick="spread", slot=0, slots=2)
+    cluster.queue.enqueue("for slot 0")
+    done = owner.step()
+    assert (done.kind, done.task) == (StepKind.DONE, 0)
 
 
 def test_pick_task_refuses_an_unknown_strategy() -> None:
