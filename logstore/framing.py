@@ -50,16 +50,12 @@ holding the append lock truncates a TORN_TAIL before it appends.
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 import struct
 import sys
-import types
 import zlib
-from collections import deque
-from collections.abc import Callable, Iterator, Sequence
-from itertools import repeat
-from typing import Any, NamedTuple
+from collections.abc import Sequence
+from typing import NamedTuple
 
 from logstore.base import CorruptLogError, Entry, ForeignFileError
 
@@ -390,48 +386,6 @@ def _entries(base: int, starts: list[int], datas: list[bytes], count: int, end: 
     return _make_entries(positions, nexts, datas)
 
 
-def _slot_setters() -> tuple[Callable[[Entry, Any], None], ...] | None:
-    """The slot setters of Entry's fields in order, or None if Entry is not as expected."""
-    fields = dataclasses.fields(Entry)
-    names = [f.name for f in fields]
-    if names != ["position", "next", "data", "server_time_us"] or fields[3].default is not None:
-        return None
-    if hasattr(Entry, "__post_init__"):
-        return None
-    slots = [Entry.__dict__.get(name) for name in names]
-    if not all(isinstance(slot, types.MemberDescriptorType) for slot in slots):
-        return None
-    return tuple(slot.__set__ for slot in slots)  # type: ignore[union-attr]
-
-
-_SETTERS = _slot_setters()
-
-
 def _make_entries(positions: list[int], nexts: list[int], datas: list[bytes]) -> list[Entry]:
-    """`[Entry(p, n, d) for ...]`, built a column at a time at C speed.
-
-    Entry is a frozen dataclass: its generated __init__ stores each field with
-    object.__setattr__, ~800 ns an entry (this was the largest single cost of reading small
-    records). Storing the fields through their slot descriptors does the same stores from
-    C loops (map), ~300 ns an entry; the objects are ordinary Entry instances, equal to
-    constructed ones. If Entry ever stops being a slots dataclass of these four fields
-    (see _slot_setters), the plain constructor is used; and for a handful of entries,
-    where the fixed cost of the columns (~5 us) outweighs it.
-    """
-    if _SETTERS is None or len(datas) < _FEW_ENTRIES:
-        return list(map(Entry, positions, nexts, datas))
-    set_position, set_next, set_data, set_server_time = _SETTERS
-    entries = list(map(_new, repeat(Entry, len(datas))))
-    _consume(map(set_position, entries, positions))
-    _consume(map(set_next, entries, nexts))
-    _consume(map(set_data, entries, datas))
-    _consume(map(set_server_time, entries, repeat(None)))
-    return entries
-
-
-_new = object.__new__
-_FEW_ENTRIES = 6  # measured: below this many, the constructor is faster
-
-
-def _consume(iterator: Iterator[object]) -> None:
-    deque(iterator, maxlen=0)  # runs the iterator to its end in C
+    """`[Entry(p, n, d) for ...]`, built by map (a C loop) rather than a comprehension."""
+    return list(map(Entry, positions, nexts, datas))
