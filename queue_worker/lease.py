@@ -142,7 +142,9 @@ class LeaseKeeper:
         self.claim = claim
         self.lease_us = lease_us
         self.clock = clock
-        self.fold = SingleTaskFold(claim, claim_position, read_from)
+        self.claim_position = claim_position
+        self.read_from = read_from
+        self._fold: SingleTaskFold | None = None  # built at the first renewal (see `fold`)
         self.cancelled = cancelled if cancelled is not None else threading.Event()
         self.listener = listener
         self.renew_every_s = renew_every_s if renew_every_s is not None else lease_us / 2e6
@@ -157,6 +159,14 @@ class LeaseKeeper:
     @property
     def task(self) -> int:
         return self.claim.task
+
+    @property
+    def fold(self) -> SingleTaskFold:
+        """The task's own fold, built when first needed: most tasks end before their first
+        renewal, and building it for each of them was a measurable part of a no-op task."""
+        if self._fold is None:
+            self._fold = SingleTaskFold(self.claim, self.claim_position, self.read_from)
+        return self._fold
 
     @property
     def expiry(self) -> int | None:

@@ -140,9 +140,12 @@ def pick_spread(
     slots: int,
     rng: random.Random,
     excluded: Container[int] = _NOTHING,
+    own_from: int = 0,
 ) -> int | None:
-    low = state.watermark
-    first_own = low + (slot - low) % slots  # the lowest id >= watermark in this slot
+    """`own_from`: an id of this slot below which every id of the slot is closed (the
+    caller's cursor, so that a worker does not probe its own finished tasks every pick)."""
+    low = max(state.watermark, own_from)
+    first_own = low + (slot - low) % slots  # the lowest id >= low in this slot
     stop = min(known, first_own + SPREAD_PROBES * slots)
     for task in range(first_own, stop, slots):
         if task not in excluded and state.is_claimable(task, now):
@@ -160,12 +163,14 @@ def pick_task(
     slot: int = 0,
     slots: int = 1,
     excluded: Container[int] = _NOTHING,
+    own_from: int = 0,
 ) -> int | None:
-    """A claimable task among ids 0..known-1 by `strategy` (first|random|spread), or None."""
+    """A claimable task among ids 0..known-1 by `strategy` (first|random|spread), or None.
+    `own_from`: see `pick_spread`."""
     if strategy == "first":
         return pick_first(state, now, known, excluded)
     if strategy == "random":
         return pick_random(state, now, known, rng, excluded)
     if strategy == "spread":
-        return pick_spread(state, now, known, slot, slots, rng, excluded)
+        return pick_spread(state, now, known, slot, slots, rng, excluded, own_from)
     raise ValueError(f"pick strategy {strategy!r} is unknown; expected first, random or spread")

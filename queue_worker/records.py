@@ -132,6 +132,10 @@ def _pack(items: list[Any], *, free_form: bool) -> bytes:
     return data
 
 
+#: values that msgpack always packs into something that decodes (no check needed)
+_SCALARS: Final = frozenset({type(None), bool, int, float, str, bytes})
+
+
 def _fields(*checks: tuple[Any, str, type]) -> None:
     """Refuse a fixed field of the wrong type (a bool where an integer goes, …)."""
     for value, name, kind in checks:
@@ -154,7 +158,8 @@ def encode(record: Record) -> bytes:
         return _pack([SCHEMA, RENEW, r.task, r.worker, r.at, r.claim, r.lease], free_form=False)
     if isinstance(record, Done):
         d = record
-        return _pack([SCHEMA, DONE, d.task, d.worker, d.at, d.claim, d.result], free_form=True)
+        items = [SCHEMA, DONE, d.task, d.worker, d.at, d.claim, d.result]
+        return _pack(items, free_form=type(d.result) not in _SCALARS)
     if isinstance(record, Fail):
         f = record
         _fields((f.task, "task", int), (f.worker, "worker", str), (f.at, "at", int))

@@ -143,13 +143,22 @@ class ClaimsFollower:
         self.malformed = 0
         self.last_malformed: str | None = None
 
-    def apply(self, entry: Entry) -> tuple[Outcome, ClaimsRecord]:
-        try:
-            record = decode_claims_entry(entry)
-        except RecordDecodeError as e:
-            self.malformed += 1
-            self.last_malformed = f"malformed claims record at position {entry.position}: {e}"
-            record = Unknown(MALFORMED)
+    def apply(
+        self, entry: Entry, known: ClaimsRecord | None = None
+    ) -> tuple[Outcome, ClaimsRecord]:
+        """Fold one entry. `known`: the record its bytes encode, when the caller wrote them
+        (its own appends: decoding what it has just encoded would only cost time)."""
+        if known is not None:
+            record = known
+            if entry.server_time_us is not None:
+                record = on_server_clock(record, entry.server_time_us)
+        else:
+            try:
+                record = decode_claims_entry(entry)
+            except RecordDecodeError as e:
+                self.malformed += 1
+                self.last_malformed = f"malformed claims record at position {entry.position}: {e}"
+                record = Unknown(MALFORMED)
         outcome = self.state.apply(record, entry.position)
         self.next_position = entry.next
         return outcome, record
@@ -163,12 +172,20 @@ class ClaimsFollower:
             count += len(entries)
         return count
 
-    def settle(self, log: Log, position: int, timeout: float = SETTLE_TIMEOUT_S) -> Settled:
-        """Fold up to and including the record at `position` (one this worker appended)."""
+    def settle(
+        self,
+        log: Log,
+        position: int,
+        mine: ClaimsRecord | None = None,
+        timeout: float = SETTLE_TIMEOUT_S,
+    ) -> Settled:
+        """Fold up to and including the record at `position` (one this worker appended:
+        `mine`, when given, is that record, which then need not be decoded)."""
         for entry in read_through(log, self.next_position, position, timeout):
-            outcome, record = self.apply(entry)
             if entry.position == position:
+                outcome, record = self.apply(entry, mine)
                 return Settled(outcome, record, entry)
+            self.apply(entry)
         raise AssertionError("read_through returns only after yielding `position`")
 
 

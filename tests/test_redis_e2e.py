@@ -436,9 +436,11 @@ class RecordingFollower(ClaimsFollower):
         super().__init__(start)
         self.folded: list[int] = []
 
-    def apply(self, entry: Entry) -> tuple[Outcome, ClaimsRecord]:
+    def apply(
+        self, entry: Entry, known: ClaimsRecord | None = None
+    ) -> tuple[Outcome, ClaimsRecord]:
         self.folded.append(entry.position)
-        return super().apply(entry)
+        return super().apply(entry, known)
 
 
 def test_a_worker_resumes_after_a_restart_and_folds_no_record_twice(
@@ -522,7 +524,14 @@ class LosesReplies(Log):
         return position
 
     def append_many(self, records: Sequence[bytes], *, durable: bool = False) -> list[int]:
-        return [self.append(data, durable=durable) for data in records]
+        # One batch, as the real backends make it: all of it lands, or none of it.
+        hows = [self.fail(data) for data in records]
+        if "refused" in hows:
+            raise AppendError(f"{self.name}: refused (test)")
+        positions = self.inner.append_many(records, durable=durable)
+        if "lost" in hows:
+            raise AppendError(f"{self.name}: reply lost (test); the batch may have been made")
+        return positions
 
     def read(self, position: int, max_records: int | None = None) -> list[Entry]:
         return self.inner.read(position, max_records)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import random
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -74,6 +74,7 @@ class Cluster:
         clock: Callable[[], int] | None = None,
         handler: Callable[..., Any] = echo,
         seed: int = 0,
+        claim_ahead: bool = True,
         **settings: Any,
     ) -> Worker:
         config = WorkerConfig("memory", str(self.run_dir), name=name, **settings)
@@ -84,6 +85,7 @@ class Cluster:
             claims_log=self.claims,
             rng=random.Random(seed),
             handler=handler,
+            claim_ahead=claim_ahead,
         )
 
     def fold(self) -> list[tuple[ClaimsRecord, Outcome]]:
@@ -431,7 +433,8 @@ def lost_attempts_with(strategy: str, tmp_path: Path, workers: int = 8, tasks: i
     cluster = Cluster(tmp_path / strategy)
     cluster.queue.enqueue_many(list(range(tasks)))
     crew = [
-        cluster.worker(f"w{n}", pick=strategy, slot=n, slots=workers, seed=n)
+        # claim_ahead off: this drives `attempt` one claim at a time
+        cluster.worker(f"w{n}", pick=strategy, slot=n, slots=workers, seed=n, claim_ahead=False)
         for n in range(workers)
     ]
     for _ in range(tasks * 2):
@@ -490,6 +493,87 @@ def test_run_finishes_the_task_in_hand_when_stopped(cluster: Cluster) -> None:
     assert verdicts(cluster) == [("Claim", Verdict.WON), ("Done", Verdict.DONE)]
 
 
+# -- the next CLAIM appended with the DONE -------------------------------------------------------
+
+
+def test_the_next_claim_goes_with_the_done_and_the_next_step_settles_it(cluster: Cluster) -> None:
+    cluster.queue.enqueue_many(["a", "b", "c"])
+    worker = cluster.worker(pick="first")
+    first = worker.step()
+    assert (first.kind, first.task) == (StepKind.DONE, 0)
+    # CLAIM 0, then one batch: DONE 0 and CLAIM 1 (not settled yet: the worker's fold
+    # stops at the DONE, and no one has counted the attempt).
+    folded = cluster.fold()
+    assert verdicts(cluster) == [
+        ("Claim", Verdict.WON),
+        ("Done", Verdict.DONE),
+        ("Claim", Verdict.WON),
+    ]
+    assert folded[2][0].task == 1  # type: ignore[union-attr]
+    assert worker.claims.next_position == cluster.claims.end() - 1
+    assert worker.stats.attempts == 1
+    second = worker.step()
+    assert (second.kind, second.task, second.claim) == (StepKind.DONE, 1, 2)
+    assert second.latency_us is not None and second.latency_us >= 0
+    assert worker.step().task == 2
+    # The last task's DONE goes alone: there was nothing left to claim.
+    assert [kind for kind, _ in verdicts(cluster)] == ["Claim", "Done"] * 3
+    idle = worker.step()
+    assert idle.kind is StepKind.IDLE and idle.drained
+    assert (worker.stats.attempts, worker.stats.won, worker.stats.finished) == (3, 3, 3)
+
+
+def test_a_claim_made_ahead_is_worked_even_when_draining(cluster: Cluster) -> None:
+    cluster.queue.enqueue_many(["a", "b", "c"])
+    worker = cluster.worker(pick="first")
+    assert worker.step().kind is StepKind.DONE  # and CLAIM 1 went with its DONE
+    worker.drain()
+    assert worker.run() == "drained"
+    state = cluster.state()
+    # Task 1 was in hand, so it was finished; task 2 was never claimed; nothing is held.
+    assert state.is_done(0) and state.is_done(1) and not state.is_closed(2)
+    assert state.held_count == 0
+    assert verdicts(cluster)[-1] == ("Done", Verdict.DONE)
+
+
+class RacingClaims(MemoryLog):
+    """A claims log where another worker's record lands just before our next batch."""
+
+    def __init__(self) -> None:
+        super().__init__("claims")
+        self.race: bytes | None = None
+
+    def append_many(self, records: Sequence[bytes], *, durable: bool = False) -> list[int]:
+        if self.race is not None:
+            race, self.race = self.race, None
+            super().append_many([race])
+        return super().append_many(records, durable=durable)
+
+
+def test_a_claim_made_ahead_that_loses_is_a_lost_attempt(tmp_path: Path) -> None:
+    claims = RacingClaims()
+    cluster = Cluster(tmp_path / "run", claims=claims)
+    cluster.queue.enqueue_many(["a", "b"])
+
+    def meanwhile(payload: Any) -> Any:
+        # While task 0 runs, another worker's CLAIM of task 1 is about to land: our pick of
+        # task 1 (made before it lands) goes with our DONE and loses to it.
+        claims.race = encode(Claim(1, "other", T0, 60 * SECOND))
+        return payload
+
+    worker = cluster.worker(pick="first", handler=meanwhile)
+    assert worker.step().kind is StepKind.DONE
+    lost = worker.step()
+    assert (lost.kind, lost.task, lost.verdict) == (StepKind.LOST, 1, Verdict.LOST_HELD)
+    assert worker.stats.lost == {Verdict.LOST_HELD.value: 1}
+    assert verdicts(cluster) == [
+        ("Claim", Verdict.WON),
+        ("Claim", Verdict.WON),  # the other worker's
+        ("Done", Verdict.DONE),
+        ("Claim", Verdict.LOST_HELD),
+    ]
+
+
 def test_run_wakes_for_a_task_enqueued_while_it_waits(cluster: Cluster) -> None:
     stop = threading.Event()
     done: list[Any] = []
@@ -524,7 +608,8 @@ def read_snapshot(worker: Worker) -> dict[str, Any]:
 
 def test_stats_move_and_are_published(cluster: Cluster) -> None:
     cluster.queue.enqueue_many(["a", "b"])
-    worker = cluster.worker(exit_when_drained=True)
+    # claim_ahead off: after one step, the fold is at the log's end (no CLAIM left to settle)
+    worker = cluster.worker(exit_when_drained=True, claim_ahead=False)
     assert worker.stats.known_tasks == 0
     worker.step()
     stats = worker.stats
