@@ -531,6 +531,8 @@ class FileLog(Log):
                 # Shorter than what this handle verified: cut by something outside this
                 # protocol (which never cuts a complete batch). Vouch for nothing any more.
                 self._seen = FILE_HEADER_SIZE
+            if not buf:  # nothing past `pos` (a caught-up reader's usual read): done
+                return entries
             found = framing.decode_frames(
                 buf,
                 pos,

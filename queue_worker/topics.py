@@ -188,6 +188,27 @@ class ClaimsFollower:
             self.apply(entry)
         raise AssertionError("read_through returns only after yielding `position`")
 
+    def settle_batch(
+        self, log: Log, mine: list[tuple[int, ClaimsRecord]], timeout: float = SETTLE_TIMEOUT_S
+    ) -> list[Settled]:
+        """`settle` for several of our records (position, record) in log order, in one pass
+        over the log (a batch appended at once: the read that finds one finds the rest)."""
+        settled: list[Settled] = []
+        index = 0
+        position, record = mine[0]
+        for entry in read_through(log, self.next_position, mine[-1][0], timeout):
+            if entry.position != position:
+                self.apply(entry)
+                continue
+            outcome, folded = self.apply(entry, record)
+            settled.append(Settled(outcome, folded, entry))
+            index += 1
+            if index < len(mine):
+                position, record = mine[index]
+        if len(settled) != len(mine):
+            raise SettleError(f"{log.name}: no record at position {position}")
+        return settled
+
 
 #: the first bytes of a TASK record of this schema: msgpack [1, "T", payload, enqueued_at]
 _TASK_PREFIX: Final = b"\x94\x01\xa1T"

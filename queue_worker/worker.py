@@ -140,12 +140,13 @@ class StepResult:
 
 @dataclass(frozen=True, slots=True)
 class AheadClaim:
-    """A CLAIM appended with the previous task's DONE/FAIL, for the next step to settle."""
+    """A CLAIM appended with the previous task's DONE/FAIL, for the next step to work."""
 
     claim: Claim
     started: int  # perf_counter_ns at its append's start (claim latency is measured from it)
     position: int | None  # where it is, when not settled yet
-    settled: Settled | None = None  # when already folded (found after a failed append)
+    settled: Settled | None = None  # when already folded
+    latency_us: int | None = None  # append start → verdict, when settled with the batch
 
 
 def new_worker_id(name: str, host: str | None = None) -> str:
@@ -217,6 +218,8 @@ class Worker:
         #: append the next task's CLAIM with each DONE/FAIL (see `_finish`)
         self.claim_ahead = claim_ahead
         self._ahead: AheadClaim | None = None
+        #: a won claim whose task could not be loaded (the log out of reach), to run next
+        self._in_hand: tuple[Settled, int] | None = None
         self._stop = threading.Event()  # run()'s stop event: no claim ahead once it is set
 
     # -- one iteration -------------------------------------------------------------------------
@@ -227,6 +230,8 @@ class Worker:
 
         A CLAIM made ahead (appended with the previous task's DONE, see `_finish`) is
         settled and worked first, even when draining: it is a task in hand."""
+        if self._in_hand is not None:
+            return self._resume_in_hand(*self._in_hand)
         ahead = self._ahead
         if ahead is not None:
             return self._settle_ahead(ahead)
@@ -294,7 +299,34 @@ class Worker:
             # A LogError here leaves the claim ahead for the next step to settle.
             settled = self.claims.settle(self.claims_log, ahead.position, ahead.claim)
         self._ahead = None
-        return self._claimed(ahead.claim, settled, (time.perf_counter_ns() - ahead.started) // 1000)
+        latency_us = ahead.latency_us
+        if latency_us is None:
+            latency_us = (time.perf_counter_ns() - ahead.started) // 1000
+        return self._claimed(ahead.claim, settled, latency_us)
+
+    def _resume_in_hand(self, settled: Settled, latency_us: int) -> StepResult:
+        """Run a won task whose payload could not be read last time, if our claim still
+        holds it (a LogError leaves it in hand again)."""
+        self.claims.catch_up(self.claims_log)
+        self._in_hand = None
+        task = settled.outcome.task
+        assert task is not None
+        holder = self.claims.state.holder(task)
+        if holder is not None and holder.claim == settled.entry.position:
+            return self._work(task, settled, latency_us)
+        with self._stats_lock:
+            self.stats.cancelled += 1
+            self.stats.leases_lost += 1
+            self.stats.timeouts += 1
+            self.stats.last_error = f"task {task}: the lease lapsed while the log was out of reach"
+        self._refresh_fold_stats()
+        return StepResult(
+            StepKind.CANCELLED,
+            task,
+            settled.entry.position,
+            error="the lease lapsed while the log was out of reach; not run",
+            latency_us=latency_us,
+        )
 
     def _claimed(self, claim: Claim, settled: Settled, latency_us: int) -> StepResult:
         """Count a settled CLAIM of ours, and run its task if it won."""
@@ -381,8 +413,16 @@ class Worker:
                 worker_id=self.worker_id,
                 work_ms=self.config.work_ms,
             )
-            with keeper:
-                outcome = self._run_task(task, ctx)
+            try:
+                with keeper:
+                    outcome = self._run_task(task, ctx)
+            except _FATAL_LOG_ERRORS:
+                raise
+            except LogError:
+                # The payload could not be read (the log is out of reach): the task stays
+                # in hand, and the next step runs it once the log answers again.
+                self._in_hand = (settled, latency_us)
+                raise
             if keeper.cancelled.is_set() and not outcome.ok:
                 # The handler stopped because the lease was lost: the task is someone else's.
                 with self._stats_lock:
@@ -527,13 +567,19 @@ class Worker:
         if not self.claim_ahead or self._draining.is_set() or self._stop.is_set():
             return None
         try:
-            self.catch_up()
+            # The tasks log only when the tasks known leave nothing to pick: with a backlog,
+            # reading it every task finds nothing new (and costs a read each time).
+            self.claims.catch_up(self.claims_log)
+            now = self._clock()
+            task = self.pick(now)
+            if task is None:
+                self.catch_up()
+                now = self._clock()
+                task = self.pick(now)
         except _FATAL_LOG_ERRORS:
             raise
         except LogError:  # out of reach: the DONE/FAIL alone, with its own retries
             return None
-        now = self._clock()
-        task = self.pick(now)
         return None if task is None else Claim(task, self.worker_id, now, self.config.lease_us)
 
     def _append_and_settle(
@@ -562,8 +608,14 @@ class Worker:
             position, ahead_position = self.claims_log.append_many(
                 [data, encode(ahead)], durable=durable
             )
+            # From here on the claim is in the log: a failed settle leaves it to be found.
             self._ahead = AheadClaim(ahead, started, ahead_position)
-            return self.claims.settle(self.claims_log, position, record)
+            settled, ahead_settled = self.claims.settle_batch(
+                self.claims_log, [(position, record), (ahead_position, ahead)]
+            )
+            latency_us = (time.perf_counter_ns() - started) // 1000
+            self._ahead = AheadClaim(ahead, started, None, ahead_settled, latency_us)
+            return settled
         except (RecordTooLargeError, *_FATAL_LOG_ERRORS):
             raise
         except LogError as e:
@@ -657,7 +709,8 @@ class Worker:
         reason = "stopped"
         try:
             while True:
-                if (stop.is_set() or self._draining.is_set()) and self._ahead is None:
+                in_hand = self._ahead is not None or self._in_hand is not None
+                if (stop.is_set() or self._draining.is_set()) and not in_hand:
                     reason = "drained" if self._draining.is_set() else "stopped"
                     break
                 try:
@@ -676,6 +729,10 @@ class Worker:
                     with self._stats_lock:
                         self.stats.last_error = str(e)
                     self.publisher.publish()
+                    if stop.is_set() or self._draining.is_set():
+                        # Asked to stop, and the log does not answer: let go of a claim in
+                        # hand (its lease lapses and another worker takes the task over).
+                        self._ahead = self._in_hand = None
                     stop.wait(self.config.idle_poll_s)
         except BaseException as e:
             reason = f"error: {error_text(e)}"

@@ -501,8 +501,8 @@ def test_the_next_claim_goes_with_the_done_and_the_next_step_settles_it(cluster:
     worker = cluster.worker(pick="first")
     first = worker.step()
     assert (first.kind, first.task) == (StepKind.DONE, 0)
-    # CLAIM 0, then one batch: DONE 0 and CLAIM 1 (not settled yet: the worker's fold
-    # stops at the DONE, and no one has counted the attempt).
+    # CLAIM 0, then one batch: DONE 0 and CLAIM 1, both folded by the worker; the claim is
+    # counted and worked by the next step.
     folded = cluster.fold()
     assert verdicts(cluster) == [
         ("Claim", Verdict.WON),
@@ -510,8 +510,8 @@ def test_the_next_claim_goes_with_the_done_and_the_next_step_settles_it(cluster:
         ("Claim", Verdict.WON),
     ]
     assert folded[2][0].task == 1  # type: ignore[union-attr]
-    assert worker.claims.next_position == cluster.claims.end() - 1
-    assert worker.stats.attempts == 1
+    assert worker.claims.next_position == cluster.claims.end()
+    assert worker.stats.attempts == 1 and worker.stats.current_task is None
     second = worker.step()
     assert (second.kind, second.task, second.claim) == (StepKind.DONE, 1, 2)
     assert second.latency_us is not None and second.latency_us >= 0
