@@ -101,6 +101,34 @@ class TaskState:
     last_error: str | None = None
 
 
+class OpenTask(NamedTuple):
+    """An open task that has been claimed, as a `ClaimSnapshot` holds it."""
+
+    task: int
+    holder: Lease | None
+    attempts: int
+    retry_at: int | None
+    last_error: str | None
+
+
+class ClaimSnapshot(NamedTuple):
+    """Everything a ClaimState holds, as immutable values (what a checkpoint saves).
+
+    The held count is not in it: `ClaimState.restore` counts the holders again, so that it
+    cannot disagree with them. `dead` and `open` keep the state's order (`dead_tasks` and
+    `held_tasks` iterate in it), so a restored state answers exactly as the original.
+    """
+
+    position: int
+    done_count: int
+    dead_count: int
+    unknown_count: int
+    watermark: int
+    closed_above: tuple[int, ...]
+    dead: tuple[tuple[int, str], ...]
+    open: tuple[OpenTask, ...]
+
+
 @dataclass(slots=True)
 class ClaimState:
     """The fold over the claims log. Apply records in log order with their positions."""
@@ -212,6 +240,61 @@ class ClaimState:
         while self.watermark in self._closed_above:
             self._closed_above.discard(self.watermark)
             self.watermark += 1
+
+    # -- snapshots (checkpoints) -------------------------------------------------------------
+
+    def snapshot(self) -> ClaimSnapshot:
+        """The state as immutable values: `ClaimState.restore` of it gives this state back."""
+        return ClaimSnapshot(
+            self.position,
+            self.done_count,
+            self.dead_count,
+            self.unknown_count,
+            self.watermark,
+            tuple(self._closed_above),
+            tuple(self._dead.items()),
+            tuple(
+                OpenTask(task, st.holder, st.attempts, st.retry_at, st.last_error)
+                for task, st in self._open.items()
+            ),
+        )
+
+    @classmethod
+    def restore(cls, snap: ClaimSnapshot) -> ClaimState:
+        """The state `snap` was taken of. Raises ValueError for a snapshot that no fold
+        reaches (a checkpoint is read from a file: it must not build a state that would
+        give verdicts no replay gives)."""
+        if min(snap.done_count, snap.dead_count, snap.unknown_count, snap.watermark) < 0:
+            raise ValueError("a negative count or watermark")
+        if snap.position < -1:
+            raise ValueError(f"position {snap.position} is before the first record")
+        state = cls(
+            snap.position, snap.done_count, snap.dead_count, snap.unknown_count, snap.watermark
+        )
+        state._closed_above = set(snap.closed_above)
+        if len(state._closed_above) != len(snap.closed_above):
+            raise ValueError("a task closed twice")
+        # `_close` drains the watermark over every closed id: none at or below it stays above.
+        if any(0 <= t <= snap.watermark for t in state._closed_above):
+            raise ValueError("a closed task at or below the watermark is kept above it")
+        # Each DONE or DEAD closes one task once (and every closed task was closed that way).
+        if snap.done_count + snap.dead_count != snap.watermark + len(state._closed_above):
+            raise ValueError("done + dead counts do not match the closed tasks")
+        for task, error in snap.dead:
+            if not state.is_closed(task) or task in state._dead:
+                raise ValueError(f"dead task {task} is not closed, or dead twice")
+            state._dead[task] = error
+        if len(state._dead) != snap.dead_count:
+            raise ValueError("the dead count does not match the dead tasks")
+        for o in snap.open:
+            if state.is_closed(o.task) or o.task in state._open:
+                raise ValueError(f"open task {o.task} is closed, or open twice")
+            if o.attempts < 0 or (o.holder is not None and o.holder.claim > snap.position):
+                raise ValueError(f"open task {o.task}: bad attempts or a claim from the future")
+            state._open[o.task] = TaskState(o.holder, o.attempts, o.retry_at, o.last_error)
+            if o.holder is not None:
+                state._held += 1
+        return state
 
     # -- queries ---------------------------------------------------------------------------
 

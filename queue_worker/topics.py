@@ -34,7 +34,7 @@ from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Final, NamedTuple
 
 from logstore import Durability, Entry, Log, LogError, open_log
 from queue_worker.records import (
@@ -214,6 +214,15 @@ class ClaimsFollower:
 _TASK_PREFIX: Final = b"\x94\x01\xa1T"
 
 
+class TaskIndexSnapshot(NamedTuple):
+    """Everything a TaskIndex holds (what a checkpoint saves); `positions` is a copy."""
+
+    next_position: int
+    positions: array[int]  # task id -> log position of its record
+    foreign: tuple[int, ...]
+    unreadable: tuple[tuple[int, str], ...]
+
+
 class TaskIndex:
     """Where each task's record is in the tasks log, and which tasks cannot be run here."""
 
@@ -252,6 +261,36 @@ class TaskIndex:
             return
         if isinstance(record, Unknown):
             self.foreign.add(task)
+
+    def snapshot(self) -> TaskIndexSnapshot:
+        """The index as values that do not change with it: `TaskIndex.restore` of it gives
+        this index back."""
+        return TaskIndexSnapshot(
+            self.next_position,
+            array("q", self._positions),
+            tuple(self.foreign),
+            tuple(self.unreadable.items()),
+        )
+
+    @classmethod
+    def restore(cls, snap: TaskIndexSnapshot) -> TaskIndex:
+        """The index `snap` was taken of. Raises ValueError for one no catch-up reaches."""
+        if snap.positions.typecode != "q":
+            raise ValueError(f"positions of type {snap.positions.typecode!r}; expected 'q'")
+        known = len(snap.positions)
+        if known and snap.positions[-1] >= snap.next_position:
+            raise ValueError("a task indexed at or after the next position")
+        index = cls(snap.next_position)
+        index._positions = array("q", snap.positions)
+        index.foreign = set(snap.foreign)
+        index.unreadable = dict(snap.unreadable)
+        ids = [*index.foreign, *index.unreadable]
+        # an unreadable record is never also foreign (`_index` stops at the decode error)
+        if len(set(ids)) != len(snap.foreign) + len(snap.unreadable):
+            raise ValueError("a task listed twice among foreign and unreadable tasks")
+        if any(not 0 <= t < known for t in ids):
+            raise ValueError("a foreign or unreadable task that is not indexed")
+        return index
 
     def position_of(self, task: int) -> int:
         return self._positions[task]

@@ -1,0 +1,445 @@
+"""A fold checkpoint: a starting worker loads the saved fold and replays only the tail.
+
+Without it every worker start replays both logs from the beginning (`TaskIndex.catch_up`,
+`ClaimsFollower.catch_up`): seconds for a few million claims records. A checkpoint is the
+`TaskIndex` and the `ClaimsFollower` (with its `ClaimState`) saved at known positions of
+the two logs. It is a cache: losing it, or refusing it, only costs a full replay.
+
+The file: ``<data directory>/fold.checkpoint`` (file-log data directories only; a Redis
+location has none). One msgpack map::
+
+    {"format": "qw-fold-checkpoint", "version": 1, "crc32": crc32(body), "body": bytes}
+
+`body` is a msgpack map with one entry per topic::
+
+    "tasks":  {"log": LOG, "next_position": int, "positions": bytes, "foreign": [task],
+               "unreadable": [[task, why]]}
+    "claims": {"log": LOG, "next_position": int, "malformed": int, "last_malformed": str|nil,
+               "state": {"position", "done_count", "dead_count", "unknown_count",
+                         "watermark": int, "closed_above": [task], "dead": [[task, error]],
+                         "open": [[task, HOLDER|nil, attempts, retry_at|nil, last_error|nil]]}}
+    LOG     {"start": log.start, "first": RECORD|nil, "last": RECORD|nil}
+    RECORD  [position, next position, length, crc32 of its bytes]
+    HOLDER  [claim, worker, at, expiry]
+
+`positions` is the task index's int64 array, little-endian (task id -> record position).
+
+What loading validates, and why: a checkpoint describes particular logs, and applying it to
+others would give verdicts no replay gives (a task run twice, or never). The logs may have
+been deleted and re-created, replaced by another directory's, or cut short (a power cut
+under a lax fsync policy can lose records the checkpoint covered). So for each topic the
+first record and the last record folded (the one just before `next_position`) must still
+be there with the same position, next position, length and crc32, and the log's `start`
+must be the same. An empty prefix records no records. Records between the two are not
+read again: they are immutable once appended, and reading them is what the checkpoint
+saves. The crc32 of the body catches a torn or damaged file; the snapshots are checked
+for consistency (`ClaimState.restore`, `TaskIndex.restore`). Anything wrong means "no
+checkpoint": `load_checkpoint` returns None and the worker replays from the start.
+
+Saving writes a uniquely named temporary file in the same directory and renames it over
+the checkpoint (os.replace): a reader sees the old file or the new one, never a mix, and
+several workers may save at once (the last rename wins; every one is valid). There is no
+fsync: after a power cut a lost or torn checkpoint is refused like any other bad file.
+The logs are only read, never written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import sys
+import zlib
+from array import array
+from pathlib import Path
+from typing import Any, Final, NamedTuple
+
+import msgpack
+
+from logstore import Log, LogClosedError, LogError
+from queue_worker.state import ClaimSnapshot, ClaimState, Lease, OpenTask
+from queue_worker.topics import ClaimsFollower, TaskIndex, TaskIndexSnapshot
+
+CHECKPOINT_NAME: Final = "fold.checkpoint"
+FORMAT: Final = "qw-fold-checkpoint"
+VERSION: Final = 1
+
+#: temporary files: ``.fold.checkpoint.<pid>.<random>.tmp`` (the pid lets a later save
+#: remove what a killed saver left behind)
+_TMP_PREFIX: Final = f".{CHECKPOINT_NAME}."
+_TMP_SUFFIX: Final = ".tmp"
+
+
+class CheckpointError(Exception):
+    """A checkpoint could not be saved (the reason is in the message). The worker goes on
+    without one: the only cost is a longer replay at the next start."""
+
+
+class CheckpointRefused(Exception):
+    """A checkpoint file that cannot be used (missing, damaged, another format, or taken of
+    other logs); the message says why."""
+
+
+class _Record(NamedTuple):
+    """Which record a checkpoint saw at a position: enough to tell if it is still there."""
+
+    position: int
+    next: int
+    length: int
+    crc: int
+
+
+# -- saving ----------------------------------------------------------------------------------
+
+
+def save_checkpoint(
+    directory: Path, tasks: TaskIndex, tasks_log: Log, claims: ClaimsFollower, claims_log: Log
+) -> None:
+    """Save `tasks` and `claims` (folds that began at their logs' start) as the checkpoint
+    of `directory`. Call it from the thread that owns the folds, between catch-ups.
+
+    Raises CheckpointError (and nothing else for a failed save: a full disk, a read-only
+    directory, a log that no longer holds what the fold read); the checkpoint file is then
+    unchanged and no temporary file is left.
+    """
+    try:
+        claim_state = claims.state.snapshot()
+        index = tasks.snapshot()
+        first_task, last_task = _ends(index)
+        last_claim = claim_state.position if claim_state.position >= 0 else None
+        tasks_ends = _log_plain(tasks_log, first_task, last_task, index.next_position)
+        claims_ends = _log_plain(claims_log, None, last_claim, claims.next_position)
+        body = {
+            "tasks": _tasks_plain(index, tasks_ends),
+            "claims": _claims_plain(claims, claim_state, claims_ends),
+        }
+        packed: bytes = msgpack.packb(body, use_bin_type=True)
+        data: bytes = msgpack.packb(
+            {"format": FORMAT, "version": VERSION, "crc32": zlib.crc32(packed), "body": packed},
+            use_bin_type=True,
+        )
+    except LogClosedError:
+        raise  # a caller's mistake, not a failed save
+    except (LogError, ValueError, TypeError, OverflowError) as e:
+        raise CheckpointError(f"cannot take a checkpoint: {e}") from e
+    try:
+        _sweep_tmp(directory)
+        _write_atomically(directory, data)
+    except OSError as e:
+        raise CheckpointError(f"cannot write {directory / CHECKPOINT_NAME}: {e}") from e
+
+
+def _record_at(log: Log, position: int) -> _Record | None:
+    entries = log.read(position, 1)
+    if not entries or entries[0].position != position:
+        return None
+    entry = entries[0]
+    return _Record(position, entry.next, len(entry.data), zlib.crc32(entry.data))
+
+
+def _ends(index: TaskIndexSnapshot) -> tuple[int | None, int | None]:
+    """The positions of the first and last task an index holds (None, None when empty)."""
+    if not index.positions:
+        return None, None
+    return index.positions[0], index.positions[-1]
+
+
+def _log_plain(
+    log: Log, first_folded: int | None, last: int | None, next_position: int
+) -> dict[str, Any]:
+    """The LOG map: the log's start and its first and last folded records. `first_folded`:
+    the first record's position when the fold knows it (the task index does)."""
+    start = log.start
+    if last is None:
+        if next_position != start:
+            raise ValueError(f"{log.name}: a fold of no records is not at the log's start")
+        return {"start": start, "first": None, "last": None}
+    first, seen = _record_at(log, start), _record_at(log, last)
+    if first is None or seen is None or seen.next != next_position:
+        raise ValueError(f"{log.name}: the fold does not match the log at position {last}")
+    if first_folded is not None and first_folded != first.position:
+        raise ValueError(f"{log.name}: the fold did not begin at the log's first record")
+    return {"start": start, "first": list(first), "last": list(seen)}
+
+
+def _positions_bytes(positions: array[int]) -> bytes:
+    if sys.byteorder == "big":
+        positions = array("q", positions)
+        positions.byteswap()
+    return positions.tobytes()
+
+
+def _tasks_plain(index: TaskIndexSnapshot, log: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "log": log,
+        "next_position": index.next_position,
+        "positions": _positions_bytes(index.positions),
+        "foreign": list(index.foreign),
+        "unreadable": [list(item) for item in index.unreadable],
+    }
+
+
+def _claims_plain(
+    claims: ClaimsFollower, snap: ClaimSnapshot, log: dict[str, Any]
+) -> dict[str, Any]:
+    state = {
+        "position": snap.position,
+        "done_count": snap.done_count,
+        "dead_count": snap.dead_count,
+        "unknown_count": snap.unknown_count,
+        "watermark": snap.watermark,
+        "closed_above": list(snap.closed_above),
+        "dead": [list(item) for item in snap.dead],
+        "open": [
+            [
+                o.task,
+                None if o.holder is None else list(o.holder),
+                o.attempts,
+                o.retry_at,
+                o.last_error,
+            ]
+            for o in snap.open
+        ],
+    }
+    return {
+        "log": log,
+        "next_position": claims.next_position,
+        "malformed": claims.malformed,
+        "last_malformed": claims.last_malformed,
+        "state": state,
+    }
+
+
+def _write_atomically(directory: Path, data: bytes) -> None:
+    tmp = directory / f"{_TMP_PREFIX}{os.getpid()}.{secrets.token_hex(8)}{_TMP_SUFFIX}"
+    try:
+        # O_EXCL: the name is ours alone; mode 0o666 less the umask, like the logs
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        with open(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, directory / CHECKPOINT_NAME)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def _sweep_tmp(directory: Path) -> None:
+    """Remove temporary files that savers killed mid-save left (their pid is gone)."""
+    for path in directory.glob(f"{_TMP_PREFIX}*{_TMP_SUFFIX}"):
+        pid_text = path.name[len(_TMP_PREFIX) :].split(".", 1)[0]
+        if not pid_text.isdigit() or int(pid_text) == os.getpid() or _alive(int(pid_text)):
+            continue
+        with contextlib.suppress(OSError):
+            path.unlink()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True  # someone else's process (or no such pid number): leave its file
+    return True
+
+
+# -- loading ---------------------------------------------------------------------------------
+
+
+def load_checkpoint(
+    directory: Path, tasks_log: Log, claims_log: Log
+) -> tuple[TaskIndex, ClaimsFollower] | None:
+    """The folds saved in `directory`'s checkpoint, to catch up from where they stopped; or
+    None when there is no usable checkpoint for these logs (then replay from the start).
+    Never raises for a bad checkpoint file; never writes anything."""
+    try:
+        return restore_checkpoint(directory, tasks_log, claims_log)
+    except CheckpointRefused:
+        return None
+
+
+def restore_checkpoint(
+    directory: Path, tasks_log: Log, claims_log: Log
+) -> tuple[TaskIndex, ClaimsFollower]:
+    """`load_checkpoint`, saying why not: raises CheckpointRefused with the reason."""
+    path = directory / CHECKPOINT_NAME
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise CheckpointRefused(f"{path}: no checkpoint") from None
+    except OSError as e:
+        raise CheckpointRefused(f"{path}: cannot read: {e}") from e
+    try:
+        body = _open_envelope(data)
+        tasks, claims = _map(body, "tasks"), _map(body, "claims")
+        index = _tasks_from(tasks)
+        follower = _claims_from(claims)
+        first_task, last_task = _ends(index)
+        _check_log(_map(tasks, "log"), tasks_log, first_task, last_task, index.next_position)
+        last_claim = follower.state.position if follower.state.position >= 0 else None
+        _check_log(_map(claims, "log"), claims_log, None, last_claim, follower.next_position)
+        return TaskIndex.restore(index), follower
+    except CheckpointRefused as e:
+        raise CheckpointRefused(f"{path}: {e}") from None
+    except LogClosedError:
+        raise  # a caller's mistake, not a bad checkpoint
+    except (LogError, ValueError) as e:  # ValueError: the restores' consistency checks
+        raise CheckpointRefused(f"{path}: {e}") from e
+
+
+def _open_envelope(data: bytes) -> dict[str, Any]:
+    try:
+        # msgpack raises several unrelated exception types on garbage (as in records.py)
+        outer = msgpack.unpackb(data, raw=False)
+    except Exception as e:
+        raise CheckpointRefused(f"not msgpack: {type(e).__name__}: {e}") from None
+    if not isinstance(outer, dict) or outer.get("format") != FORMAT:
+        raise CheckpointRefused("not a qw fold checkpoint")
+    if outer.get("version") != VERSION:
+        raise CheckpointRefused(f"format version {outer.get('version')!r}; expected {VERSION}")
+    packed, crc = outer.get("body"), outer.get("crc32")
+    if not isinstance(packed, bytes) or zlib.crc32(packed) != crc:
+        raise CheckpointRefused("damaged (checksum mismatch)")
+    try:
+        body = msgpack.unpackb(packed, raw=False)
+    except Exception as e:
+        raise CheckpointRefused(f"damaged body: {type(e).__name__}: {e}") from None
+    if not isinstance(body, dict):
+        raise CheckpointRefused("damaged body")
+    return body
+
+
+def _check_log(
+    plain: dict[str, Any],
+    log: Log,
+    first_folded: int | None,
+    last: int | None,
+    next_position: int,
+) -> None:
+    """Refuse the checkpoint unless `log` is still the log it was taken of (module doc)."""
+    start = log.start
+    if _int(plain, "start") != start:
+        raise CheckpointRefused(f"{log.name}: taken of a log that starts elsewhere")
+    first, seen = _opt_record(plain, "first"), _opt_record(plain, "last")
+    if last is None:
+        if first is not None or seen is not None or next_position != start:
+            raise CheckpointRefused(f"{log.name}: an empty fold that records records")
+        return
+    if first is None or seen is None or seen.position != last or seen.next != next_position:
+        raise CheckpointRefused(f"{log.name}: the recorded records do not match the fold")
+    if first_folded is not None and first_folded != first.position:
+        raise CheckpointRefused(f"{log.name}: the fold did not begin at the first record")
+    for want in (first, seen):
+        if want.position < start:
+            raise CheckpointRefused(f"{log.name}: position {want.position} is before the start")
+        if _record_at(log, want.position) != want:
+            raise CheckpointRefused(
+                f"{log.name}: the record at position {want.position} is missing or differs "
+                "(the log was replaced, cut short or rewritten)"
+            )
+
+
+def _tasks_from(plain: dict[str, Any]) -> TaskIndexSnapshot:
+    raw = plain.get("positions")
+    positions = array("q")
+    if not isinstance(raw, bytes) or positions.itemsize != 8 or len(raw) % 8:
+        raise CheckpointRefused("damaged task positions")
+    positions.frombytes(raw)
+    if sys.byteorder == "big":
+        positions.byteswap()
+    return TaskIndexSnapshot(
+        _int(plain, "next_position"),
+        positions,
+        tuple(_int_item(t) for t in _list(plain, "foreign")),
+        tuple((_int_item(t), _str_item(why)) for t, why in _pairs(plain, "unreadable")),
+    )
+
+
+def _claims_from(plain: dict[str, Any]) -> ClaimsFollower:
+    state = _map(plain, "state")
+    open_tasks: list[OpenTask] = []
+    for item in _list(state, "open"):
+        if not isinstance(item, list) or len(item) != 5:
+            raise CheckpointRefused("damaged open task")
+        task, holder, attempts, retry_at, last_error = item
+        open_tasks.append(
+            OpenTask(
+                _int_item(task),
+                None if holder is None else _lease(holder),
+                _int_item(attempts),
+                None if retry_at is None else _int_item(retry_at),
+                None if last_error is None else _str_item(last_error),
+            )
+        )
+    snap = ClaimSnapshot(
+        _int(state, "position"),
+        _int(state, "done_count"),
+        _int(state, "dead_count"),
+        _int(state, "unknown_count"),
+        _int(state, "watermark"),
+        tuple(_int_item(t) for t in _list(state, "closed_above")),
+        tuple((_int_item(t), _str_item(error)) for t, error in _pairs(state, "dead")),
+        tuple(open_tasks),
+    )
+    follower = ClaimsFollower(_int(plain, "next_position"), ClaimState.restore(snap))
+    follower.malformed = _int(plain, "malformed")
+    last_malformed = plain.get("last_malformed")
+    follower.last_malformed = None if last_malformed is None else _str_item(last_malformed)
+    return follower
+
+
+# -- typed access to decoded msgpack (a checkpoint file is untrusted input) ------------------
+
+
+def _map(plain: dict[str, Any], key: str) -> dict[str, Any]:
+    value = plain.get(key)
+    if not isinstance(value, dict):
+        raise CheckpointRefused(f"damaged: {key!r} is not a map")
+    return value
+
+
+def _list(plain: dict[str, Any], key: str) -> list[Any]:
+    value = plain.get(key)
+    if not isinstance(value, list):
+        raise CheckpointRefused(f"damaged: {key!r} is not a list")
+    return value
+
+
+def _pairs(plain: dict[str, Any], key: str) -> list[tuple[Any, Any]]:
+    items = _list(plain, key)
+    if not all(isinstance(item, list) and len(item) == 2 for item in items):
+        raise CheckpointRefused(f"damaged: {key!r} is not a list of pairs")
+    return [(a, b) for a, b in items]
+
+
+def _int(plain: dict[str, Any], key: str) -> int:
+    return _int_item(plain.get(key))
+
+
+def _int_item(value: Any) -> int:
+    if type(value) is not int:  # bool is an int subclass, and not a task id
+        raise CheckpointRefused(f"damaged: {value!r:.40} where an integer goes")
+    return value
+
+
+def _str_item(value: Any) -> str:
+    if not isinstance(value, str):
+        raise CheckpointRefused(f"damaged: {value!r:.40} where a string goes")
+    return value
+
+
+def _lease(value: Any) -> Lease:
+    if not isinstance(value, list) or len(value) != 4:
+        raise CheckpointRefused("damaged lease")
+    claim, worker, at, expiry = value
+    return Lease(_int_item(claim), _str_item(worker), _int_item(at), _int_item(expiry))
+
+
+def _opt_record(plain: dict[str, Any], key: str) -> _Record | None:
+    value = plain.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, list) or len(value) != 4:
+        raise CheckpointRefused(f"damaged: {key!r} is not a record")
+    return _Record(*(_int_item(v) for v in value))
