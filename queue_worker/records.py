@@ -169,7 +169,9 @@ def encode(record: Record) -> bytes:
         items = [SCHEMA, FAIL, f.task, f.worker, f.at, f.claim, f.error, f.retry_at]
         return _pack(items, free_form=False)
     if isinstance(record, TaskRecord):
-        return _pack([SCHEMA, TASK, record.payload, record.enqueued_at], free_form=True)
+        payload = record.payload
+        items = [SCHEMA, TASK, payload, record.enqueued_at]
+        return _pack(items, free_form=type(payload) not in _SCALARS)
     raise TypeError(f"cannot encode {_quote(record)}: not a qw record")
 
 

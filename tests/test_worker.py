@@ -676,3 +676,17 @@ def test_task_records_are_what_the_producer_wrote(cluster: Cluster) -> None:
     worker.catch_up()
     assert worker.tasks.load(cluster.tasks, 0).payload == {"nested": [1, 2]}
     assert isinstance(worker.tasks.load(cluster.tasks, 0), TaskRecord)
+
+
+def test_an_idle_spread_worker_steps_aside_only_for_another_slots_next_task(
+    cluster: Cluster,
+) -> None:
+    worker = cluster.worker("w1", pick="spread", slot=1, slots=4)
+    cluster.queue.enqueue_many(["a"] * 4)
+    worker.catch_up()
+    assert worker.tasks.known == 4
+    assert worker._next_task_is_anothers()  # task 4 will be slot 0's
+    cluster.queue.enqueue("b")
+    worker.catch_up()
+    assert not worker._next_task_is_anothers()  # task 5 will be ours
+    assert not cluster.worker("r", pick="random", slot=1, slots=4)._next_task_is_anothers()
