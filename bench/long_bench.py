@@ -7,7 +7,9 @@ and appended with `append_many` in batches of 1,000 records. The queue is built 
 real worker process (no-op handler) is started on the logs:
 
 - start-up time: launch → the `at` of its DONE of that task (imports, opening the logs,
-  replaying both logs, claiming, running the no-op).
+  replaying both logs, claiming, running the no-op), first with no fold checkpoint (the
+  file is removed: a full replay), then — one more task enqueued — with the checkpoint the
+  first worker saved when it went idle (slot 0 saves one: see `queue_worker.checkpoint`).
 - resident memory (psutil RSS) once it has done that task and sits idle (caught up).
 
 Replay speed is measured in this process on the stage whose claims log holds 1M records:
@@ -42,6 +44,7 @@ from bench.common import (
 )
 from logstore import Durability, Log, open_log
 from logstore.framing import FRAME_HEADER_SIZE
+from queue_worker.checkpoint import CHECKPOINT_NAME
 from queue_worker.producer import Queue
 from queue_worker.records import CLAIM, DONE, SCHEMA, TASK, Claim, Done, decode_claims
 from queue_worker.topics import CLAIMS_TOPIC, TASKS_TOPIC, ClaimsFollower
@@ -111,16 +114,28 @@ class WorkerRun:
     startup_s: float
     rss_mb: float
     claim_lag_s: float  # the DONE's `at` − the CLAIM's `at` of the one (no-op) task
+    checkpoint_startup_s: float  # the same with the checkpoint the first worker saved
 
 
 def worker_on(data: Path, scratch_dir: Path, tasks: int, claims_records: int) -> WorkerRun:
-    """Enqueue one real task, start one worker, time its claim, measure its RSS when idle."""
+    """A worker with no checkpoint (a full replay), then one from the checkpoint it saved."""
+    (data / CHECKPOINT_NAME).unlink(missing_ok=True)
+    full = _one_worker(data, scratch_dir, f"{tasks}")
+    if not (data / CHECKPOINT_NAME).exists():
+        raise BenchError("the worker in slot 0 saved no fold checkpoint")
+    restored = _one_worker(data, scratch_dir, f"{tasks}-checkpoint")
+    return WorkerRun(tasks, claims_records, full[0], full[1], full[2], restored[0])
+
+
+def _one_worker(data: Path, scratch_dir: Path, label: str) -> tuple[float, float, float]:
+    """Enqueue one real task, start one worker, time its claim, measure its RSS when idle:
+    (start-up s, RSS MiB, CLAIM → DONE s)."""
     with open_log(data, CLAIMS_TOPIC) as claims:
         tail = claims.end()
     with Queue(data, fsync="none") as queue:
         task = queue.enqueue(None)
-    run_dir = scratch_dir / f"run-{tasks}"
-    config = worker_config(data, run_dir, f"long{tasks}", exit_when_drained=False)
+    run_dir = scratch_dir / f"run-{label}"
+    config = worker_config(data, run_dir, f"long{label}", exit_when_drained=False)
     with Fleet(scratch_dir / "logs") as fleet:
         launched = time.time()
         proc = fleet.start(config)
@@ -138,9 +153,7 @@ def worker_on(data: Path, scratch_dir: Path, tasks: int, claims_records: int) ->
         rss = psutil.Process(proc.pid).memory_info().rss / 2**20
         proc.send_signal(signal.SIGTERM)
         fleet.wait_all()
-    return WorkerRun(
-        tasks, claims_records, done_at / 1e6 - launched, rss, (done_at - claim_at) / 1e6
-    )
+    return done_at / 1e6 - launched, rss, (done_at - claim_at) / 1e6
 
 
 def _times(data: Path, tail: int, task: int) -> tuple[int, int] | None:
@@ -226,6 +239,7 @@ def long_section(root: Path, stages: tuple[int, int, int]) -> Section:
             f"{r.tasks:,}",
             f"{r.claims_records:,}",
             f"{r.startup_s:.2f}",
+            f"{r.checkpoint_startup_s:.2f}",
             f"{r.rss_mb:.1f}",
             f"{r.claim_lag_s:.3f}",
         ]
@@ -240,13 +254,16 @@ def long_section(root: Path, stages: tuple[int, int, int]) -> Section:
             "",
             "One worker process started on the logs with one more (real) task enqueued: "
             "start-up = launch → its DONE's `at` (replay included); RSS once that task is "
-            "done and it idles.",
+            "done and it idles. *From a checkpoint*: a second worker, one more task "
+            "enqueued, started with the fold checkpoint the first one saved (it replays "
+            "only the records after it).",
             "",
             table(
                 [
                     "tasks in the log",
                     "claims records",
                     "start-up s",
+                    "from a checkpoint, s",
                     "RSS MiB",
                     "CLAIM `at` → DONE `at`, s",
                 ],

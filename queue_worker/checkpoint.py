@@ -98,9 +98,10 @@ def save_checkpoint(
     """Save `tasks` and `claims` (folds that began at their logs' start) as the checkpoint
     of `directory`. Call it from the thread that owns the folds, between catch-ups.
 
-    Raises CheckpointError (and nothing else for a failed save: a full disk, a read-only
-    directory, a log that no longer holds what the fold read); the checkpoint file is then
-    unchanged and no temporary file is left.
+    Raises CheckpointError for a failed save (a full disk, a read-only directory, a log
+    that no longer holds what the fold read): catch it and carry on. The checkpoint file is
+    then unchanged and no temporary file is left. (LogClosedError, a caller's bug, is not
+    caught.)
     """
     try:
         claim_state = claims.state.snapshot()
@@ -120,7 +121,7 @@ def save_checkpoint(
         )
     except LogClosedError:
         raise  # a caller's mistake, not a failed save
-    except (LogError, ValueError, TypeError, OverflowError) as e:
+    except (LogError, OSError, ValueError, TypeError, OverflowError) as e:
         raise CheckpointError(f"cannot take a checkpoint: {e}") from e
     try:
         _sweep_tmp(directory)
@@ -284,7 +285,9 @@ def restore_checkpoint(
         raise CheckpointRefused(f"{path}: {e}") from None
     except LogClosedError:
         raise  # a caller's mistake, not a bad checkpoint
-    except (LogError, ValueError) as e:  # ValueError: the restores' consistency checks
+    except (LogError, ValueError, OSError, OverflowError) as e:
+        # ValueError: the restores' consistency checks; OSError and OverflowError: a log
+        # read at an absurd position. (A log that cannot be read fails the replay as well.)
         raise CheckpointRefused(f"{path}: {e}") from e
 
 
