@@ -100,6 +100,11 @@ def _check_format(data: Path) -> None:
         raise BenchError(f"synthetic records decode as {first!r}, {second!r}")
 
 
+def _tasks_in(data: Path) -> int:
+    with open_log(data, TASKS_TOPIC) as tasks:
+        return count_records(tasks)
+
+
 def count_records(log_: Log) -> int:
     return sum(1 for _ in log_.iter_from(log_.start))
 
@@ -211,7 +216,7 @@ def long_section(root: Path, stages: tuple[int, int, int]) -> Section:
         data = d / "data"
         log("long: a worker on an empty queue (the start-up floor)")
         runs.append(worker_on(data, d, 0, 0))
-        have = 1  # tasks in the log (the real one just done)
+        have = _tasks_in(data)  # the real ones just done (one per worker started)
         result: Replay | None = None
         for size in stages:
             started = time.perf_counter()
@@ -224,7 +229,7 @@ def long_section(root: Path, stages: tuple[int, int, int]) -> Section:
                 result = replay(data)
             log(f"long: a worker on {size:,} tasks / {records:,} claims records")
             runs.append(worker_on(data, d, size, records))
-            have = size + 1
+            have = _tasks_in(data)
     assert result is not None
     fold_rate = result.rate(result.fold_s)
     replay_rows = [
