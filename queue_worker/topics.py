@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import time
 from array import array
+from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,6 +57,10 @@ MALFORMED: Final = "?malformed"
 
 #: records read per call while catching up
 READ_BATCH: Final = 4096
+
+#: TaskIndex.keep_payloads: how many TASK records' bytes are kept, and up to what size
+KEEP_MAX_RECORDS: Final = 4096
+KEEP_MAX_BYTES: Final = 1024
 
 #: how long settling waits for a record it has appended to become readable
 SETTLE_TIMEOUT_S: Final = 10.0
@@ -231,6 +236,10 @@ class TaskIndex:
         self._positions = array("q")  # task id -> log position of its record
         self.foreign: set[int] = set()  # a record type from a newer writer: not ours to run
         self.unreadable: dict[int, str] = {}  # task id -> why its record does not decode
+        # The bytes of small TASK records this worker is likely to run (`keep_payloads`),
+        # so that winning one does not cost a read of the log (a tenth of a no-op task).
+        self._kept: OrderedDict[int, bytes] = OrderedDict()
+        self._keep: tuple[int, int] | None = None  # (slot, slots) whose records are kept
 
     @property
     def known(self) -> int:
@@ -253,6 +262,14 @@ class TaskIndex:
             # A TASK as this version writes it: its payload is decoded only when the task is
             # won (`load`), not by every worker for every task (a quarter of a drain's CPU
             # at 8 workers, measured). A malformed one still fails for good at `load`.
+            keep = self._keep
+            if (
+                keep is not None
+                and task % keep[1] == keep[0]
+                and len(entry.data) <= KEEP_MAX_BYTES
+                and len(self._kept) < KEEP_MAX_RECORDS
+            ):
+                self._kept[task] = entry.data
             return
         try:
             record = decode_task(entry.data)
@@ -295,15 +312,29 @@ class TaskIndex:
     def position_of(self, task: int) -> int:
         return self._positions[task]
 
+    def keep_payloads(self, slot: int, slots: int) -> None:
+        """Keep the bytes of small TASK records of ids in `slot` of `slots` as they are
+        indexed (at most KEEP_MAX_RECORDS), for `load`; `forget_kept_below` drops them."""
+        self._keep = (slot, slots)
+
+    def forget_kept_below(self, task: int) -> None:
+        """Drop the kept records of ids below `task` (closed: no one will run them)."""
+        kept = self._kept
+        while kept and next(iter(kept)) < task:
+            kept.popitem(last=False)
+
     def load(self, log: Log, task: int) -> TaskRecord:
         """Read task `task`'s record again. Raises RecordDecodeError if it is unreadable."""
         if task in self.unreadable:
             raise RecordDecodeError(self.unreadable[task])
-        position = self._positions[task]
-        entries = log.read(position, 1)
-        if not entries or entries[0].position != position:
-            raise LogError(f"{log.name}: task {task} is no longer at position {position}")
-        record = decode_task(entries[0].data)
+        data = self._kept.pop(task, None)
+        if data is None:
+            position = self._positions[task]
+            entries = log.read(position, 1)
+            if not entries or entries[0].position != position:
+                raise LogError(f"{log.name}: task {task} is no longer at position {position}")
+            data = entries[0].data
+        record = decode_task(data)
         if not isinstance(record, TaskRecord):
             raise RecordDecodeError(f"task {task} is a record of unknown type {record.code!r}")
         return record

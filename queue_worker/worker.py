@@ -221,6 +221,7 @@ class Worker:
         self.claims = ClaimsFollower(claims_log.start)
         self._checkpoint_dir = Path(config.location) if checkpoints else None
         checkpoint_note = self._load_checkpoint()
+        self.tasks.keep_payloads(config.slot, config.slots)  # the tasks spread gives us
         # server clock − our clock, µs (0 unless the backend stamps records: see topics.py)
         self.clock_offset_us = 0
         self._draining = threading.Event()
@@ -326,6 +327,7 @@ class Worker:
             while own < self.tasks.known and state.is_closed(own):
                 own += cfg.slots
             self._own_from = own
+        self.tasks.forget_kept_below(max(state.watermark, self._own_from))
         return pick_task(
             cfg.pick,
             self.claims.state,
