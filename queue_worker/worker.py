@@ -18,9 +18,9 @@ One iteration (`Worker.step`):
 enqueued, a lease or backoff it knows of runs out, or `idle_poll_s` passes. `drain()` (or
 the stop event) means: no new claims, finish the task in hand, return.
 
-`run_worker_process(config_json)` is the process the supervisor starts
-(``python -m queue_worker.worker '<json>'``): it dies with its parent, drains on SIGTERM,
-exits at once on a second SIGTERM, and ignores SIGINT (the supervisor owns Ctrl-C).
+The process the supervisor starts (``python -m queue_worker.worker '<json>'``) is in
+`queue_worker.process`: it dies with its parent, drains on SIGTERM, exits at once on a
+second SIGTERM, and ignores SIGINT (the supervisor owns Ctrl-C).
 
 Clocks: records carry `at` from the injected `clock` (wall clock µs). On a backend that
 stamps records with its server's clock (Redis), the fold judges by that clock instead (see
@@ -38,22 +38,18 @@ while our claim still holds the task, so that a finished task is not run a secon
 
 from __future__ import annotations
 
-import ctypes
 import enum
 import os
 import random
 import secrets
-import signal
 import socket
 import sys
 import threading
 import time
-import traceback
 from collections.abc import Callable, Container
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
-from urllib.parse import urlsplit
 
 from logstore import (
     CorruptLogError,
@@ -98,13 +94,6 @@ from queue_worker.state import Lease, Verdict
 from queue_worker.stats import WorkerStats
 from queue_worker.topics import READ_BATCH, ClaimsFollower, Settled, TaskIndex, open_topics
 
-# Exit codes of a worker process.
-EXIT_OK: Final = 0  # drained, stopped, or the queue was drained (exit_when_drained)
-EXIT_ERROR: Final = 1  # the worker failed: a log it cannot use, or a bug (message on stderr)
-EXIT_CONFIG: Final = 2  # the config is invalid or the handler cannot be loaded
-EXIT_ORPHANED: Final = 3  # the supervisor is gone: exit rather than outlive it
-EXIT_TERMINATED: Final = 128 + signal.SIGTERM  # a second SIGTERM: exit at once
-
 #: spread: an idle worker woken when the next task id is another slot's steps aside this
 #: long first, so that the task's own worker (woken by the same append) gets one of the
 #: few cores before the others (with 8 workers on 2 cores: p50 wake-up ~0.9 → ~0.55 ms;
@@ -114,14 +103,6 @@ STEP_ASIDE_S: Final = 0.0003
 #: the worker in slot 0 saves a fold checkpoint each time it has folded this much more of
 #: the claims log (~100k tasks' CLAIM + DONE; a save of 1M tasks' fold takes ~30 ms)
 CHECKPOINT_EVERY_BYTES: Final = 8 << 20
-
-#: how often the orphan watchdog compares getppid() with the supervisor's pid
-WATCHDOG_PERIOD_S: Final = 0.2
-
-PARENT_PID_ENV: Final = "QW_PARENT_PID"
-
-#: where `worker_command` puts a config that must not be on the command line
-CONFIG_ENV: Final = "QW_WORKER_CONFIG"
 
 # Errors after which a log handle cannot be used again: the worker exits. Other LogErrors
 # (an append that did not land, a server out of reach) are retried after a pause.
@@ -868,112 +849,9 @@ def _same_record(folded: ClaimsRecord, mine: Claim | Done | Fail) -> bool:
     return (folded.task, folded.worker, folded.claim) == (mine.task, mine.worker, mine.claim)
 
 
-# -- the worker process ------------------------------------------------------------------------
-
-PR_SET_PDEATHSIG: Final = 1
-
-
-def _die_with_parent(parent_pid: int) -> None:
-    """Exit when the supervisor dies, even by kill -9: the kernel sends us SIGKILL (Linux),
-    and a watchdog thread notices a changed parent within WATCHDOG_PERIOD_S as a fallback
-    (other systems; and PDEATHSIG fires when the parent *thread* that started us exits)."""
-    if sys.platform.startswith("linux"):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
-    # Checked after prctl: a parent that died before it took effect is caught here.
-    if os.getppid() != parent_pid:
-        os._exit(EXIT_ORPHANED)
-
-    def watch() -> None:
-        while True:
-            time.sleep(WATCHDOG_PERIOD_S)
-            if os.getppid() != parent_pid:
-                os._exit(EXIT_ORPHANED)
-
-    threading.Thread(target=watch, name="orphan-watchdog", daemon=True).start()
-
-
-def _parent_pid(config: WorkerConfig) -> int:
-    if config.parent_pid is not None:
-        return config.parent_pid
-    env = os.environ.get(PARENT_PID_ENV)
-    if env is not None and env.isdigit():
-        return int(env)
-    return os.getppid()
-
-
-def run_worker_process(config_json: str) -> None:
-    """The worker process: parse the config, guard against orphaning, handle signals, run.
-
-    Returns on a clean exit (drained, or the queue drained with exit_when_drained); raises
-    SystemExit with one of the EXIT_* codes otherwise, the reason on stderr in one line.
-    """
-    stop = threading.Event()
-    terms = 0
-    worker: Worker | None = None
-
-    def on_sigterm(signum: int, frame: object) -> None:
-        nonlocal terms
-        terms += 1
-        if terms > 1:
-            os._exit(EXIT_TERMINATED)
-        stop.set()
-        if worker is not None:
-            worker.drain()
-
-    # Signals first: a SIGTERM while the logs are opening still means "drain".
-    signal.signal(signal.SIGTERM, on_sigterm)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        config = WorkerConfig.from_json(config_json)
-        config.validate()
-    except ValueError as e:
-        print(f"qw worker: invalid config: {e}", file=sys.stderr)
-        raise SystemExit(EXIT_CONFIG) from None
-    _die_with_parent(_parent_pid(config))
-    try:
-        worker = Worker(config)
-    except ValueError as e:  # the handler cannot be loaded
-        print(f"qw worker {config.name}: {e}", file=sys.stderr)
-        raise SystemExit(EXIT_CONFIG) from None
-    except LogError as e:
-        print(f"qw worker {config.name}: {e}", file=sys.stderr)
-        raise SystemExit(EXIT_ERROR) from None
-    if stop.is_set():
-        worker.drain()
-    try:
-        with worker:
-            worker.run(stop)
-    except LogError as e:
-        print(f"qw worker {worker.worker_id}: {e}", file=sys.stderr)
-        raise SystemExit(EXIT_ERROR) from None
-    except Exception as e:
-        traceback.print_exc()
-        print(f"qw worker {worker.worker_id}: crashed: {error_text(e)}", file=sys.stderr)
-        raise SystemExit(EXIT_ERROR) from None
-
-
-def worker_command(config: WorkerConfig) -> tuple[list[str], dict[str, str] | None]:
-    """How to start a worker process for `config`: its command line, and its environment
-    (None: the caller's). A config whose log URL holds a password travels in the environment
-    (which only its user can read) instead of the command line (which `ps` shows everyone)."""
-    command = [sys.executable, "-m", "queue_worker.worker"]
-    if not (is_redis_url(config.location) and urlsplit(config.location).password is not None):
-        return [*command, config.to_json()], None
-    return command, {**os.environ, CONFIG_ENV: config.to_json()}
-
-
-def main(argv: list[str]) -> int:
-    if not argv and CONFIG_ENV in os.environ:
-        config_json = os.environ.pop(CONFIG_ENV)  # not passed on to the handler's children
-    elif len(argv) == 1:
-        config_json = argv[0]
-    else:
-        print("usage: python -m queue_worker.worker '<worker config JSON>'", file=sys.stderr)
-        return EXIT_CONFIG
-    run_worker_process(config_json)
-    return EXIT_OK
-
-
 if __name__ == "__main__":
+    # ``python -m queue_worker.worker '<json>'``: the process entry lives in
+    # queue_worker.process (signals, parent death, exit codes).
+    from queue_worker.process import main
+
     sys.exit(main(sys.argv[1:]))

@@ -38,9 +38,9 @@ from typing import Any, Final
 import psutil
 
 from queue_worker.config import DEFAULT_LEASE_S, WorkerConfig
+from queue_worker.process import EXIT_CONFIG as WORKER_EXIT_CONFIG
+from queue_worker.process import worker_command
 from queue_worker.stats import read_snapshot
-from queue_worker.worker import EXIT_CONFIG as WORKER_EXIT_CONFIG
-from queue_worker.worker import worker_command
 from supervisor.model import Event, QueueView, SupervisorSnapshot
 from supervisor.monitor import Monitor, TaskInfo
 from supervisor.slots import RestartPolicy, Slot, describe_exit, last_line

@@ -18,12 +18,12 @@ import pytest
 
 from logstore import open_log
 from queue_worker.config import WorkerConfig
+from queue_worker.process import EXIT_OK, EXIT_ORPHANED, EXIT_TERMINATED
 from queue_worker.producer import Queue
 from queue_worker.records import Claim, Done
 from queue_worker.state import ClaimState, Verdict
 from queue_worker.stats import read_all
 from queue_worker.topics import CLAIMS_TOPIC, ClaimsFollower
-from queue_worker.worker import EXIT_OK, EXIT_ORPHANED, EXIT_TERMINATED
 from tests.helpers import wait_until
 
 pytest.importorskip("logstore.file_log")

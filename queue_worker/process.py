@@ -1,0 +1,148 @@
+"""The worker process: what ``python -m queue_worker.worker '<config JSON>'`` runs.
+
+`run_worker_process(config_json)` parses the config, makes sure the process dies with its
+supervisor (PDEATHSIG on Linux, and a watchdog thread everywhere), drains on SIGTERM,
+exits at once on a second SIGTERM, ignores SIGINT (the supervisor owns Ctrl-C), and runs a
+`Worker` until it stops; the reason for a failure goes to stderr in one line and the exit
+code says which kind it was (EXIT_*). `worker_command` is how a supervisor starts one.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
+import threading
+import time
+import traceback
+from typing import Final
+from urllib.parse import urlsplit
+
+from logstore import LogError, is_redis_url
+from queue_worker.config import WorkerConfig
+from queue_worker.handlers import error_text
+from queue_worker.worker import Worker
+
+# Exit codes of a worker process.
+EXIT_OK: Final = 0  # drained, stopped, or the queue was drained (exit_when_drained)
+EXIT_ERROR: Final = 1  # the worker failed: a log it cannot use, or a bug (message on stderr)
+EXIT_CONFIG: Final = 2  # the config is invalid or the handler cannot be loaded
+EXIT_ORPHANED: Final = 3  # the supervisor is gone: exit rather than outlive it
+EXIT_TERMINATED: Final = 128 + signal.SIGTERM  # a second SIGTERM: exit at once
+
+#: how often the orphan watchdog compares getppid() with the supervisor's pid
+WATCHDOG_PERIOD_S: Final = 0.2
+
+PARENT_PID_ENV: Final = "QW_PARENT_PID"
+
+#: where `worker_command` puts a config that must not be on the command line
+CONFIG_ENV: Final = "QW_WORKER_CONFIG"
+
+PR_SET_PDEATHSIG: Final = 1
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """Exit when the supervisor dies, even by kill -9: the kernel sends us SIGKILL (Linux),
+    and a watchdog thread notices a changed parent within WATCHDOG_PERIOD_S as a fallback
+    (other systems; and PDEATHSIG fires when the parent *thread* that started us exits)."""
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    # Checked after prctl: a parent that died before it took effect is caught here.
+    if os.getppid() != parent_pid:
+        os._exit(EXIT_ORPHANED)
+
+    def watch() -> None:
+        while True:
+            time.sleep(WATCHDOG_PERIOD_S)
+            if os.getppid() != parent_pid:
+                os._exit(EXIT_ORPHANED)
+
+    threading.Thread(target=watch, name="orphan-watchdog", daemon=True).start()
+
+
+def _parent_pid(config: WorkerConfig) -> int:
+    if config.parent_pid is not None:
+        return config.parent_pid
+    env = os.environ.get(PARENT_PID_ENV)
+    if env is not None and env.isdigit():
+        return int(env)
+    return os.getppid()
+
+
+def run_worker_process(config_json: str) -> None:
+    """The worker process: parse the config, guard against orphaning, handle signals, run.
+
+    Returns on a clean exit (drained, or the queue drained with exit_when_drained); raises
+    SystemExit with one of the EXIT_* codes otherwise, the reason on stderr in one line.
+    """
+    stop = threading.Event()
+    terms = 0
+    worker: Worker | None = None
+
+    def on_sigterm(signum: int, frame: object) -> None:
+        nonlocal terms
+        terms += 1
+        if terms > 1:
+            os._exit(EXIT_TERMINATED)
+        stop.set()
+        if worker is not None:
+            worker.drain()
+
+    # Signals first: a SIGTERM while the logs are opening still means "drain".
+    signal.signal(signal.SIGTERM, on_sigterm)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        config = WorkerConfig.from_json(config_json)
+        config.validate()
+    except ValueError as e:
+        print(f"qw worker: invalid config: {e}", file=sys.stderr)
+        raise SystemExit(EXIT_CONFIG) from None
+    _die_with_parent(_parent_pid(config))
+    try:
+        worker = Worker(config)
+    except ValueError as e:  # the handler cannot be loaded
+        print(f"qw worker {config.name}: {e}", file=sys.stderr)
+        raise SystemExit(EXIT_CONFIG) from None
+    except LogError as e:
+        print(f"qw worker {config.name}: {e}", file=sys.stderr)
+        raise SystemExit(EXIT_ERROR) from None
+    if stop.is_set():
+        worker.drain()
+    try:
+        with worker:
+            worker.run(stop)
+    except LogError as e:
+        print(f"qw worker {worker.worker_id}: {e}", file=sys.stderr)
+        raise SystemExit(EXIT_ERROR) from None
+    except Exception as e:
+        traceback.print_exc()
+        print(f"qw worker {worker.worker_id}: crashed: {error_text(e)}", file=sys.stderr)
+        raise SystemExit(EXIT_ERROR) from None
+
+
+def worker_command(config: WorkerConfig) -> tuple[list[str], dict[str, str] | None]:
+    """How to start a worker process for `config`: its command line, and its environment
+    (None: the caller's). A config whose log URL holds a password travels in the environment
+    (which only its user can read) instead of the command line (which `ps` shows everyone)."""
+    command = [sys.executable, "-m", "queue_worker.worker"]
+    if not (is_redis_url(config.location) and urlsplit(config.location).password is not None):
+        return [*command, config.to_json()], None
+    return command, {**os.environ, CONFIG_ENV: config.to_json()}
+
+
+def main(argv: list[str]) -> int:
+    if not argv and CONFIG_ENV in os.environ:
+        config_json = os.environ.pop(CONFIG_ENV)  # not passed on to the handler's children
+    elif len(argv) == 1:
+        config_json = argv[0]
+    else:
+        print("usage: python -m queue_worker.worker '<worker config JSON>'", file=sys.stderr)
+        return EXIT_CONFIG
+    run_worker_process(config_json)
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
