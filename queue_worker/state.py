@@ -31,7 +31,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Final, NamedTuple
 
 from queue_worker.records import Claim, ClaimsRecord, Done, Fail, Renew, Unknown
 
@@ -65,6 +65,12 @@ class Verdict(enum.Enum):
 
 # Lease and Outcome are NamedTuples, not frozen dataclasses: every record read makes one,
 # and a frozen dataclass builds itself through object.__setattr__ (4x slower, measured).
+# The fold's two commonest verdicts (WON, DONE) build theirs with `_new` (tuple.__new__,
+# every field given): a NamedTuple's own __new__ is a Python function that only forwards
+# its arguments, and costs twice as much (0.34 vs 0.15 µs here).
+_new: Final = tuple.__new__
+
+
 class Lease(NamedTuple):
     """A winning claim: who holds the task under which claim, and until when."""
 
@@ -174,7 +180,7 @@ class ClaimState:
             return Outcome(Verdict.LOST_HELD, position, t, r.worker, previous)
         if st.retry_at is not None and r.at < st.retry_at:
             return Outcome(Verdict.LOST_BACKOFF, position, t, r.worker, retry_at=st.retry_at)
-        lease = Lease(position, r.worker, r.at, r.at + r.lease)
+        lease = _new(Lease, (position, r.worker, r.at, r.at + r.lease))
         if previous is None:
             self._held += 1
         st.holder = lease
@@ -182,7 +188,7 @@ class ClaimState:
         st.retry_at = None
         if previous is not None:
             return Outcome(Verdict.TAKEOVER, position, t, r.worker, lease, previous)
-        return Outcome(Verdict.WON, position, t, r.worker, lease)
+        return _new(Outcome, (Verdict.WON, position, t, r.worker, lease, None, None))
 
     def _holder_of(self, task: int, claim: int, worker: str) -> TaskState | None:
         st = self._open.get(task)
@@ -211,7 +217,7 @@ class ClaimState:
         lease = st.holder
         self._close(r.task, dead_error=None)
         self.done_count += 1
-        return Outcome(Verdict.DONE, position, r.task, r.worker, lease)
+        return _new(Outcome, (Verdict.DONE, position, r.task, r.worker, lease, None, None))
 
     def _fail(self, r: Fail, position: int) -> Outcome:
         st = self._holder_of(r.task, r.claim, r.worker)
