@@ -55,6 +55,7 @@ import struct
 import sys
 import zlib
 from collections.abc import Sequence
+from itertools import repeat
 from typing import NamedTuple
 
 from logstore.base import CorruptLogError, Entry, ForeignFileError
@@ -387,5 +388,8 @@ def _entries(base: int, starts: list[int], datas: list[bytes], count: int, end: 
 
 
 def _make_entries(positions: list[int], nexts: list[int], datas: list[bytes]) -> list[Entry]:
-    """`[Entry(p, n, d) for ...]`, built by map (a C loop) rather than a comprehension."""
-    return list(map(Entry, positions, nexts, datas))
+    """`[Entry(p, n, d) for ...]`, built entirely in C: zip makes each field tuple, and
+    tuple.__new__ makes it an Entry (a NamedTuple's own __new__ is a Python function:
+    0.45 vs 0.2 µs an entry, measured)."""
+    fields = zip(positions, nexts, datas, repeat(None))  # server_time_us: none here
+    return list(map(tuple.__new__, repeat(Entry), fields))
