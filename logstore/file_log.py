@@ -379,6 +379,10 @@ class FileLog(Log):
             if sync is None:
                 os.fdatasync(self._fd)
                 return
+            # Another process's flush that began after our write covers us: no lock needed.
+            synced = _LOAD(self._state, _SYNCED)[0]
+            if end <= synced <= os.lseek(self._fd, 0, _SEEK_END):
+                return
             sync.acquire()
             try:
                 synced = _LOAD(self._state, _SYNCED)[0]
