@@ -100,6 +100,9 @@ from queue_worker.topics import READ_BATCH, ClaimsFollower, Settled, TaskIndex, 
 #: the others may not take that task for SPREAD_GRACE_US anyway).
 STEP_ASIDE_S: Final = 0.0003
 
+#: claim ahead: a fold settled this recently (seconds) is fresh enough to pick from
+FRESH_FOLD_S: Final = 0.002
+
 #: the worker in slot 0 saves a fold checkpoint each time it has folded this much more of
 #: the claims log (~100k tasks' CLAIM + DONE; a save of 1M tasks' fold takes ~30 ms)
 CHECKPOINT_EVERY_BYTES: Final = 8 << 20
@@ -222,6 +225,7 @@ class Worker:
         #: append the next task's CLAIM with each DONE/FAIL (see `_finish`)
         self.claim_ahead = claim_ahead
         self._ahead: AheadClaim | None = None
+        self._task_started = 0.0  # monotonic time the current/last task's run began
         #: a won claim whose task could not be loaded (the log out of reach), to run next
         self._in_hand: tuple[Settled, int] | None = None
         self._stop = threading.Event()  # run()'s stop event: no claim ahead once it is set
@@ -434,6 +438,7 @@ class Worker:
             self.stats.current_since = time.time()
             self.stats.lease_expiry = self._wall_seconds(lease.expiry)
         self._set_state("working")
+        self._task_started = time.monotonic()
         try:
             keeper = LeaseKeeper(
                 self.claims_log,
@@ -606,9 +611,12 @@ class Worker:
         if not self.claim_ahead or self._draining.is_set() or self._stop.is_set():
             return None
         try:
-            # The tasks log only when the tasks known leave nothing to pick: with a backlog,
-            # reading it every task finds nothing new (and costs a read each time).
-            self.claims.catch_up(self.claims_log)
+            # The fold is as fresh as our claim's settling: after a short task, pick on it
+            # as it is (the batch's settling folds what others appended meanwhile; a read
+            # saved per task, a round trip on Redis). The tasks log only when the tasks
+            # known leave nothing to pick: with a backlog, reading it finds nothing new.
+            if time.monotonic() - self._task_started > FRESH_FOLD_S:
+                self.claims.catch_up(self.claims_log)
             now = self._clock()
             task = self.pick(now)
             if task is None:

@@ -13,6 +13,7 @@ from typing import Any
 import msgpack
 import pytest
 
+import queue_worker.worker as worker_module
 from logstore import Entry, MemoryLog
 from queue_worker.clock import now_us
 from queue_worker.config import WorkerConfig
@@ -690,3 +691,28 @@ def test_an_idle_spread_worker_steps_aside_only_for_another_slots_next_task(
     worker.catch_up()
     assert not worker._next_task_is_anothers()  # task 5 will be ours
     assert not cluster.worker("r", pick="random", slot=1, slots=4)._next_task_is_anothers()
+
+
+@pytest.mark.parametrize(("fresh_s", "ahead_task"), [(0.0, 2), (3600.0, 1)])
+def test_after_a_long_task_the_claim_ahead_is_picked_on_a_caught_up_fold(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch, fresh_s: float, ahead_task: int
+) -> None:
+    """A task that ran longer than FRESH_FOLD_S: the fold is caught up before the pick, and
+    another worker's claim made meanwhile is seen. A short one: the pick uses the fold as
+    our claim's settling left it (and may lose, as here, to a claim it could not see)."""
+    monkeypatch.setattr(worker_module, "FRESH_FOLD_S", fresh_s)
+    cluster.queue.enqueue_many(["a", "b", "c"])
+
+    def meanwhile(payload: Any) -> Any:
+        cluster.claims.append(encode(Claim(1, "other", T0, 60 * SECOND)))
+        return payload
+
+    worker = cluster.worker(pick="first", handler=meanwhile)
+    assert worker.step().kind is StepKind.DONE
+    ahead = worker._ahead
+    assert ahead is not None and ahead.claim.task == ahead_task
+    result = worker.step()
+    if ahead_task == 2:
+        assert (result.kind, result.task) == (StepKind.DONE, 2)
+    else:
+        assert (result.kind, result.verdict) == (StepKind.LOST, Verdict.LOST_HELD)
