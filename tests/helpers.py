@@ -1,12 +1,14 @@
-"""Helpers for tests: waiting on a condition with a deadline, free ports."""
+"""Helpers for tests: waiting on a condition with a deadline, free ports, a racing log."""
 
 from __future__ import annotations
 
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import pytest
+
+from logstore import MemoryLog
 
 
 def wait_until(
@@ -32,3 +34,18 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+class RacingLog(MemoryLog):
+    """A claims log where another worker's record (`race`) lands just before our next
+    batch: the race a worker cannot see coming, made to happen on cue."""
+
+    def __init__(self) -> None:
+        super().__init__("claims")
+        self.race: bytes | None = None
+
+    def append_many(self, records: Sequence[bytes], *, durable: bool = False) -> list[int]:
+        if self.race is not None:
+            race, self.race = self.race, None
+            super().append_many([race])
+        return super().append_many(records, durable=durable)

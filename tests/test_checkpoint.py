@@ -225,6 +225,22 @@ def claims_steps(draw: st.DrawFn) -> list[Step]:
 task_kinds = st.lists(st.sampled_from(("task", "task", "task", "foreign", "garbage")), max_size=12)
 
 
+def logs_with_checkpoint(
+    directory: Path, steps: list[Step], tasks: list[str], cut: int, tcut: int
+) -> tuple[TaskIndex, ClaimsFollower]:
+    """Logs of `tasks` and `steps` in `directory`, with a checkpoint taken after the first
+    `cut` claims records and `tcut` tasks; returns the folds it saved."""
+    positions: list[int] = []
+    with topics(directory) as (tasks_log, claims_log):
+        append_tasks(tasks_log, tasks[:tcut])
+        append_steps(claims_log, steps[:cut], positions)
+        index, follower = replay(tasks_log, claims_log)
+        save_checkpoint(directory, index, tasks_log, follower, claims_log)
+        append_tasks(tasks_log, tasks[tcut:], first=tcut)
+        append_steps(claims_log, steps[cut:], positions)
+    return index, follower
+
+
 @settings(max_examples=75, deadline=None)
 @given(steps=claims_steps(), tasks=task_kinds, data=st.data())
 def test_restored_fold_matches_full_replay(
@@ -234,14 +250,7 @@ def test_restored_fold_matches_full_replay(
     tcut = data.draw(st.integers(0, len(tasks)), label="task records before the checkpoint")
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)
-        positions: list[int] = []
-        with topics(directory) as (tasks_log, claims_log):
-            append_tasks(tasks_log, tasks[:tcut])
-            append_steps(claims_log, steps[:cut], positions)
-            saved_index, saved_claims = replay(tasks_log, claims_log)
-            save_checkpoint(directory, saved_index, tasks_log, saved_claims, claims_log)
-            append_tasks(tasks_log, tasks[tcut:], first=tcut)
-            append_steps(claims_log, steps[cut:], positions)
+        saved_index, saved_claims = logs_with_checkpoint(directory, steps, tasks, cut, tcut)
         with topics(directory) as (tasks_log, claims_log):  # a new worker starts
             loaded = load_checkpoint(directory, tasks_log, claims_log)
             assert loaded is not None
@@ -305,14 +314,7 @@ def build(directory: Path, steps: list[Step] | None = None, tasks: list[str] = T
     """The scenario (or `steps`) in `directory`, with a checkpoint after CUT claims records
     and TASK_CUT tasks."""
     steps = scenario()[0] if steps is None else steps
-    positions: list[int] = []
-    with topics(directory) as (tasks_log, claims_log):
-        append_tasks(tasks_log, tasks[:TASK_CUT])
-        append_steps(claims_log, steps[:CUT], positions)
-        index, follower = replay(tasks_log, claims_log)
-        save_checkpoint(directory, index, tasks_log, follower, claims_log)
-        append_tasks(tasks_log, tasks[TASK_CUT:], first=TASK_CUT)
-        append_steps(claims_log, steps[CUT:], positions)
+    logs_with_checkpoint(directory, steps, tasks, CUT, TASK_CUT)
 
 
 def test_the_scenario_reaches_every_verdict(tmp_path: Path) -> None:

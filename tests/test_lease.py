@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import random
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,7 @@ from queue_worker.records import Claim, ClaimsRecord, Done, Fail, Renew, encode
 from queue_worker.state import ClaimState, Verdict
 from queue_worker.topics import ClaimsFollower
 from queue_worker.worker import StepKind, StepResult, Worker
-from tests.helpers import wait_until
+from tests.helpers import RacingLog, wait_until
 
 SECOND = 1_000_000
 T0 = 1_700_000_000 * SECOND
@@ -80,20 +80,6 @@ def test_a_takeover_seen_in_the_log_cancels_without_writing_a_renew() -> None:
     assert keeper.cancelled.is_set()
     assert keeper.lost_to is not None and keeper.lost_to.worker == "rescuer"
     assert [v for _, v in full_fold(log)] == [Verdict.WON, Verdict.TAKEOVER]
-
-
-class RacingLog(MemoryLog):
-    """A claims log where another worker's takeover lands just before our next append."""
-
-    def __init__(self) -> None:
-        super().__init__("claims")
-        self.race: bytes | None = None
-
-    def append_many(self, records: Sequence[bytes], *, durable: bool = False) -> list[int]:
-        if self.race is not None:
-            race, self.race = self.race, None
-            super().append_many([race])
-        return super().append_many(records, durable=durable)
 
 
 def test_a_refused_renewal_cancels() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import random
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,7 +33,7 @@ from queue_worker.records import (
 from queue_worker.state import ClaimState, Outcome, Verdict
 from queue_worker.topics import ClaimsFollower, decode_claims_entry, on_server_clock, open_topics
 from queue_worker.worker import StepKind, StepResult, Worker
-from tests.helpers import wait_until
+from tests.helpers import RacingLog, wait_until
 
 SECOND = 1_000_000
 T0 = 1_700_000_000 * SECOND
@@ -537,22 +537,8 @@ def test_a_claim_made_ahead_is_worked_even_when_draining(cluster: Cluster) -> No
     assert verdicts(cluster)[-1] == ("Done", Verdict.DONE)
 
 
-class RacingClaims(MemoryLog):
-    """A claims log where another worker's record lands just before our next batch."""
-
-    def __init__(self) -> None:
-        super().__init__("claims")
-        self.race: bytes | None = None
-
-    def append_many(self, records: Sequence[bytes], *, durable: bool = False) -> list[int]:
-        if self.race is not None:
-            race, self.race = self.race, None
-            super().append_many([race])
-        return super().append_many(records, durable=durable)
-
-
 def test_a_claim_made_ahead_that_loses_is_a_lost_attempt(tmp_path: Path) -> None:
-    claims = RacingClaims()
+    claims = RacingLog()
     cluster = Cluster(tmp_path / "run", claims=claims)
     cluster.queue.enqueue_many(["a", "b"])
 
