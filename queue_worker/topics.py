@@ -198,18 +198,17 @@ class ClaimsFollower:
     ) -> Settled:
         """Fold up to and including the record at `position` (one this worker appended:
         `mine`, when given, is that record, which then need not be decoded)."""
-        for entry in read_through(log, self.next_position, position, timeout):
-            if entry.position == position:
-                outcome, record = self.apply(entry, mine)
-                return Settled(outcome, record, entry)
-            self.apply(entry)
-        raise AssertionError("read_through returns only after yielding `position`")
+        return self.settle_batch(log, [(position, mine)], timeout)[0]
 
     def settle_batch(
-        self, log: Log, mine: list[tuple[int, ClaimsRecord]], timeout: float = SETTLE_TIMEOUT_S
+        self,
+        log: Log,
+        mine: list[tuple[int, ClaimsRecord | None]],
+        timeout: float = SETTLE_TIMEOUT_S,
     ) -> list[Settled]:
-        """`settle` for several of our records (position, record) in log order, in one pass
-        over the log (a batch appended at once: the read that finds one finds the rest)."""
+        """`settle` for several of our records (position, record or None) in log order, in
+        one pass over the log (a batch appended at once: the read that finds one finds the
+        rest)."""
         settled: list[Settled] = []
         index = 0
         position, record = mine[0]

@@ -141,13 +141,12 @@ class StepResult:
 
 @dataclass(frozen=True, slots=True)
 class AheadClaim:
-    """A CLAIM appended with the previous task's DONE/FAIL, for the next step to work."""
+    """A CLAIM appended and settled with the previous task's DONE/FAIL, for the next step
+    to count and work."""
 
     claim: Claim
-    started: int  # perf_counter_ns at its append's start (claim latency is measured from it)
-    position: int | None  # where it is, when not settled yet
-    settled: Settled | None = None  # when already folded
-    latency_us: int | None = None  # append start → verdict, when settled with the batch
+    settled: Settled
+    latency_us: int  # claim latency: the batch's append start → this verdict
 
 
 def new_worker_id(name: str, host: str | None = None) -> str:
@@ -315,7 +314,7 @@ class Worker:
         self.tasks.forget_kept_below(max(state.watermark, self._own_from))
         return pick_task(
             cfg.pick,
-            self.claims.state,
+            state,
             self.fold_time(now),
             self.tasks.known,
             rng=self._rng,
@@ -336,16 +335,8 @@ class Worker:
         return self._claimed(claim, settled, (time.perf_counter_ns() - started) // 1000)
 
     def _settle_ahead(self, ahead: AheadClaim) -> StepResult:
-        settled = ahead.settled
-        if settled is None:
-            assert ahead.position is not None
-            # A LogError here leaves the claim ahead for the next step to settle.
-            settled = self.claims.settle(self.claims_log, ahead.position, ahead.claim)
         self._ahead = None
-        latency_us = ahead.latency_us
-        if latency_us is None:
-            latency_us = (time.perf_counter_ns() - ahead.started) // 1000
-        return self._claimed(ahead.claim, settled, latency_us)
+        return self._claimed(ahead.claim, ahead.settled, ahead.latency_us)
 
     def _resume_in_hand(self, settled: Settled, latency_us: int) -> StepResult:
         """Run a won task whose payload could not be read last time, if our claim still
@@ -647,21 +638,19 @@ class Worker:
         """
         durable = not isinstance(record, Claim)
         data = encode(record)
+        started = time.perf_counter_ns()
         try:
             if ahead is None:
                 position = self.claims_log.append(data, durable=durable)
                 return self.claims.settle(self.claims_log, position, record)
-            started = time.perf_counter_ns()
             position, ahead_position = self.claims_log.append_many(
                 [data, encode(ahead)], durable=durable
             )
-            # From here on the claim is in the log: a failed settle leaves it to be found.
-            self._ahead = AheadClaim(ahead, started, ahead_position)
             settled, ahead_settled = self.claims.settle_batch(
                 self.claims_log, [(position, record), (ahead_position, ahead)]
             )
             latency_us = (time.perf_counter_ns() - started) // 1000
-            self._ahead = AheadClaim(ahead, started, None, ahead_settled, latency_us)
+            self._ahead = AheadClaim(ahead, ahead_settled, latency_us)
             return settled
         except (RecordTooLargeError, *_FATAL_LOG_ERRORS):
             raise
@@ -678,14 +667,10 @@ class Worker:
             try:
                 found, found_ahead = self._fold_to_end_finding(record, ahead)
                 if found is not None:
-                    if ahead is not None:  # folded with ours (one batch), or not at all
-                        self._ahead = (
-                            None
-                            if found_ahead is None
-                            else AheadClaim(ahead, time.perf_counter_ns(), None, found_ahead)
-                        )
+                    if ahead is not None and found_ahead is not None:  # one batch: both
+                        latency_us = (time.perf_counter_ns() - started) // 1000
+                        self._ahead = AheadClaim(ahead, found_ahead, latency_us)
                     return found
-                self._ahead = None  # a batch that did not land holds no claim of ours
                 if isinstance(record, Claim):
                     return None  # it never landed: no claim was made
                 holder = self.claims.state.holder(record.task)
