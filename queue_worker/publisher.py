@@ -38,15 +38,13 @@ class SnapshotPublisher:
         self._last_state: str | None = None
         self._pending = threading.Event()
         self._thread: threading.Thread | None = None
-        self._file_lock = threading.Lock()  # the writer thread and a forced write share a tmp
+        self._file_lock = threading.Lock()  # one snapshot taken and written at a time
 
     def publish(self, *, force: bool = False) -> None:
         if self.path is None:
             return
         if force:
-            with self.lock:
-                data = self._take()
-            self._write(data)
+            self._write_latest()
             return
         if self._pending.is_set():  # a write is already coming: it will see this change
             return
@@ -62,9 +60,14 @@ class SnapshotPublisher:
         self._last_state = self.stats.state
         return self.stats.to_dict()
 
-    def _write(self, data: dict[str, Any]) -> None:
+    def _write_latest(self) -> None:
+        """Take the snapshot and write it, both under the file lock: the writer thread and
+        a forced write at exit then cannot cross, so the last file written is the last
+        snapshot taken (the worker's "exited" is never overwritten by an older one)."""
         assert self.path is not None
         with self._file_lock:
+            with self.lock:
+                data = self._take()
             try:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
                 write_snapshot(self.path, data)
@@ -87,6 +90,4 @@ class SnapshotPublisher:
                 time.sleep(min(wait, STATE_GAP_S))
             # Cleared before the snapshot is taken: a change after this point sets it again.
             self._pending.clear()
-            with self.lock:
-                data = self._take()
-            self._write(data)
+            self._write_latest()
