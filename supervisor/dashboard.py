@@ -34,6 +34,7 @@ from rich.panel import Panel
 from rich.segment import Segment
 from rich.text import Text
 
+from queue_worker.names import printable
 from supervisor.model import Event, QueueView, SupervisorSnapshot, WorkerView
 from supervisor.sparkline import sparkline
 
@@ -599,17 +600,6 @@ def format_bytes(n: int) -> str:
             return f"{value:.0f}{unit}" if unit == "B" else f"{value:.1f}{unit}"
         value /= 1024
     raise AssertionError("unreachable")  # the loop returns at "T"
-
-
-# control characters (ESC above all) would be written to the terminal as they are: a worker's
-# log line in a death event could move the cursor or recolour the screen
-_CONTROLS = {c: "�" for c in [*range(0x20), *range(0x7F, 0xA0)]} | {0x09: " ", 0x0A: " "}
-
-
-def printable(text: str) -> str:
-    """`text` safe for one line of the screen: tabs and newlines become spaces, other
-    control characters become �."""
-    return text.translate(_CONTROLS)
 
 
 # -- reading stats (a JSON dict from another process: trust no type) -----------------------
