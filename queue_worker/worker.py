@@ -79,7 +79,7 @@ from queue_worker.handlers import (
     run_handler,
 )
 from queue_worker.lease import LeaseKeeper, RenewalThread
-from queue_worker.pick import FreshTasks, pick_task
+from queue_worker.pick import FreshTasks, Orphans, pick_task
 from queue_worker.publisher import SnapshotPublisher
 from queue_worker.records import (
     Claim,
@@ -201,6 +201,8 @@ class Worker:
         self.tasks = TaskIndex(tasks_log.start)
         self._fresh = FreshTasks()
         self._own_from = 0  # spread: every id of our slot below this is closed
+        # orphans first; a predecessor's lapsed tasks are left to the others for one lease
+        self._orphans = Orphans(self.worker_id, config.lease_us, heir_rule=config.slots > 1)
         self.claims = ClaimsFollower(claims_log.start)
         self._checkpoint_dir = Path(config.location) if checkpoints else None
         checkpoint_note = self._load_checkpoint()
@@ -304,7 +306,7 @@ class Worker:
         excluded: Container[int] = self.tasks.foreign
         if cfg.pick == "spread" and cfg.slots > 1:
             self._fresh.forget_below(state.watermark)
-            excluded = self._fresh.held_back(now, cfg.slot, cfg.slots, self.tasks.foreign)
+            excluded = self._fresh.held_back(state, now, cfg.slot, cfg.slots, self.tasks.foreign)
             # Closed is for good: step the cursor over this slot's closed ids once, instead
             # of probing them from the watermark at every pick.
             own = max(self._own_from, cfg.slot)
@@ -322,6 +324,7 @@ class Worker:
             slots=cfg.slots,
             excluded=excluded,
             own_from=self._own_from,
+            orphans=self._orphans,
         )
 
     def attempt(self, task: int, now: int) -> StepResult:
@@ -414,6 +417,9 @@ class Worker:
         if recheck is not None:  # a fresh task of another slot becomes ours to take then
             recheck = self.fold_time(recheck)
             next_change = recheck if next_change is None else min(next_change, recheck)
+        heir = self._orphans.recheck_at  # a predecessor's task becomes ours to take then
+        if heir is not None:
+            next_change = heir if next_change is None else min(next_change, heir)
         return StepResult(StepKind.IDLE, drained=self.is_drained(), next_change=next_change)
 
     # -- running a won task --------------------------------------------------------------------
