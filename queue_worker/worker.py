@@ -446,6 +446,7 @@ class Worker:
                 clock=self._clock,
                 listener=self,
                 renewer=self._renewer,
+                fold_clock=lambda: self.fold_time(self._clock()),
             )
             ctx = TaskContext(
                 task_id=task,
@@ -453,6 +454,7 @@ class Worker:
                 cancelled=keeper.cancelled,
                 worker_id=self.worker_id,
                 work_ms=self.config.work_ms,
+                lease_lapsed=keeper.check_lapse,
             )
             try:
                 with keeper:
@@ -468,7 +470,8 @@ class Worker:
                 # The handler stopped because the lease was lost: the task is someone else's.
                 with self._stats_lock:
                     self.stats.cancelled += 1
-                    self.stats.last_error = f"task {task}: cancelled: {outcome.error}"
+                    why = "the lease lapsed while paused or stalled" if keeper.lapsed else None
+                    self.stats.last_error = f"task {task}: cancelled: {why or outcome.error}"
                 return StepResult(
                     StepKind.CANCELLED,
                     task,
@@ -722,6 +725,20 @@ class Worker:
             self.stats.lease_expiry = None
             taken = f" (taken over by {holder.worker})" if holder is not None else ""
             self.stats.last_error = f"task {self.stats.current_task}: lease lost{taken}"
+        self.publisher.publish()
+
+    def lease_lapsed(self, overdue_us: int) -> None:
+        """Our clock passed the lease's expiry before a renewal (the process was stopped or
+        starved): the lease is treated as lost, and the handler is cancelled."""
+        with self._stats_lock:
+            self.stats.leases_lapsed += 1
+            self.stats.leases_lost += 1
+            self.stats.timeouts += 1
+            self.stats.lease_expiry = None
+            self.stats.last_error = (
+                f"task {self.stats.current_task}: lease lapsed while paused or stalled "
+                f"({us_to_seconds(overdue_us):.1f} s past its expiry); handler cancelled"
+            )
         self.publisher.publish()
 
     def lease_error(self, error: str) -> None:
