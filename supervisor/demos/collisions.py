@@ -70,7 +70,7 @@ def run(console: Console, options: CollisionOptions) -> DemoResult:
         f"{options.work_ms} ms of work each, under every pick strategy"
     )
     reports: dict[str, Report] = {}
-    with data_dir(options.directory, options.keep) as root:
+    with data_dir(options.directory, options.keep, say) as root:
         for pick in PICK_STRATEGIES:
             location = root / pick
             say.say(f"pick={pick}: {location}")

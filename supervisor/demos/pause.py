@@ -172,7 +172,7 @@ def _after_pause(
 def run(console: Console, options: PauseOptions) -> DemoResult:
     say = Narrator(console)
     say.title("qw demo pause: fencing a holder that froze while it worked")
-    with data_dir(options.directory, options.keep) as location:
+    with data_dir(options.directory, options.keep, say) as location:
         say.note(f"data directory: {location}")
         try:
             story = run_scenario(location, options, say)

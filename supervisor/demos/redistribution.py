@@ -161,7 +161,7 @@ def run(console: Console, options: RedistributionOptions) -> DemoResult:
         f"qw demo redistribution: {options.workers} workers, {options.tasks} tasks of "
         f"{options.work_ms} ms, lease {options.lease_s:g} s; one holder is killed with -9"
     )
-    with data_dir(options.directory, options.keep) as location:
+    with data_dir(options.directory, options.keep, say) as location:
         say.note(f"data directory: {location}")
         try:
             story = run_scenario(location, options, say)

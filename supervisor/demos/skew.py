@@ -198,7 +198,7 @@ def run(console: Console, options: SkewOptions) -> DemoResult:
     )
     if options.skew_s <= options.lease_s:
         return say.result(DemoResult(False, "--skew must exceed --lease for a clock to steal"))
-    with data_dir(options.directory, options.keep) as location, ClaimsTail(location) as tail:
+    with data_dir(options.directory, options.keep, say) as location, ClaimsTail(location) as tail:
         say.note(f"data directory: {location}")
         try:
             honest, takeover = act_fast_clock(location, options, tail, say)
