@@ -43,6 +43,7 @@ from queue_worker.process import worker_command
 from queue_worker.stats import read_snapshot
 from supervisor.model import Event, QueueView, SupervisorSnapshot
 from supervisor.monitor import Monitor, TaskInfo
+from supervisor.pausing import stop_outside_appends
 from supervisor.slots import RestartPolicy, Slot, describe_exit, last_line
 
 #: exit codes of `qw up`
@@ -59,6 +60,8 @@ REFRESH_S: Final = 0.25
 SAMPLE_S: Final = 1.0
 #: events kept for the feed
 EVENTS_KEPT: Final = 200
+#: how long `p` may take to catch a worker outside its appends before it gives up
+PAUSE_PATIENCE_S: Final = 1.0
 
 
 @dataclass(frozen=True)
@@ -394,6 +397,19 @@ class Supervisor:
         self._spawn(slot)
         self._event("restart", f"{slot.name} restarted as pid {slot.pid} (was {old_pid})")
 
+    def _stop(self, slot: Slot) -> bool:
+        """SIGSTOP a live worker, never inside an append (`supervisor.pausing`: stopped
+        holding a log's lock, it would stall every other worker until resumed)."""
+        if slot.process is None or slot.process.poll() is not None:
+            return False
+        try:
+            if stop_outside_appends(slot.process.pid, self.location, PAUSE_PATIENCE_S):
+                return True
+        except ProcessLookupError:
+            return False
+        self._event("pause", f"{slot.name} (pid {slot.pid}) not paused: it kept a log locked")
+        return False
+
     def _signal(self, slot: Slot, signum: int) -> bool:
         """Send `signum` to a live worker; False if it is already gone."""
         if slot.process is None or slot.process.poll() is not None:
@@ -532,8 +548,10 @@ class Supervisor:
             target = self._slot(slot)
             if target is None or self._draining:
                 return None
-            signum = signal.SIGCONT if target.paused else signal.SIGSTOP
-            if not self._signal(target, signum):
+            if target.paused:
+                if not self._signal(target, signal.SIGCONT):
+                    return None
+            elif not self._stop(target):
                 return None
             target.paused = not target.paused
             verb = "paused" if target.paused else "resumed"

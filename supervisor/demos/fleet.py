@@ -11,7 +11,6 @@ the same fold the workers run, keeping each record's verdict so a demo can wait 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import signal
 import subprocess
@@ -23,14 +22,13 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Final, TypeVar
 
-import psutil
-
 from logstore import Log, open_log
 from queue_worker.config import WorkerConfig
 from queue_worker.records import ClaimsRecord
 from queue_worker.state import Outcome, Verdict
 from queue_worker.stats import read_all
 from queue_worker.topics import CLAIMS_TOPIC, ClaimsFollower
+from supervisor.pausing import stop_outside_appends
 
 #: how long a worker that was asked to drain (SIGTERM) may take before it is killed
 STOP_GRACE_S: Final = 5.0
@@ -133,25 +131,13 @@ class Fleet:
         worker.process.wait()
 
     def pause(self, worker: WorkerProcess) -> None:
-        """SIGSTOP, never inside an append. A worker stopped while it holds a log's lock (an
-        append takes `<log>.lock`, a durable one then `<log>.sync`) stops every other writer
-        until it is resumed: the others could never take its task over. Seeing a worker's
-        record in the log is the likeliest moment to catch it there (its append has written
-        and not yet unlocked), so: stop it, and once it has stopped, if a log lock is held,
-        let it run a moment and stop it again."""
-        deadline = time.monotonic() + PAUSE_PATIENCE_S
-        while True:
-            worker.process.send_signal(signal.SIGSTOP)
-            worker.paused = True
-            wait_for(lambda: _stopped(worker.pid), PAUSE_PATIENCE_S, f"{worker.name} to stop")
-            if _log_locks_free(self.location):
-                return
-            self.resume(worker)
-            if time.monotonic() > deadline:
-                raise DemoFailed(
-                    f"could not stop {worker.name} outside an append in {PAUSE_PATIENCE_S:g} s"
-                )
-            time.sleep(POLL_S)  # let it finish its append
+        """SIGSTOP, never inside an append (`supervisor.pausing`: a worker stopped holding a
+        log's lock would stall every other writer, and nobody could take its task over)."""
+        if not stop_outside_appends(worker.pid, self.location, PAUSE_PATIENCE_S):
+            raise DemoFailed(
+                f"could not stop {worker.name} outside an append in {PAUSE_PATIENCE_S:g} s"
+            )
+        worker.paused = True
 
     def resume(self, worker: WorkerProcess) -> None:
         worker.process.send_signal(signal.SIGCONT)
@@ -183,32 +169,6 @@ class Fleet:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
-
-
-def _stopped(pid: int) -> bool:
-    """Has process `pid` stopped (SIGSTOP is delivered asynchronously) or gone?"""
-    try:
-        return psutil.Process(pid).status() in (psutil.STATUS_STOPPED, psutil.STATUS_ZOMBIE)
-    except psutil.NoSuchProcess:
-        return True
-
-
-def _log_locks_free(location: Path) -> bool:
-    """Could the append and sync locks of every log in `location` be taken right now?
-    (Each is taken and let go at once: another writer waits a few µs at most.)"""
-    for path in sorted([*location.glob("*.lock"), *location.glob("*.sync")]):
-        try:
-            fd = os.open(path, os.O_RDWR)
-        except OSError:
-            continue
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            fcntl.flock(fd, fcntl.LOCK_UN)
-        except BlockingIOError:
-            return False
-        finally:
-            os.close(fd)
-    return True
 
 
 @dataclass(frozen=True, slots=True)
