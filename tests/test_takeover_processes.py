@@ -55,11 +55,13 @@ def running_workers(data_dir: Path) -> dict[str, int]:
 
 
 def kill_a_holder(data_dir: Path, tail: ClaimsTail, rested: dict[str, float]) -> Kill | None:
-    """kill -9 a running worker that holds a task, in a slot not killed lately."""
+    """kill -9 a running worker that holds a task, in a slot not killed lately: the one
+    that claimed last (a worker busy with fresh backlog, as a user pressing `k` finds)."""
     running = running_workers(data_dir)
     tail.poll()
     now = time.monotonic()
     holders: list[tuple[int, Lease]] = list(tail.follower.state.held_tasks())
+    holders.sort(key=lambda held: held[1].claim, reverse=True)
     for task, lease in holders:
         pid = running.get(lease.worker)
         if pid is None or now - rested.get(lineage(lease.worker), -SLOT_REST_S) < SLOT_REST_S:
