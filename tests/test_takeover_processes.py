@@ -54,7 +54,9 @@ def running_workers(data_dir: Path) -> dict[str, int]:
     }
 
 
-def kill_a_holder(data_dir: Path, tail: ClaimsTail, rested: dict[str, float]) -> Kill | None:
+def kill_a_holder(
+    data_dir: Path, tail: ClaimsTail, rested: dict[str, float], tasks_killed: set[int]
+) -> Kill | None:
     """kill -9 a running worker that holds a task, in a slot not killed lately: the one
     that claimed last (a worker busy with fresh backlog, as a user pressing `k` finds)."""
     running = running_workers(data_dir)
@@ -66,11 +68,14 @@ def kill_a_holder(data_dir: Path, tail: ClaimsTail, rested: dict[str, float]) ->
         pid = running.get(lease.worker)
         if pid is None or now - rested.get(lineage(lease.worker), -SLOT_REST_S) < SLOT_REST_S:
             continue
+        if task in tasks_killed:
+            continue  # each kill orphans a new task
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             continue
         rested[lineage(lease.worker)] = now
+        tasks_killed.add(task)
         if done_under(tail, lease.claim) is not None:
             return None  # it finished just before the kill landed: nothing to take over
         return Kill(lease.worker, task, frozenset(running))
@@ -112,13 +117,14 @@ def test_a_survivor_takes_over_a_killed_holders_task(data_dir: Path) -> None:
         text=True,
     )
     rested: dict[str, float] = {}
+    tasks_killed: set[int] = set()
     taken: list[tuple[Kill, Seen]] = []
     try:
         wait_until(lambda: len(running_workers(data_dir)) == WORKERS, 120, "every worker to start")
         with ClaimsTail(data_dir) as tail:
             while len(taken) < KILLS:
                 kill = wait_until(
-                    lambda: kill_a_holder(data_dir, tail, rested),
+                    lambda: kill_a_holder(data_dir, tail, rested, tasks_killed),
                     120,
                     "a holder to kill",
                 )
