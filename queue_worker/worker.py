@@ -72,6 +72,7 @@ from queue_worker.config import WorkerConfig, default_host
 from queue_worker.handlers import (
     HandlerOutcome,
     TaskContext,
+    attempts_used_up,
     error_text,
     handler_from_function,
     load_handler,
@@ -79,6 +80,7 @@ from queue_worker.handlers import (
     run_handler,
 )
 from queue_worker.lease import LeaseKeeper, RenewalThread
+from queue_worker.names import worker_label
 from queue_worker.pick import FreshTasks, pick_task
 from queue_worker.publisher import SnapshotPublisher
 from queue_worker.records import (
@@ -431,6 +433,9 @@ class Worker:
         self._set_state("working")
         self._task_started = time.monotonic()
         try:
+            attempt = self.claims.state.attempts(task)
+            if attempt > self.config.max_attempts:
+                return self._give_up(task, settled, attempt, latency_us)
             keeper = LeaseKeeper(
                 self.claims_log,
                 claim=claim,
@@ -443,7 +448,7 @@ class Worker:
             )
             ctx = TaskContext(
                 task_id=task,
-                attempt=self.claims.state.attempts(task),
+                attempt=attempt,
                 cancelled=keeper.cancelled,
                 worker_id=self.worker_id,
                 work_ms=self.config.work_ms,
@@ -478,6 +483,32 @@ class Worker:
                 self.stats.current_since = None
                 self.stats.lease_expiry = None
             self._set_state("idle")
+
+    def _give_up(self, task: int, settled: Settled, attempt: int, latency_us: int) -> StepResult:
+        """Our claim won attempt `attempt` > max_attempts: the attempts before it ended with
+        no FAIL (their workers died running the task, or were ended past their lease), so
+        the task is made dead without running it again: a handler that kills its worker
+        gets max_attempts runs, as one that raises does. Written under our claim: the holder."""
+        claim = settled.record
+        assert isinstance(claim, Claim)
+        previous = settled.outcome.previous if settled.outcome.verdict is Verdict.TAKEOVER else None
+        st = self.claims.state.task_state(task)
+        error = attempts_used_up(
+            attempt,
+            self.config.max_attempts,
+            worker_label(previous.worker) if previous is not None else None,
+            st.last_error if st is not None else None,
+        )
+        keeper = LeaseKeeper(  # never started: `_finish` only asks whether it lost the lease
+            self.claims_log,
+            claim=claim,
+            claim_position=settled.entry.position,
+            read_from=settled.entry.next,
+            lease_us=self.config.lease_us,
+            clock=self._clock,
+        )
+        outcome = HandlerOutcome(error=error, permanent=True)
+        return self._finish(task, settled.entry.position, attempt, outcome, keeper, latency_us)
 
     def _run_task(self, task: int, ctx: TaskContext) -> HandlerOutcome:
         try:
