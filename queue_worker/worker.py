@@ -94,6 +94,7 @@ from queue_worker.records import (
 )
 from queue_worker.state import Lease, Verdict
 from queue_worker.stats import WorkerStats
+from queue_worker.time_limit import TimeLimits
 from queue_worker.topics import READ_BATCH, ClaimsFollower, Settled, TaskIndex, open_topics
 
 #: spread: an idle worker woken when the next task id is another slot's steps aside this
@@ -223,6 +224,8 @@ class Worker:
         self.publisher = SnapshotPublisher(self.stats, path, self._stats_lock)
         # one renewal thread for the worker's life, handed each task's lease (see lease.py)
         self._renewer = RenewalThread()
+        # ends the process when a task outruns its time limit or a drain (see time_limit.py)
+        self._time_limits = TimeLimits(config.drain_timeout_s)
         #: append the next task's CLAIM with each DONE/FAIL (see `_finish`)
         self.claim_ahead = claim_ahead
         self._ahead: AheadClaim | None = None
@@ -394,6 +397,7 @@ class Worker:
     def drain(self) -> None:
         """Make no new claims; the task in hand is finished. (Safe from a signal handler.)"""
         self._draining.set()
+        self._time_limits.drain()
 
     @property
     def draining(self) -> bool:
@@ -453,8 +457,13 @@ class Worker:
                 worker_id=self.worker_id,
                 work_ms=self.config.work_ms,
             )
+            limit_s = self.handler.time_limit_s or self.config.task_timeout_s
+
+            def timed_out(error: str) -> None:  # called from the watchdog's thread
+                self._fail_timed_out(task, claim_position, attempt, error)
+
             try:
-                with keeper:
+                with keeper, self._time_limits.running(limit_s, timed_out):
                     outcome = self._run_task(task, ctx)
             except _FATAL_LOG_ERRORS:
                 raise
@@ -483,6 +492,29 @@ class Worker:
                 self.stats.current_since = None
                 self.stats.lease_expiry = None
             self._set_state("idle")
+
+    def _fail_timed_out(self, task: int, claim_position: int, attempt: int, error: str) -> None:
+        """The attempt outran its time limit (the watchdog's thread calls this, then ends
+        the process): append its FAIL, durably, under our claim, which still holds the task.
+        Like an exception's FAIL, it says when to retry, or that the task is dead."""
+        at = self._clock()
+        retry = retry_at(
+            at,
+            attempt,
+            max_attempts=self.config.max_attempts,
+            backoff_s=self.config.backoff_s,
+            backoff_max_s=self.config.backoff_max_s,
+            rng=self._rng,
+        )
+        fail = Fail(task, self.worker_id, at, claim_position, error, retry)
+        self.claims_log.append(encode(fail), durable=True)
+        print(f"qw worker {self.worker_id}: task {task} {error}: ending", file=sys.stderr)
+        with self._stats_lock:
+            self.stats.failed += 1
+            self.stats.last_error = f"task {task}: {error}"
+            self.stats.state = "exited"
+            self.stats.exit_reason = f"task {task} {error}"
+        self.publisher.publish(force=True)
 
     def _give_up(self, task: int, settled: Settled, attempt: int, latency_us: int) -> StepResult:
         """Our claim won attempt `attempt` > max_attempts: the attempts before it ended with

@@ -37,13 +37,13 @@ from typing import Any, Final
 
 import psutil
 
-from queue_worker.config import DEFAULT_LEASE_S, WorkerConfig
+from queue_worker.config import DEFAULT_DRAIN_TIMEOUT_S, DEFAULT_LEASE_S, WorkerConfig
 from queue_worker.process import EXIT_CONFIG as WORKER_EXIT_CONFIG
 from queue_worker.process import worker_command
 from queue_worker.stats import read_snapshot
 from supervisor.model import Event, QueueView, SupervisorSnapshot
 from supervisor.monitor import Monitor, TaskInfo
-from supervisor.slots import RestartPolicy, Slot, describe_exit, last_line
+from supervisor.slots import RestartPolicy, Slot, code_is_time_limit, describe_exit, last_line
 
 #: exit codes of `qw up`
 EXIT_OK: Final = 0  # drained: every worker finished what it held and exited
@@ -75,6 +75,8 @@ class SupervisorOptions:
     fsync: str = "commit"
     max_attempts: int = 3  # winning claims a task gets before a failure makes it dead
     backoff_s: float = 1.0  # the first retry's backoff; doubles per attempt, with jitter
+    task_timeout_s: float | None = None  # an attempt that runs longer fails; its worker ends
+    drain_timeout_s: float | None = DEFAULT_DRAIN_TIMEOUT_S  # a drain waits this long at most
     tasks: int = 0  # demo tasks enqueued at start
     rate: float = 0.0  # demo tasks per second from a publisher thread (0: none)
     exit_when_drained: bool = False
@@ -99,6 +101,8 @@ class SupervisorOptions:
             fsync=self.fsync,
             max_attempts=self.max_attempts,
             backoff_s=self.backoff_s,
+            task_timeout_s=self.task_timeout_s,
+            drain_timeout_s=self.drain_timeout_s,
             parent_pid=os.getpid(),
             host=self.host,
         )
@@ -373,6 +377,9 @@ class Supervisor:
         if not policy.enabled:
             slot.lost = True
             return
+        if code_is_time_limit(slot.exit_code):
+            slot.restart_due = now  # it ended itself on purpose, its task's FAIL written
+            return
         while slot.restart_times and now - slot.restart_times[0] > policy.storm_window_s:
             slot.restart_times.popleft()
         if len(slot.restart_times) >= policy.storm_limit:
@@ -388,7 +395,8 @@ class Supervisor:
         slot.restart_due = now + policy.delay(slot.young_deaths)
 
     def _restart(self, slot: Slot, now: float) -> None:
-        slot.restart_times.append(now)
+        if not code_is_time_limit(slot.exit_code):  # not a crash: the storm guard skips it
+            slot.restart_times.append(now)
         slot.restarts += 1
         old_pid = slot.pid
         self._spawn(slot)
