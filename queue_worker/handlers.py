@@ -271,13 +271,10 @@ def attempts_used_up(
     earlier attempt, is what the claims log knows; the cause of a death (a signal, say) is
     the supervisor's to tell. `died` is None when no lease was taken over (the attempts were
     used up under a larger max_attempts)."""
+    runs = f"attempts used up: run {attempts - 1} time{'s' * (attempts != 2)}"
+    text = f"{runs} (max_attempts {max_attempts})"
     if died is not None:
-        text = (
-            f"attempts used up: attempt {attempts - 1} of {max_attempts} (worker {died}) "
-            "ended with no result: its worker died or stopped renewing its lease running it"
-        )
-    else:
-        text = f"attempts used up: {attempts - 1} attempts ran, {max_attempts} allowed"
+        text += f"; the last run's worker ({died}) died or stopped renewing its lease running it"
     if last_error:
         text += f"; an earlier attempt failed with: {last_error}"
     return text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 1] + "…"

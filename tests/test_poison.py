@@ -105,8 +105,10 @@ def test_a_task_that_kills_its_worker_goes_dead_after_max_attempts(
     assert replay.state.is_dead(3)
     error = replay.state.dead_error(3)
     assert error is not None
-    assert error.startswith(f"attempts used up: attempt {max_attempts} of {max_attempts}")
-    assert "its worker died" in error
+    assert error.startswith(
+        f"attempts used up: run {max_attempts} times (max_attempts {max_attempts})"
+    )
+    assert "; the last run's worker (w" in error and ") died or stopped renewing" in error
     assert replay.state.dead_count == 1
     others = [t for t in range(8) if t != 3]
     assert all(replay.done[t] == 1 for t in others), replay.done
@@ -132,7 +134,7 @@ def test_exceptions_and_deaths_count_against_the_same_attempts(
     replay = Replay(tmp_path / "qw")
     assert replay.wins[1] == 4 and replay.state.is_dead(1)
     error = replay.state.dead_error(1)
-    assert error is not None and error.startswith("attempts used up: attempt 3 of 3")
+    assert error is not None and error.startswith("attempts used up: run 3 times (max_attempts 3)")
     assert error.endswith("an earlier attempt failed with: ValueError: attempt 1 failed")
     assert [replay.done[t] for t in (0, 2, 3)] == [1, 1, 1]
     assert sum("exited with code 1" in e.text for e in sup.snapshot().events) == 2
@@ -151,5 +153,7 @@ def test_with_one_attempt_the_first_death_makes_the_task_dead(
     assert sup.exit_code == EXIT_OK
     replay = Replay(tmp_path / "qw")
     assert replay.wins[0] == 2 and replay.state.is_dead(0)
+    error = replay.state.dead_error(0)
+    assert error is not None and error.startswith("attempts used up: run 1 time (max_attempts 1);")
     assert [replay.done[t] for t in (1, 2)] == [1, 1]
     assert sum("exited with code 1" in e.text for e in sup.snapshot().events) == 1
