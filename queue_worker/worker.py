@@ -508,7 +508,7 @@ class Worker:
         )
         fail = Fail(task, self.worker_id, at, claim_position, error, retry)
         self.claims_log.append(encode(fail), durable=True)
-        print(f"qw worker {self.worker_id}: task {task} {error}: ending", file=sys.stderr)
+        print(f"qw worker {worker_label(self.worker_id)}: task {task} {error}", file=sys.stderr)
         with self._stats_lock:
             self.stats.failed += 1
             self.stats.last_error = f"task {task}: {error}"

@@ -103,7 +103,7 @@ def test_a_handler_time_limit_wins_over_the_task_timeout(up: Any, tmp_path: Path
     ("args", "error"),
     [
         (["--drain-timeout", "1"], "timed out: still running 1 s after the worker was stopped"),
-        (["--task-timeout", "2"], "timed out after 2 s"),
+        (["--task-timeout", "3"], "timed out after 3 s"),
     ],
 )
 def test_sigterm_drains_a_handler_that_ignores_cancellation(
@@ -130,7 +130,7 @@ def test_sigterm_drains_a_handler_that_ignores_cancellation(
     for task in (0, 1):
         state = replay.state.task_state(task)
         assert state is not None and state.last_error == error
-        assert replay.wins[task] == 1 and not replay.state.is_closed(task)
+        assert not replay.state.is_closed(task)  # failed with a retry time: not dead
 
 
 # -- the watchdog and the decorator in this process ---------------------------------------------
