@@ -28,9 +28,8 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from typing import Final
 
 from queue_worker.handlers import seconds_text, timed_out_error
@@ -47,14 +46,28 @@ def drain_timeout_error(drain_timeout_s: float) -> str:
     return f"timed out: still running {seconds_text(drain_timeout_s)} after the worker was stopped"
 
 
-@dataclass(slots=True)
 class _Running:
-    """The task in hand, as the watchdog sees it."""
+    """The task in hand, as the watchdog sees it; a context manager around the handler's run
+    (a class, not a generator context manager: this is on every task's path)."""
 
-    started: float  # monotonic
-    limit_s: float | None
-    on_expiry: Callable[[str], None]
-    expired: bool = False
+    __slots__ = ("expired", "limit_s", "limits", "on_expiry", "started")
+
+    def __init__(
+        self, limits: TimeLimits, limit_s: float | None, on_expiry: Callable[[str], None]
+    ) -> None:
+        self.limits = limits
+        self.started = time.monotonic()
+        self.limit_s = limit_s
+        self.on_expiry = on_expiry
+        self.expired = False
+
+    def __enter__(self) -> None:
+        self.limits._arm(self)
+
+    def __exit__(self, *exc_info: object) -> None:
+        if not self.limits._disarm(self):
+            # The watchdog is ending the process; `exit` returns only in tests.
+            self.limits._ended.wait()
 
 
 class TimeLimits:
@@ -69,11 +82,12 @@ class TimeLimits:
     ) -> None:
         self.drain_timeout_s = drain_timeout_s
         self._exit = exit
-        self._cond = threading.Condition()
+        self._cond = threading.Condition(threading.Lock())  # a Lock: cheaper than an RLock
         self._running: _Running | None = None
         self._drain_at: float | None = None  # monotonic; written without a lock (see drain)
         self._wake_at = float("inf")
         self._thread: threading.Thread | None = None
+        self._closed = False
         self._ended = threading.Event()  # set once `exit` has returned (tests only)
 
     def drain(self) -> None:
@@ -82,37 +96,35 @@ class TimeLimits:
         if self._drain_at is None:
             self._drain_at = time.monotonic()
 
-    @contextmanager
-    def running(self, limit_s: float | None, on_expiry: Callable[[str], None]) -> Iterator[None]:
-        """Watch the task run inside the block. When its time runs out, `on_expiry(error)` is
-        called from the watchdog's thread and the process ends; a block that ends after
-        that (the handler returned at the last moment) waits for the end instead of going
-        on to write the task's result."""
+    def running(
+        self, limit_s: float | None, on_expiry: Callable[[str], None]
+    ) -> AbstractContextManager[None]:
+        """Watch the task run inside the `with` block. When its time runs out,
+        `on_expiry(error)` is called from the watchdog's thread and the process ends; a block
+        that ends after that (the handler returned at the last moment) waits for the end
+        instead of going on to write the task's result."""
         if limit_s is None and self.drain_timeout_s is None:
-            yield
-            return
-        run = _Running(time.monotonic(), limit_s, on_expiry)
-        self._arm(run)
-        try:
-            yield
-        finally:
-            if not self._disarm(run):
-                # The watchdog is ending the process; `exit` returns only in tests.
-                self._ended.wait()
+            return nullcontext()
+        return _Running(self, limit_s, on_expiry)
 
-    def _deadline(self, run: _Running) -> tuple[float, str]:
-        """When `run` must end, and the error it then fails with."""
-        deadline, error = float("inf"), ""
-        if run.limit_s is not None:
-            deadline, error = run.started + run.limit_s, timed_out_error(run.limit_s)
+    def _deadline(self, run: _Running) -> tuple[float, bool]:
+        """When `run` must end, and whether the drain timeout (not its own limit) ends it."""
+        deadline = float("inf") if run.limit_s is None else run.started + run.limit_s
         drain_at, drain_timeout = self._drain_at, self.drain_timeout_s
         if (
             drain_at is not None
             and drain_timeout is not None
             and drain_at + drain_timeout < deadline
         ):
-            deadline, error = drain_at + drain_timeout, drain_timeout_error(drain_timeout)
-        return deadline, error
+            return drain_at + drain_timeout, True
+        return deadline, False
+
+    def _error(self, run: _Running, by_drain: bool) -> str:
+        """The error `run` fails with (its text built only when it is needed)."""
+        if by_drain and self.drain_timeout_s is not None:
+            return drain_timeout_error(self.drain_timeout_s)
+        assert run.limit_s is not None
+        return timed_out_error(run.limit_s)
 
     def _arm(self, run: _Running) -> None:
         with self._cond:
@@ -134,14 +146,25 @@ class TimeLimits:
                 self._running = None
             return True
 
+    def close(self) -> None:
+        """Stop the watchdog (the worker is closing: no task runs)."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+            thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
+
     def _watch(self) -> None:
         with self._cond:
             while True:
+                if self._closed:
+                    return
                 run = self._running
                 now = time.monotonic()
                 wake = now + POLL_S
                 if run is not None:
-                    deadline, error = self._deadline(run)
+                    deadline, by_drain = self._deadline(run)
                     if now >= deadline:
                         run.expired = True  # from here on `_disarm` says the process ends
                         break
@@ -150,7 +173,7 @@ class TimeLimits:
                 self._cond.wait(wake - now)
                 self._wake_at = float("inf")
         try:
-            run.on_expiry(error)
+            run.on_expiry(self._error(run, by_drain))
         except BaseException as e:  # the process ends all the same
             print(f"qw worker: recording the time-out failed: {e!r}", file=sys.stderr)
         self._exit(EXIT_TIME_LIMIT)

@@ -883,6 +883,7 @@ class Worker:
 
     def close(self) -> None:
         self._renewer.close()
+        self._time_limits.close()
         for log in self._owned_logs:
             log.close()
 
