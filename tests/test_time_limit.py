@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from queue_worker.config import WorkerConfig
 from queue_worker.handlers import HandlerLoadError, handler_from_function, time_limit
 from queue_worker.producer import Queue
 from queue_worker.time_limit import EXIT_TIME_LIMIT, TimeLimits
@@ -170,3 +171,31 @@ def test_time_limit_marks_the_handler_and_rejects_a_bad_value() -> None:
     bad.qw_time_limit_s = "soon"  # type: ignore[attr-defined]
     with pytest.raises(HandlerLoadError, match="qw_time_limit_s = 'soon'"):
         handler_from_function(bad, "m:bad")
+
+
+def test_timeouts_in_the_worker_config() -> None:
+    base = WorkerConfig(location="d", run_dir="r")
+    assert (base.task_timeout_s, base.drain_timeout_s) == (None, 600.0)
+    parsed = WorkerConfig.from_json(
+        WorkerConfig(location="d", run_dir="r", task_timeout_s=2.5, drain_timeout_s=None).to_json()
+    )
+    assert (parsed.task_timeout_s, parsed.drain_timeout_s) == (2.5, None)
+    with pytest.raises(ValueError, match=r"^task_timeout_s is 0; expected a number > 0$"):
+        WorkerConfig(location="d", run_dir="r", task_timeout_s=0).validate()
+    with pytest.raises(ValueError, match="'drain_timeout_s' is '9'; expected a number or null"):
+        WorkerConfig.from_json('{"location": "d", "run_dir": "r", "drain_timeout_s": "9"}')
+
+
+@pytest.mark.parametrize("option", ["--task-timeout", "--drain-timeout"])
+def test_qw_up_refuses_a_timeout_that_is_not_positive(tmp_path: Path, option: str) -> None:
+    done = subprocess.run(
+        [*QW, "up", "--no-tui", "--dir", str(tmp_path / "qw"), option, "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert done.stderr.strip() == (
+        f"qw: error: Invalid value for '{option}': got '0'; expected seconds > 0 and <= 604800"
+    )
+    assert not (tmp_path / "qw").exists()  # nothing started, nothing written
