@@ -364,7 +364,7 @@ class Supervisor:
         text = f"{slot.name} (pid {slot.pid}) {describe_exit(code)}"
         holdings = self._monitor.holdings() if self._monitor else {}
         task = holdings.get(slot.worker_id or "")
-        if task is not None and not code_is_time_limit(code):  # its FAIL let the task go
+        if task is not None:
             text += f" while holding task {task}"
         if code > 0:
             last = last_line(self._logs_dir / f"{slot.name}.log")
