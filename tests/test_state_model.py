@@ -1,5 +1,6 @@
 """ClaimState against random claims logs: properties of every prefix, and a state machine
-that checks the fold step by step against a small reference model written from docs/protocol.md (section 3)."""
+that checks the fold step by step against a small reference model written from
+docs/protocol.md (section 3)."""
 
 from __future__ import annotations
 
