@@ -22,7 +22,17 @@ from supervisor.dashboard import (
 )
 from supervisor.model import Event, QueueView, SupervisorSnapshot, WorkerView
 from supervisor.sparkline import sparkline
-from supervisor.tui import ESC, Dashboard, _Keys, _sigterm_stops, parse_keys
+from supervisor.tui import (
+    BACKSPACE,
+    DOWN,
+    ENTER,
+    ESC,
+    UP,
+    Dashboard,
+    _Keys,
+    _sigterm_stops,
+    parse_keys,
+)
 
 NOW = 1_700_000_000.0
 WIDTH = 120
@@ -110,8 +120,14 @@ def eight_workers() -> list[WorkerView]:
 
 
 def row_of(text: str, name: str) -> str:
-    """The worker table's row for worker `name` (slot number first, then the name)."""
-    rows = [line for line in text.splitlines() if line.replace("▶", "").split()[1:2] == [name]]
+    """The worker table's row for worker `name`: its label (w2·41002), or its slot name when
+    one row has it (rows are the slot number, then the label)."""
+
+    def label(line: str) -> str:
+        words = line.replace("▶", " ").split()
+        return words[1] if len(words) > 1 and words[0].isdigit() else ""
+
+    rows = [line for line in text.splitlines() if name in (label(line), label(line).split("·")[0])]
     assert len(rows) == 1, f"expected one row for {name}:\n{text}"
     return rows[0]
 
@@ -138,8 +154,7 @@ def test_worker_rows_show_every_figure() -> None:
     )
     row = row_of(text_of(worker_table([w], now=NOW)), "w2")
     for expected in (
-        "w2-41002-9fe3",
-        "41002",
+        "w2·41002",
         "working",
         "#17",
         "3.2s",  # held
@@ -153,9 +168,12 @@ def test_worker_rows_show_every_figure() -> None:
         assert expected in row, f"{expected!r} missing from {row!r}"
 
 
-def test_a_long_worker_id_keeps_its_start() -> None:
-    w = worker(0, worker_id="w0-4194303-" + "ab" * 20)
-    assert "w0-4194303-ab…" in row_of(text_of(worker_table([w], now=NOW)), "w0")
+def test_a_worker_is_named_by_slot_and_pid_whole() -> None:
+    w = worker(0, worker_id="w0-4194303-" + "ab" * 2, pid=4194303)
+    assert " w0·4194303 " in row_of(text_of(worker_table([w], now=NOW), width=80), "w0")
+    shared = worker(1, worker_id="w1@vm-11704-dev-box-11704-9fe3", pid=11704)
+    row = row_of(text_of(worker_table([shared], now=NOW), width=80), "w1")
+    assert " w1·11704@vm-11704-dev-box " in row  # a Redis worker's host, not cut
 
 
 def test_every_state_is_named() -> None:
@@ -176,6 +194,7 @@ def test_dead_worker_keeps_its_last_figures() -> None:
     dead = worker(
         1,
         "dead",
+        worker_id="w1-41777-9fe3",
         stats=stats(attempts=23, won=20, lost_total=3, finished=19, current_task=8),
         exit_code=-9,
         died_at=NOW - 2,
@@ -183,13 +202,13 @@ def test_dead_worker_keeps_its_last_figures() -> None:
         pid=41777,
     )
     row = row_of(text_of(worker_table([dead], now=NOW)), "w1")
-    for expected in ("dead", "KILL", "41777", "#8", "23/20/3", "19", "420µs/2.35ms", "↻1"):
+    for expected in ("dead", "KILL", "w1·41777", "#8", "23/20/3", "19", "420µs/2.35ms", "↻1"):
         assert expected in row, f"{expected!r} missing from {row!r}"
 
 
 def test_selected_worker_is_marked_without_colour() -> None:
     text = text_of(worker_table(eight_workers(), now=NOW, selected=3))
-    assert "▶ 3" in row_of(text, "w3")
+    assert "▶3" in row_of(text, "w3")
     assert "▶" not in row_of(text, "w2")
 
 
@@ -197,6 +216,7 @@ def test_no_workers() -> None:
     text = text_of(render(snapshot([]), now=NOW))
     assert "no workers" in text
     assert "0 alive" in text
+    assert "The queue is empty" not in text  # this queue has work (published 30)
     assert "no events yet" in text
     assert "q  drain & quit" in text
 
@@ -318,7 +338,7 @@ def test_render_whole_screen() -> None:
     assert "up 1m23s" in text
     assert "7 alive" in text and "1 dead" in text and "1 paused" in text
     assert "DRAINING" in text
-    assert "draining: workers finish their tasks" in text
+    assert "workers finish their tasks, then qw exits" in text
     assert "Ctrl-C ×2  kill them now" in text
     assert "killed w5 (pid 41005)" in text
     assert "task 105: w5 → w0" in text
@@ -343,8 +363,8 @@ def test_layout_pins_the_footer_to_the_last_line() -> None:
         assert "drain & quit" in lines[-1]
         assert "event number 199" in "\n".join(lines)  # the newest event is always in sight
     tall = text_of(full_screen(snap, now=NOW, height=50), height=50)
-    assert "╰" in tall.splitlines()[-2]  # the feed grew to fill the screen, border and all
-    assert "event number 170" in tall
+    assert "event number 170" in tall  # the feed grew to fill the screen
+    assert "event number" in tall.splitlines()[-3]  # up to the status line
 
 
 def test_very_long_values_are_cut_not_wrapped() -> None:
@@ -447,9 +467,10 @@ def test_format_micros_and_bytes() -> None:
 def test_parse_keys_drops_escape_sequences() -> None:
     assert parse_keys("k3p") == ["k", "3", "p"]
     assert parse_keys("\x1b") == [ESC]
-    assert parse_keys("\x1b[A\x1b[1;5Cq") == ["q"]  # arrows and ctrl-right are not commands
+    # up and down select; other arrows and ctrl-right are not commands
+    assert parse_keys("\x1b[A\x1b[1;5Cq\x1b[D\x1bOB") == [UP, "q", DOWN]
     assert parse_keys("\x1bOPk") == ["k"]  # F1
-    assert parse_keys("\r\n\t") == []
+    assert parse_keys("\r\t\x7f") == [ENTER, BACKSPACE]
 
 
 def test_keys_from_a_hung_up_terminal_stop_being_read() -> None:
@@ -458,7 +479,7 @@ def test_keys_from_a_hung_up_terminal_stop_being_read() -> None:
         keys = _Keys(read_end)
         assert keys.read(timeout=0.0) == []
         os.write(write_end, b"k\x1b[Bq")
-        assert keys.read(timeout=1.0) == ["k", "q"]
+        assert keys.read(timeout=1.0) == ["k", DOWN, "q"]
         os.close(write_end)
         write_end = -1
         assert keys.read(timeout=1.0) == []  # end of file: readable for ever after
