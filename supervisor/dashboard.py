@@ -200,7 +200,8 @@ def _screen(
 ) -> RenderableType:
     parts: list[RenderableType] = [header(snapshot, now=now)]
     if view.help:
-        lines = 2 + plan.worker_rows + plan.feed + 3 + (5 if plan.tall_queue else 2)
+        # the lines of everything it covers: the table, the queue, the feed and its title
+        lines = 2 + plan.worker_rows + (5 if plan.tall_queue else 2) + 1 + plan.feed
         lines += (1 + plan.orphan_lines) if plan.orphan_lines else 0
         parts.append(help_panel(snapshot, lines=lines))
     else:
@@ -392,7 +393,7 @@ def event_matches(event: Event, query: str) -> bool:
     if query.isdigit() and event.task is not None and event.task == int(query):
         return True
     # whole words: not inside a longer number or name ("·" joins a slot to its pid)
-    pattern = rf"(?<![0-9A-Za-z.]){re.escape(query)}(?![0-9.])"
+    pattern = rf"(?<![0-9A-Za-z])(?<!\d\.){re.escape(query)}(?![0-9A-Za-z]|\.\d)"
     return re.search(pattern, event.text, re.IGNORECASE) is not None
 
 
@@ -447,6 +448,9 @@ def _first_steps(snapshot: SupervisorSnapshot) -> list[Text]:
         return [
             Text("The queue is empty. Give the workers work, from another terminal:", "bold"),
             Text.assemble("    ", (printable(snapshot.enqueue_hint), "bold cyan")),
+            Text(
+                "  (tasks of 2 s each leave time to watch: --payload '{\"work_ms\": 2000}')", "dim"
+            ),
             Text("Then press k to kill -9 a worker holding a task, and watch a survivor"),
             Text("take it over once its lease lapses (the orphans panel counts it down)."),
         ]
@@ -528,7 +532,7 @@ def _hint(snapshot: SupervisorSnapshot) -> str:
     if snapshot.draining:
         return "draining: each worker finishes its task, then exits"
     if queue.pending + queue.held == 0:
-        return f"no work queued: {printable(snapshot.enqueue_hint)}   (k kills -9 a holder)"
+        return f"no work queued: {printable(snapshot.enqueue_hint)}"
     if any(o.heir is None for o in snapshot.orphans):
         return "a dead worker's task waits for its lease to lapse, then a survivor claims it"
     return "k: kill -9 a worker holding a task, and watch a survivor take it over"
@@ -561,10 +565,11 @@ def _key_list(snapshot: SupervisorSnapshot, view: View) -> list[tuple[str, str, 
         ]
     else:
         keys.append(("k", "kill -9 a holder", True))
+    # the optional ones are dropped from the last: +/- first, ↑↓ last
     keys.append(("↑↓", "select", False))
-    if selected is None:
-        keys += [("+/-", "workers", False)]
     keys.append(("/", "new filter" if view.filter else "filter", False))
+    if selected is None:
+        keys.append(("+/-", "workers", False))
     keys += [("?", "keys", True), ("q", "drain & quit", True)]
     return keys
 

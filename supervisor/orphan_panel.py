@@ -2,7 +2,7 @@
 
     ── orphans: tasks whose holder died ─────────────────────────────────────
     task 246  w6·6975 died 1.4s ago   lease 6.6s left, then a survivor takes it over
-    task 231  w3·6961 → w1·6957   taken over 0.3s after its lease lapsed (4.2s ago)
+    task 231  w3·6961 → w1·6957  took over 0.3s after the lease lapsed · 4.2s ago
 
 The task and the workers come first and are never cut; the explanation after them is cut
 to fit the screen.
@@ -53,8 +53,8 @@ def orphan_line(orphan: Orphan, *, now: float) -> Text:
     line.append(" → ", style="dim")
     line.append(orphan.heir, style="bold cyan")
     lag = orphan.taken_at - orphan.lease_expiry
-    line.append("   taken over ")
+    line.append("  took over ")
     line.append(format_duration(lag), style="bold")
-    line.append(" after its lease lapsed", style="")
-    line.append(f" ({format_duration(now - orphan.taken_at)} ago)", style="dim")
+    line.append(" after the lease lapsed")
+    line.append(f" · {format_duration(now - orphan.taken_at)} ago", style="dim")
     return line

@@ -25,6 +25,8 @@ from supervisor.model import Orphan, WorkerView
 KEEP_AFTER_TAKEOVER_S: Final = 10.0
 #: a dead worker's row stays at least this long after the death (longer while its orphans wait)
 DEPARTED_MIN_S: Final = 5.0
+#: and this long after its last orphan was taken over (its lease cell then reads "taken")
+DEPARTED_AFTER_TAKEOVER_S: Final = 3.0
 #: orphans kept at most (a crash loop must not grow the book for ever): the oldest go first
 ORPHANS_KEPT: Final = 64
 
@@ -93,7 +95,11 @@ class OrphanBook:
             for e in self._entries
             if e.seen_taken_at is None or now - e.seen_taken_at < KEEP_AFTER_TAKEOVER_S
         ]
-        waiting = {e.orphan.holder_id for e in self._entries if e.orphan.heir is None}
+        waiting = {
+            e.orphan.holder_id
+            for e in self._entries
+            if e.seen_taken_at is None or now - e.seen_taken_at < DEPARTED_AFTER_TAKEOVER_S
+        }
         self._departed = [
             d
             for d in self._departed

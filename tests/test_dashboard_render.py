@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import signal
 from typing import Any
 
@@ -11,7 +12,9 @@ import pytest
 from rich.console import Console, RenderableType
 
 from supervisor.dashboard import (
+    View,
     event_feed,
+    event_matches,
     format_bytes,
     format_duration,
     format_micros,
@@ -20,7 +23,7 @@ from supervisor.dashboard import (
     render,
     worker_table,
 )
-from supervisor.model import Event, QueueView, SupervisorSnapshot, WorkerView
+from supervisor.model import Event, Orphan, QueueView, SupervisorSnapshot, WorkerView
 from supervisor.sparkline import sparkline
 from supervisor.tui import (
     BACKSPACE,
@@ -584,3 +587,105 @@ def test_a_failing_control_is_shown_not_raised() -> None:
     dash = Dashboard(RecordingSupervisor(snapshot(eight_workers())))
     dash.on_key("+", now=NOW)
     assert dash.message == "+: RuntimeError: no more slots"
+
+
+# -- any screen size: every worker whole, the keys on the last line -------------------------
+
+
+@pytest.mark.parametrize(("width", "height"), [(80, 24), (120, 40), (200, 60)])
+@pytest.mark.parametrize("view", [View(), View(help=True), View(filter="w1·41001", typing=True)])
+def test_every_size_shows_every_worker_whole_and_the_keys_last(
+    width: int, height: int, view: View
+) -> None:
+    workers = eight_workers()
+    workers[5] = worker(5, "starting", pid=41999, worker_id=None, restarts=1)
+    gone = worker(5, "dead", worker_id="w5-41005-9fe3", pid=41005, exit_code=-9, died_at=NOW - 1)
+    orphans = [
+        Orphan(105, "w5·41005", "w5-41005-9fe3", 5, NOW - 1, NOW + 2.5),
+        Orphan(88, "w3·40003", "w3-40003-aaaa", 3, NOW - 9, NOW - 4, "w1·41001", NOW - 3.9),
+    ]
+    events = [
+        Event(NOW - 60 + i, "takeover", f"task {i}: w1·41001 → w2·41002, 2.0 s after", i)
+        for i in range(60)
+    ]
+    snap = snapshot(workers, departed=[gone], orphans=orphans, events=events)
+    text = text_of(
+        full_screen(
+            snap, now=NOW, height=height, message="kill -9 w5·41005, holding task 105", view=view
+        ),
+        width=width,
+        height=height,
+    )
+    lines = text.splitlines()
+    assert len(lines) == height, text
+    assert all(len(line) <= width for line in lines)
+    assert "q  drain & quit" in lines[-1] or "Esc  cancel" in lines[-1], text  # the keys
+    assert "?  keys" in lines[-1] or view.typing, text
+    if view.typing:
+        assert "filter events: /w1·41001" in lines[-2]
+    else:
+        assert lines[-2].startswith("kill -9 w5·41005, holding task 105")  # its own line
+    if view.help:
+        return
+    for w in workers:
+        row = row_of(text, f"w{w.slot}·{w.pid}")
+        task = w.stats.get("current_task")
+        if task is not None:
+            assert re.search(rf"(?<!\d)#{task}(?!\d)", row), row
+    assert "#105" in row_of(text, "w5·41005")  # the dead row, beneath the new process's
+    assert "2.5s" in row_of(text, "w5·41005")  # its lease, counting down
+    assert re.search(r"^task 105  w5·41005 died 1\.0s ago\s+lease 2\.5s left", text, re.M)
+    assert re.search(r"^task 88  w3·40003 → w1·41001  took over 0\.1s after", text, re.M)
+    feed = lines[next(i for i, line in enumerate(lines) if line.startswith("── events")) :]
+    assert len([line for line in feed if "takeover " in line]) >= 3, text
+
+
+def test_filter_matches_a_task_or_a_worker_whole() -> None:
+    takeover = Event(NOW, "takeover", "task 17: w2·6975 → w5·7001, 1.2 s after w2·6975 died", 17)
+    death = Event(NOW, "death", "w6·6980 killed by SIGKILL while holding task 170", 170)
+    for query, matches in [
+        ("17", [takeover]),
+        ("170", [death]),
+        ("w2", [takeover]),
+        ("W5·7001", [takeover]),
+        ("6980", [death]),
+        ("w", []),
+        ("1", []),  # not the 1 of "1.2 s"
+        ("", [takeover, death]),
+    ]:
+        assert [e for e in (takeover, death) if event_matches(e, query)] == matches, query
+
+
+def test_the_empty_queue_says_how_to_add_work() -> None:
+    empty = snapshot(
+        eight_workers(), queue=QueueView(), enqueue_hint="qw enqueue --count 100 --dir /x"
+    )
+    text = text_of(full_screen(empty, now=NOW, height=24), width=80, height=24)
+    assert "The queue is empty" in text
+    assert "    qw enqueue --count 100 --dir /x" in text
+    assert "press k to kill -9 a worker holding a task" in text
+
+
+def test_arrows_move_the_selection_and_slash_types_a_filter() -> None:
+    workers = [worker(i) for i in range(12)]
+    sup = RecordingSupervisor(snapshot(workers))
+    dash = Dashboard(sup)
+    dash.frame(now=NOW, height=40)
+    dash.on_key(UP, now=NOW)
+    assert dash.selected == 11
+    dash.on_key(UP, now=NOW)
+    dash.on_key(DOWN, now=NOW)
+    dash.on_key(DOWN, now=NOW)
+    assert dash.selected == 11  # the last stays the last
+    for key in ["/", "k", "1", "7", BACKSPACE, ENTER]:
+        dash.on_key(key, now=NOW)
+    assert dash.view.filter == "k1" and not dash.view.typing
+    assert ("kill", 11) not in sup.calls  # typed into the filter, not a command
+    dash.on_key(ESC, now=NOW)  # the selection first
+    assert dash.selected is None and dash.view.filter == "k1"
+    dash.on_key(ESC, now=NOW)  # then the filter
+    assert dash.view.filter == ""
+    dash.on_key("?", now=NOW)
+    assert dash.view.help
+    dash.on_key("?", now=NOW)
+    assert not dash.view.help

@@ -14,7 +14,12 @@ from pathlib import Path
 import pytest
 
 from supervisor.model import WorkerView
-from supervisor.orphans import DEPARTED_MIN_S, KEEP_AFTER_TAKEOVER_S, OrphanBook
+from supervisor.orphans import (
+    DEPARTED_AFTER_TAKEOVER_S,
+    DEPARTED_MIN_S,
+    KEEP_AFTER_TAKEOVER_S,
+    OrphanBook,
+)
 from supervisor.supervisor import Supervisor, SupervisorOptions
 from tests.helpers import wait_until
 
@@ -78,6 +83,8 @@ def test_a_dead_row_stays_while_its_orphan_waits_and_a_few_seconds_at_least() ->
     assert [d.pid for d in book.departed([7001, 7002])] == [6975]
     taken = {246: Taken("w2-6970-cd34", "w6-6975-ab12", NOW + 61)}
     book.update(taken.get, now=NOW + 61)
+    assert [d.pid for d in book.departed([7001, 7002])] == [6975]  # a moment, reading "taken"
+    book.update(taken.get, now=NOW + 61 + DEPARTED_AFTER_TAKEOVER_S + 0.1)
     assert book.departed([7001, 7002]) == []
 
 
