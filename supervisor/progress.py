@@ -1,7 +1,7 @@
 """The plain output of `qw up` when there is no terminal (or --no-tui): one line a second.
 
     12:00:05 up 5s · workers 4/4 · published 120 pending 30 held 4 done 86 failed 0 dead 0 · 9.7/s
-    12:00:06 takeover: task 17: w2 → w3, 1.2 s after w2 died
+    12:00:06 takeover: task 17: w2·6975 → w3·6980, 1.2 s after w2·6975 died
 
 Each new event is printed on its own line before the status line, so a log file keeps the
 whole feed. `progress_line` is pure (a snapshot in, a line out); `run_progress` is the loop.
