@@ -43,7 +43,7 @@ from supervisor.model import Event, QueueView, SupervisorSnapshot
 from supervisor.orphan_panel import TITLE as ORPHANS_TITLE
 from supervisor.orphan_panel import orphan_lines
 from supervisor.sparkline import sparkline
-from supervisor.worker_table import STATE_STYLES, TextGrid, worker_label_of, worker_table
+from supervisor.worker_table import STATE_STYLES, TextGrid, worker_table
 
 __all__ = [
     "EVENT_STYLES",
@@ -557,7 +557,7 @@ def _key_list(snapshot: SupervisorSnapshot, view: View) -> list[tuple[str, str, 
     keys: list[tuple[str, str, bool]] = []
     selected = next((w for w in snapshot.workers if w.slot == snapshot.selected), None)
     if selected is not None:
-        label = worker_label_of(selected)
+        label = selected.label
         keys += [
             ("k", f"kill -9 {label}", True),
             ("p", f"pause/resume {label}", True),

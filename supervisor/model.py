@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from queue_worker.names import printable, worker_label
+
 
 @dataclass
 class WorkerView:
@@ -25,6 +27,14 @@ class WorkerView:
     exit_code: int | None = None  # negative: killed by that signal
     died_at: float | None = None  # wall clock, seconds
     restarts: int = 0
+
+    @property
+    def label(self) -> str:
+        """The process as people see it (w6·6975): a restarted slot never reads as the
+        worker it replaced. Before its id is known, from the slot name and the pid."""
+        if self.worker_id:
+            return worker_label(self.worker_id)
+        return printable(f"{self.name}·{self.pid}" if self.pid is not None else self.name)
 
 
 @dataclass

@@ -68,7 +68,7 @@ class OrphanBook:
         seconds) as the log says."""
         worker_id = view.worker_id or ""
         died_at = view.died_at if view.died_at is not None else now
-        label = worker_label(worker_id) if worker_id else f"{view.name}·{view.pid}"
+        label = view.label
         for task, expiry in tasks:
             self._entries = [e for e in self._entries if e.orphan.task != task]
             orphan = Orphan(task, label, worker_id, view.slot, died_at, expiry)

@@ -21,11 +21,11 @@ from rich.cells import cell_len
 from rich.console import Console, ConsoleOptions, JustifyMethod, RenderResult
 from rich.text import Text
 
-from queue_worker.names import printable, worker_label
+from queue_worker.names import printable
 from supervisor.format import format_bytes, format_duration, format_micros
 from supervisor.model import Orphan, WorkerView
 
-__all__ = ["COLUMNS", "STATE_STYLES", "Column", "TextGrid", "worker_label_of", "worker_table"]
+__all__ = ["COLUMNS", "STATE_STYLES", "Column", "TextGrid", "worker_table"]
 
 #: below this many seconds of lease left, the lease column turns yellow: renewal is due
 LEASE_WARN_SECONDS: Final = 1.0
@@ -65,13 +65,6 @@ COLUMNS: Final = (
     Column("cpu", "right", 5, 7),
     Column("rss", "right", 6, 8),
 )
-
-
-def worker_label_of(w: WorkerView) -> str:
-    """The label of a row's process: from its id once known, else its slot name and pid."""
-    if w.worker_id:
-        return worker_label(w.worker_id)
-    return printable(f"{w.name}·{w.pid}" if w.pid is not None else w.name)
 
 
 def worker_table(
@@ -198,7 +191,7 @@ def _cells(
     dead = w.state in ("dead", "exited")
     figures = "dim" if dead else ""  # a dead worker's figures are its last, not live ones
 
-    name = Text(worker_label_of(w), style="dim" if departed else "")
+    name = Text(w.label, style="dim" if departed else "")
     if w.restarts and not departed:
         name.append(f" ↻{w.restarts}", style="yellow")
 

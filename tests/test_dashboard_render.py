@@ -693,3 +693,15 @@ def test_arrows_move_the_selection_and_slash_types_a_filter() -> None:
 
 def selection(dash: Dashboard) -> int | None:
     return dash.selected  # read through a call: mypy would keep the narrowing of an assert
+
+
+def test_more_workers_than_fit_scroll_with_the_selection() -> None:
+    workers = [worker(i, "working") for i in range(20)]
+    text = text_of(
+        full_screen(snapshot(workers, selected=15), now=NOW, height=24), width=80, height=24
+    )
+    lines = text.splitlines()
+    assert len(lines) == 24 and "q  drain & quit" in lines[-1]
+    assert "▶15" in row_of(text, "w15·41015")
+    assert re.search(r"… \d+ more rows: ↑/↓ select to scroll", text)
+    assert len([line for line in lines if line.startswith("── events")]) == 1
