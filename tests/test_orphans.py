@@ -13,13 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from supervisor.model import WorkerView
+from supervisor.model import Orphan, QueueView, SupervisorSnapshot, WorkerView
 from supervisor.orphans import (
     DEPARTED_AFTER_TAKEOVER_S,
     DEPARTED_MIN_S,
     KEEP_AFTER_TAKEOVER_S,
     OrphanBook,
 )
+from supervisor.progress import progress_line
 from supervisor.supervisor import Supervisor, SupervisorOptions
 from tests.helpers import wait_until
 
@@ -143,3 +144,19 @@ def test_kill_death_orphan_and_takeover_name_one_task(supervisor: Supervisor) ->
     assert isinstance(heir, tuple) and heir[0] != victim
     takeovers = [e for e in sup.snapshot().events if e.kind == "takeover" and e.task == task]
     assert takeovers and takeovers[-1].text.startswith(f"task {task}: {victim} → {heir[0]}, ")
+
+
+def test_the_plain_progress_line_names_the_waiting_orphans() -> None:
+    snap = SupervisorSnapshot(
+        location="/x",
+        workers=[],
+        queue=QueueView(),
+        events=[],
+        started_at=NOW - 5,
+        orphans=[
+            Orphan(246, "w6·6975", "w6-6975-ab12", 6, NOW - 1, NOW + 1.3),
+            Orphan(17, "w2·6970", "w2-6970-ab12", 2, NOW - 9, NOW - 5, "w1·6960", NOW - 4.9),
+        ],
+    )
+    line = progress_line(snap, NOW)
+    assert line.endswith(" · orphaned: task 246 of w6·6975 (lease 1.3 s left)"), line
