@@ -68,7 +68,7 @@ app = typer.Typer(
 
 
 @app.command(
-    epilog="Examples:  qw up --workers 8  ·  "
+    epilog="Examples:  qw up --workers 8  ·  qw up --demo  ·  "
     "qw up --tasks 200 --exit-when-drained --no-tui  ·  qw up --http 8080"
 )
 def up(
@@ -100,14 +100,19 @@ def up(
             help="Demo tasks to enqueue at start.",
         ),
     ] = 0,
+    demo: Annotated[
+        bool,
+        typer.Option(
+            "--demo",
+            help="Add demo tasks while running, at 80% of what the workers can do.",
+        ),
+    ] = False,
     rate: Annotated[
         float | None,
         typer.Option(
             parser=real("tasks per second", 0, 100_000),
             metavar="R",
-            help="Demo tasks enqueued per second while running. Default: 80% of what the "
-            "workers can do, with the demo handler and neither --tasks nor "
-            "--exit-when-drained; else 0.",
+            help="Add R demo tasks a second while running (implies --demo).",
         ),
     ] = None,
     lease: Annotated[
@@ -185,14 +190,17 @@ def up(
     printed each second. Ctrl-C or SIGTERM drains (workers finish their task); a second
     one kills them now. Several `qw up` on one directory share its queue, and so do several
     on one --log URL, from as many machines (--host-name tells them apart).
+
+    `qw up` works the queue it is given. Demo tasks come only when asked: --tasks K at
+    start, --demo (or --rate R) while running.
     """
     location = location_of(directory, log)
-    if rate and exit_when_drained:
-        bad("--rate", rate, "no --rate with --exit-when-drained (the queue would never drain)")
+    if exit_when_drained and (demo or rate):
+        option, value = ("--rate", rate) if rate else ("--demo", True)
+        bad(option, value, f"no {option} with --exit-when-drained (the queue would never drain)")
+    if rate is None:  # demo traffic only when asked: without it, the workers work the queue
+        rate = default_demo_rate(workers, work_ms) if demo else 0.0
     _check_handler(handler)
-    if rate is None:
-        auto = handler == DEMO_HANDLER and not tasks and not exit_when_drained
-        rate = default_demo_rate(workers, work_ms) if auto else 0.0
     server_address = _parse_http(http)
     options = SupervisorOptions(
         data_dir=directory,

@@ -61,6 +61,7 @@ class SupervisorSnapshot:
     draining: bool = False
     selected: int | None = None  # the slot chosen with a digit key
     started_at: float = 0.0
+    demo_rate: float = 0.0  # demo tasks/s that `qw up --demo/--rate` adds (0: none)
 
 
 class Controls(Protocol):

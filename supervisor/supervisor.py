@@ -499,6 +499,7 @@ class Supervisor:
                 draining=self._draining,
                 selected=self._selected,
                 started_at=self.started_at,
+                demo_rate=self.options.rate,
             )
 
     def task_info(self, task: int) -> TaskInfo | None:
