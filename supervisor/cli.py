@@ -40,6 +40,7 @@ from supervisor.cli_options import (
     shown,
     whole,
 )
+from supervisor.help_format import WholeHelpGroup
 from supervisor.http_api import StatsServer, is_loopback, parse_address
 from supervisor.progress import run_progress
 from supervisor.signals import stop_on_signals
@@ -60,7 +61,8 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
-    rich_markup_mode="markdown",  # docstring lines join into paragraphs; blank lines split
+    rich_markup_mode=None,  # plain layout: typer's panels cut names at 80 columns
+    cls=WholeHelpGroup,  # …and help text wrapped without breaking a name (help_format)
 )
 
 
@@ -68,8 +70,8 @@ app = typer.Typer(
 
 
 @app.command(
-    epilog="Examples:  qw up --workers 8  ·  qw up --demo  ·  "
-    "qw up --tasks 200 --exit-when-drained --no-tui  ·  qw up --http 8080"
+    epilog="\b\nExamples:\n  qw up --workers 8\n  qw up --demo\n"
+    "  qw up --tasks 200 --exit-when-drained --no-tui\n  qw up --http 8080"
 )
 def up(
     directory: DirOption = DEFAULT_DIR,
@@ -295,8 +297,8 @@ def _run(supervisor: Supervisor, server: StatsServer | None, *, tui: bool) -> in
 
 
 @app.command(
-    epilog="Examples:  qw enqueue --count 100  ·  qw enqueue --payload '{\"x\": 1}'"
-    "  ·  qw enqueue --file tasks.jsonl"
+    epilog="\b\nExamples:\n  qw enqueue --count 100\n  qw enqueue --payload '{\"x\": 1}'\n"
+    "  qw enqueue --file tasks.jsonl"
 )
 def enqueue(
     count: Annotated[
