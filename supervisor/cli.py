@@ -226,7 +226,7 @@ def up(
     server = None
     if server_address is not None:
         try:
-            server = StatsServer(supervisor, *server_address)
+            server = StatsServer(supervisor, *server_address, logs=location)
         except OSError as e:
             bad("--http", http, f"an address this machine can listen on ({e.strerror})")
         supervisor.http_address = server.address
