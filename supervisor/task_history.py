@@ -15,8 +15,9 @@ from typing import Any
 
 from queue_worker.explain import TaskStory, explain_task
 from queue_worker.records import ClaimsRecord, Done, TaskRecord
-from queue_worker.report import json_safe, read_claims, read_task
+from queue_worker.report import read_claims, read_task
 from queue_worker.state import Verdict
+from queue_worker.values import json_value
 
 _WINS = frozenset({Verdict.WON.value, Verdict.TAKEOVER.value})
 
@@ -62,4 +63,4 @@ def read_task_history(location: str | Path, task: int) -> TaskHistory:
     accepted = [s.position for s in story.steps if s.kind == "DONE" and s.verdict == "done"]
     payload = task_record.payload if isinstance(task_record, TaskRecord) else None
     result = results.get(accepted[0]) if accepted else None
-    return TaskHistory(story, json_safe(payload), json_safe(result))
+    return TaskHistory(story, json_value(payload), json_value(result))
