@@ -135,16 +135,19 @@ def act_fast_clock(
             f"expiry: the fold grants a TAKEOVER, and so does every reader, although in real "
             f"time the honest lease had {duration_text(expiry - real_now)} to run"
         )
-        say.say(f"fast ran task {task} ({SHORT_WORK_MS} ms): its DONE was {stolen.kind.value}")
+        fate = "accepted" if stolen.kind is StepKind.DONE else f"not accepted ({stolen.kind.value})"
+        say.say(f"fast ran task {task} ({SHORT_WORK_MS} ms) and wrote its DONE: {fate}")
         runner.join(timeout=options.lease_s * 2 + options.work_ms / 1000 + 10)
         if not results:
             raise DemoFailed("the honest worker did not finish its step")
         result = results[0]
         say.say(
-            f"honest's lease keeper found the takeover in the log {options.lease_s / 2:g} s "
-            f"after its claim (its next renewal) and cancelled the handler: step "
-            f"'{result.kind.value}', no DONE written: fencing, but the task ran twice at once "
-            f"for a while (lease {duration_text(lease_us)})"
+            f"honest's lease keeper saw the takeover at its next renewal, "
+            f"{options.lease_s / 2:g} s after its claim, and cancelled its handler "
+            f"('{result.kind.value}'): honest wrote no DONE. Until then both handlers were "
+            f"running task {task} at the same time: fencing cannot prevent that, only a "
+            f"second completion (keep clock skew well under the lease, "
+            f"{duration_text(lease_us)} here)"
         )
         return result, takeover.position
 
@@ -208,7 +211,8 @@ def run(console: Console, options: SkewOptions) -> DemoResult:
             return say.result(DemoResult(False, str(e)))
         say.say(f"two readers replay the claims log: all {alike} verdicts agree (no clock)")
         report = load_report(location)
-        say.say(f"qw report: exit {report.exit_code}: {report.verdict}")
+        # the report counts completions: act 1's overlap wrote one DONE, not two
+        say.say(f"qw report (it counts completions): exit {report.exit_code}: {report.verdict}")
     if honest.kind is not StepKind.CANCELLED:
         return say.result(
             DemoResult(False, f"the robbed worker's step was {honest.kind.value}, not cancelled")
