@@ -206,6 +206,8 @@ class Supervisor:
             )
             self._publisher.start()
             self._event("info", f"publishing {opts.rate:g} demo tasks/s")
+        elif not opts.tasks:  # say why an empty queue stays empty
+            self._event("info", "no demo tasks: qw enqueue adds yours (qw up --demo adds some)")
         self._write_status()
         self._watcher.start()
 

@@ -60,7 +60,8 @@ def test_plain_up_adds_no_task_of_its_own(tmp_path: Path) -> None:
         # two seconds of uptime: a demo publisher (16/s here) would have added ~30 tasks
         wait_until(lambda: up.uptime_at_least(2), 60, "two seconds of `qw up`")
         assert count_tasks(str(up.data)) == 0
-        assert "demo" not in up.out()
+        assert "no demo tasks: qw enqueue adds yours (qw up --demo adds some)" in up.out()
+        assert "publishing" not in up.out()
     finally:
         up.stop()
     assert up.proc.returncode == 0
