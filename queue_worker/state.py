@@ -1,6 +1,6 @@
 """ClaimState: the verdict of the claims log, as a pure fold.
 
-Rules this module keeps (DESIGN.md, "The verdict"):
+Rules this module keeps (docs/protocol.md, section 3, "The verdict"):
 
 Rule 0. Everything that decides who owns a task lives in `ClaimState.apply`. It reads no
         clock, no file and no other topic: every reader that applies the same prefix of the

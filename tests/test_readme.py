@@ -291,7 +291,8 @@ def test_every_block_runs_as_written(
         reader.redis = url.removeprefix("redis://").removesuffix("/0")
     for block in blocks:
         reader.run(block)
-    assert reader.ran > 0
+    runnable = [b for b in blocks if not (b.directive or "").startswith("skip:")]
+    assert reader.ran >= len(runnable)  # each runnable block ran at least one thing
 
 
 def test_make_up_runs_what_the_readme_says() -> None:
