@@ -190,10 +190,10 @@ def up(
     On a terminal a live dashboard shows the workers, the queue and the events (k kills a
     worker that holds a task, q drains). Without one (or with --no-tui) a status line is
     printed each second. Ctrl-C or SIGTERM drains (workers finish their task); a second
-    one kills them now. Several `qw up` on one directory share its queue, and so do several
+    one kills them now. Several qw up on one directory share its queue, and so do several
     on one --log URL, from as many machines (--host-name tells them apart).
 
-    `qw up` works the queue it is given. Demo tasks come only when asked: --tasks K at
+    qw up works the queue it is given. Demo tasks come only when asked: --tasks K at
     start, --demo (or --rate R) while running.
     """
     location = location_of(directory, log)

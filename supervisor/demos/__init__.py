@@ -25,7 +25,12 @@ demo_app = typer.Typer(
 
 DirOption = Annotated[
     Path | None,
-    typer.Option("--dir", "-d", help="Work here (kept) instead of a fresh temporary directory."),
+    typer.Option(
+        "--dir",
+        "-d",
+        metavar="DIR",
+        help="Work here (kept) instead of a fresh temporary directory.",
+    ),
 ]
 KeepOption = Annotated[
     bool, typer.Option("--keep", help="Keep the temporary directory (its path is printed).")
