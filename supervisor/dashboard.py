@@ -303,6 +303,8 @@ def header(snapshot: SupervisorSnapshot, *, now: float) -> Spread:
         right.append("DRAINING", style="bold black on yellow")
 
     left = Text.assemble(("qw ", "bold"), (printable(snapshot.location), "bold cyan"))
+    if snapshot.demo_rate:  # say so: these tasks are not the user's
+        left.append(f"  + demo traffic {snapshot.demo_rate:g}/s", style="yellow")
     return Spread(left, right)
 
 

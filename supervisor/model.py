@@ -97,6 +97,7 @@ class SupervisorSnapshot:
     departed: list[WorkerView] = field(default_factory=list)
     # how to put work on this queue, for the first screen: "qw enqueue --count 100 …"
     enqueue_hint: str = "qw enqueue --count 100"
+    demo_rate: float = 0.0  # demo tasks/s that `qw up --demo/--rate` adds (0: none)
 
 
 class Controls(Protocol):

@@ -215,6 +215,8 @@ class Supervisor:
             )
             self._publisher.start()
             self._event("info", f"publishing {opts.rate:g} demo tasks/s")
+        elif not opts.tasks:  # say why an empty queue stays empty
+            self._event("info", "no demo tasks: qw enqueue adds yours (qw up --demo adds some)")
         self._write_status()
         self._watcher.start()
 
@@ -530,6 +532,7 @@ class Supervisor:
                 orphans=self._orphans.orphans(),
                 departed=self._orphans.departed([slot.pid for slot in self._slots]),
                 enqueue_hint=enqueue_hint(self.options.data_dir, self.location),
+                demo_rate=self.options.rate,
             )
 
     def task_info(self, task: int) -> TaskInfo | None:

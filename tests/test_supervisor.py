@@ -175,6 +175,7 @@ def test_storm_guard_gives_up_on_a_crash_looping_slot(
 def test_controls_pause_add_remove_kill_and_drain(make_supervisor: Any) -> None:
     sup = make_supervisor(workers=2, rate=20.0, work_ms=100)
     sup.start()
+    assert sup.snapshot().demo_rate == 20.0  # what the dashboard labels as demo traffic
     wait_until(lambda: all(w.worker_id for w in sup.snapshot().workers), 30, "worker ids")
 
     # pause / resume: SIGSTOP / SIGCONT
