@@ -26,9 +26,12 @@ orphans first  a task whose holder's lease has lapsed (the holder was killed, fr
 not by the heir  a worker leaves the lapsed tasks of its own slot's predecessor (a holder
         id with its name and host but another process: the worker it replaced) to the
         other workers for one lease after they lapse, and takes them itself only if none
-        did. Without this, a restarted worker under `spread` went straight back to its own
-        slot's lowest id (the task its predecessor died holding), so "redistribution" was
-        nearly always the dead worker's own slot taking the task back.
+        did (off with one slot: there is nobody to leave it to). Without this, a restarted
+        worker under `spread` went straight back to its own slot's lowest id (the task its
+        predecessor died holding), so "redistribution" was nearly always the dead worker's
+        own slot taking the task back. Measured with both rules (`qw up`, 4 workers, a
+        backlog, the default lease and work, tests/test_takeover_processes.py): 90 of 90
+        kill -9s taken over by a survivor, 3-399 ms after the lease lapsed (median ~120 ms).
 
 These choose only what a worker *tries*: the fold alone decides who wins, and a lapse is
 judged exactly as `claimable` judges it. The reader's clock enters only through
