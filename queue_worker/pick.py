@@ -31,7 +31,7 @@ not by the heir  a worker leaves the lapsed tasks of its own slot's predecessor 
         predecessor died holding), so "redistribution" was nearly always the dead worker's
         own slot taking the task back. Measured with both rules (`qw up`, 4 workers, a
         backlog, the default lease and work, tests/test_takeover_processes.py): 90 of 90
-        kill -9s taken over by a survivor, 3-399 ms after the lease lapsed (median ~120 ms).
+        kill -9s taken over by a survivor, 1-399 ms after the lease lapsed (median ~120 ms).
 
 These choose only what a worker *tries*: the fold alone decides who wins, and a lapse is
 judged exactly as `claimable` judges it. The reader's clock enters only through
