@@ -43,6 +43,7 @@ from queue_worker.process import worker_command
 from queue_worker.stats import read_snapshot
 from supervisor.model import Event, QueueView, SupervisorSnapshot
 from supervisor.monitor import Monitor, TaskInfo
+from supervisor.ops_recorder import OpsRecorder
 from supervisor.slots import RestartPolicy, Slot, describe_exit, last_line
 
 #: exit codes of `qw up`
@@ -177,6 +178,7 @@ class Supervisor:
         self._next_refresh = 0.0
         self._status_path = options.run_dir / "supervisors" / f"{os.getpid()}.json"
         self._logs_dir = options.run_dir / "logs"
+        self._ops = OpsRecorder(options.location)  # kills, pauses, deaths: the ops topic
 
     # -- life cycle ----------------------------------------------------------------------------
 
@@ -299,6 +301,7 @@ class Supervisor:
             self._monitor.close()  # its fold stays readable (task_info) for a last request
         with contextlib.suppress(OSError):
             self._status_path.unlink()
+        self._ops.close()
         self._finished.set()
 
     # -- processes -------------------------------------------------------------------------------
@@ -346,6 +349,8 @@ class Supervisor:
         # SIGTERM before the worker installed its handler (it was still starting) kills it:
         # that is a clean stop too, it had no task yet.
         slot.clean_exit = code == 0 or (stopping and code == -signal.SIGTERM)
+        if not slot.clean_exit:
+            self._ops.died(slot, self._holdings(), describe_exit(code))
         if stopping:
             if not slot.clean_exit:
                 self._event("death", f"{slot.name} (pid {slot.pid}) {describe_exit(code)}")
@@ -392,6 +397,7 @@ class Supervisor:
         slot.restarts += 1
         old_pid = slot.pid
         self._spawn(slot)
+        self._ops.restarted(slot, old_pid)
         self._event("restart", f"{slot.name} restarted as pid {slot.pid} (was {old_pid})")
 
     def _signal(self, slot: Slot, signum: int) -> bool:
@@ -521,6 +527,7 @@ class Supervisor:
             target = self._slot(slot)
             if target is None or not self._signal(target, signal.SIGKILL):
                 return None
+            self._ops.killed(target, holdings)
             task = holdings.get(target.worker_id or "")
             holding = f", holding task {task}" if task is not None else ""
             text = f"kill -9 {target.name} (pid {target.pid}){holding}"
@@ -536,6 +543,7 @@ class Supervisor:
             if not self._signal(target, signum):
                 return None
             target.paused = not target.paused
+            (self._ops.paused if target.paused else self._ops.resumed)(target, self._holdings())
             verb = "paused" if target.paused else "resumed"
             text = f"{target.name} (pid {target.pid}) {verb}"
             self._event("pause", text)
@@ -578,6 +586,9 @@ class Supervisor:
     def select(self, slot: int | None) -> None:
         with self._lock:
             self._selected = slot
+
+    def _holdings(self) -> dict[str, int]:
+        return self._monitor.holdings() if self._monitor else {}
 
     def _slot(self, index: int) -> Slot | None:
         return self._slots[index] if 0 <= index < len(self._slots) else None

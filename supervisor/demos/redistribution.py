@@ -18,7 +18,7 @@ from queue_worker.producer import Queue
 from queue_worker.records import Claim, Done
 from queue_worker.report import clock_text, duration_text, load_report
 from queue_worker.state import Lease, Verdict
-from supervisor.demos.common import DemoResult, Narrator, data_dir
+from supervisor.demos.common import DemoResult, Narrator, data_dir, write_demo_timeline
 from supervisor.demos.fleet import (
     ClaimsTail,
     DemoFailed,
@@ -154,6 +154,9 @@ def run(console: Console, options: RedistributionOptions) -> DemoResult:
                 f"takeover of task {t.task} @{t.position}: {t.victim} -> {t.new_holder}, "
                 f"{duration_text(t.gap_after_last)} after the victim's last record"
             )
+        write_demo_timeline(
+            say, location, "demo-redistribution", options.directory is not None or options.keep
+        )
     new_holder = story.takeover.outcome.worker
     if new_holder == story.victim:
         return say.result(DemoResult(False, f"the new holder of task {story.task} is the victim"))
