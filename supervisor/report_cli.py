@@ -85,6 +85,14 @@ def report_command(
             help="Replay the claims log only up to the record at this position (inclusive).",
         ),
     ] = None,
+    timeline: Annotated[
+        Path | None,
+        typer.Option(
+            "--timeline",
+            metavar="FILE",
+            help="Also write the run's picture (as `qw timeline --out FILE`).",
+        ),
+    ] = None,
 ) -> None:
     """Replay both logs from the beginning and prove that no task was worked twice.
 
@@ -99,12 +107,25 @@ def report_command(
         report = load_report(location, up_to=at)
     except ReportInputError as e:
         raise _fail(str(e)) from None
+    if timeline is not None:
+        _write_timeline(location, timeline)
     if as_json:
         typer.echo(json.dumps(report.to_json(), indent=2))
     else:
         console = stdout_console()
         console.print(render_report(report, shown(location), plain=not console.is_terminal))
     raise typer.Exit(report.exit_code)
+
+
+def _write_timeline(location: str, out: Path) -> None:
+    """`--timeline`: the page, named on stderr (stdout may be the JSON)."""
+    from supervisor.timeline.cli import write_timeline
+
+    try:
+        write_timeline(location, out)
+    except (ReportInputError, OSError) as e:
+        raise _fail(f"--timeline {out}: {e}") from None
+    typer.echo(f"qw: timeline: {out}", err=True)
 
 
 def why_command(
@@ -355,11 +376,23 @@ def render_report(r: Report, location: str, plain: bool = False) -> RenderableTy
         parts += [render_held(r, plain), ""]
     if r.workers:
         parts += [render_workers(r, plain), ""]
+    parts += render_checks(r, plain)
     style = "" if plain else ("bold green" if r.ok else "bold red")
     for line in worked_twice_lines(r) + r.accounting_errors():
         parts.append(Text(line, style="" if plain else "red"))
     parts.append(Text(r.verdict, style=style))
     return Group(*parts)
+
+
+def render_checks(r: Report, plain: bool) -> list[RenderableType]:
+    """The total-queue classes (queue_worker.checker), and the one line they add up to."""
+    c = r.checks
+    lines: list[RenderableType] = [
+        Text("total-queue classes (Jepsen)", style="" if plain else "bold")
+    ]
+    lines += [Text(f"  {line}") for line in c.lines()]
+    style = "" if plain else ("green" if c.valid else "red")
+    return [*lines, Text(c.summary, style=style), ""]
 
 
 # -- `qw why` as text ------------------------------------------------------------------------

@@ -1,0 +1,106 @@
+"""The ops topic: its records, and the supervisor writing them when it kills, pauses,
+resumes, restarts, and sees a worker die (real processes, a real kill -9)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import msgpack
+import pytest
+
+from queue_worker.ops import (
+    DEATH,
+    KILL,
+    PAUSE,
+    RESTART,
+    RESUME,
+    OpRecord,
+    decode_op,
+    encode_op,
+    read_ops,
+)
+from queue_worker.records import RecordDecodeError, RecordEncodeError
+from supervisor.supervisor import Supervisor, SupervisorOptions
+from tests.helpers import wait_until
+
+
+def test_a_record_survives_the_round_trip() -> None:
+    for record in (
+        OpRecord(KILL, 1_700_000_000_000_000, "w6", "w6-6975-4ede", 6975, 12, "operator", "x"),
+        OpRecord(RESTART, 1, "w0", None, None, None, "supervisor"),
+    ):
+        assert decode_op(encode_op(record)) == record
+
+
+@pytest.mark.parametrize(
+    "items",
+    [
+        [1, "O", "kill", 1, "w0", None, None, None, "operator"],  # a field short
+        [1, "C", "kill", 1, "w0", None, None, None, "operator", ""],  # not an ops record
+        [0, "O", "kill", 1, "w0", None, None, None, "operator", ""],
+        [1, "O", "kill", True, "w0", None, None, None, "operator", ""],  # a bool for `at`
+        [1, "O", "kill", 1, "w0", 5, None, None, "operator", ""],  # an int for the id
+        {"kill": 1},
+        "kill",
+    ],
+)
+def test_malformed_records_raise_the_decode_error_only(items: object) -> None:
+    with pytest.raises(RecordDecodeError):
+        decode_op(msgpack.packb(items))
+
+
+@pytest.mark.parametrize("data", [b"", b"\xc1", b"\x92\x01", bytes(range(40))])
+def test_garbage_raises_the_decode_error_only(data: bytes) -> None:
+    with pytest.raises(RecordDecodeError):
+        decode_op(data)
+
+
+def test_encoding_refuses_a_field_of_the_wrong_type() -> None:
+    with pytest.raises(RecordEncodeError, match="'pid'"):
+        encode_op(OpRecord(KILL, 1, "w0", None, "12", None, "operator"))  # type: ignore[arg-type]
+
+
+def test_reading_a_directory_without_an_ops_log_creates_nothing(tmp_path: Path) -> None:
+    assert read_ops(tmp_path) == ([], 0)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.fixture
+def supervisor(tmp_path: Path) -> Iterator[Supervisor]:
+    data = tmp_path / "qw"
+    sup = Supervisor(
+        SupervisorOptions(data_dir=data, location=str(data), workers=2, work_ms=300, rate=20.0)
+    )
+    yield sup
+    if sup.started_at and not sup.finished:
+        sup.stop_now()
+        sup.wait(30)
+
+
+def test_the_supervisor_records_pause_resume_kill_death_and_restart(
+    supervisor: Supervisor, tmp_path: Path
+) -> None:
+    sup = supervisor
+    sup.start()
+    wait_until(lambda: all(w.worker_id for w in sup.snapshot().workers), 30, "worker ids")
+    assert sup.toggle_pause(0) is not None
+    assert sup.toggle_pause(0) is not None
+    text = wait_until(sup.kill_a_holder, 30, "a worker holding a task")
+    assert isinstance(text, str)
+    slot = int(text.split()[2][1:])
+    wait_until(lambda: sup.snapshot().workers[slot].restarts == 1, 30, "the restart")
+    sup.drain()
+    assert sup.wait(30)
+
+    ops, malformed = read_ops(tmp_path / "qw")
+    assert malformed == 0
+    assert [op.kind for op in ops] == [PAUSE, RESUME, KILL, DEATH, RESTART]
+    pause, resume, kill, death, restart = ops
+    assert pause.name == resume.name == "w0" and pause.worker is not None
+    assert kill.task is not None  # it was killed because it held one
+    assert death.worker == kill.worker and death.pid == kill.pid
+    assert (death.detail, death.by, death.task) == ("killed by SIGKILL", "supervisor", kill.task)
+    assert restart.name == kill.name and restart.pid != kill.pid
+    assert restart.detail == f"was pid {kill.pid}"
+    assert not (tmp_path / "qw" / "claims.log").read_bytes().count(b"kill")  # never there
