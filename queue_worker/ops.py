@@ -66,6 +66,21 @@ class OpRecord(NamedTuple):
     detail: str = ""
 
 
+def worker_pid(worker_id: str) -> int | None:
+    """The pid inside a worker id (w6-6975-4ede → 6975), when it has that shape: how an op
+    recorded before the worker said its id is matched to the worker."""
+    head, _, _ = worker_id.rpartition("-")
+    _, _, pid = head.rpartition("-")
+    return int(pid) if pid.isdigit() else None
+
+
+def held_by(op: OpRecord, worker_id: str) -> bool:
+    """Is `op` about the process whose id is `worker_id`?"""
+    if op.worker is not None:
+        return op.worker == worker_id
+    return op.pid is not None and op.pid == worker_pid(worker_id)
+
+
 def encode_op(record: OpRecord) -> bytes:
     """The wire bytes of an ops record; RecordEncodeError for a field of the wrong type."""
     r = record

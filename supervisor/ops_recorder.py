@@ -104,3 +104,11 @@ class OpsRecorder:
             if self._log is not None:
                 self._log.close()
                 self._log = None
+
+
+def record_kill(location: str | Path, name: str, worker_id: str | None, pid: int, at: int) -> None:
+    """`qw kill`'s one record: the operator sent SIGKILL to this process at `at` (taken
+    before the signal: the supervisor may record the death before this is appended)."""
+    recorder = OpsRecorder(location, by=BY_OPERATOR)
+    recorder.record(OpRecord(KILL, at, name, worker_id, pid, None, BY_OPERATOR, "kill SIGKILL"))
+    recorder.close()

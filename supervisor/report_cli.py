@@ -19,6 +19,7 @@ from rich.text import Text
 
 from logstore import LogError, is_redis_url
 from queue_worker.explain import TaskStory, explain_task
+from queue_worker.ops import read_ops
 from queue_worker.report import (
     EXIT_BAD_INPUT,
     Margin,
@@ -139,7 +140,8 @@ def why_command(
     try:
         if not has_logs(location):
             raise _fail(missing_logs_text(location))
-        story = explain_task(task, read_task(location, task), read_claims(location))
+        ops, _ = read_ops(location)
+        story = explain_task(task, read_task(location, task), read_claims(location), ops)
     except (ReportInputError, LogError, OSError) as e:
         raise _fail(str(e)) from None
     if not story.steps:
@@ -407,6 +409,7 @@ def render_story(story: TaskStory, plain: bool = False) -> RenderableType:
     table.columns[4].overflow = "fold"
     for step in story.steps:
         where = f"task #{step.position}" if step.kind == "TASK" else f"@{step.position}"
+        where = "ops log" if step.kind == "OP" else where
         table.add_row(
             where,
             clock_text(step.at) if step.at else "",

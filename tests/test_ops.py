@@ -104,3 +104,35 @@ def test_the_supervisor_records_pause_resume_kill_death_and_restart(
     assert restart.name == kill.name and restart.pid != kill.pid
     assert restart.detail == f"was pid {kill.pid}"
     assert not (tmp_path / "qw" / "claims.log").read_bytes().count(b"kill")  # never there
+
+
+def test_qw_why_cites_the_ops_of_a_process_while_it_held_the_task() -> None:
+    from queue_worker.explain import explain_task
+    from queue_worker.records import Claim, ClaimsRecord, Done
+
+    a, b, lease = "w1-1001-aaaa", "w2-1002-bbbb", 1_000_000
+    claims: list[tuple[int, ClaimsRecord]] = [
+        (10, Claim(0, a, 0, lease)),
+        (20, Claim(0, b, 2_000_000, lease)),  # a takeover: a's lease lapsed at 1 s
+        (30, Done(0, b, 2_500_000, 20)),
+        (40, Done(0, a, 3_000_000, 10)),  # a, resumed, writes a stale DONE
+    ]
+    ops = [
+        OpRecord(PAUSE, 500_000, "w1", None, 1001, None, "operator", "SIGSTOP"),  # by pid
+        OpRecord(RESUME, 2_800_000, "w1", a, 1001, None, "operator", "SIGCONT"),
+        OpRecord(KILL, 2_600_000, "w2", b, 1002, None, "operator"),  # b no longer held it
+        OpRecord(KILL, 100, "w9", "w9-9-zz", 9, 0, "operator"),  # another process
+    ]
+    story = explain_task(0, None, claims, ops)
+    cited = [(s.kind, s.position, s.why) for s in story.steps]
+    assert [(k, p) for k, p, _ in cited] == [
+        ("CLAIM", 10),
+        ("OP", 10),
+        ("CLAIM", 20),
+        ("DONE", 30),
+        ("OP", 10),
+        ("DONE", 40),
+    ]
+    assert cited[1][2].startswith("w1·1001 paused by the operator at ")
+    assert cited[1][2].endswith(", holding this task")
+    assert cited[4][2].endswith("after losing this task (claim @10)")

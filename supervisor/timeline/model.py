@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Final, NamedTuple
 
 from queue_worker.names import worker_label
-from queue_worker.ops import PAUSE, RESUME, OpRecord
+from queue_worker.ops import PAUSE, RESUME, OpRecord, worker_pid
 from queue_worker.records import Claim, ClaimsRecord, Done, Fail, Unknown
 from queue_worker.state import ClaimState, Verdict
 
@@ -268,16 +268,9 @@ def build_model(
     )
 
 
-def _pid_of(worker: str) -> int | None:
-    """The pid inside a worker id (w6-6975-4ede → 6975), if it has that shape."""
-    head, _, _ = worker.rpartition("-")
-    _, _, pid = head.rpartition("-")
-    return int(pid) if pid.isdigit() else None
-
-
 def _op_marks(ops: Sequence[OpRecord], seen: dict[str, list[int]]) -> list[OpMark]:
     """Ops records on their lanes (by worker id, else by pid), pauses paired with resumes."""
-    by_pid = {pid: w for w in seen if (pid := _pid_of(w)) is not None}
+    by_pid = {pid: w for w in seen if (pid := worker_pid(w)) is not None}
     marks: list[OpMark] = []
     paused: dict[tuple[str | None, int | None], int] = {}  # (lane, pid) -> index in marks
     for op in sorted(ops, key=lambda o: o.at):
