@@ -146,8 +146,8 @@ def _frame(chart_id: str, title: str, y_max: float, y_unit: str) -> list[str]:
 
 def _nice_max(value: float, whole: bool = False) -> float:
     """A round top for the y axis; `whole`: counts, whose four grid steps stay whole."""
-    if whole:
-        return float(max(4, -(-int(value) // 4) * 4)) if value > 4 else 4.0
+    if whole:  # a round top whose quarters are whole: 8, 120, 1500, 10000
+        return float(max(4, -(-int(_nice_max(value)) // 4) * 4))
     if value <= 0:
         return 1.0
     magnitude = 10 ** len(str(int(value))) / 10 if value >= 1 else 0.1

@@ -47,6 +47,9 @@ class Bar(NamedTuple):
     renewals: tuple[int, ...]  # the ats of accepted RENEWs
     takeover: bool  # this claim won over an expired holder
     late: int | None = None  # the at of a refused DONE/FAIL under this claim, after it lost
+    # spans when the lease had lapsed but nobody took the task over, so the holder's next
+    # RENEW or DONE was still accepted (a pause or a stall longer than the lease)
+    lapses: tuple[tuple[int, int], ...] = ()
 
 
 class Mark(NamedTuple):
@@ -122,6 +125,12 @@ class _Open:
     expiry: int
     takeover: bool
     renewals: list[int] = field(default_factory=list)
+    lapses: list[tuple[int, int]] = field(default_factory=list)
+
+    def seen_at(self, at: int) -> None:
+        """An accepted record of the holder at `at`: was its lease already out?"""
+        if at > self.expiry:
+            self.lapses.append((self.expiry, at))
 
 
 _REFUSED: Final = {
@@ -158,6 +167,7 @@ def build_model(
             expiry,
             tuple(o.renewals),
             o.takeover,
+            lapses=tuple(o.lapses),
         )
 
     for position, record in claims:
@@ -202,6 +212,7 @@ def build_model(
             continue
         if v is Verdict.RENEWED:
             o = open_claims[record.claim]
+            o.seen_at(record.at)
             o.renewals.append(record.at)
             assert outcome.holder is not None
             o.expiry = outcome.holder.expiry
@@ -224,6 +235,7 @@ def build_model(
             continue
         assert isinstance(record, Done | Fail)
         o = open_claims.pop(record.claim)
+        o.seen_at(record.at)
         if isinstance(record, Done):
             done_at.append(record.at)
             kind = DONE
@@ -244,6 +256,7 @@ def build_model(
             o.expiry,
             tuple(o.renewals),
             o.takeover,
+            lapses=tuple(o.lapses),
         )
     op_marks = _op_marks(ops, seen)
     times = [t for span in seen.values() for t in span] + [m.at for m in op_marks]

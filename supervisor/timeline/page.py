@@ -62,13 +62,16 @@ svg text { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif
 .bar-label { font-size: 9.5px; fill: #fff; text-anchor: middle; pointer-events: none;
              font-weight: 600; }
 .renew { stroke: #2c4a75; stroke-width: 1.3; }
+.lapse { fill: none; stroke: #e03131; stroke-width: 1.6; stroke-dasharray: 3 2; }
 .expiry { stroke: #e03131; stroke-width: 2.2; }
 .late { stroke: #e8590c; stroke-width: 2.2; stroke-dasharray: 4 3; }
 .mark.lost circle { fill: #8d95a3; }
 .mark.stale path { fill: #f76707; stroke: #b34700; stroke-width: 0.8; }
 .mark.stale text { font-size: 9px; font-weight: 700; fill: #fff; text-anchor: middle; }
 .mark.lease-lost path { stroke: #c92a2a; stroke-width: 2; fill: none; }
-.op line { stroke-width: 1.6; } .op text { font-size: 10px; font-weight: 600; }
+.op line { stroke-width: 1.6; }
+.op text { font-size: 10px; font-weight: 600; paint-order: stroke; stroke: #fff;
+           stroke-width: 3px; stroke-linejoin: round; }
 .op.kill line { stroke: #c92a2a; stroke-dasharray: 5 3; } .op.kill text { fill: #c92a2a; }
 .op.death line { stroke: #4a0d0d; stroke-width: 2.4; } .op.death text { fill: #4a0d0d; }
 .op.restart line { stroke: #2b8a3e; } .op.restart text { fill: #2b8a3e; }
@@ -105,6 +108,8 @@ def _swatch(cls: str, shape: str = "bar") -> str:
         )
     elif shape == "expiry":
         body = '<line class="expiry" x1="14" y1="0" x2="14" y2="14"/>'
+    elif shape == "lapse":
+        body = '<rect class="lapse" x="2" y="2" width="24" height="10"/>'
     elif shape == "late":
         body = '<line class="late" x1="1" y1="7" x2="27" y2="7"/>'
     elif shape == "lost":
@@ -130,6 +135,7 @@ LEGEND: Final = (
     ("held", "bar", "still held"),
     ("", "renew", "lease, with renewals"),
     ("", "expiry", "lease expired here"),
+    ("", "lapse", "lease lapsed, nobody took over"),
     ("", "late", "worked on past its lease"),
     ("", "arrow", "takeover (old token → new)"),
     ("", "lost", "lost CLAIM"),

@@ -115,7 +115,7 @@ def render_lanes(view: View) -> str:
         f'<svg xmlns="http://www.w3.org/2000/svg" id="lanes" class="lanes" '
         f'width="100%" viewBox="0 0 {WIDTH} {h}" role="img" '
         f'aria-label="claims per worker over time">',
-        _defs(),
+        _defs(h),
     ]
     out += _axis(scale, h, view)
     for i, lane in enumerate(view.lanes):
@@ -127,6 +127,7 @@ def render_lanes(view: View) -> str:
             f'<text class="lane-label" x="{LABEL_W - 10}" y="{top + LANE_H / 2 + 4}">'
             f"{esc(lane.label)}{_title(lane.worker)}</text></g>"
         )
+    out.append('<g class="plot" clip-path="url(#plot)">')
     out += [_op(o, scale, rows, h) for o in view.ops if o.kind in (PAUSE, SKEW)]
     out += [_bar(b, scale, y(b.worker)) for b in view.bars if b.worker in rows]
     out += [_mark(m, scale, y(m.worker)) for m in view.marks if m.worker in rows]
@@ -134,13 +135,16 @@ def render_lanes(view: View) -> str:
     out += [
         _arrow(a, scale, y) for a in view.arrows if a.from_worker in rows and a.to_worker in rows
     ]
-    out.append("</svg>")
+    out.append("</g></svg>")
     return "\n".join(out)
 
 
-def _defs() -> str:
+def _defs(h: int) -> str:
     return (
         "<defs>"
+        # shapes that begin before the window (or end after it) stop at the plot's edges
+        f'<clipPath id="plot"><rect x="{LABEL_W}" y="0" width="{WIDTH - LABEL_W - RIGHT_PAD}" '
+        f'height="{h}"/></clipPath>'
         '<marker id="arrowhead" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" '
         'markerHeight="7" orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" '
         'class="arrowhead"/></marker>'
@@ -209,6 +213,17 @@ def _bar(b: Bar, scale: Scale, y: float) -> str:
         f'<rect class="bar {cls}" x="{x0}" y="{y - BAR_H / 2}" width="{max(1.5, x1 - x0):.1f}" '
         f'height="{BAR_H}" rx="2"/>'
     )
+    for lapse_start, lapse_end in b.lapses:
+        xa, xb = scale.x(lapse_start), scale.x(lapse_end)
+        lapse_title = _title(
+            f"lease of claim @{b.claim} lapsed {clock_text(lapse_start)} – "
+            f"{clock_text(lapse_end)} ({duration_text(lapse_end - lapse_start)})",
+            "nobody took the task over meanwhile, so its holder's next record was accepted",
+        )
+        parts.append(
+            f'<rect class="lapse" x="{xa}" y="{y - LEASE_H / 2}" width="{max(1.5, xb - xa):.1f}" '
+            f'height="{LEASE_H}">{lapse_title}</rect>'
+        )
     for r in b.renewals:
         xr = scale.x(r)
         parts.append(f'<line class="renew" x1="{xr}" y1="{y - 9}" x2="{xr}" y2="{y + 9}"/>')
@@ -283,7 +298,10 @@ def _op(o: OpMark, scale: Scale, rows: dict[str, int], h: int) -> str:
     else:
         y0, y1 = lane_top + 1, lane_top + LANE_H - 1
     line = f'<line x1="{x}" y1="{y0}" x2="{x}" y2="{y1}"/>'
-    text = f'<text x="{x + 3}" y="{y0 + 9}">{esc(label)}</text>'
+    # Labels sit at the lane's foot (a takeover's label uses its head); a kill is usually
+    # followed at once by the death it caused, so the kill reads leftwards, the rest right.
+    side = f'x="{x - 3}" text-anchor="end"' if o.kind == KILL else f'x="{x + 3}"'
+    text = f'<text {side} y="{y1 - 3}">{esc(label)}</text>'
     return f'<g class="{cls}">{title}{line}{text}</g>'
 
 

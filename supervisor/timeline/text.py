@@ -3,7 +3,7 @@
 Each lane is one row of cells, each cell a slice of the window: a claim's bar is drawn in
 its outcome's colour (the task's last digit inside it), a takeover's new bar starts with ↷,
 its lapsed lease ends with ⌁, a lost claim is ·, a stale DONE !, a pause ░, a kill or a
-death ✕. Pure: `render_lanes` returns a rich Table; `print_lanes` prints it.
+death ✕, a restart ↺. Pure: `render_lanes` returns a rich Table; `print_lanes` prints it.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from queue_worker.names import printable
-from queue_worker.ops import PAUSE, SKEW
+from queue_worker.ops import PAUSE, RESTART, SKEW
 from queue_worker.report import clock_text, duration_text
 from supervisor.timeline.model import DEAD, DONE, HELD, LOST, RELEASED, STALE, TAKEN_OVER
 from supervisor.timeline.view import View
@@ -70,7 +70,8 @@ def render_lanes(view: View, width: int = 100) -> RenderableType:
                 row[c] = ("!", "bold red" if m.kind == STALE else "red")
     for o in view.ops:
         if o.lane in rows and o.kind not in (PAUSE, SKEW):
-            rows[o.lane][col(o.at)] = ("✕", "bold red")
+            restart = o.kind == RESTART
+            rows[o.lane][col(o.at)] = ("↺", "bold green") if restart else ("✕", "bold red")
     table = Table(box=None, show_header=True, pad_edge=False, header_style="bold")
     table.add_column("worker", no_wrap=True)
     table.add_column(
@@ -97,7 +98,7 @@ def render_lanes(view: View, width: int = 100) -> RenderableType:
         Text(
             "━ claim (green done, yellow released, red dead, magenta taken over, blue held) "
             "· lost claim  ! stale DONE  ⌁ lease lapsed  ╌ worked past its lease  "
-            "░ paused  ✕ kill/death",
+            "░ paused  ✕ kill/death  ↺ restart",
             style="dim",
         )
     )
