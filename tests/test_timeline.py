@@ -187,3 +187,18 @@ def test_cli_refuses_a_directory_without_logs_and_bad_options(tmp_path: Path) ->
     assert result.returncode == 0, result.stderr
     assert Path(result.stdout.strip()) == tmp_path / "q" / "timeline.html"
     assert (tmp_path / "q" / "timeline.html").read_text().startswith("<!DOCTYPE html>")
+
+
+def test_a_lease_that_lapsed_with_nobody_taking_over_is_a_lapse() -> None:
+    records: list[tuple[int, ClaimsRecord]] = [
+        (0, Claim(0, A, T0, LEASE)),
+        (1, Renew(0, A, T0 + 1_400_000, 0, LEASE)),  # 0.4 s after the lease ran out: accepted
+        (2, Done(0, A, T0 + 3_000_000, 0)),  # 0.6 s after the renewed lease ran out
+    ]
+    (bar,) = build_model(records).bars
+    assert bar.end_kind == DONE
+    assert bar.lapses == (
+        (T0 + LEASE, T0 + 1_400_000),
+        (T0 + 2_400_000, T0 + 3_000_000),
+    )
+    assert render_lanes(select(build_model(records))).count('class="lapse"') == 2
