@@ -85,9 +85,17 @@ def open_topics(
     return tasks, claims
 
 
+def open_topic(
+    location: str | Path, topic: str, durability: Durability = Durability.COMMIT
+) -> Log:
+    """Open (creating if needed) one topic's log at `location`: the door every topic of a
+    queue goes through (adding a topic is a name and a call to this)."""
+    return open_log(location, topic, durability)
+
+
 def open_ops(location: str | Path, durability: Durability = Durability.COMMIT) -> Log:
     """Open (creating if needed) the ops log at `location` (see queue_worker.ops)."""
-    return open_log(location, OPS_TOPIC, durability)
+    return open_topic(location, OPS_TOPIC, durability)
 
 
 def on_server_clock(record: ClaimsRecord, server_time_us: int) -> ClaimsRecord:

@@ -136,3 +136,22 @@ def test_qw_why_cites_the_ops_of_a_process_while_it_held_the_task() -> None:
     assert cited[1][2].startswith("w1·1001 paused by the operator at ")
     assert cited[1][2].endswith(", holding this task")
     assert cited[4][2].endswith("after losing this task (claim @10)")
+
+
+def test_the_ops_topic_is_a_stream_of_its_own_on_redis(redis_url: str) -> None:
+    import redis
+
+    from supervisor.ops_recorder import OpsRecorder, ProcessRef
+
+    recorder = OpsRecorder(redis_url)
+    recorder.paused(ProcessRef("w0", "w0-10-abcd", 10), {"w0-10-abcd": 4})
+    recorder.close()
+    assert recorder.last_error is None
+    ops, malformed = read_ops(redis_url)
+    assert malformed == 0
+    assert [(op.kind, op.task, op.worker) for op in ops] == [(PAUSE, 4, "w0-10-abcd")]
+    client = redis.Redis.from_url(redis_url)
+    try:
+        assert sorted(k.decode() for k in client.keys("*")) == ["qw:ops"]
+    finally:
+        client.close()
