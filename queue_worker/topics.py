@@ -85,9 +85,7 @@ def open_topics(
     return tasks, claims
 
 
-def open_topic(
-    location: str | Path, topic: str, durability: Durability = Durability.COMMIT
-) -> Log:
+def open_topic(location: str | Path, topic: str, durability: Durability = Durability.COMMIT) -> Log:
     """Open (creating if needed) one topic's log at `location`: the door every topic of a
     queue goes through (adding a topic is a name and a call to this)."""
     return open_log(location, topic, durability)
