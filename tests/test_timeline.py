@@ -183,6 +183,9 @@ def test_cli_refuses_a_directory_without_logs_and_bad_options(tmp_path: Path) ->
     result = qw("timeline", "--dir", str(tmp_path / "q"), "--tasks", "abc")
     assert result.returncode == 2
     assert "--tasks: got 'abc'; expected task ids" in result.stderr
+    result = qw("timeline", "--dir", str(tmp_path / "q"), "--to", "soon")
+    assert result.returncode == 2
+    assert result.stderr.startswith("qw: error: --to: got 'soon'; expected a claims-log position")
     result = qw("timeline", "--dir", str(tmp_path / "q"))
     assert result.returncode == 0, result.stderr
     assert Path(result.stdout.strip()) == tmp_path / "q" / "timeline.html"

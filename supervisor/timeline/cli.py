@@ -78,12 +78,18 @@ def timeline(
         fail(str(e))
     try:
         wanted = parse_tasks(tasks) if tasks is not None else None
-        low = parse_bound(start, model) if start is not None else None
-        high = parse_bound(end, model) if end is not None else None
-        view = select(model, wanted, low, high)
     except BoundError as e:
-        option = "--tasks" if tasks is not None and "task ids" in str(e) else "--from/--to"
-        fail(f"{option}: {e}")
+        fail(f"--tasks: {e}")
+    bounds: list[int | None] = []
+    for option, value in (("--from", start), ("--to", end)):
+        try:
+            bounds.append(parse_bound(value, model) if value is not None else None)
+        except BoundError as e:
+            fail(f"{option}: {e}")
+    try:
+        view = select(model, wanted, *bounds)
+    except BoundError as e:
+        fail(f"--from/--to: {e}")
     if text:
         from supervisor.timeline.text import print_lanes
 
