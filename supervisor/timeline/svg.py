@@ -104,7 +104,9 @@ def height(view: View) -> int:
 
 def render_lanes(view: View) -> str:
     """The lanes figure: one `<svg>` element."""
-    scale = Scale(view.start, view.end, LABEL_W, WIDTH - LABEL_W - RIGHT_PAD)
+    # a margin of time on both sides: a mark on the first or last record is drawn whole
+    pad = max(1, (view.end - view.start) // 60)
+    scale = Scale(view.start - pad, view.end + pad, LABEL_W, WIDTH - LABEL_W - RIGHT_PAD)
     rows = {lane.worker: i for i, lane in enumerate(view.lanes)}
 
     def y(worker: str) -> float:
