@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Final
 
-from queue_worker.ops import PAUSE, SKEW
+from queue_worker.ops import DEATH, KILL, PAUSE, RESTART, SKEW
 from queue_worker.report import clock_text, duration_text
 from supervisor.timeline.charts import (
     Series,
@@ -21,8 +21,8 @@ from supervisor.timeline.charts import (
     time_chart,
     time_to_claim,
 )
-from supervisor.timeline.model import LOST, STALE
-from supervisor.timeline.svg import esc, render_lanes
+from supervisor.timeline.model import HELD, LOST, STALE, TAKEN_OVER
+from supervisor.timeline.svg import MARK_CLASS, OUTCOME_CLASS, esc, render_lanes
 from supervisor.timeline.view import View
 
 CSS: Final = """
@@ -141,8 +141,28 @@ LEGEND: Final = (
     ("", "lost", "lost CLAIM"),
     ("", "stale", "stale DONE (refused)"),
     ("", "pause", "paused (SIGSTOP)"),
-    ("", "kill", "kill / death"),
+    ("", "kill", "kill / death / restart"),
 )
+
+
+def _present(view: View) -> set[str]:
+    """The legend's keys for what this view draws: a legend of absent things is noise."""
+    keys = {OUTCOME_CLASS[b.end_kind] for b in view.bars} | {"renew"}
+    keys |= {MARK_CLASS[m.kind] for m in view.marks}
+    if any(b.lapses for b in view.bars):
+        keys.add("lapse")
+    if any(b.late is not None for b in view.bars):
+        keys.add("late")
+    if view.arrows or any(b.end_kind in (TAKEN_OVER, HELD) for b in view.bars):
+        keys.add("expiry")
+    if view.arrows:
+        keys.add("arrow")
+    kinds = {o.kind for o in view.ops}
+    if PAUSE in kinds:
+        keys.add("pause")
+    if kinds & {KILL, DEATH, RESTART}:
+        keys.add("kill")
+    return keys
 
 
 def _facts(view: View) -> str:
@@ -228,8 +248,11 @@ def render_page(view: View, location: str) -> str:
     if view.narrowed:
         shown = f"; the lanes show {clock_text(view.start)} – {clock_text(view.end)}"
     notes = "".join(f"<div>{esc(n)}</div>" for n in view.notes)
+    shown_keys = _present(view)
     legend = "".join(
-        f"<span>{_swatch(cls, shape)}{esc(text)}</span>" for cls, shape, text in LEGEND
+        f"<span>{_swatch(cls, shape)}{esc(text)}</span>"
+        for cls, shape, text in LEGEND
+        if (cls or shape) in shown_keys
     )
     return f"""<!DOCTYPE html>
 <html lang="en">
