@@ -94,6 +94,7 @@ def test_the_svg_has_a_lane_per_worker_an_arrow_per_takeover_and_titles() -> Non
     assert 'class="bar taken-over"' in svg and 'class="bar done"' in svg
     assert 'class="mark stale"' in svg and 'class="mark lost"' in svg
     assert "<title>DONE @80 · task 0 under claim @10" in svg
+    assert "DONE @80 refused: token @10</text>" in svg  # the fencing, worded
     assert 'class="expiry"' in svg and 'class="late"' in svg and 'class="renew"' in svg
 
 

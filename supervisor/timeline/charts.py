@@ -10,7 +10,7 @@ import bisect
 from collections.abc import Sequence
 from typing import Final, NamedTuple
 
-from supervisor.timeline.model import DONE, HELD, TAKEN_OVER, Model
+from supervisor.timeline.model import DEAD, DONE, HELD, TAKEN_OVER, Model
 from supervisor.timeline.svg import Scale, esc, nice_step
 
 CHART_W: Final = 660
@@ -75,7 +75,7 @@ def queue_depth(model: Model) -> tuple[Series, Series]:
             changes.append((b.start, 1))
         if b.end_kind not in (TAKEN_OVER, HELD):
             changes.append((b.end, -1))
-        if b.end_kind == DONE or b.end_kind == "dead":
+        if b.end_kind in (DONE, DEAD):
             closed.append(b.end)
     changes.sort()
     closed.sort()

@@ -68,6 +68,8 @@ svg text { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif
 .mark.lost circle { fill: #8d95a3; }
 .mark.stale path { fill: #f76707; stroke: #b34700; stroke-width: 0.8; }
 .mark.stale text { font-size: 9px; font-weight: 700; fill: #fff; text-anchor: middle; }
+.mark.stale text.refused { font-size: 10.5px; fill: #c2410c; text-anchor: end;
+                           paint-order: stroke; stroke: #fff; stroke-width: 3px; }
 .mark.lease-lost path { stroke: #c92a2a; stroke-width: 2; fill: none; }
 .op line { stroke-width: 1.6; }
 .op text { font-size: 10px; font-weight: 600; paint-order: stroke; stroke: #fff;

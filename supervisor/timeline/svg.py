@@ -41,6 +41,8 @@ LANE_H: Final = 34
 BAR_H: Final = 12
 LEASE_H: Final = 22
 BOTTOM: Final = 14
+#: stale DONEs are labelled on the picture when there are at most this many in view
+MAX_WORDED: Final = 30
 
 #: a bar's colour by how its claim ended (the CSS classes carry the same names)
 OUTCOME_CLASS: Final = {
@@ -132,7 +134,8 @@ def render_lanes(view: View) -> str:
     out.append('<g class="plot" clip-path="url(#plot)">')
     out += [_op(o, scale, rows, h) for o in view.ops if o.kind in (PAUSE, SKEW)]
     out += [_bar(b, scale, y(b.worker)) for b in view.bars if b.worker in rows]
-    out += [_mark(m, scale, y(m.worker)) for m in view.marks if m.worker in rows]
+    worded = sum(1 for m in view.marks if m.kind == STALE) <= MAX_WORDED
+    out += [_mark(m, scale, y(m.worker), worded) for m in view.marks if m.worker in rows]
     out += [_op(o, scale, rows, h) for o in view.ops if o.kind not in (PAUSE, SKEW)]
     out += [
         _arrow(a, scale, y) for a in view.arrows if a.from_worker in rows and a.to_worker in rows
@@ -244,7 +247,7 @@ def _bar(b: Bar, scale: Scale, y: float) -> str:
     return "".join(parts)
 
 
-def _mark(m: Mark, scale: Scale, y: float) -> str:
+def _mark(m: Mark, scale: Scale, y: float, worded: bool) -> str:
     x = scale.x(m.at)
     record = "CLAIM" if m.kind == LOST else {STALE: "DONE", LEASE_LOST: "RENEW"}.get(m.kind, "FAIL")
     under = f" under claim @{m.claim}" if m.claim is not None else ""
@@ -258,6 +261,15 @@ def _mark(m: Mark, scale: Scale, y: float) -> str:
         shape = f'<circle cx="{x}" cy="{y - 13}" r="2.6"/>'
     elif m.kind == STALE:
         shape = f'<path d="M{x},{y - 9} l7,13 h-14 z"/><text x="{x}" y="{y + 3}">!</text>'
+        # the fencing, said on the picture: this DONE carried an old token and was refused
+        shape += (
+            ""
+            if not worded
+            else (
+                f'<text class="refused" x="{x - 9}" y="{y - 5}">DONE @{m.position} refused: '
+                f"token @{m.claim}</text>"
+            )
+        )
     else:
         shape = f'<path d="M{x - 4},{y - 4} l8,8 M{x + 4},{y - 4} l-8,8"/>'
     return f'<g class="mark {cls}" data-task="{m.task}">{title}{shape}</g>'
