@@ -20,7 +20,7 @@ from typing import Annotated, Any
 import typer
 
 from logstore import LogError
-from queue_worker.config import DEFAULT_LEASE_S
+from queue_worker.config import DEFAULT_DRAIN_TIMEOUT_S, DEFAULT_LEASE_S
 from queue_worker.handlers import HandlerLoadError, load_handler
 from queue_worker.records import RecordEncodeError, TaskRecord, encode
 from supervisor import inspect_cli, report_cli
@@ -145,6 +145,25 @@ def up(
             help="Backoff before the first retry; it doubles with each attempt (full jitter).",
         ),
     ] = 1.0,
+    task_timeout: Annotated[
+        float | None,
+        typer.Option(
+            parser=real("seconds", 0, 86_400 * 7, low_open=True),
+            metavar="SECONDS",
+            help="An attempt that runs longer fails (retried after a backoff, or dead on the "
+            "last attempt) and its worker process is ended and restarted. A handler's own "
+            "@time_limit wins. Default: no limit.",
+        ),
+    ] = None,
+    drain_timeout: Annotated[
+        float,
+        typer.Option(
+            parser=real("seconds", 0, 86_400 * 7, low_open=True),
+            metavar="SECONDS",
+            help="On a drain (Ctrl-C, SIGTERM, --exit-when-drained), how long a worker's "
+            "task in hand may still run; then it ends as a time-out does.",
+        ),
+    ] = DEFAULT_DRAIN_TIMEOUT_S,
     restart: Annotated[bool, typer.Option(help="Restart workers that die.")] = True,
     fsync: Annotated[
         str,
@@ -206,6 +225,8 @@ def up(
         fsync=fsync,
         max_attempts=max_attempts,
         backoff_s=backoff,
+        task_timeout_s=task_timeout,
+        drain_timeout_s=drain_timeout,
         tasks=tasks,
         rate=rate,
         exit_when_drained=exit_when_drained,

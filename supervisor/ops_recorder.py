@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -75,29 +74,40 @@ class OpsRecorder:
         except (LogError, OSError, RecordEncodeError) as e:
             self.last_error = f"cannot record {op.kind} in the ops log: {e}"
 
-    def _op(self, kind: str, p: Process, task: int | None, by: str, detail: str = "") -> None:
-        self.record(OpRecord(kind, now_us(), p.name, p.worker_id, p.pid, task, by, detail))
+    def _op(
+        self,
+        kind: str,
+        p: Process,
+        task: int | None,
+        by: str,
+        detail: str = "",
+        at: int | None = None,
+    ) -> None:
+        when = now_us() if at is None else at
+        self.record(OpRecord(kind, when, p.name, p.worker_id, p.pid, task, by, detail))
 
-    # -- what is done to a process ----------------------------------------------------------
+    # -- what is done to a process (`task`: the task it held then, when known) ----------------
 
-    def killed(self, p: Process, holdings: Mapping[str, int], signal_name: str = "SIGKILL") -> None:
-        self._op(KILL, p, holdings.get(p.worker_id or ""), self.by, f"kill {signal_name}")
+    def killed(self, p: Process, task: int | None, at: int | None = None) -> None:
+        """SIGKILL sent at `at` (default: now)."""
+        self._op(KILL, p, task, self.by, "kill SIGKILL", at)
 
-    def paused(self, p: Process, holdings: Mapping[str, int]) -> None:
-        self._op(PAUSE, p, holdings.get(p.worker_id or ""), self.by, "SIGSTOP")
+    def paused(self, p: Process, task: int | None) -> None:
+        self._op(PAUSE, p, task, self.by, "SIGSTOP")
 
-    def resumed(self, p: Process, holdings: Mapping[str, int]) -> None:
-        self._op(RESUME, p, holdings.get(p.worker_id or ""), self.by, "SIGCONT")
+    def resumed(self, p: Process, task: int | None) -> None:
+        self._op(RESUME, p, task, self.by, "SIGCONT")
 
-    def died(self, p: Process, holdings: Mapping[str, int], how: str) -> None:
+    def died(self, p: Process, task: int | None, how: str) -> None:
         """The process ended unasked (`how`: "killed by SIGKILL", "exited with code 1")."""
-        self._op(DEATH, p, holdings.get(p.worker_id or ""), BY_SUPERVISOR, how)
+        self._op(DEATH, p, task, BY_SUPERVISOR, how)
 
     def skewed(self, p: Process, detail: str) -> None:
         self._op(SKEW, p, None, self.by, detail)
 
-    def restarted(self, p: Process, old_pid: int | None) -> None:
-        self._op(RESTART, p, None, BY_SUPERVISOR, f"was pid {old_pid}")
+    def restarted(self, p: Process, was: str) -> None:
+        """Restarted as a new process; `was`: the process it replaced, as people name it."""
+        self._op(RESTART, p, None, BY_SUPERVISOR, f"was {was}")
 
     def close(self) -> None:
         with self._lock:
@@ -110,5 +120,5 @@ def record_kill(location: str | Path, name: str, worker_id: str | None, pid: int
     """`qw kill`'s one record: the operator sent SIGKILL to this process at `at` (taken
     before the signal: the supervisor may record the death before this is appended)."""
     recorder = OpsRecorder(location, by=BY_OPERATOR)
-    recorder.record(OpRecord(KILL, at, name, worker_id, pid, None, BY_OPERATOR, "kill SIGKILL"))
+    recorder.killed(ProcessRef(name, worker_id, pid), None, at)
     recorder.close()

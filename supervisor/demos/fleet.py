@@ -135,17 +135,17 @@ class Fleet:
 
     def kill(self, worker: WorkerProcess) -> None:
         """kill -9: no goodbye, no DONE, no release; its lease must run out."""
-        self.ops.killed(self.ref(worker), {})
+        self.ops.killed(self.ref(worker), None)
         worker.process.send_signal(signal.SIGKILL)
         worker.process.wait()
 
     def pause(self, worker: WorkerProcess) -> None:
-        self.ops.paused(self.ref(worker), {})
+        self.ops.paused(self.ref(worker), None)
         worker.process.send_signal(signal.SIGSTOP)
         worker.paused = True
 
     def resume(self, worker: WorkerProcess) -> None:
-        self.ops.resumed(self.ref(worker), {})
+        self.ops.resumed(self.ref(worker), None)
         worker.process.send_signal(signal.SIGCONT)
         worker.paused = False
 
