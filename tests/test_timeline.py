@@ -63,6 +63,7 @@ def test_bars_arrows_and_marks_are_the_folds_verdicts() -> None:
     assert kinds == [(LOST, 40), (STALE, 80)]
     assert [lane.label for lane in model.lanes] == ["w1·1001", "w2·1002"]
     assert model.done_at == (T0 + 900_000, T0 + 2_500_000)
+    assert model.checks.summary == "total-queue check: VALID: 1 recovered"
 
 
 def test_a_claim_still_held_at_the_end_is_open() -> None:
@@ -112,6 +113,7 @@ def test_the_page_is_self_contained() -> None:
     without_ns = page.replace('xmlns="http://www.w3.org/2000/svg"', "")
     assert "http" not in without_ns and "@import" not in page
     assert re.findall(r"url\((?!#)", page) == []
+    assert "total-queue check: VALID: 1 recovered" in page
     for chart in ("chart-throughput", "chart-depth", "chart-claim-wait", "chart-takeover-delay"):
         assert f'id="{chart}"' in page
 

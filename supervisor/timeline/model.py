@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Final, NamedTuple
 
+from queue_worker.checker import QueueChecker, QueueChecks
 from queue_worker.names import worker_label
 from queue_worker.ops import PAUSE, RESUME, OpRecord, worker_pid
 from queue_worker.records import Claim, ClaimsRecord, Done, Fail, Unknown
@@ -108,6 +109,7 @@ class Model:
     start: int
     end: int
     positions: dict[int, int] = field(default_factory=dict)  # claims position -> at
+    checks: QueueChecks = field(default_factory=QueueChecks)  # the total-queue classes
 
     @property
     def empty(self) -> bool:
@@ -147,6 +149,7 @@ def build_model(
 ) -> Model:
     """Fold the claims records (in log order) and lay out what the timeline shows."""
     state = ClaimState()
+    checker = QueueChecker()
     open_claims: dict[int, _Open] = {}  # claim position -> its bar in the making
     ended: dict[int, Bar] = {}  # claim position -> its bar, once ended
     marks: list[Mark] = []
@@ -172,6 +175,7 @@ def build_model(
 
     for position, record in claims:
         outcome = state.apply(record, position)
+        checker.apply(record, outcome)
         if isinstance(record, Unknown):
             continue
         positions[position] = record.at
@@ -278,6 +282,7 @@ def build_model(
         start=start,
         end=max(end, start),
         positions=positions,
+        checks=checker.result(len(enqueued)),
     )
 
 

@@ -181,6 +181,7 @@ def _facts(view: View) -> str:
         ("bad" if kinds[STALE] else "", f"<b>{kinds[STALE]}</b> stale DONEs"),
     ]
     items += [("warn", f"<b>{n}</b> {esc(kind)}") for kind, n in sorted(ops.items())]
+    items.append(("" if m.checks.valid else "bad", esc(m.checks.summary)))
     return "".join(f'<li class="{cls}">{text}</li>' for cls, text in items)
 
 
