@@ -27,6 +27,7 @@ from typing import Any, Final
 
 from logstore import Log, is_redis_url, open_log
 from logstore.base import LogError
+from queue_worker.checker import QueueChecker, QueueChecks
 from queue_worker.records import (
     Claim,
     ClaimsRecord,
@@ -227,6 +228,9 @@ class Report:
     unpublished_tasks: tuple[int, ...]  # task ids the claims name but tasks.log lacks
     unknown_records: int  # records of a type this version does not know (skipped)
     malformed: tuple[int, ...]  # positions of claims records that do not decode (skipped)
+    checks: QueueChecks = field(
+        default_factory=QueueChecks
+    )  # the total-queue classes (queue_worker.checker)
 
     @property
     def completions_stale(self) -> int:
@@ -303,6 +307,7 @@ class Report:
             stale_completions=json_safe(self.stale_completions),
             workers=json_safe(self.workers),
             accounting_errors=self.accounting_errors(),
+            checks=self.checks.to_json(),
         )
         return data
 
@@ -344,6 +349,7 @@ class _Replay:
     renew_margins: list[int] = field(default_factory=list)
     done_margins: list[int] = field(default_factory=list)
     malformed: list[int] = field(default_factory=list)
+    checker: QueueChecker = field(default_factory=QueueChecker)
     records: int = 0
     attempts: int = 0
     wins: int = 0
@@ -371,6 +377,7 @@ class _Replay:
         # extends, which the fold replaces as it applies the record.
         before = None if isinstance(record, Unknown) else self.state.holder(record.task)
         outcome = self.state.apply(record, position)
+        self.checker.apply(record, outcome)
         if isinstance(record, Claim):
             self._claim(record, outcome)
         elif isinstance(record, Renew):
@@ -519,6 +526,7 @@ class _Replay:
             unpublished_tasks=unpublished,
             unknown_records=st.unknown_count - len(self.malformed),
             malformed=tuple(self.malformed),
+            checks=self.checker.result(tasks_published),
         )
 
 

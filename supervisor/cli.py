@@ -54,6 +54,7 @@ from supervisor.supervisor import (
     default_demo_rate,
     demo_payloads,
 )
+from supervisor.timeline import cli as timeline_cli
 
 app = typer.Typer(
     name="qw",
@@ -410,6 +411,7 @@ def _payloads_from_file(path: Path) -> list[Any]:
 
 inspect_cli.register(app)
 report_cli.register(app)
+timeline_cli.register(app)
 
 
 # -- the entry point ---------------------------------------------------------------------------

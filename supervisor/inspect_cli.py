@@ -46,6 +46,7 @@ from supervisor.cli_options import (
 )
 from supervisor.model import QueueView
 from supervisor.monitor import Monitor
+from supervisor.ops_recorder import now_us, record_kill
 from supervisor.supervisor import is_running_worker, read_status_files
 
 
@@ -292,8 +293,12 @@ def kill(
         pids = ", ".join(str(s.get("pid")) for s in matches)
         bad("WORKER", worker, f"one worker, but {len(matches)} match (pids {pids}): name a pid")
     target = matches[0]
+    at = now_us()
     try:
         os.kill(int(target["pid"]), signal.SIGKILL)
     except ProcessLookupError:
         fail(f"worker {target.get('worker')} (pid {target['pid']}) has already exited")
+    record_kill(
+        directory, str(target.get("name", "")), target.get("worker"), int(target["pid"]), at
+    )
     typer.echo(f"kill -9 {target.get('name')} (pid {target['pid']}, id {target.get('worker')})")

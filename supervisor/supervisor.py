@@ -44,6 +44,7 @@ from queue_worker.process import worker_command
 from queue_worker.stats import read_snapshot
 from supervisor.model import Event, QueueView, SupervisorSnapshot
 from supervisor.monitor import MICROS, Monitor, TaskInfo
+from supervisor.ops_recorder import OpsRecorder, now_us
 from supervisor.orphans import OrphanBook
 from supervisor.pausing import stop_outside_appends
 from supervisor.slots import RestartPolicy, Slot, code_is_time_limit, describe_exit, last_line
@@ -189,6 +190,7 @@ class Supervisor:
         self._next_refresh = 0.0
         self._status_path = options.run_dir / "supervisors" / f"{os.getpid()}.json"
         self._logs_dir = options.run_dir / "logs"
+        self._ops = OpsRecorder(options.location)  # kills, pauses, deaths: the ops topic
 
     # -- life cycle ----------------------------------------------------------------------------
 
@@ -314,6 +316,7 @@ class Supervisor:
             self._monitor.close()  # its fold stays readable (task_info) for a last request
         with contextlib.suppress(OSError):
             self._status_path.unlink()
+        self._ops.close()
         self._finished.set()
 
     # -- processes -------------------------------------------------------------------------------
@@ -364,6 +367,8 @@ class Supervisor:
         if stopping and slot.clean_exit:
             return
         held = self._held_at_death(slot)
+        if not slot.clean_exit:
+            self._ops.died(slot, held[0][0] if held else None, describe_exit(code))
         self._orphans.died(slot.view(self._draining), held, now=time.time())
         self._event("death", self._death_text(slot, code, held), held[0][0] if held else None)
         if stopping:
@@ -427,6 +432,7 @@ class Supervisor:
         slot.restarts += 1
         old = _label(slot)
         self._spawn(slot)
+        self._ops.restarted(slot, old)
         self._event("restart", f"{slot.name} restarted as {_label(slot)} (was {old})")
 
     def _stop(self, slot: Slot) -> bool:
@@ -572,6 +578,7 @@ class Supervisor:
             if target is None or process is None or target.pid is None:
                 return None
             self._read_stats(target)  # its worker id, if not known yet
+            at = now_us()  # the kill's time is the signal's, not when its effect was read
             if not self._signal(target, signal.SIGKILL):
                 return None
             # What it held is read once the process can write no more (and the fold has
@@ -581,6 +588,7 @@ class Supervisor:
                 process.wait(timeout=2.0)
             held = self._held_at_death(target)
             self._killed_holding[target.pid] = held
+            self._ops.killed(target, held[0][0] if held else None, at)
             text = f"kill -9 {_label(target)}" + (f", {_holding(held)}" if held else "")
             self._event("info", text, held[0][0] if held else None)
             return text
@@ -596,6 +604,8 @@ class Supervisor:
             elif not self._stop(target):
                 return None
             target.paused = not target.paused
+            task = self._holdings().get(target.worker_id or "")
+            (self._ops.paused if target.paused else self._ops.resumed)(target, task)
             verb = "paused" if target.paused else "resumed"
             text = f"{_label(target)} {verb}"
             self._event("pause", text)
@@ -638,6 +648,9 @@ class Supervisor:
     def select(self, slot: int | None) -> None:
         with self._lock:
             self._selected = slot
+
+    def _holdings(self) -> dict[str, int]:
+        return self._monitor.holdings() if self._monitor else {}
 
     def _slot(self, index: int) -> Slot | None:
         return self._slots[index] if 0 <= index < len(self._slots) else None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
@@ -102,3 +103,28 @@ class Narrator:
     def on_result(self, action: Callable[[DemoResult], None]) -> None:
         """Call `action` with the result once `result` is called."""
         self._then.append(action)
+
+def write_demo_timeline(say: Narrator, location: Path, name: str, kept: bool) -> Path | None:
+    """Write the run's `qw timeline` page and name it: in the data directory when that is
+    kept, else in the system's temporary directory (the data directory is removed)."""
+    from queue_worker.report import ReportInputError
+    from supervisor.timeline.cli import write_timeline
+
+    out = location / "timeline.html" if kept else Path(tempfile.gettempdir()) / f"qw-{name}.html"
+    try:
+        write_timeline(str(location), out)
+    except (ReportInputError, OSError) as e:
+        say.note(f"no timeline: {e}")
+        return None
+    say.note(f"timeline: {out} (open it in a browser)")
+    return out
+
+
+def record_skew(location: Path, name: str, worker_id: str, offset_s: float) -> None:
+    """Note in the ops topic that this demo runs a worker on a clock `offset_s` off."""
+    from queue_worker.ops import BY_DEMO
+    from supervisor.ops_recorder import OpsRecorder, ProcessRef
+
+    recorder = OpsRecorder(location, by=BY_DEMO)
+    recorder.skewed(ProcessRef(name, worker_id, os.getpid()), f"clock {offset_s:+g} s")
+    recorder.close()

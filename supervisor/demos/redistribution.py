@@ -23,7 +23,7 @@ from queue_worker.producer import Queue
 from queue_worker.records import Claim, Done
 from queue_worker.report import clock_text, duration_text, load_report
 from queue_worker.state import Lease, Verdict
-from supervisor.demos.common import DemoResult, Narrator, data_dir
+from supervisor.demos.common import DemoResult, Narrator, data_dir, write_demo_timeline
 from supervisor.demos.fleet import (
     ClaimsTail,
     DemoFailed,
@@ -175,6 +175,9 @@ def run(console: Console, options: RedistributionOptions) -> DemoResult:
                 f"{worker_label(t.new_holder)}, "
                 f"{duration_text(t.gap_after_last)} after the victim's last record"
             )
+        write_demo_timeline(
+            say, location, "demo-redistribution", options.directory is not None or options.keep
+        )
     new_holder = story.takeover.outcome.worker or ""
     victim, taker = worker_label(story.victim), worker_label(new_holder)
     if new_holder == story.victim:
