@@ -104,6 +104,7 @@ class Narrator:
         """Call `action` with the result once `result` is called."""
         self._then.append(action)
 
+
 def write_demo_timeline(say: Narrator, location: Path, name: str, kept: bool) -> Path | None:
     """Write the run's `qw timeline` page and name it: in the data directory when that is
     kept, else in the system's temporary directory (the data directory is removed)."""
