@@ -54,6 +54,7 @@ from typing import Any, Final
 from logstore import (
     CorruptLogError,
     ForeignFileError,
+    IdentityError,
     Log,
     LogClosedError,
     LogError,
@@ -92,7 +93,14 @@ from queue_worker.records import (
 )
 from queue_worker.state import Lease, Verdict
 from queue_worker.stats import WorkerStats
-from queue_worker.topics import READ_BATCH, ClaimsFollower, Settled, TaskIndex, open_topics
+from queue_worker.topics import (
+    READ_BATCH,
+    ClaimsFollower,
+    Settled,
+    TaskIndex,
+    check_tasks_cover,
+    open_topics,
+)
 
 #: spread: an idle worker woken when the next task id is another slot's steps aside this
 #: long first, so that the task's own worker (woken by the same append) gets one of the
@@ -109,7 +117,7 @@ CHECKPOINT_EVERY_BYTES: Final = 8 << 20
 
 # Errors after which a log handle cannot be used again: the worker exits. Other LogErrors
 # (an append that did not land, a server out of reach) are retried after a pause.
-_FATAL_LOG_ERRORS: Final = (CorruptLogError, ForeignFileError, LogClosedError)
+_FATAL_LOG_ERRORS: Final = (CorruptLogError, ForeignFileError, IdentityError, LogClosedError)
 
 
 class StepKind(enum.Enum):
@@ -204,6 +212,7 @@ class Worker:
         self.claims = ClaimsFollower(claims_log.start)
         self._checkpoint_dir = Path(config.location) if checkpoints else None
         checkpoint_note = self._load_checkpoint()
+        self._covered = False  # whether the claims fold was checked against the tasks log
         self.tasks.keep_payloads(config.slot, config.slots)  # the tasks spread gives us
         # server clock − our clock, µs (0 unless the backend stamps records: see topics.py)
         self.clock_offset_us = 0
@@ -295,6 +304,12 @@ class Worker:
         if self.tasks.known > before:
             self._fresh.saw(before, self._clock())
         self.claims.catch_up(self.claims_log)
+        if not self._covered:
+            # Once, at the start: the claims fold must not have closed a task the tasks log
+            # does not hold (a tasks log cut short or replaced: see check_tasks_cover).
+            self.tasks.catch_up(self.tasks_log)
+            check_tasks_cover(self.tasks_log, self.tasks.known, self.claims_log, self.claims.state)
+            self._covered = True
         self._refresh_fold_stats()
 
     def pick(self, now: int) -> int | None:

@@ -14,7 +14,7 @@ from typing import Annotated, Any
 
 import typer
 
-from logstore import LogError, open_log
+from logstore import LogError
 from queue_worker.explain import explain_task
 from queue_worker.records import (
     Claim,
@@ -29,7 +29,7 @@ from queue_worker.records import (
 from queue_worker.report import ReportInputError, clock_text, duration_text, read_claims, read_task
 from queue_worker.state import Outcome, Verdict
 from queue_worker.stats import read_all
-from queue_worker.topics import CLAIMS_TOPIC, ClaimsFollower
+from queue_worker.topics import CLAIMS_TOPIC, ClaimsFollower, open_topic
 from supervisor.cli_options import (
     DEFAULT_DIR,
     TOPICS,
@@ -109,7 +109,7 @@ def status(
 
 def _queue_counts(location: str) -> QueueView:
     """The queue as a fold of the whole claims log says it is now."""
-    monitor = Monitor(location)
+    monitor = Monitor(location, read_only=True)
     try:
         while True:
             monitor.poll()
@@ -148,7 +148,7 @@ def tail(
     location = location_of(directory, log)
     require_logs(location)
     try:
-        with open_log(location, topic) as topic_log:
+        with open_topic(location, topic, read_only=True) as topic_log:
             printer = _ClaimsPrinter() if topic == CLAIMS_TOPIC else _TasksPrinter()
             position = topic_log.start
             recent: deque[str] = deque(maxlen=lines)
