@@ -111,10 +111,8 @@ def _queue_counts(location: str) -> QueueView:
     """The queue as a fold of the whole claims log says it is now."""
     monitor = Monitor(location, read_only=True)
     try:
-        while True:
-            monitor.poll()
-            if monitor.caught_up:
-                return monitor.queue_view()
+        monitor.check_start()  # damage anywhere is an error, not a count that stops short
+        return monitor.queue_view()
     finally:
         monitor.close()
 

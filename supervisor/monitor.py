@@ -39,6 +39,7 @@ from queue_worker.topics import (
     CLAIMS_TOPIC,
     TASKS_TOPIC,
     ClaimsFollower,
+    check_tasks_cover,
     decode_claims_entry,
     open_topics,
 )
@@ -93,6 +94,21 @@ class Monitor:
         self._deaths: dict[str, float] = {}
         self._caught_up = False
         self._lock = threading.Lock()
+
+    def check_start(self) -> None:
+        """Verify every record of both logs (damage raises CorruptLogError naming the file
+        and byte offset) and fold them to their end; then refuse a claims log that closed a
+        task the tasks log lacks (IdentityError). What a supervisor does before any worker
+        starts, and `qw status` before it counts."""
+        self._tasks.check()
+        self._claims.check()
+        while True:
+            self.poll()
+            if self.caught_up:
+                break
+        with self._lock:
+            self._read_tasks()  # after the claims: every task they name is there by now
+            check_tasks_cover(self._tasks, self._published, self._claims, self._state)
 
     # -- what the supervisor tells it --------------------------------------------------------
 
