@@ -638,6 +638,16 @@ class Worker:
     def _append_and_settle(
         self, record: Claim | Done | Fail, ahead: Claim | None = None
     ) -> Settled | None:
+        """`_append_and_settle_retrying`; a record that landed clears `stats.log_error`."""
+        settled = self._append_and_settle_retrying(record, ahead)
+        if settled is not None and self.stats.log_error is not None:
+            with self._stats_lock:
+                self.stats.log_error = None
+        return settled
+
+    def _append_and_settle_retrying(
+        self, record: Claim | Done | Fail, ahead: Claim | None = None
+    ) -> Settled | None:
         """Append one of our records (a DONE or FAIL durably) and settle it. With `ahead`
         (a CLAIM, after a DONE or FAIL only), both are appended as one batch and the CLAIM
         is left in `_ahead` for the next step.
@@ -675,9 +685,24 @@ class Worker:
         while True:
             with self._stats_lock:
                 self.stats.last_error = f"task {record.task}: {kind} not settled, retrying: {error}"
+                self.stats.log_error = str(error)
             self.publisher.publish()
             if isinstance(record, Claim) and self._draining.is_set():
                 raise error
+            if (
+                not isinstance(record, Claim)
+                and self._draining.is_set()
+                and self._lease_lapsed(record.task, record.claim)
+            ):
+                # Draining, and our lease has run out by the fold's clock: the task is
+                # another worker's to take over now, and a drain must end (a full disk
+                # would otherwise hold it for ever). Nothing of ours is recorded.
+                with self._stats_lock:
+                    self.stats.last_error = (
+                        f"task {record.task}: {kind} given up while draining (the lease "
+                        f"lapsed): {error}"
+                    )
+                return None
             time.sleep(self.config.idle_poll_s)
             try:
                 found, found_ahead = self._fold_to_end_finding(record, ahead)
@@ -697,6 +722,14 @@ class Worker:
                 raise
             except LogError as e:
                 error = e
+
+    def _lease_lapsed(self, task: int, claim: int) -> bool:
+        """Whether our claim `claim` on `task` no longer holds it, or its lease has run out
+        by the fold's clock (our clock, shifted to the server's where there is one)."""
+        holder = self.claims.state.holder(task)
+        if holder is None or holder.claim != claim:
+            return True
+        return holder.expiry <= self.fold_time(self._clock())
 
     def _fold_to_end_finding(
         self, record: Claim | Done | Fail, ahead: Claim | None = None
@@ -778,6 +811,7 @@ class Worker:
                 except LogError as e:  # may pass (disk full, server restarting): retry
                     with self._stats_lock:
                         self.stats.last_error = str(e)
+                        self.stats.log_error = str(e)
                     self.publisher.publish()
                     if stop.is_set() or self._draining.is_set():
                         # Asked to stop, and the log does not answer: let go of a claim in

@@ -16,6 +16,7 @@ import typer
 
 from logstore import LogError
 from queue_worker.explain import explain_task
+from queue_worker.names import printable
 from queue_worker.records import (
     Claim,
     ClaimsRecord,
@@ -101,6 +102,8 @@ def status(
             f"  {snap.get('name')}  pid {snap.get('pid')}  {doing}  "
             f"finished {snap.get('finished', 0)}  id {snap.get('worker')}"
         )
+        if snap.get("log_error"):  # a full disk, a server out of reach: say it, and where
+            typer.echo(f"    log error: {printable(str(snap['log_error']))}")
     typer.echo(
         f"queue        published {queue.published}  pending {queue.pending}  "
         f"held {queue.held}  done {queue.done}  failed {queue.failed}  dead {queue.dead}"
