@@ -352,6 +352,9 @@ class RedisLog(Log):
             "socket_connect_timeout": DEFAULT_CONNECT_TIMEOUT,
             "socket_keepalive": True,
             "retry": Retry(NoBackoff(), 0),  # ours is the one retry layer
+            # redis-py reconnects a dropped connection by itself, silently: every new
+            # connection checks the queue identity before it is used (see _on_connect)
+            "redis_connect_func": self._on_connect,
         }
         try:
             self._client = redis.Redis.from_url(
@@ -427,6 +430,29 @@ class RedisLog(Log):
             raise IdentityError(f"{self.url}: {self.id_key} is not a qw queue identity")
         self.identity = LogIdentity(queue, self.topic)
 
+    def _on_connect(self, connection: redis.connection.AbstractConnection) -> None:
+        """A new connection: once this handle knows its queue, the server must still hold
+        it. A server restarted without persistence (or flushed) has lost it: refuse the
+        connection before any command runs on it, so that no record of the old fold goes
+        to the new server and no record of the new server is folded into the old fold."""
+        connection.on_connect()  # type: ignore[no-untyped-call]
+        identity = self.identity
+        if identity is None:
+            return
+        connection.send_command("GET", self.id_key)  # type: ignore[no-untyped-call]
+        found = connection.read_response()
+        if found != identity.queue:
+            connection.disconnect()  # type: ignore[no-untyped-call]
+            raise self._reset_error(found)
+
+    def _reset_error(self, found: object) -> IdentityError:
+        what = "is missing" if found is None else "has changed"
+        return IdentityError(
+            f"{self.name}: the queue identity {self.id_key} {what}: the server was reset "
+            "(restarted without persistence, or flushed) since this log was opened, and "
+            "what this process read of the queue is gone; start again"
+        )
+
     def _check_identity(self) -> None:
         """Raise IdentityError when the queue identity on the server is not ours any more."""
         identity = self.identity
@@ -434,12 +460,7 @@ class RedisLog(Log):
             return
         found = self._client.get(self.id_key)
         if found != identity.queue:
-            what = "is missing" if found is None else "has changed"
-            raise IdentityError(
-                f"{self.name}: the queue identity {self.id_key} {what}: the server was reset "
-                "(restarted without persistence, or flushed) since this log was opened, and "
-                "what this process read of the queue is gone; start again"
-            )
+            raise self._reset_error(found)
 
     # -- plumbing
 
