@@ -336,6 +336,8 @@ class RedisLog(Log):
         self.id_key = f"{settings.prefix}:qw:queue" if settings.prefix else "qw:queue"
         #: the queue and topic this handle was opened as (None: opened without a family)
         self.identity: LogIdentity | None = None
+        #: opened for reading only (`open(read_only=True)`): appends raise LogError
+        self.read_only = False
         self.name = f"{self.url} {self.key}"
         self.topic = topic
         #: kept for symmetry with the file log: on Redis the server's AOF policy decides
@@ -402,6 +404,7 @@ class RedisLog(Log):
                     f"{log.name}: the key holds a Redis {kind}, not a stream; it is not a "
                     "qw log (choose another topic or a ?prefix=)"
                 )
+            log.read_only = read_only
             if family:
                 log._adopt_identity(family, read_only)
         except BaseException:
@@ -527,6 +530,8 @@ class RedisLog(Log):
     def append_many(self, records: Sequence[bytes], *, durable: bool = False) -> list[int]:
         """Append records as one contiguous, all-or-nothing run (one script call)."""
         self._check_open()
+        if self.read_only:
+            raise LogError(f"{self.name} is opened read-only: nothing may be appended")
         total = 0
         for data in records:
             if len(data) > self.max_record:
