@@ -7,6 +7,7 @@ topic).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -40,6 +41,7 @@ __all__ = [
     "MemoryLog",
     "open_log",
     "is_redis_url",
+    "space_problem",
     # errors
     "AppendError",
     "CorruptLogError",
@@ -124,3 +126,25 @@ def _usable_directory(directory: Path, read_only: bool) -> None:
     except OSError as exc:
         why = exc.strerror or exc
         raise LogError(f"{directory}: cannot create the data directory: {why}") from exc
+
+
+#: below this many bytes free, a data directory's device counts as full (an append of a
+#: few records, the stats snapshots and a checkpoint would not fit)
+LOW_SPACE_BYTES = 64 * 1024
+
+
+def space_problem(location: str | Path) -> str | None:
+    """Why the device of a data directory cannot take appends (it is full), or None. A full
+    disk stops the workers' appends *and* their stats snapshots, so the readers of those
+    (`qw status`, ``/health``) ask the device too. A Redis location: None (the server says)."""
+    text = str(location)
+    if is_redis_url(text):
+        return None
+    try:
+        st = os.statvfs(text)
+    except OSError:
+        return None
+    free = st.f_bavail * st.f_frsize
+    if free >= LOW_SPACE_BYTES:
+        return None
+    return f"{text}: the device is full ({free} bytes free): appends to its logs fail"

@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from logstore import (
+    AppendError,
     CorruptLogError,
     ForeignFileError,
     IdentityError,
@@ -685,7 +686,7 @@ class Worker:
         while True:
             with self._stats_lock:
                 self.stats.last_error = f"task {record.task}: {kind} not settled, retrying: {error}"
-                self.stats.log_error = str(error)
+                self._note_log_error(error)
             self.publisher.publish()
             if isinstance(record, Claim) and self._draining.is_set():
                 raise error
@@ -722,6 +723,13 @@ class Worker:
                 raise
             except LogError as e:
                 error = e
+
+    def _note_log_error(self, error: LogError) -> None:
+        """Keep `error` as `stats.log_error` (under the stats lock): an append that failed
+        always (it names the file and the cause: a full disk), another error only when
+        none is noted (a CLAIM "not in the log" after a failed append is a consequence)."""
+        if isinstance(error, AppendError) or self.stats.log_error is None:
+            self.stats.log_error = str(error)
 
     def _lease_lapsed(self, task: int, claim: int) -> bool:
         """Whether our claim `claim` on `task` no longer holds it, or its lease has run out
@@ -811,7 +819,7 @@ class Worker:
                 except LogError as e:  # may pass (disk full, server restarting): retry
                     with self._stats_lock:
                         self.stats.last_error = str(e)
-                        self.stats.log_error = str(e)
+                        self._note_log_error(e)
                     self.publisher.publish()
                     if stop.is_set() or self._draining.is_set():
                         # Asked to stop, and the log does not answer: let go of a claim in

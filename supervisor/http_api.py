@@ -24,6 +24,7 @@ from dataclasses import asdict
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
 
+from logstore import space_problem
 from supervisor.model import SupervisorSnapshot, WorkerView
 from supervisor.monitor import TaskInfo
 
@@ -108,11 +109,13 @@ def worker_json(w: WorkerView) -> dict[str, Any]:
 def health_problems(snap: SupervisorSnapshot) -> list[str]:
     """Why the run is not healthy: each live worker whose log is failing (its `log_error`:
     a full disk, a server out of reach), one line each; empty when healthy."""
-    return [
+    problems = [
         f"{w.name}: {w.stats['log_error']}"
         for w in snap.workers
         if w.state not in ("dead", "exited") and w.stats.get("log_error")
     ]
+    full = space_problem(snap.location)  # a full disk stops the snapshots too: ask it
+    return [*problems, full] if full else problems
 
 
 def stats_json(snap: SupervisorSnapshot) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from typing import Annotated, Any
 
 import typer
 
-from logstore import LogError
+from logstore import LogError, space_problem
 from queue_worker.explain import explain_task
 from queue_worker.names import printable
 from queue_worker.records import (
@@ -78,8 +78,10 @@ def status(
         queue = _queue_counts(location)
     except LogError as e:
         fail(str(e))
+    disk = space_problem(location)
     if as_json:
         body = {
+            "disk": disk,
             "location": shown(location),
             "supervisors": supervisors,
             "workers": {"running": running, "stopped": len(snapshots) - len(running)},
@@ -88,6 +90,8 @@ def status(
         typer.echo(json.dumps(body, indent=2))
         return
     typer.echo(f"qw on {shown(location)}")
+    if disk is not None:
+        typer.echo(f"disk         {disk}")
     typer.echo(f"supervisors  {len(supervisors)} running")
     for sup in supervisors:
         alive = sum(1 for w in sup.get("workers", []) if w.get("alive"))

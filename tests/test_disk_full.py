@@ -15,8 +15,11 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from tests.helpers import free_port, wait_until
 
@@ -114,3 +117,45 @@ def test_creating_a_queue_on_a_full_disk_names_the_file(tmp_path: Path) -> None:
     assert str(data) in lines[0]
     assert ".log" in lines[0]
     assert "Traceback" not in result.stderr
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 1 MiB tmpfs of the test's own (skipped where mounting is not allowed)."""
+    mount_point = tmp_path / "small"
+    mount_point.mkdir()
+    made = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount_point)], capture_output=True
+    )
+    if made.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {made.stderr.decode().strip()}")
+    try:
+        yield mount_point
+    finally:
+        subprocess.run(["umount", str(mount_point)], check=False)
+
+
+def test_a_really_full_disk_is_named_by_enqueue_and_status(
+    small_disk: Path, tmp_path: Path
+) -> None:
+    data = small_disk / "qw"
+    assert qw("enqueue", "--count", "10", "--dir", str(data), cwd=small_disk).returncode == 0
+    filler = small_disk / "filler"
+    with open(filler, "wb") as f, contextlib.suppress(OSError):
+        while True:  # until ENOSPC
+            f.write(b"\0" * 65536)
+            f.flush()
+    big = tmp_path / "big.jsonl"  # more than is left (and the file is elsewhere)
+    big.write_text("".join(json.dumps("x" * 5000) + "\n" for _ in range(100)))
+    result = qw("enqueue", "--file", str(big), "--dir", str(data), cwd=small_disk)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert f"{data}/tasks.log: append of" in lines[0]
+    assert "No space left on device" in lines[0]
+    status = qw("status", "--dir", str(data), cwd=small_disk)
+    assert status.returncode == 0, status.stderr
+    assert f"disk         {data}: the device is full" in status.stdout
+    filler.unlink()
+    status = qw("status", "--dir", str(data), cwd=small_disk)
+    assert "the device is full" not in status.stdout
