@@ -15,6 +15,7 @@ from typing import Any
 from queue_worker.records import Claim, ClaimsRecord, Done, Fail, Renew, TaskRecord, Unknown
 from queue_worker.report import clock_text, duration_text
 from queue_worker.state import ClaimState, Lease, Outcome, Verdict
+from queue_worker.values import value_text
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,9 +211,7 @@ def explain_task(
         teller.apply(record, position)
     steps = list(teller.steps)
     if isinstance(task_record, TaskRecord):
-        payload = repr(task_record.payload)
-        if len(payload) > 60:
-            payload = payload[:57] + "..."
+        payload = value_text(task_record.payload, 60)  # JSON, as everywhere else
         first = Step(task, "TASK", None, task_record.enqueued_at, "published", f"payload {payload}")
         steps.insert(0, first)
     elif task_record is not None:

@@ -6,11 +6,14 @@
                  original's field names (attempts, won, lost, finished, timeouts, current,
                  knownTasks, consumedUpTo, doneTasks, heldByAnyone, claimLatencyMicros
                  {p50, p90, p99, samples}) and ours after them
-    /task/{id}   JSON: done, heldBy, heldAt (ms), known, and ours (dead, attempts, …)
+    /task/{id}   JSON: done, heldBy, heldAt (ms), known, and ours (dead, state, attempts,
+                 payload, result, and the history of its records with their verdicts);
+                 404 for an id that no record names
     /metrics     the Prometheus text exposition format (version 0.0.4)
 
 Every answer is built from `snapshot()` and `task_info()`, which copy what the supervisor's
-watcher gathered: a request never touches a worker or a log.
+watcher gathered, except /task/{id}: its history is read from the logs (a replay, as `qw task`
+does; `supervisor.task_history`). No request touches a worker.
 """
 
 from __future__ import annotations
@@ -24,9 +27,10 @@ from dataclasses import asdict
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
 
-from logstore import space_problem
+from logstore import LogError, space_problem
 from supervisor.model import SupervisorSnapshot, WorkerView
 from supervisor.monitor import TaskInfo
+from supervisor.task_history import TaskHistory, read_task_history
 
 PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -128,14 +132,16 @@ def stats_json(snap: SupervisorSnapshot) -> dict[str, Any]:
     }
 
 
-def task_json(info: TaskInfo) -> dict[str, Any]:
+def task_json(info: TaskInfo, history: TaskHistory | None = None) -> dict[str, Any]:
+    """The fold's view of the task now and, with `history`, its whole story from the logs
+    (the live fold forgets a finished task's attempts; the history has them)."""
     holder = info.holder
-    return {
+    body = {
         "task": info.task,
         "done": info.done,
         "heldBy": info.holder_name,
         "heldAt": None if holder is None else holder.at // 1000,  # ms, as the original
-        "known": info.known,
+        "known": info.known or (history is not None and history.story.published),
         # ours
         "dead": info.dead,
         "heldByWorker": None if holder is None else holder.worker,
@@ -144,6 +150,9 @@ def task_json(info: TaskInfo) -> dict[str, Any]:
         "attempts": info.attempts,
         "lastError": info.last_error,
     }
+    if history is not None:
+        body.update(history.to_json())
+    return body
 
 
 # -- /metrics --------------------------------------------------------------------------------
@@ -242,6 +251,7 @@ def metrics_text(snap: SupervisorSnapshot) -> str:
 
 class _Handler(BaseHTTPRequestHandler):
     source: StatsSource  # set on the subclass made per server
+    logs: str | None  # where task histories are read (None: the snapshot's location)
 
     def do_GET(self) -> None:
         path = self.path.split("?", 1)[0].rstrip("/") or "/"
@@ -264,11 +274,20 @@ class _Handler(BaseHTTPRequestHandler):
         if not text.isdigit():
             self._json(400, {"error": f"task id {text!r} is not a number; expected /task/ID"})
             return
-        info = self.source.task_info(int(text))
+        task = int(text)
+        info = self.source.task_info(task)
         if info is None:
             self._json(503, {"error": "the supervisor has not started"})
             return
-        self._json(200, task_json(info))
+        try:
+            history = read_task_history(self.logs or self.source.snapshot().location, task)
+        except LogError as e:
+            self._json(500, {"error": str(e)})
+            return
+        if not history.exists:
+            self._json(404, {"error": f"no task {task}: no TASK record and no claim names it"})
+            return
+        self._json(200, task_json(info, history))
 
     def _json(self, status: int, body: object) -> None:
         self._send(status, "application/json", json.dumps(body) + "\n")
@@ -290,10 +309,14 @@ class _IPv6Server(ThreadingHTTPServer):
 
 
 class StatsServer:
-    """The endpoint on (host, port); `start()` serves from a daemon thread."""
+    """The endpoint on (host, port); `start()` serves from a daemon thread. `logs` is where
+    /task/ID reads a task's history (the location with its password, if any); by default
+    the location the snapshot shows."""
 
-    def __init__(self, source: StatsSource, host: str, port: int) -> None:
-        handler = type("StatsHandler", (_Handler,), {"source": source})
+    def __init__(
+        self, source: StatsSource, host: str, port: int, *, logs: str | None = None
+    ) -> None:
+        handler = type("StatsHandler", (_Handler,), {"source": source, "logs": logs})
         server_class = _IPv6Server if ":" in host else ThreadingHTTPServer
         # Binds now, so that a busy port is an error before any worker starts.
         self._server = server_class((host, port), handler)

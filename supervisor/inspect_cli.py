@@ -31,6 +31,7 @@ from queue_worker.report import ReportInputError, clock_text, duration_text, rea
 from queue_worker.state import Outcome, Verdict
 from queue_worker.stats import read_all
 from queue_worker.topics import CLAIMS_TOPIC, ClaimsFollower, open_topic
+from queue_worker.values import value_text
 from supervisor.cli_options import (
     DEFAULT_DIR,
     TOPICS,
@@ -110,7 +111,8 @@ def status(
             typer.echo(f"    log error: {printable(str(snap['log_error']))}")
     typer.echo(
         f"queue        published {queue.published}  pending {queue.pending}  "
-        f"held {queue.held}  done {queue.done}  failed {queue.failed}  dead {queue.dead}"
+        f"held {queue.held}  done {queue.done}  dead {queue.dead}  "
+        f"failed attempts {queue.failed}"  # FAIL records: one task may fail several times
     )
 
 
@@ -199,11 +201,7 @@ class _ClaimsPrinter:
 
 
 def _short(value: Any, limit: int = 80) -> str:
-    try:
-        text = json.dumps(value, ensure_ascii=False)
-    except (TypeError, ValueError):
-        text = repr(value)  # bytes and other msgpack values that JSON lacks
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    return value_text(value, limit)  # payloads and results read as JSON everywhere
 
 
 def _record_text(r: ClaimsRecord) -> str:

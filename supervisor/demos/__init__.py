@@ -25,7 +25,12 @@ demo_app = typer.Typer(
 
 DirOption = Annotated[
     Path | None,
-    typer.Option("--dir", "-d", help="Work here (kept) instead of a fresh temporary directory."),
+    typer.Option(
+        "--dir",
+        "-d",
+        metavar="DIR",
+        help="Work here (kept) instead of a fresh temporary directory.",
+    ),
 ]
 KeepOption = Annotated[
     bool, typer.Option("--keep", help="Keep the temporary directory (its path is printed).")
@@ -38,9 +43,13 @@ def _seconds(help: str) -> Any:  # typer.Option is typed as returning Any
 
 @demo_app.command("collisions")
 def collisions_command(
-    workers: Annotated[int, typer.Option(min=2, max=64, help="Workers in each run.")] = 8,
-    tasks: Annotated[int, typer.Option(min=1, max=100_000, help="The backlog.")] = 400,
-    work_ms: Annotated[int, typer.Option(min=0, max=10_000, help="Work per task.")] = 5,
+    workers: Annotated[
+        int, typer.Option(min=2, max=64, metavar="N", help="Workers in each run.")
+    ] = 8,
+    tasks: Annotated[int, typer.Option(min=1, max=100_000, metavar="N", help="The backlog.")] = 400,
+    work_ms: Annotated[
+        int, typer.Option(min=0, max=10_000, metavar="MS", help="Work per task.")
+    ] = 5,
     directory: DirOption = None,
     keep: KeepOption = False,
 ) -> None:
@@ -53,10 +62,12 @@ def collisions_command(
 
 @demo_app.command("redistribution")
 def redistribution_command(
-    workers: Annotated[int, typer.Option(min=2, max=64, help="Worker processes.")] = 3,
-    tasks: Annotated[int, typer.Option(min=1, max=10_000, help="Tasks enqueued.")] = 6,
+    workers: Annotated[int, typer.Option(min=2, max=64, metavar="N", help="Worker processes.")] = 3,
+    tasks: Annotated[int, typer.Option(min=1, max=10_000, metavar="N", help="Tasks enqueued.")] = 6,
     lease: Annotated[float, _seconds("Each claim's lease.")] = 2.0,
-    work_ms: Annotated[int, typer.Option(min=1, max=600_000, help="Work per task.")] = 1500,
+    work_ms: Annotated[
+        int, typer.Option(min=1, max=600_000, metavar="MS", help="Work per task.")
+    ] = 1500,
     directory: DirOption = None,
     keep: KeepOption = False,
 ) -> None:
@@ -73,7 +84,10 @@ def redistribution_command(
 def pause_command(
     lease: Annotated[float, _seconds("Each claim's lease.")] = 1.0,
     work_ms: Annotated[
-        int, typer.Option(min=1, max=600_000, help="Work per task (longer than the lease).")
+        int,
+        typer.Option(
+            min=1, max=600_000, metavar="MS", help="Work per task (longer than the lease)."
+        ),
     ] = 2500,
     directory: DirOption = None,
     keep: KeepOption = False,
@@ -92,7 +106,7 @@ def skew_command(
         float, _seconds("How far one clock runs ahead and one behind (more than the lease).")
     ] = 3.0,
     work_ms: Annotated[
-        int, typer.Option(min=1, max=600_000, help="The robbed worker's work.")
+        int, typer.Option(min=1, max=600_000, metavar="MS", help="The robbed worker's work.")
     ] = 6000,
     directory: DirOption = None,
     keep: KeepOption = False,
