@@ -279,9 +279,9 @@ class Supervisor:
             self._next_refresh = now + REFRESH_S
             try:
                 events = monitor.poll()  # outside the lock: catching up may take a while
-            except LogError as e:
+            except LogError as e:  # damage, a reset server: the run stops (_log_failed)
                 self._log_failed(e)
-                return
+                events = []
             queue = monitor.queue_view()
         with self._lock:
             if refresh:
@@ -311,20 +311,15 @@ class Supervisor:
 
     def _log_failed(self, error: LogError) -> None:
         """The monitor cannot read the logs on (damage, a reset server): stop the run. The
-        workers meet the same log; none is restarted, and the run ends with EXIT_LOG_ERROR
-        once they are gone (a second stop request still kills them at once)."""
+        workers meet the same log; the drain restarts none of them, and the run ends with
+        EXIT_LOG_ERROR once they are gone (`_check_finished`); a second stop request still
+        kills them at once, as in any drain."""
         with self._lock:
             if self.log_failure is None:
                 self.log_failure = str(error)
                 self._event("info", f"stopping: {error}")
                 if not self._draining:
                     self._begin_drain("a log cannot be read")
-            if self._stop_requests >= 2 and not self._forced:
-                self._kill_all_now()
-            for slot in self._slots:
-                self._reap(slot, time.monotonic())
-            if not any(slot.alive for slot in self._slots):
-                self._finish(EXIT_LOG_ERROR)
 
     def _check_finished(self) -> None:
         if any(slot.alive for slot in self._slots):
