@@ -313,7 +313,9 @@ class Worker:
         if not self._covered:
             # Once, at the start: the claims fold must not have closed a task the tasks log
             # does not hold (a tasks log cut short or replaced: see check_tasks_cover).
-            self.tasks.catch_up(self.tasks_log)
+            known = self.tasks.known
+            if self.tasks.catch_up(self.tasks_log):
+                self._fresh.saw(known, self._clock())
             check_tasks_cover(self.tasks_log, self.tasks.known, self.claims_log, self.claims.state)
             self._covered = True
         self._refresh_fold_stats()

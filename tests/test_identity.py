@@ -226,3 +226,25 @@ def test_read_only_open_of_a_missing_queue_creates_nothing(tmp_path: Path) -> No
     with pytest.raises(LogError, match="no such data directory"):
         open_topic(tmp_path / "absent", TASKS_TOPIC, read_only=True)
     assert not (tmp_path / "absent").exists()
+
+
+def test_a_worker_refuses_a_claims_log_that_closed_tasks_the_tasks_log_lacks(
+    two_queues: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """The worker's own start-up check (a worker started without a supervisor's check)."""
+    from queue_worker.config import WorkerConfig
+    from queue_worker.worker import Worker
+
+    a, _ = two_queues
+    cut = copy_queue(a, tmp_path / "cut")
+    (cut / "tasks.log.sync").unlink()
+    (cut / "fold.checkpoint").unlink(missing_ok=True)
+    os.truncate(cut / "tasks.log", FILE_HEADER_SIZE)
+    claims_before = (cut / "claims.log").read_bytes()
+    config = WorkerConfig(str(cut), str(tmp_path / "run"), name="w0", exit_when_drained=True)
+    with (
+        Worker(config, handler=lambda payload: None) as worker,
+        pytest.raises(IdentityError, match=r"holds 0 tasks, but .*closed task 4"),
+    ):
+        worker.run()
+    assert (cut / "claims.log").read_bytes() == claims_before  # no CLAIM appended
