@@ -145,7 +145,7 @@ def read_ops(location: str | Path) -> tuple[list[OpRecord], int]:
         return [], 0
     records: list[OpRecord] = []
     malformed = 0
-    with open_ops(location) as log:
+    with open_ops(location, read_only=True) as log:
         for entry in log.iter_from(log.start):
             try:
                 records.append(decode_op(entry.data))

@@ -41,7 +41,14 @@ from queue_worker.records import (
 )
 from queue_worker.state import ClaimState, Lease, Outcome, Verdict
 from queue_worker.stats import percentile
-from queue_worker.topics import CLAIMS_TOPIC, MALFORMED, TASKS_TOPIC, decode_claims_entry
+from queue_worker.topics import (
+    CLAIMS_TOPIC,
+    MALFORMED,
+    TASKS_TOPIC,
+    decode_claims_entry,
+    open_topic,
+    open_topics,
+)
 
 #: exit codes of `qw report` (and the checks built on it)
 EXIT_OK: Final = 0  # every finished task completed exactly once, none worked twice
@@ -574,12 +581,19 @@ def missing_logs_text(location: str | Path) -> str:
     return f"no qw logs at {text} (expected tasks.log and claims.log)"
 
 
+def _check_pair(location: str | Path) -> None:
+    """Raise LogError unless `location` holds the tasks and the claims log of one queue."""
+    tasks, claims = open_topics(location, read_only=True)
+    tasks.close()
+    claims.close()
+
+
 def _open_existing(location: str | Path, topic: str) -> Log | None:
     """The topic's log, or None for a data directory that lacks it (never creates files)."""
     text = str(location)
-    if not is_redis_url(text) and not (Path(text) / f"{topic}.log").is_file():
+    if not is_redis_url(text) and not (Path(text) / f"{topic}.log").exists():
         return None
-    return open_log(location, topic)
+    return open_topic(location, topic, read_only=True)
 
 
 def count_tasks(location: str | Path) -> int:
@@ -640,7 +654,19 @@ def load_report(location: str | Path, up_to: int | None = None) -> Report:
     try:
         if not has_logs(location):
             raise ReportInputError(missing_logs_text(location))
-        return build_report(count_tasks(location), read_claims(location, up_to))
+        # Both logs, of one queue (their identity is checked as they open), or nothing.
+        _check_pair(location)
+        replay = _Replay()
+        for position, record in read_claims(location, up_to):
+            replay.apply(record, position)
+        published = count_tasks(location)  # after the claims: a live queue only grows
+        highest = replay.state.highest_closed()
+        if highest is not None and highest >= published:
+            raise ReportInputError(
+                f"the tasks log at {location} holds {published} tasks, but its claims log "
+                f"closed task {highest}: the tasks log was cut short or replaced"
+            )
+        return replay.report(published)
     except (LogError, OSError) as e:  # a damaged or foreign log; a file we may not read
         raise ReportInputError(str(e)) from e
 

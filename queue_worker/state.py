@@ -312,6 +312,12 @@ class ClaimState:
         """Done or dead: never claimable again."""
         return (0 <= task < self.watermark) or task in self._closed_above
 
+    def highest_closed(self) -> int | None:
+        """The largest id of a closed (done or dead) task; None when none is closed."""
+        above = max(self._closed_above, default=-1)
+        highest = max(self.watermark - 1, above)
+        return highest if highest >= 0 else None
+
     def is_dead(self, task: int) -> bool:
         return task in self._dead
 

@@ -59,6 +59,9 @@ class WorkerStats:
     done_tasks: int = 0  # as this worker's fold sees the queue
     held_by_anyone: int = 0
     last_error: str | None = None
+    #: the log failing under this worker now (a full disk, a server out of reach): the
+    #: error, naming the file or URL; None once an append lands again
+    log_error: str | None = None
     updated_at: float = 0.0
     exit_reason: str | None = None
     _latencies: deque[int] = field(default_factory=lambda: deque(maxlen=LATENCY_WINDOW))

@@ -52,8 +52,10 @@ from pathlib import Path
 from typing import Any, Final
 
 from logstore import (
+    AppendError,
     CorruptLogError,
     ForeignFileError,
+    IdentityError,
     Log,
     LogClosedError,
     LogError,
@@ -95,7 +97,14 @@ from queue_worker.records import (
 from queue_worker.state import Lease, Verdict
 from queue_worker.stats import WorkerStats
 from queue_worker.time_limit import TimeLimits
-from queue_worker.topics import READ_BATCH, ClaimsFollower, Settled, TaskIndex, open_topics
+from queue_worker.topics import (
+    READ_BATCH,
+    ClaimsFollower,
+    Settled,
+    TaskIndex,
+    check_tasks_cover,
+    open_topics,
+)
 
 #: spread: an idle worker woken when the next task id is another slot's steps aside this
 #: long first, so that the task's own worker (woken by the same append) gets one of the
@@ -112,7 +121,7 @@ CHECKPOINT_EVERY_BYTES: Final = 8 << 20
 
 # Errors after which a log handle cannot be used again: the worker exits. Other LogErrors
 # (an append that did not land, a server out of reach) are retried after a pause.
-_FATAL_LOG_ERRORS: Final = (CorruptLogError, ForeignFileError, LogClosedError)
+_FATAL_LOG_ERRORS: Final = (CorruptLogError, ForeignFileError, IdentityError, LogClosedError)
 
 
 class StepKind(enum.Enum):
@@ -209,6 +218,7 @@ class Worker:
         self.claims = ClaimsFollower(claims_log.start)
         self._checkpoint_dir = Path(config.location) if checkpoints else None
         checkpoint_note = self._load_checkpoint()
+        self._covered = False  # whether the claims fold was checked against the tasks log
         self.tasks.keep_payloads(config.slot, config.slots)  # the tasks spread gives us
         # server clock − our clock, µs (0 unless the backend stamps records: see topics.py)
         self.clock_offset_us = 0
@@ -302,6 +312,14 @@ class Worker:
         if self.tasks.known > before:
             self._fresh.saw(before, self._clock())
         self.claims.catch_up(self.claims_log)
+        if not self._covered:
+            # Once, at the start: the claims fold must not have closed a task the tasks log
+            # does not hold (a tasks log cut short or replaced: see check_tasks_cover).
+            known = self.tasks.known
+            if self.tasks.catch_up(self.tasks_log):
+                self._fresh.saw(known, self._clock())
+            check_tasks_cover(self.tasks_log, self.tasks.known, self.claims_log, self.claims.state)
+            self._covered = True
         self._refresh_fold_stats()
 
     def pick(self, now: int) -> int | None:
@@ -695,6 +713,16 @@ class Worker:
     def _append_and_settle(
         self, record: Claim | Done | Fail, ahead: Claim | None = None
     ) -> Settled | None:
+        """`_append_and_settle_retrying`; a record that landed clears `stats.log_error`."""
+        settled = self._append_and_settle_retrying(record, ahead)
+        if settled is not None and self.stats.log_error is not None:
+            with self._stats_lock:
+                self.stats.log_error = None
+        return settled
+
+    def _append_and_settle_retrying(
+        self, record: Claim | Done | Fail, ahead: Claim | None = None
+    ) -> Settled | None:
         """Append one of our records (a DONE or FAIL durably) and settle it. With `ahead`
         (a CLAIM, after a DONE or FAIL only), both are appended as one batch and the CLAIM
         is left in `_ahead` for the next step.
@@ -732,9 +760,24 @@ class Worker:
         while True:
             with self._stats_lock:
                 self.stats.last_error = f"task {record.task}: {kind} not settled, retrying: {error}"
+                self._note_log_error(error)
             self.publisher.publish()
             if isinstance(record, Claim) and self._draining.is_set():
                 raise error
+            if (
+                not isinstance(record, Claim)
+                and self._draining.is_set()
+                and self._lease_lapsed(record.task, record.claim)
+            ):
+                # Draining, and our lease has run out by the fold's clock: the task is
+                # another worker's to take over now, and a drain must end (a full disk
+                # would otherwise hold it for ever). Nothing of ours is recorded.
+                with self._stats_lock:
+                    self.stats.last_error = (
+                        f"task {record.task}: {kind} given up while draining (the lease "
+                        f"lapsed): {error}"
+                    )
+                return None
             time.sleep(self.config.idle_poll_s)
             try:
                 found, found_ahead = self._fold_to_end_finding(record, ahead)
@@ -754,6 +797,21 @@ class Worker:
                 raise
             except LogError as e:
                 error = e
+
+    def _note_log_error(self, error: LogError) -> None:
+        """Keep `error` as `stats.log_error` (under the stats lock): an append that failed
+        always (it names the file and the cause: a full disk), another error only when
+        none is noted (a CLAIM "not in the log" after a failed append is a consequence)."""
+        if isinstance(error, AppendError) or self.stats.log_error is None:
+            self.stats.log_error = str(error)
+
+    def _lease_lapsed(self, task: int, claim: int) -> bool:
+        """Whether our claim `claim` on `task` no longer holds it, or its lease has run out
+        by the fold's clock (our clock, shifted to the server's where there is one)."""
+        holder = self.claims.state.holder(task)
+        if holder is None or holder.claim != claim:
+            return True
+        return holder.expiry <= self.fold_time(self._clock())
 
     def _fold_to_end_finding(
         self, record: Claim | Done | Fail, ahead: Claim | None = None
@@ -849,6 +907,7 @@ class Worker:
                 except LogError as e:  # may pass (disk full, server restarting): retry
                     with self._stats_lock:
                         self.stats.last_error = str(e)
+                        self._note_log_error(e)
                     self.publisher.publish()
                     if stop.is_set() or self._draining.is_set():
                         # Asked to stop, and the log does not answer: let go of a claim in

@@ -306,7 +306,9 @@ def _run(supervisor: Supervisor, server: StatsServer | None, *, tui: bool) -> in
     assert code is not None  # wait() returned: the supervisor finished
     q = supervisor.snapshot().queue
     counts = f"published {q.published}, done {q.done}, dead {q.dead}, pending {q.pending}"
-    if code == EXIT_FORCED:
+    if supervisor.log_failure is not None:
+        typer.echo(f"qw: error: stopped on a log: {supervisor.log_failure} ({counts})", err=True)
+    elif code == EXIT_FORCED:
         typer.echo(f"qw: stopped: workers killed mid-task ({counts})", err=True)
     elif code == EXIT_NO_WORKERS:
         typer.echo(f"qw: every worker died and none will be restarted ({counts})", err=True)

@@ -1,6 +1,7 @@
 """The stats endpoint of `qw up --http HOST:PORT`: a stdlib HTTP server in a daemon thread.
 
-    /health      "ok"
+    /health      "ok"; 503 and one line per worker whose log is failing (`log_error`: a
+                 full disk, a server out of reach), naming the file and the error
     /stats       JSON: the supervisor, the queue, and one object per worker slot with the
                  original's field names (attempts, won, lost, finished, timeouts, current,
                  knownTasks, consumedUpTo, doneTasks, heldByAnyone, claimLatencyMicros
@@ -26,7 +27,7 @@ from dataclasses import asdict
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
 
-from logstore import LogError
+from logstore import LogError, space_problem
 from supervisor.model import SupervisorSnapshot, WorkerView
 from supervisor.monitor import TaskInfo
 from supervisor.task_history import TaskHistory, read_task_history
@@ -105,7 +106,20 @@ def worker_json(w: WorkerView) -> dict[str, Any]:
         "restarts": w.restarts,
         "exitCode": w.exit_code,
         "diedAt": w.died_at,
+        "logError": s.get("log_error"),
     }
+
+
+def health_problems(snap: SupervisorSnapshot) -> list[str]:
+    """Why the run is not healthy: each live worker whose log is failing (its `log_error`:
+    a full disk, a server out of reach), one line each; empty when healthy."""
+    problems = [
+        f"{w.name}: {w.stats['log_error']}"
+        for w in snap.workers
+        if w.state not in ("dead", "exited") and w.stats.get("log_error")
+    ]
+    full = space_problem(snap.location)  # a full disk stops the snapshots too: ask it
+    return [*problems, full] if full else problems
 
 
 def stats_json(snap: SupervisorSnapshot) -> dict[str, Any]:
@@ -242,7 +256,11 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         path = self.path.split("?", 1)[0].rstrip("/") or "/"
         if path == "/health":
-            self._send(200, "text/plain; charset=utf-8", "ok\n")
+            trouble = health_problems(self.source.snapshot())
+            if trouble:  # a log failing under a worker (a full disk): not healthy
+                self._send(503, "text/plain; charset=utf-8", "".join(f"{t}\n" for t in trouble))
+            else:
+                self._send(200, "text/plain; charset=utf-8", "ok\n")
         elif path == "/stats":
             self._json(200, stats_json(self.source.snapshot()))
         elif path == "/metrics":

@@ -14,8 +14,9 @@ from typing import Annotated, Any
 
 import typer
 
-from logstore import LogError, open_log
+from logstore import LogError, space_problem
 from queue_worker.explain import explain_task
+from queue_worker.names import printable
 from queue_worker.records import (
     Claim,
     ClaimsRecord,
@@ -29,7 +30,7 @@ from queue_worker.records import (
 from queue_worker.report import ReportInputError, clock_text, duration_text, read_claims, read_task
 from queue_worker.state import Outcome, Verdict
 from queue_worker.stats import read_all
-from queue_worker.topics import CLAIMS_TOPIC, ClaimsFollower
+from queue_worker.topics import CLAIMS_TOPIC, ClaimsFollower, open_topic
 from queue_worker.values import value_text
 from supervisor.cli_options import (
     DEFAULT_DIR,
@@ -79,8 +80,10 @@ def status(
         queue = _queue_counts(location)
     except LogError as e:
         fail(str(e))
+    disk = space_problem(location)
     if as_json:
         body = {
+            "disk": disk,
             "location": shown(location),
             "supervisors": supervisors,
             "workers": {"running": running, "stopped": len(snapshots) - len(running)},
@@ -89,6 +92,8 @@ def status(
         typer.echo(json.dumps(body, indent=2))
         return
     typer.echo(f"qw on {shown(location)}")
+    if disk is not None:
+        typer.echo(f"disk         {disk}")
     typer.echo(f"supervisors  {len(supervisors)} running")
     for sup in supervisors:
         alive = sum(1 for w in sup.get("workers", []) if w.get("alive"))
@@ -103,6 +108,8 @@ def status(
             f"  {snap.get('name')}  pid {snap.get('pid')}  {doing}  "
             f"finished {snap.get('finished', 0)}  id {snap.get('worker')}"
         )
+        if snap.get("log_error"):  # a full disk, a server out of reach: say it, and where
+            typer.echo(f"    log error: {printable(str(snap['log_error']))}")
     typer.echo(
         f"queue        published {queue.published}  pending {queue.pending}  "
         f"held {queue.held}  done {queue.done}  dead {queue.dead}  "
@@ -112,12 +119,10 @@ def status(
 
 def _queue_counts(location: str) -> QueueView:
     """The queue as a fold of the whole claims log says it is now."""
-    monitor = Monitor(location)
+    monitor = Monitor(location, read_only=True)
     try:
-        while True:
-            monitor.poll()
-            if monitor.caught_up:
-                return monitor.queue_view()
+        monitor.check_start()  # damage anywhere is an error, not a count that stops short
+        return monitor.queue_view()
     finally:
         monitor.close()
 
@@ -151,7 +156,7 @@ def tail(
     location = location_of(directory, log)
     require_logs(location)
     try:
-        with open_log(location, topic) as topic_log:
+        with open_topic(location, topic, read_only=True) as topic_log:
             printer = _ClaimsPrinter() if topic == CLAIMS_TOPIC else _TasksPrinter()
             position = topic_log.start
             recent: deque[str] = deque(maxlen=lines)

@@ -31,12 +31,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from logstore import Entry, Log, is_redis_url, open_log
+from logstore import Entry, Log, is_redis_url
 from logstore.base import Durability
 from queue_worker.names import worker_label
 from queue_worker.records import Claim, ClaimsRecord, Done, RecordDecodeError, Unknown
 from queue_worker.state import ClaimState, Lease, Outcome, Verdict
-from queue_worker.topics import CLAIMS_TOPIC, TASKS_TOPIC, ClaimsFollower, decode_claims_entry
+from queue_worker.topics import (
+    CLAIMS_TOPIC,
+    TASKS_TOPIC,
+    ClaimsFollower,
+    check_tasks_cover,
+    decode_claims_entry,
+    open_topics,
+)
 from supervisor.model import Event, QueueView
 
 #: records read from each log by one `poll` (catching up on a long log takes several polls)
@@ -78,12 +85,15 @@ class TaskInfo:
 class Monitor:
     """Tails the tasks and claims logs of one location; thread-safe."""
 
-    def __init__(self, location: str, *, batch: int = POLL_BATCH) -> None:
+    def __init__(self, location: str, *, batch: int = POLL_BATCH, read_only: bool = False) -> None:
+        """`read_only`: create and write nothing (`qw status`); otherwise the queue's logs
+        are created if missing (the supervisor of a new queue)."""
         self.location = location
         self._batch = batch
         # Durability only matters to writers; the monitor never appends.
-        self._tasks: Log = open_log(location, TASKS_TOPIC, Durability.NONE)
-        self._claims: Log = open_log(location, CLAIMS_TOPIC, Durability.NONE)
+        self._tasks: Log
+        self._claims: Log
+        self._tasks, self._claims = open_topics(location, Durability.NONE, read_only=read_only)
         self._tasks_pos = self._tasks.start
         # The workers' own fold (same decoding, same server clock, same malformed records).
         self._follower = ClaimsFollower(self._claims.start)
@@ -98,6 +108,21 @@ class Monitor:
         self._takeovers: dict[int, Takeover] = {}  # insertion order: the oldest first
         self._caught_up = False
         self._lock = threading.Lock()
+
+    def check_start(self) -> None:
+        """Verify every record of both logs (damage raises CorruptLogError naming the file
+        and byte offset) and fold them to their end; then refuse a claims log that closed a
+        task the tasks log lacks (IdentityError). What a supervisor does before any worker
+        starts, and `qw status` before it counts."""
+        self._tasks.check()
+        self._claims.check()
+        while True:
+            self.poll()
+            if self.caught_up:
+                break
+        with self._lock:
+            self._read_tasks()  # after the claims: every task they name is there by now
+            check_tasks_cover(self._tasks, self._published, self._claims, self._state)
 
     # -- what the supervisor tells it --------------------------------------------------------
 

@@ -37,6 +37,7 @@ from typing import Any, Final
 
 import psutil
 
+from logstore import LogError
 from queue_worker.config import DEFAULT_DRAIN_TIMEOUT_S, DEFAULT_LEASE_S, WorkerConfig
 from queue_worker.names import worker_label
 from queue_worker.process import EXIT_CONFIG as WORKER_EXIT_CONFIG
@@ -53,6 +54,7 @@ from supervisor.slots import RestartPolicy, Slot, code_is_time_limit, describe_e
 EXIT_OK: Final = 0  # drained: every worker finished what it held and exited
 EXIT_NO_WORKERS: Final = 1  # every worker died and none will be restarted
 EXIT_FORCED: Final = 130  # stopped by a second signal: workers were killed mid-task
+EXIT_LOG_ERROR: Final = 3  # a log could not be read on (damaged, or not this queue's)
 
 DEMO_HANDLER: Final = "queue_worker.handlers:demo"
 #: how often the watcher thread polls the worker processes and acts on requests
@@ -184,6 +186,8 @@ class Supervisor:
         self._forced = False
         self._exit_code: int | None = None
         self._finished = threading.Event()
+        #: why the run stopped on a log it could not read (the file and byte offset), if so
+        self.log_failure: str | None = None
         self._lock = threading.RLock()
         self._watcher = threading.Thread(target=self._watch, name="qw-watcher", daemon=True)
         self._next_sample = 0.0
@@ -199,10 +203,22 @@ class Supervisor:
         from queue_worker.producer import Queue
 
         opts = self.options
-        for directory in (opts.run_dir, self._status_path.parent, self._logs_dir):
-            directory.mkdir(parents=True, exist_ok=True)
         self.started_at = time.time()
+        # The logs first: a data location that cannot be used is named by the LogError.
         self._monitor = Monitor(opts.location)
+        for directory in (opts.run_dir, self._status_path.parent, self._logs_dir):
+            try:
+                directory.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                self._monitor.close()
+                raise LogError(f"{directory}: cannot create it: {e.strerror or e}") from e
+        # Before anything appends: every record of both logs whole and valid, and a claims
+        # log that closes no task the tasks log lacks. Writing past damage would bury it.
+        try:
+            self._monitor.check_start()
+        except BaseException:
+            self._monitor.close()
+            raise
         if opts.tasks:
             with Queue(opts.location, opts.fsync) as queue:
                 ids = queue.enqueue_many(demo_payloads(0, opts.tasks))
@@ -266,7 +282,11 @@ class Supervisor:
         refresh = now >= self._next_refresh
         if refresh:
             self._next_refresh = now + REFRESH_S
-            events = monitor.poll()  # outside the lock: catching up may take a while
+            try:
+                events = monitor.poll()  # outside the lock: catching up may take a while
+            except LogError as e:  # damage, a reset server: the run stops (_log_failed)
+                self._log_failed(e)
+                events = []
             queue = monitor.queue_view()
         with self._lock:
             if refresh:
@@ -294,30 +314,51 @@ class Supervisor:
                 self._write_status()
             self._check_finished()
 
+    def _log_failed(self, error: LogError) -> None:
+        """The monitor cannot read the logs on (damage, a reset server): stop the run. The
+        workers meet the same log; the drain restarts none of them, and the run ends with
+        EXIT_LOG_ERROR once they are gone (`_check_finished`); a second stop request still
+        kills them at once, as in any drain."""
+        with self._lock:
+            if self.log_failure is None:
+                self.log_failure = str(error)
+                self._event("info", f"stopping: {error}")
+                if not self._draining:
+                    self._begin_drain("a log cannot be read")
+
     def _check_finished(self) -> None:
         if any(slot.alive for slot in self._slots):
             return
-        if self._draining:
+        if self.log_failure is not None:
+            self._finish(EXIT_LOG_ERROR)
+        elif self._draining:
             self._finish(EXIT_FORCED if self._forced else EXIT_OK)
         elif any(s.lost for s in self._slots) and all(s.restart_due is None for s in self._slots):
             self._event("info", "every worker is gone and none will be restarted")
             self._finish(EXIT_NO_WORKERS)
 
     def _finish(self, code: int) -> None:
-        if self._publisher is not None:
-            self._publisher.stop()
-        self._exit_code = code
-        for slot in self._slots:
-            self._read_stats(slot)  # the last figures a drained worker published
-        if self._monitor is not None:
-            for event in self._monitor.poll():  # the last completions, for the final counts
-                self._add_event(event)
-            self._queue = self._monitor.queue_view()
-            self._monitor.close()  # its fold stays readable (task_info) for a last request
-        with contextlib.suppress(OSError):
-            self._status_path.unlink()
-        self._ops.close()
-        self._finished.set()
+        try:
+            if self._publisher is not None:
+                self._publisher.stop()
+            self._exit_code = code
+            for slot in self._slots:
+                self._read_stats(slot)  # the last figures a drained worker published
+            if self._monitor is not None:
+                try:
+                    for event in self._monitor.poll():  # the last completions, for the counts
+                        self._add_event(event)
+                except LogError as e:  # a damaged log: the counts stay as last read
+                    if self.log_failure is None:
+                        self.log_failure = str(e)
+                        self._exit_code = EXIT_LOG_ERROR
+                self._queue = self._monitor.queue_view()
+                self._monitor.close()  # its fold stays readable (task_info) for a last request
+            with contextlib.suppress(OSError):
+                self._status_path.unlink()
+            self._ops.close()
+        finally:
+            self._finished.set()  # whatever failed above, the run is over: wait() returns
 
     # -- processes -------------------------------------------------------------------------------
 
