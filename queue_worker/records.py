@@ -17,7 +17,12 @@ a one-letter type code; the rest are the type's fields in the order of the datac
     TASK   [1, "T", payload, enqueued_at]
 
 Times are integer microseconds since the Unix epoch (the writer's wall clock). `claim` is the
-log position of the CLAIM that the record acts under: the fencing token.
+log position of the CLAIM that the record acts under: the fencing token. A task id is an
+index in the tasks log: an integer from 0 to `MAX_TASK_ID`. A claims record naming any other
+task (−1, 2^64 − 1) is malformed: it decodes as an error, so every reader skips it as it
+skips any malformed record (the fold never sees it, and no task can be held by it). Times
+and leases are not range-checked: the fold only compares and adds them, and readers show an
+absurd one as such (`queue_worker.times`).
 
 Forward compatibility: a later schema may append fields (they are ignored here) or add
 types (decoded as `Unknown` and skipped by the fold). Decoding bytes read from a log is
@@ -38,6 +43,11 @@ CLAIM: Final = "C"
 RENEW: Final = "R"
 DONE: Final = "D"
 FAIL: Final = "F"
+
+
+#: the largest task id: a tasks log of 2^63 records is beyond any disk, and every id up to
+#: here fits msgpack's signed 64-bit integers
+MAX_TASK_ID: Final = 2**63 - 1
 
 
 class RecordDecodeError(ValueError):
@@ -143,6 +153,12 @@ def _fields(*checks: tuple[Any, str, type]) -> None:
             raise RecordEncodeError(f"field {name!r} is {_quote(value)}; expected {kind.__name__}")
 
 
+def _task_id(task: int) -> None:
+    """Refuse a task id that would decode as malformed (after its type was checked)."""
+    if not 0 <= task <= MAX_TASK_ID:
+        raise RecordEncodeError(f"field 'task' is {task}; expected a task id from 0 to 2^63-1")
+
+
 def encode(record: Record) -> bytes:
     """The wire bytes of a record (raises RecordEncodeError for an unencodable payload, or
     for fields that would not decode back)."""
@@ -150,20 +166,25 @@ def encode(record: Record) -> bytes:
         c = record
         _fields((c.task, "task", int), (c.worker, "worker", str), (c.at, "at", int))
         _fields((c.lease, "lease", int))
+        _task_id(c.task)
         return _pack([SCHEMA, CLAIM, c.task, c.worker, c.at, c.lease], free_form=False)
     if isinstance(record, Renew):
         r = record
         _fields((r.task, "task", int), (r.worker, "worker", str), (r.at, "at", int))
         _fields((r.claim, "claim", int), (r.lease, "lease", int))
+        _task_id(r.task)
         return _pack([SCHEMA, RENEW, r.task, r.worker, r.at, r.claim, r.lease], free_form=False)
     if isinstance(record, Done):
         d = record
+        if type(d.task) is int:  # another type fails at the decode check or at decoding
+            _task_id(d.task)
         items = [SCHEMA, DONE, d.task, d.worker, d.at, d.claim, d.result]
         return _pack(items, free_form=type(d.result) not in _SCALARS)
     if isinstance(record, Fail):
         f = record
         _fields((f.task, "task", int), (f.worker, "worker", str), (f.at, "at", int))
         _fields((f.claim, "claim", int), (f.error, "error", str))
+        _task_id(f.task)
         if f.retry_at is not None:
             _fields((f.retry_at, "retry_at", int))
         items = [SCHEMA, FAIL, f.task, f.worker, f.at, f.claim, f.error, f.retry_at]
@@ -180,6 +201,13 @@ def _int(value: Any, field: str) -> int:
     if type(value) is not int:
         raise RecordDecodeError(f"field {field!r} is {_quote(value)}; expected an integer")
     return value
+
+
+def _task(value: Any) -> int:
+    task = _int(value, "task")
+    if not 0 <= task <= MAX_TASK_ID:
+        raise RecordDecodeError(f"field 'task' is {task}; expected a task id from 0 to 2^63-1")
+    return task
 
 
 def _str(value: Any, field: str) -> str:
@@ -219,6 +247,7 @@ def decode(data: bytes) -> Record:
             type(version) is int
             and version >= 1
             and type(task) is int
+            and 0 <= task <= MAX_TASK_ID
             and type(worker) is str
             and type(at) is int
             and type(fifth) is int
@@ -253,17 +282,27 @@ def _decode_checked(items: Any) -> Record:
     # falls back to the per-field checks only to name what is wrong.
     if code == CLAIM:
         task, worker, at, lease = items[2], items[3], items[4], items[5]
-        if type(task) is int and type(worker) is str and type(at) is int and type(lease) is int:
+        if (
+            type(task) is int
+            and 0 <= task <= MAX_TASK_ID
+            and type(worker) is str
+            and type(at) is int
+            and type(lease) is int
+        ):
             return Claim(task, worker, at, lease)
-        return Claim(
-            _int(task, "task"), _str(worker, "worker"), _int(at, "at"), _int(lease, "lease")
-        )
+        return Claim(_task(task), _str(worker, "worker"), _int(at, "at"), _int(lease, "lease"))
     if code == DONE:
         task, worker, at, claim = items[2], items[3], items[4], items[5]
-        if type(task) is int and type(worker) is str and type(at) is int and type(claim) is int:
+        if (
+            type(task) is int
+            and 0 <= task <= MAX_TASK_ID
+            and type(worker) is str
+            and type(at) is int
+            and type(claim) is int
+        ):
             return Done(task, worker, at, claim, items[6])
         return Done(
-            _int(task, "task"),
+            _task(task),
             _str(worker, "worker"),
             _int(at, "at"),
             _int(claim, "claim"),
@@ -271,7 +310,7 @@ def _decode_checked(items: Any) -> Record:
         )
     if code == RENEW:
         return Renew(
-            _int(items[2], "task"),
+            _task(items[2]),
             _str(items[3], "worker"),
             _int(items[4], "at"),
             _int(items[5], "claim"),
@@ -280,7 +319,7 @@ def _decode_checked(items: Any) -> Record:
     if code == FAIL:
         retry_at = items[7]
         return Fail(
-            _int(items[2], "task"),
+            _task(items[2]),
             _str(items[3], "worker"),
             _int(items[4], "at"),
             _int(items[5], "claim"),

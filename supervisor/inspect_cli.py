@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import time
 from collections import deque
 from typing import Annotated, Any
 
@@ -16,6 +17,8 @@ import typer
 
 from logstore import LogError, open_log
 from queue_worker.explain import explain_task
+from queue_worker.names import printable, worker_label
+from queue_worker.quote import quote
 from queue_worker.records import (
     Claim,
     ClaimsRecord,
@@ -26,10 +29,11 @@ from queue_worker.records import (
     Unknown,
     decode_task,
 )
-from queue_worker.report import ReportInputError, clock_text, duration_text, read_claims, read_task
+from queue_worker.report import ReportInputError, read_claims, read_task
 from queue_worker.state import Outcome, Verdict
 from queue_worker.stats import read_all
-from queue_worker.topics import CLAIMS_TOPIC, ClaimsFollower
+from queue_worker.times import clock_text, duration_text
+from queue_worker.topics import CLAIMS_TOPIC, MALFORMED, ClaimsFollower
 from supervisor.cli_options import (
     DEFAULT_DIR,
     TOPICS,
@@ -181,7 +185,7 @@ class _TasksPrinter:
             return f"{head}  malformed: {e}"
         if isinstance(record, Unknown):
             return f"{head}  a record of unknown type {record.code!r}"
-        return f"{head}  {clock_text(record.enqueued_at)}  {_short(record.payload)}"
+        return f"{head}  {clock_text(record.enqueued_at)}  {quote(record.payload)}"
 
 
 class _ClaimsPrinter:
@@ -190,38 +194,34 @@ class _ClaimsPrinter:
 
     def line(self, entry: Any) -> str:
         outcome, record = self.follower.apply(entry)
+        if isinstance(record, Unknown) and record.code == MALFORMED:
+            why = self.follower.last_malformed or "does not decode"
+            return f"@{entry.position}  malformed, skipped by every reader: {printable(why)}"
         return f"@{entry.position}  {_record_text(record)}  → {_verdict_text(outcome)}"
-
-
-def _short(value: Any, limit: int = 80) -> str:
-    try:
-        text = json.dumps(value, ensure_ascii=False)
-    except (TypeError, ValueError):
-        text = repr(value)  # bytes and other msgpack values that JSON lacks
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _record_text(r: ClaimsRecord) -> str:
     if isinstance(r, Unknown):
         return f"a record of unknown type {r.code!r}"
-    head = f"{clock_text(r.at)}  {type(r).__name__.upper():5}  task {r.task}  by {r.worker}"
+    who = worker_label(r.worker)
+    head = f"{clock_text(r.at)}  {type(r).__name__.upper():5}  task {r.task}  by {who}"
     if isinstance(r, Claim):
         return f"{head}  lease {duration_text(r.lease)}"
     if isinstance(r, Renew):
         return f"{head}  claim @{r.claim}  lease {duration_text(r.lease)}"
     if isinstance(r, Done):
-        return f"{head}  claim @{r.claim}  result {_short(r.result, 40)}"
+        return f"{head}  claim @{r.claim}  result {quote(r.result, 40)}"
     assert isinstance(r, Fail)
     then = "dead" if r.retry_at is None else f"retry at {clock_text(r.retry_at)}"
-    return f"{head}  claim @{r.claim}  {then}: {_short(r.error, 60)}"
+    return f"{head}  claim @{r.claim}  {then}: {quote(r.error, 60)}"
 
 
 def _verdict_text(o: Outcome) -> str:
     text = o.verdict.value
     if o.verdict is Verdict.TAKEOVER and o.previous is not None:
-        return f"{text} from {o.previous.worker}"
+        return f"{text} from {worker_label(o.previous.worker)}"
     if o.verdict is Verdict.LOST_HELD and o.holder is not None:
-        return f"{text} by {o.holder.worker} until {clock_text(o.holder.expiry)}"
+        return f"{text} by {worker_label(o.holder.worker)} until {clock_text(o.holder.expiry)}"
     return text
 
 
@@ -246,7 +246,8 @@ def task_command(
             yield position, record
 
     try:
-        story = explain_task(task_id, read_task(location, task_id), claims())
+        now_us = time.time_ns() // 1000  # a lease that ran out by now reads as expired
+        story = explain_task(task_id, read_task(location, task_id), claims(), now_us)
     except (ReportInputError, LogError) as e:
         fail(str(e))
     if not story.steps:
@@ -256,18 +257,22 @@ def task_command(
     if as_json:
         body = story.to_json()
         body["result"] = result
-        typer.echo(json.dumps(body, indent=2, default=repr))
+        try:
+            text = json.dumps(body, indent=2, default=repr)
+        except (ValueError, RecursionError):  # a result nested too deep for JSON
+            body["result"] = quote(result, 200, as_json=False)
+            text = json.dumps(body, indent=2, default=repr)
+        typer.echo(text)
         return
-    typer.echo(f"task {task_id}: {story.state}")
+    typer.echo(f"task {task_id}: {printable(story.state)}")
     if accepted:
-        typer.echo(f"  result  {_short(result)}")
+        typer.echo(f"  result  {quote(result)}")
     for step in story.steps:
         where = f"#{step.position}" if step.kind == "TASK" else f"@{step.position}"
         when = clock_text(step.at) if step.at else "?"
-        extra = f"  {step.why}" if step.kind == "TASK" or step.kind == "FAIL" else ""
-        typer.echo(
-            f"  {where:>8}  {when}  {step.kind:5}  {step.worker or '':24}  {step.verdict}{extra}"
-        )
+        extra = f"  {printable(step.why)}" if step.kind in ("TASK", "FAIL") else ""
+        who = worker_label(step.worker) if step.worker is not None else ""
+        typer.echo(f"  {where:>8}  {when}  {step.kind:5}  {who:16}  {step.verdict}{extra}")
 
 
 # -- qw kill -----------------------------------------------------------------------------------
