@@ -11,19 +11,18 @@ with exit code 2 (typer's own usage errors are reshaped the same way by `main`).
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
-from logstore import LogError
+from logstore import LogError, RecordTooLargeError
 from queue_worker.config import DEFAULT_LEASE_S
 from queue_worker.handlers import HandlerLoadError, load_handler
-from queue_worker.records import RecordEncodeError, TaskRecord, encode
-from supervisor import inspect_cli, report_cli
+from queue_worker.records import RecordEncodeError
+from supervisor import enqueue_input, inspect_cli, report_cli
 from supervisor.cli_options import (
     DEFAULT_DIR,
     FSYNCS,
@@ -294,7 +293,7 @@ def enqueue(
     count: Annotated[
         int | None,
         typer.Option(
-            parser=whole("a number of tasks", 1),
+            parser=whole("a number of tasks", 1, enqueue_input.MAX_ENQUEUE),
             metavar="N",
             help="How many tasks (of --payload, or demo tasks).",
         ),
@@ -326,23 +325,18 @@ def enqueue(
     if file is not None and (payload is not None or count is not None):
         bad("--file", str(file), "--file alone (without --payload or --count)")
     if file is not None:
-        payloads = _payloads_from_file(file)
+        payloads = enqueue_input.from_file(file)
     elif payload is not None:
-        try:
-            value = json.loads(payload)
-        except ValueError as e:
-            bad("--payload", payload, f"one JSON value ({e})")
-        _check_encodable(value, "--payload")
-        payloads = [value] * (count or 1)
+        payloads = enqueue_input.repeated(payload, count or 1)
     else:
         payloads = list(demo_payloads(0, count or 1))
-    if not payloads:
-        fail(f"{file} holds no tasks; expected one JSON payload per line")
     from queue_worker.producer import Queue
 
     try:
         with Queue(location, fsync) as queue:
             ids = queue.enqueue_many(payloads)
+    except RecordTooLargeError as e:  # refused before anything was written
+        fail(f"{'--file' if file is not None else '--payload'}: {e}")
     except (LogError, RecordEncodeError) as e:
         fail(str(e))
     where = str(directory) if log is None else shown(log)
@@ -350,31 +344,6 @@ def enqueue(
         typer.echo(f"enqueued task {ids[0]} on {where}")
     else:
         typer.echo(f"enqueued {len(ids)} tasks ({ids[0]}–{ids[-1]}) on {where}")
-
-
-def _check_encodable(value: Any, where: str) -> None:
-    try:
-        encode(TaskRecord(value, 0))
-    except RecordEncodeError as e:
-        fail(f"{where}: {e}")
-
-
-def _payloads_from_file(path: Path) -> list[Any]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        bad("--file", str(path), f"a readable UTF-8 file ({e})")
-    payloads = []
-    for number, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue  # blank lines separate nothing; skipping them is what people expect
-        try:
-            value = json.loads(line)
-        except ValueError as e:
-            fail(f"{path} line {number}: not JSON ({e}); expected one JSON value per line")
-        _check_encodable(value, f"{path} line {number}")
-        payloads.append(value)
-    return payloads
 
 
 inspect_cli.register(app)

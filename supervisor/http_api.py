@@ -5,7 +5,8 @@
                  original's field names (attempts, won, lost, finished, timeouts, current,
                  knownTasks, consumedUpTo, doneTasks, heldByAnyone, claimLatencyMicros
                  {p50, p90, p99, samples}) and ours after them
-    /task/{id}   JSON: done, heldBy, heldAt (ms), known, and ours (dead, attempts, …)
+    /task/{id}   JSON: done, heldBy, heldAt (ms), known, and ours (dead, attempts,
+                 heldByLabel, leaseExpired by this machine's clock, …)
     /metrics     the Prometheus text exposition format (version 0.0.4)
 
 Every answer is built from `snapshot()` and `task_info()`, which copy what the supervisor's
@@ -18,11 +19,14 @@ import ipaddress
 import json
 import socket
 import threading
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
 
+from queue_worker.names import worker_label
+from queue_worker.records import MAX_TASK_ID
 from supervisor.model import SupervisorSnapshot, WorkerView
 from supervisor.monitor import TaskInfo
 
@@ -45,6 +49,16 @@ def parse_address(text: str) -> tuple[str, int]:
     if not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
         raise ValueError(f"{text!r} has no valid port; expected HOST:PORT with a port 0-65535")
     return host, int(port_text)
+
+
+def parse_task_id(text: str) -> int | None:
+    """The task id in /task/ID, or None: ASCII digits only (int() takes "٣" and refuses
+    "²", both of which isdigit() passes), and no more than 19 of them (int() refuses
+    more than 4300 digits with a ValueError)."""
+    if not (text.isascii() and text.isdigit() and len(text) <= len(str(MAX_TASK_ID))):
+        return None
+    task = int(text)
+    return task if task <= MAX_TASK_ID else None
 
 
 def is_loopback(host: str) -> bool:
@@ -87,6 +101,7 @@ def worker_json(w: WorkerView) -> dict[str, Any]:
         # ours
         "slot": w.slot,
         "worker": w.worker_id,
+        "label": None if w.worker_id is None else worker_label(w.worker_id),
         "pid": w.pid,
         "state": w.state,
         "lostByVerdict": lost_by,
@@ -113,8 +128,12 @@ def stats_json(snap: SupervisorSnapshot) -> dict[str, Any]:
     }
 
 
-def task_json(info: TaskInfo) -> dict[str, Any]:
+def task_json(info: TaskInfo, now_us: int | None = None) -> dict[str, Any]:
+    """`leaseExpired`: the holder's lease has run out by `now_us` (default: this machine's
+    clock). It is what a reader sees, not a verdict: the task stays held until a claim
+    takes it over."""
     holder = info.holder
+    now = time.time_ns() // 1000 if now_us is None else now_us
     return {
         "task": info.task,
         "done": info.done,
@@ -124,6 +143,8 @@ def task_json(info: TaskInfo) -> dict[str, Any]:
         # ours
         "dead": info.dead,
         "heldByWorker": None if holder is None else holder.worker,
+        "heldByLabel": None if holder is None else worker_label(holder.worker),
+        "leaseExpired": None if holder is None else holder.expiry <= now,
         "claim": None if holder is None else holder.claim,
         "expiresAt": None if holder is None else holder.expiry // 1000,
         "attempts": info.attempts,
@@ -242,10 +263,18 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(404, {"error": f"no such path {path}; try /health /stats /task/ID /metrics"})
 
     def _task(self, text: str) -> None:
-        if not text.isdigit():
-            self._json(400, {"error": f"task id {text!r} is not a number; expected /task/ID"})
+        task = parse_task_id(text)
+        if task is None:
+            shown = text if len(text) <= 40 else text[:39] + "…"
+            self._json(
+                400,
+                {
+                    "error": f"task id {shown!r} is not a task id; expected /task/ID, "
+                    f"ID from 0 to {MAX_TASK_ID}"
+                },
+            )
             return
-        info = self.source.task_info(int(text))
+        info = self.source.task_info(task)
         if info is None:
             self._json(503, {"error": "the supervisor has not started"})
             return

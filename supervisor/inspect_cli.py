@@ -11,7 +11,7 @@ import os
 import signal
 import time
 from collections import deque
-from typing import Annotated, Any
+from typing import Annotated, Any, Final
 
 import typer
 
@@ -20,6 +20,7 @@ from queue_worker.explain import explain_task
 from queue_worker.names import printable, worker_label
 from queue_worker.quote import quote
 from queue_worker.records import (
+    MAX_TASK_ID,
     Claim,
     ClaimsRecord,
     Done,
@@ -50,6 +51,9 @@ from supervisor.cli_options import (
 from supervisor.model import QueueView
 from supervisor.monitor import Monitor
 from supervisor.supervisor import is_running_worker, read_status_files
+
+#: `qw tail -n`: more than this many records would be kept in memory before printing
+MAX_TAIL_LINES: Final = 10_000_000
 
 
 def register(app: typer.Typer) -> None:
@@ -139,7 +143,7 @@ def tail(
         typer.Option(
             "--lines",
             "-n",
-            parser=whole("a number of records", 0),
+            parser=whole("a number of records", 0, MAX_TAIL_LINES),
             metavar="N",
             help="How many of the last records to print first.",
         ),
@@ -229,7 +233,14 @@ def _verdict_text(o: Outcome) -> str:
 
 
 def task_command(
-    task_id: Annotated[int, typer.Argument(metavar="ID", help="The task id (its index).")],
+    task_id: Annotated[
+        int,
+        typer.Argument(
+            parser=whole("a task id", 0, MAX_TASK_ID),
+            metavar="ID",
+            help="The task id (its index in the tasks log).",
+        ),
+    ],
     directory: DirOption = DEFAULT_DIR,
     log: LogOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,

@@ -21,6 +21,7 @@ from rich.text import Text
 from logstore import LogError, is_redis_url
 from queue_worker.explain import TaskStory, explain_task
 from queue_worker.names import printable, worker_label
+from queue_worker.records import MAX_TASK_ID
 from queue_worker.report import (
     EXIT_BAD_INPUT,
     HeldTask,
@@ -36,11 +37,13 @@ from queue_worker.report import (
     read_task,
 )
 from queue_worker.times import ago_text
-from supervisor.cli_options import DirOption, LogOption, check_log_url, shown
+from supervisor.cli_options import DirOption, LogOption, check_log_url, shown, whole
 from supervisor.demos import demo_app
 from supervisor.demos.common import stdout_console
 
 DEFAULT_DIR: Final = Path(".qw")
+#: the largest log position: every backend's positions fit in a signed 64-bit integer
+MAX_POSITION: Final = 2**63 - 1
 #: rows of a long section (takeovers, stale completions …) shown before "… and N more"
 MAX_ROWS: Final = 20
 HISTOGRAM_BAR: Final = 40
@@ -84,7 +87,7 @@ def report_command(
         int | None,
         typer.Option(
             "--at",
-            min=0,
+            parser=whole("a log position", 0, MAX_POSITION),
             metavar="POSITION",
             help="Replay the claims log only up to the record at this position (inclusive).",
         ),
@@ -112,7 +115,14 @@ def report_command(
 
 
 def why_command(
-    task: Annotated[int, typer.Argument(help="The task id (its index in the tasks log).")],
+    task: Annotated[
+        int,
+        typer.Argument(
+            parser=whole("a task id", 0, MAX_TASK_ID),
+            metavar="ID",
+            help="The task id (its index in the tasks log).",
+        ),
+    ],
     directory: DirOption = DEFAULT_DIR,
     log: LogOption = None,
     as_json: JsonOption = False,
