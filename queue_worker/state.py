@@ -308,6 +308,12 @@ class ClaimState:
         """Done or dead: never claimable again."""
         return (0 <= task < self.watermark) or task in self._closed_above
 
+    def closed_from(self, first: int) -> int:
+        """How many closed tasks have an id >= `first` (a query, for readers that count only
+        the tasks published so far: the fold itself does not know the tasks log)."""
+        below_watermark = max(0, self.watermark - max(first, 0))
+        return below_watermark + sum(1 for t in self._closed_above if t >= first)
+
     def is_dead(self, task: int) -> bool:
         return task in self._dead
 

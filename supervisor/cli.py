@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Annotated
 
@@ -39,6 +40,7 @@ from supervisor.cli_options import (
     shown,
     whole,
 )
+from supervisor.end_state import left_text
 from supervisor.http_api import StatsServer, is_loopback, parse_address
 from supervisor.progress import run_progress
 from supervisor.signals import stop_on_signals
@@ -273,10 +275,13 @@ def _run(supervisor: Supervisor, server: StatsServer | None, *, tui: bool) -> in
     assert code is not None  # wait() returned: the supervisor finished
     q = supervisor.snapshot().queue
     counts = f"published {q.published}, done {q.done}, dead {q.dead}, pending {q.pending}"
+    left = left_text(q, supervisor.held_leases(), time.time_ns() // 1000)
     if code == EXIT_FORCED:
         typer.echo(f"qw: stopped: workers killed mid-task ({counts})", err=True)
     elif code == EXIT_NO_WORKERS:
         typer.echo(f"qw: every worker died and none will be restarted ({counts})", err=True)
+    elif left is not None:  # the workers stopped, but the queue is not drained
+        typer.echo(f"qw: stopped with {left} ({counts})")
     else:
         typer.echo(f"qw: drained ({counts})")
     return code

@@ -31,7 +31,7 @@ from queue_worker.records import (
     decode_task,
 )
 from queue_worker.report import ReportInputError, read_claims, read_task
-from queue_worker.state import Outcome, Verdict
+from queue_worker.state import Lease, Outcome, Verdict
 from queue_worker.stats import read_all
 from queue_worker.times import clock_text, duration_text
 from queue_worker.topics import CLAIMS_TOPIC, MALFORMED, ClaimsFollower
@@ -48,10 +48,13 @@ from supervisor.cli_options import (
     shown,
     whole,
 )
+from supervisor.end_state import held_text
 from supervisor.model import QueueView
 from supervisor.monitor import Monitor
 from supervisor.supervisor import is_running_worker, read_status_files
 
+#: `qw status`: held tasks named one per line (--json lists them all)
+MAX_HELD_SHOWN: Final = 10
 #: `qw tail -n`: more than this many records would be kept in memory before printing
 MAX_TAIL_LINES: Final = 10_000_000
 
@@ -82,15 +85,27 @@ def status(
     snapshots = read_all(run_dir)
     running = [s for s in snapshots if is_running_worker(s)]
     try:
-        queue = _queue_counts(location)
+        queue, held = _queue_counts(location)
     except LogError as e:
         fail(str(e))
+    now_us = time.time_ns() // 1000  # which held leases read as expired: this clock's view
     if as_json:
         body = {
             "location": shown(location),
             "supervisors": supervisors,
             "workers": {"running": running, "stopped": len(snapshots) - len(running)},
             "queue": {k: v for k, v in vars(queue).items() if k != "throughput_history"},
+            "held": [
+                {
+                    "task": task,
+                    "worker": lease.worker,
+                    "label": worker_label(lease.worker),
+                    "claim": lease.claim,
+                    "expiry": lease.expiry,
+                    "expired": lease.expiry <= now_us,
+                }
+                for task, lease, _ in held
+            ],
         }
         typer.echo(json.dumps(body, indent=2))
         return
@@ -105,24 +120,32 @@ def status(
     for snap in running:
         task = snap.get("current_task")
         doing = f"{snap.get('state')} task {task}" if task is not None else snap.get("state")
-        typer.echo(
-            f"  {snap.get('name')}  pid {snap.get('pid')}  {doing}  "
-            f"finished {snap.get('finished', 0)}  id {snap.get('worker')}"
-        )
+        worker_id = snap.get("worker")
+        label = worker_label(worker_id) if isinstance(worker_id, str) else snap.get("name")
+        typer.echo(f"  {label}  {printable(str(doing))}  finished {snap.get('finished', 0)}")
+    expired = sum(1 for _, lease, _ in held if lease.expiry <= now_us)
+    expired_text = f" ({expired} expired)" if expired else ""
     typer.echo(
         f"queue        published {queue.published}  pending {queue.pending}  "
-        f"held {queue.held}  done {queue.done}  failed {queue.failed}  dead {queue.dead}"
+        f"held {queue.held}{expired_text}  done {queue.done}  failed {queue.failed}  "
+        f"dead {queue.dead}"
     )
+    for task, lease, died in held[:MAX_HELD_SHOWN]:
+        typer.echo(f"  held: {held_text(task, lease, died, now_us)}")
+    if len(held) > MAX_HELD_SHOWN:
+        typer.echo(f"  … and {len(held) - MAX_HELD_SHOWN} more held (qw status --json lists all)")
+    if expired:
+        typer.echo("  (expired: by this machine's clock; a live worker may take the task over)")
 
 
-def _queue_counts(location: str) -> QueueView:
-    """The queue as a fold of the whole claims log says it is now."""
+def _queue_counts(location: str) -> tuple[QueueView, list[tuple[int, Lease, float | None]]]:
+    """The queue as a fold of the whole claims log says it is now, and its held tasks."""
     monitor = Monitor(location)
     try:
         while True:
             monitor.poll()
             if monitor.caught_up:
-                return monitor.queue_view()
+                return monitor.queue_view(), monitor.held_leases()
     finally:
         monitor.close()
 
