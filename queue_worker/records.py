@@ -20,8 +20,9 @@ Times are integer microseconds since the Unix epoch (the writer's wall clock). `
 log position of the CLAIM that the record acts under: the fencing token. A task id is an
 index in the tasks log: an integer from 0 to `MAX_TASK_ID`. A claims record naming any other
 task (−1, 2^64 − 1) is malformed: it decodes as an error, so every reader skips it as it
-skips any malformed record (the fold never sees it, and no task can be held by it). Times
-and leases are not range-checked: the fold only compares and adds them, and readers show an
+skips any malformed record (the fold never sees it, and no task can be held by it). The encoder
+writes such an id as given (tools and tests write hostile records with it). Times and
+leases are not range-checked: the fold only compares and adds them, and readers show an
 absurd one as such (`queue_worker.times`).
 
 Forward compatibility: a later schema may append fields (they are ignored here) or add
@@ -52,6 +53,10 @@ MAX_TASK_ID: Final = 2**63 - 1
 
 class RecordDecodeError(ValueError):
     """Bytes from a log that are not a valid qw record."""
+
+
+class TaskIdRangeError(RecordDecodeError):
+    """A claims record naming a task id outside 0..MAX_TASK_ID: malformed."""
 
 
 class RecordEncodeError(ValueError):
@@ -137,6 +142,8 @@ def _pack(items: list[Any], *, free_form: bool) -> bytes:
     if free_form:
         try:
             decode(data)
+        except TaskIdRangeError:
+            pass  # written as given, as in a record without a free-form value (see above)
         except RecordDecodeError as e:
             raise RecordEncodeError(f"encodes to bytes that do not decode: {e}") from e
     return data
@@ -153,12 +160,6 @@ def _fields(*checks: tuple[Any, str, type]) -> None:
             raise RecordEncodeError(f"field {name!r} is {_quote(value)}; expected {kind.__name__}")
 
 
-def _task_id(task: int) -> None:
-    """Refuse a task id that would decode as malformed (after its type was checked)."""
-    if not 0 <= task <= MAX_TASK_ID:
-        raise RecordEncodeError(f"field 'task' is {task}; expected a task id from 0 to 2^63-1")
-
-
 def encode(record: Record) -> bytes:
     """The wire bytes of a record (raises RecordEncodeError for an unencodable payload, or
     for fields that would not decode back)."""
@@ -166,25 +167,20 @@ def encode(record: Record) -> bytes:
         c = record
         _fields((c.task, "task", int), (c.worker, "worker", str), (c.at, "at", int))
         _fields((c.lease, "lease", int))
-        _task_id(c.task)
         return _pack([SCHEMA, CLAIM, c.task, c.worker, c.at, c.lease], free_form=False)
     if isinstance(record, Renew):
         r = record
         _fields((r.task, "task", int), (r.worker, "worker", str), (r.at, "at", int))
         _fields((r.claim, "claim", int), (r.lease, "lease", int))
-        _task_id(r.task)
         return _pack([SCHEMA, RENEW, r.task, r.worker, r.at, r.claim, r.lease], free_form=False)
     if isinstance(record, Done):
         d = record
-        if type(d.task) is int:  # another type fails at the decode check or at decoding
-            _task_id(d.task)
         items = [SCHEMA, DONE, d.task, d.worker, d.at, d.claim, d.result]
         return _pack(items, free_form=type(d.result) not in _SCALARS)
     if isinstance(record, Fail):
         f = record
         _fields((f.task, "task", int), (f.worker, "worker", str), (f.at, "at", int))
         _fields((f.claim, "claim", int), (f.error, "error", str))
-        _task_id(f.task)
         if f.retry_at is not None:
             _fields((f.retry_at, "retry_at", int))
         items = [SCHEMA, FAIL, f.task, f.worker, f.at, f.claim, f.error, f.retry_at]
@@ -206,7 +202,7 @@ def _int(value: Any, field: str) -> int:
 def _task(value: Any) -> int:
     task = _int(value, "task")
     if not 0 <= task <= MAX_TASK_ID:
-        raise RecordDecodeError(f"field 'task' is {task}; expected a task id from 0 to 2^63-1")
+        raise TaskIdRangeError(f"field 'task' is {task}; expected a task id from 0 to 2^63-1")
     return task
 
 
