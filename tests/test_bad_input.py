@@ -72,6 +72,8 @@ BAD = [
     (["task", str(MAX_TASK_ID + 1)], str(MAX_TASK_ID + 1)),
     (["report", "--at", HUGE], HUGE),
     (["report", "--at", "-1"], "-1"),
+    (["demo", "collisions", "--workers", HUGE], HUGE),
+    (["demo", "pause", "--lease", "0"], "'0'"),
 ]
 
 
