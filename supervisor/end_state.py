@@ -23,9 +23,12 @@ from supervisor.model import QueueView
 NAMED_HELD: Final = 3
 
 
-def held_text(task: int, lease: Lease, died_at: float | None, now_us: int) -> str:
-    """task 1242 by w2·6975 (dead, lease expired 3.10 s ago)."""
-    notes = [] if died_at is None else ["dead"]
+def held_text(
+    task: int, lease: Lease, died_at: float | None, now_us: int, *, gone: str | None = None
+) -> str:
+    """task 1242 by w2·6975 (dead, lease expired 3.10 s ago). `gone` words a holder known
+    not to run (without a death time: "not running here")."""
+    notes = ["dead"] if died_at is not None else [gone] if gone else []
     if lease.expiry <= now_us:
         notes.append(f"lease expired {ago_text(lease.expiry, now_us)}")
     else:

@@ -130,8 +130,12 @@ def status(
         f"held {queue.held}{expired_text}  done {queue.done}  failed {queue.failed}  "
         f"dead {queue.dead}"
     )
+    # workers on this directory's run dir; a holder elsewhere (another host on --log) is
+    # not seen here, hence "here"
+    here = {snap.get("worker") for snap in running}
     for task, lease, died in held[:MAX_HELD_SHOWN]:
-        typer.echo(f"  held: {held_text(task, lease, died, now_us)}")
+        gone = None if lease.worker in here else "not running here"
+        typer.echo(f"  held: {held_text(task, lease, died, now_us, gone=gone)}")
     if len(held) > MAX_HELD_SHOWN:
         typer.echo(f"  … and {len(held) - MAX_HELD_SHOWN} more held (qw status --json lists all)")
     if expired:

@@ -210,7 +210,8 @@ def test_up_stopped_with_a_dead_workers_task_held_does_not_say_drained(tmp_path:
     assert "drained" not in last
     # and afterwards: status names the holder; no worker runs
     status = qw("status", "--dir", str(data), cwd=tmp_path).stdout
-    assert "held 1" in status and f"held: task 0 by w0·{pid} (lease until " in status
+    assert "held 1" in status
+    assert f"held: task 0 by w0·{pid} (not running here, lease until " in status
 
 
 # -- expired leases, as the readers show them ------------------------------------------------
@@ -228,7 +229,8 @@ def expired(tmp_path: Path) -> Path:
 def test_status_shows_an_expired_lease_with_how_long_ago(tmp_path: Path, expired: Path) -> None:
     out = qw("status", "--dir", str(expired), cwd=tmp_path).stdout
     assert "held 1 (1 expired)" in out
-    assert re.search(r"held: task 0 by w2·6975 \(lease expired \d+\.\d\d s ago\)", out)
+    expired_line = r"held: task 0 by w2·6975 \(not running here, lease expired \d+\.\d\d s ago\)"
+    assert re.search(expired_line, out)
     assert "by this machine's clock" in out
     body = json.loads(qw("status", "--json", "--dir", str(expired), cwd=tmp_path).stdout)
     assert body["held"][0] | {"expiry": 0} == {
