@@ -49,6 +49,7 @@ class TaskStory:
                     "position": s.position,
                     "kind": s.kind,
                     "worker": s.worker,
+                    "label": None if s.worker is None else worker_label(s.worker),
                     "at": s.at,
                     "verdict": s.verdict,
                     "why": s.why,

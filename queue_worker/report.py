@@ -26,6 +26,7 @@ from typing import Any, Final
 
 from logstore import Log, is_redis_url, open_log
 from logstore.base import LogError
+from queue_worker.names import worker_label
 from queue_worker.records import (
     Claim,
     ClaimsRecord,
@@ -304,7 +305,7 @@ class Report:
                 for t in self.takeovers
             ],
             stale_completions=json_safe(self.stale_completions),
-            workers=json_safe(self.workers),
+            workers=[json_safe(w) | {"label": worker_label(w.worker)} for w in self.workers],
             accounting_errors=self.accounting_errors(),
         )
         return data

@@ -187,6 +187,10 @@ def test_json_output_keeps_the_full_worker_id(tmp_path: Path, hostile: dict[str,
     body = json.loads(qw("report", "--json", cwd=tmp_path).stdout)
     assert GOOD_WORKER in [w["worker"] for w in body["workers"]]
     assert ESCAPE_WORKER in [w["worker"] for w in body["workers"]]
+    assert {w["worker"]: w["label"] for w in body["workers"]}[GOOD_WORKER] == "w2·4711"
+    story = json.loads(qw("why", "0", "--json", cwd=tmp_path).stdout)
+    claim = story["records"][1]
+    assert (claim["worker"], claim["label"]) == (GOOD_WORKER, "w2·4711")
 
 
 def test_a_checkpoint_of_a_fold_that_held_an_impossible_task_id_is_refused() -> None:
