@@ -215,7 +215,7 @@ class _TasksPrinter:
         except RecordDecodeError as e:
             return f"{head}  malformed: {e}"
         if isinstance(record, Unknown):
-            return f"{head}  a record of unknown type {record.code!r}"
+            return f"{head}  a record of unknown type {quote(record.code, 40, as_json=False)}"
         return f"{head}  {clock_text(record.enqueued_at)}  {quote(record.payload)}"
 
 
@@ -233,7 +233,7 @@ class _ClaimsPrinter:
 
 def _record_text(r: ClaimsRecord) -> str:
     if isinstance(r, Unknown):
-        return f"a record of unknown type {r.code!r}"
+        return f"a record of unknown type {quote(r.code, 40, as_json=False)}"
     who = worker_label(r.worker)
     head = f"{clock_text(r.at)}  {type(r).__name__.upper():5}  task {r.task}  by {who}"
     if isinstance(r, Claim):

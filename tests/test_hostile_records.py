@@ -203,3 +203,19 @@ def test_a_checkpoint_of_a_fold_that_held_an_impossible_task_id_is_refused() -> 
     fine = ClaimState()
     fine.apply(Claim(MAX_TASK_ID, GOOD_WORKER, T0, LEASE), 0)
     assert ClaimState.restore(fine.snapshot()).holder(MAX_TASK_ID) is not None
+
+
+def test_a_record_of_an_unknown_type_is_shown_bounded_and_escaped(tmp_path: Path) -> None:
+    with Queue(str(tmp_path / ".qw")) as queue:
+        queue.enqueue({"n": 0})
+    code = "\x1b]0;pwned\x07" + "Z" * 5000
+    append_raw(tmp_path / ".qw", "claims", [1, code, 0, "w"])
+    append_raw(tmp_path / ".qw", "tasks", [1, code])
+    for topic in ("claims", "tasks"):
+        run = qw("tail", "--topic", topic, cwd=tmp_path)
+        assert run.returncode == 0, run.stderr
+        assert "a record of unknown type" in run.stdout
+        assert "\x1b" not in run.stdout and "\x07" not in run.stdout
+        assert max(len(line) for line in run.stdout.splitlines()) < 200
+    report = json.loads(qw("report", "--json", cwd=tmp_path).stdout)
+    assert (report["unknown_records"], report["malformed"]) == (1, [])
