@@ -25,9 +25,10 @@ $(VENV)/.installed-bench: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q -e '.[test,bench]'
 	touch $@
 
-## up: run qw with $(WORKERS) workers on ./.qw (the live dashboard in a terminal)
+## up: run qw with $(WORKERS) workers on ./.qw (the live dashboard in a terminal), with
+## demo traffic (--demo: demo tasks at 80% of what the workers can do)
 up: $(VENV)/.installed
-	$(BIN)/qw up --workers $(WORKERS) $(ARGS)
+	$(BIN)/qw up --workers $(WORKERS) --demo $(ARGS)
 
 ## test: the test suite (includes a short chaos run; QW_CHAOS=long for the long one)
 test: $(VENV)/.installed-test

@@ -18,6 +18,10 @@ from logstore.base import Durability
 #: seconds, not half a minute, and a long task still keeps its lease.
 DEFAULT_LEASE_S: Final = 5.0
 
+#: how long a drain waits for the task in hand before ending it as a time-out (Dramatiq's
+#: worker shutdown timeout is 10 minutes too)
+DEFAULT_DRAIN_TIMEOUT_S: Final = 600.0
+
 PICK_STRATEGIES: Final = ("first", "random", "spread")
 
 # A worker id is "<name>-<pid>-<hex>" (or "<name>@<host>-<pid>-<hex>") and names the stats
@@ -58,6 +62,12 @@ class WorkerConfig:
     backoff_s: float = 1.0  # retry delay base: attempt n waits up to backoff_s * 2**(n-1)
     backoff_max_s: float = 60.0  # ... and never more than this
     idle_poll_s: float = 0.2  # the longest an idle worker sleeps before looking again
+    # An attempt that runs longer fails and its worker process is ended (None: no limit;
+    # a handler's own `@time_limit` wins). See queue_worker.time_limit.
+    task_timeout_s: float | None = None
+    # After a drain (SIGTERM) begins, the task in hand gets this long at most, then ends as
+    # a time-out does (None: wait for it however long it runs).
+    drain_timeout_s: float | None = DEFAULT_DRAIN_TIMEOUT_S
     exit_when_drained: bool = False  # return once nothing is pending or held
     # The supervisor's pid: a worker whose parent is no longer this pid exits (no orphans).
     # None: take it from $QW_PARENT_PID, else the parent at start.
@@ -95,6 +105,10 @@ class WorkerConfig:
         _at_least("backoff_s", self.backoff_s, 0)
         _at_least("backoff_max_s", self.backoff_max_s, 0)
         _positive("idle_poll_s", self.idle_poll_s)
+        if self.task_timeout_s is not None:
+            _positive("task_timeout_s", self.task_timeout_s)
+        if self.drain_timeout_s is not None:
+            _positive("drain_timeout_s", self.drain_timeout_s)
         if self.parent_pid is not None:
             _at_least("parent_pid", self.parent_pid, 1)
         if self.host is not None:
@@ -149,6 +163,8 @@ _FIELD_TYPES: Final[dict[str, str]] = {
     "backoff_s": "float",
     "backoff_max_s": "float",
     "idle_poll_s": "float",
+    "task_timeout_s": "float?",
+    "drain_timeout_s": "float?",
     "exit_when_drained": "bool",
     "parent_pid": "int?",
     "host": "str?",
@@ -156,7 +172,7 @@ _FIELD_TYPES: Final[dict[str, str]] = {
 
 
 def _check_type(key: str, value: Any, kind: str) -> None:
-    if kind in ("int?", "str?") and value is None:
+    if kind in ("int?", "str?", "float?") and value is None:
         return
     ok = {
         "str": isinstance(value, str),
@@ -166,6 +182,7 @@ def _check_type(key: str, value: Any, kind: str) -> None:
         "int": type(value) is int,
         "int?": type(value) is int,
         "float": type(value) in (int, float),
+        "float?": type(value) in (int, float),
     }[kind]
     if not ok:
         expected = {
@@ -175,6 +192,7 @@ def _check_type(key: str, value: Any, kind: str) -> None:
             "int?": "an integer or null",
             "str?": "a string or null",
             "float": "a number",
+            "float?": "a number or null",
         }[kind]
         raise ValueError(f"worker config {key!r} is {value!r}; expected {expected}")
 

@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from queue_worker.names import printable, worker_label
-from queue_worker.quote import quote
 from queue_worker.records import Claim, ClaimsRecord, Done, Fail, Renew, TaskRecord, Unknown
 from queue_worker.state import ClaimState, Lease, Outcome, Verdict
 from queue_worker.times import ago_text, clock_text, duration_text
+from queue_worker.values import value_text
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,7 +223,7 @@ def explain_task(
         teller.apply(record, position)
     steps = list(teller.steps)
     if isinstance(task_record, TaskRecord):
-        payload = quote(task_record.payload, 60, as_json=False)
+        payload = value_text(task_record.payload, 60)  # JSON, as everywhere else
         first = Step(task, "TASK", None, task_record.enqueued_at, "published", f"payload {payload}")
         steps.insert(0, first)
     elif task_record is not None:

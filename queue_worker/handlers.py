@@ -7,10 +7,23 @@ A handler is a function of the task's payload::
     def resize(payload, ctx): ...                # and a TaskContext (any second parameter)
     def resize(payload, *, ctx): ...             # or a keyword parameter named ctx
 
-Its return value (anything msgpack can encode) is carried by the DONE record. An exception
-fails the attempt: the FAIL record carries "Type: message", and the task may be retried
-after a backoff (`retry_at`) until `max_attempts` winning claims have been used; then the
-FAIL is dead.
+Its return value (anything msgpack can encode) is carried by the DONE record.
+
+Attempts and failures. Every winning claim of a task is one attempt (the fold counts them:
+`ClaimState.attempts`), however it ends, and `max_attempts` bounds them all alike:
+
+- an exception fails the attempt: the FAIL record carries "Type: message", and the task may
+  be retried after a backoff (`retry_at`) while attempts remain; the FAIL of attempt
+  `max_attempts` is dead;
+- a time limit (`--task-timeout`, or `@time_limit(seconds)` on the handler) fails the
+  attempt the same way, "timed out after 30 s", written by the worker's watchdog under its
+  claim; then the worker process ends (a Python thread cannot be stopped), see
+  `queue_worker.time_limit`;
+- a worker that dies running the task (os._exit, a segfault, the OOM killer) writes
+  nothing: its lease lapses and the next winning claim is the next attempt. A worker whose
+  claim wins attempt `max_attempts + 1` does not run the task: it writes a dead FAIL saying
+  that the earlier attempts' workers died (`attempts_used_up`). So a task whose handler
+  kills its worker is run at most `max_attempts` times, like one that raises.
 
 Cancellation: when the worker loses the lease (a renewal refused, or another worker took
 the task over after the lease lapsed), it sets `ctx.cancelled`. A handler that honours it
@@ -28,7 +41,7 @@ import random
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, TypeVar
 
 from queue_worker.clock import seconds_to_us
 
@@ -67,6 +80,30 @@ class TaskContext:
 CtxMode = Literal["none", "positional", "keyword"]
 
 
+#: the attribute `time_limit` sets on a handler function
+TIME_LIMIT_ATTRIBUTE: Final = "qw_time_limit_s"
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def time_limit(seconds: float) -> Callable[[F], F]:
+    """Give a handler its own time limit, which overrides the worker's `--task-timeout`::
+
+        @time_limit(30)
+        def resize(payload): ...
+
+    An attempt that runs longer fails ("timed out after 30 s") and its worker process is
+    ended (see `queue_worker.time_limit`)."""
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not seconds > 0:
+        raise ValueError(f"time_limit is {seconds!r}; expected a number of seconds > 0")
+
+    def mark(function: F) -> F:
+        setattr(function, TIME_LIMIT_ATTRIBUTE, float(seconds))
+        return function
+
+    return mark
+
+
 @dataclass(frozen=True)
 class Handler:
     """A loaded handler and how it takes the context."""
@@ -74,6 +111,7 @@ class Handler:
     spec: str
     function: Callable[..., Any]
     ctx_mode: CtxMode
+    time_limit_s: float | None = None  # its own time limit (`@time_limit`), if any
 
     def __call__(self, payload: Any, ctx: TaskContext) -> Any:
         if self.ctx_mode == "positional":
@@ -108,13 +146,25 @@ def load_handler(spec: str) -> Handler:
             f"handler {spec!r} is a {type(target).__name__}, not callable; "
             "expected a function taking (payload) or (payload, ctx)"
         )
-    return Handler(spec, target, _ctx_mode(spec, target))
+    return Handler(spec, target, _ctx_mode(spec, target), _time_limit_of(spec, target))
 
 
 def handler_from_function(function: Callable[..., Any], spec: str | None = None) -> Handler:
     """A handler from a function already in hand (tests, embedding a worker)."""
     name = spec if spec is not None else getattr(function, "__qualname__", repr(function))
-    return Handler(name, function, _ctx_mode(name, function))
+    return Handler(name, function, _ctx_mode(name, function), _time_limit_of(name, function))
+
+
+def _time_limit_of(spec: str, function: Callable[..., Any]) -> float | None:
+    limit = getattr(function, TIME_LIMIT_ATTRIBUTE, None)
+    if limit is None:
+        return None
+    if isinstance(limit, bool) or not isinstance(limit, int | float) or not limit > 0:
+        raise HandlerLoadError(
+            f"handler {spec!r} has {TIME_LIMIT_ATTRIBUTE} = {limit!r}; "
+            "expected a number of seconds > 0"
+        )
+    return float(limit)
 
 
 def _ctx_mode(spec: str, function: Callable[..., Any]) -> CtxMode:
@@ -197,6 +247,37 @@ def retry_at(
     if permanent or attempt >= max_attempts:
         return None
     return at + backoff_us(attempt, backoff_s, backoff_max_s, rng)
+
+
+def seconds_text(seconds: float) -> str:
+    """30 -> "30 s", 0.5 -> "0.5 s": a duration in an error text."""
+    return f"{seconds:g} s"
+
+
+def timed_out_error(limit_s: float) -> str:
+    """The error of an attempt ended by its time limit."""
+    return f"timed out after {seconds_text(limit_s)}"
+
+
+def attempts_used_up(
+    attempts: int, max_attempts: int, died: str | None, last_error: str | None
+) -> str:
+    """The error of the dead FAIL written, without running the task, by the claim that won
+    attempt `attempts` > `max_attempts`.
+
+    `died` names (as people read it) the worker whose lease this claim took over: that
+    attempt wrote no result and no error, so its worker died or stopped renewing its lease
+    while running it (a FAIL of the last attempt is dead already). That, and the error of an
+    earlier attempt, is what the claims log knows; the cause of a death (a signal, say) is
+    the supervisor's to tell. `died` is None when no lease was taken over (the attempts were
+    used up under a larger max_attempts)."""
+    runs = f"attempts used up: run {attempts - 1} time{'s' * (attempts != 2)}"
+    text = f"{runs} (max_attempts {max_attempts})"
+    if died is not None:
+        text += f"; the last run's worker ({died}) died or stopped renewing its lease running it"
+    if last_error:
+        text += f"; an earlier attempt failed with: {last_error}"
+    return text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 1] + "…"
 
 
 class DemoFailure(Exception):

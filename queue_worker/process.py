@@ -22,6 +22,7 @@ from urllib.parse import urlsplit
 from logstore import LogError, is_redis_url
 from queue_worker.config import WorkerConfig
 from queue_worker.handlers import error_text
+from queue_worker.time_limit import EXIT_TIME_LIMIT
 from queue_worker.worker import Worker
 
 # Exit codes of a worker process.
@@ -29,6 +30,8 @@ EXIT_OK: Final = 0  # drained, stopped, or the queue was drained (exit_when_drai
 EXIT_ERROR: Final = 1  # the worker failed: a log it cannot use, or a bug (message on stderr)
 EXIT_CONFIG: Final = 2  # the config is invalid or the handler cannot be loaded
 EXIT_ORPHANED: Final = 3  # the supervisor is gone: exit rather than outlive it
+# EXIT_TIME_LIMIT (124, as timeout(1)): a task ran past its time limit (or a drain's): its
+# FAIL was written, and the process ended because a thread cannot be stopped (time_limit.py)
 EXIT_TERMINATED: Final = 128 + signal.SIGTERM  # a second SIGTERM: exit at once
 
 #: how often the orphan watchdog compares getppid() with the supervisor's pid
@@ -120,6 +123,19 @@ def run_worker_process(config_json: str) -> None:
         traceback.print_exc()
         print(f"qw worker {worker.worker_id}: crashed: {error_text(e)}", file=sys.stderr)
         raise SystemExit(EXIT_ERROR) from None
+
+
+__all__ = [
+    "EXIT_CONFIG",
+    "EXIT_ERROR",
+    "EXIT_OK",
+    "EXIT_ORPHANED",
+    "EXIT_TERMINATED",
+    "EXIT_TIME_LIMIT",
+    "main",
+    "run_worker_process",
+    "worker_command",
+]
 
 
 def worker_command(config: WorkerConfig) -> tuple[list[str], dict[str, str] | None]:

@@ -1,6 +1,6 @@
 """ClaimState: the verdict of the claims log, as a pure fold.
 
-Rules this module keeps (DESIGN.md, "The verdict"):
+Rules this module keeps (docs/protocol.md, section 3, "The verdict"):
 
 Rule 0. Everything that decides who owns a task lives in `ClaimState.apply`. It reads no
         clock, no file and no other topic: every reader that applies the same prefix of the
@@ -18,6 +18,10 @@ Rule 4. DONE accepted: t is done, for ever. Otherwise it is STALE: its result is
         (and the report counts the work as done twice when that claim had won).
 Rule 5. FAIL accepted: the holder lets t go at once; t may be claimed again from `retry_at`,
         or never (retry_at None: dead). The writer decides which; the fold obeys.
+        The fold counts each task's winning claims (`attempts`), however the attempt ends: a
+        takeover after the holder died is one too. Writers measure max_attempts by it: an
+        exception's or a time-out's FAIL, and the dead FAIL of a claim that finds the
+        attempts used up by workers that died (queue_worker.handlers, "Attempts").
 Rule 6. A record of an unknown type changes nothing but the position.
 Rule 7. Expiry is judged by the records' own timestamps. The reader's clock enters only
         through `claimable(now)`: which tasks a worker may *try* for.

@@ -72,6 +72,7 @@ from queue_worker.config import WorkerConfig, default_host
 from queue_worker.handlers import (
     HandlerOutcome,
     TaskContext,
+    attempts_used_up,
     error_text,
     handler_from_function,
     load_handler,
@@ -79,6 +80,7 @@ from queue_worker.handlers import (
     run_handler,
 )
 from queue_worker.lease import LeaseKeeper, RenewalThread
+from queue_worker.names import worker_label
 from queue_worker.pick import FreshTasks, pick_task
 from queue_worker.publisher import SnapshotPublisher
 from queue_worker.records import (
@@ -92,6 +94,7 @@ from queue_worker.records import (
 )
 from queue_worker.state import Lease, Verdict
 from queue_worker.stats import WorkerStats
+from queue_worker.time_limit import TimeLimits
 from queue_worker.topics import READ_BATCH, ClaimsFollower, Settled, TaskIndex, open_topics
 
 #: spread: an idle worker woken when the next task id is another slot's steps aside this
@@ -221,6 +224,8 @@ class Worker:
         self.publisher = SnapshotPublisher(self.stats, path, self._stats_lock)
         # one renewal thread for the worker's life, handed each task's lease (see lease.py)
         self._renewer = RenewalThread()
+        # ends the process when a task outruns its time limit or a drain (see time_limit.py)
+        self._time_limits = TimeLimits(config.drain_timeout_s)
         #: append the next task's CLAIM with each DONE/FAIL (see `_finish`)
         self.claim_ahead = claim_ahead
         self._ahead: AheadClaim | None = None
@@ -392,6 +397,7 @@ class Worker:
     def drain(self) -> None:
         """Make no new claims; the task in hand is finished. (Safe from a signal handler.)"""
         self._draining.set()
+        self._time_limits.drain()
 
     @property
     def draining(self) -> bool:
@@ -434,6 +440,9 @@ class Worker:
         self._set_state("working")
         self._task_started = time.monotonic()
         try:
+            attempt = self.claims.state.attempts(task)
+            if attempt > self.config.max_attempts:
+                return self._give_up(task, settled, attempt, latency_us)
             keeper = LeaseKeeper(
                 self.claims_log,
                 claim=claim,
@@ -446,13 +455,18 @@ class Worker:
             )
             ctx = TaskContext(
                 task_id=task,
-                attempt=self.claims.state.attempts(task),
+                attempt=attempt,
                 cancelled=keeper.cancelled,
                 worker_id=self.worker_id,
                 work_ms=self.config.work_ms,
             )
+            limit_s = self.handler.time_limit_s or self.config.task_timeout_s
+
+            def timed_out(error: str) -> None:  # called from the watchdog's thread
+                self._fail_timed_out(task, claim_position, attempt, error)
+
             try:
-                with keeper:
+                with keeper, self._time_limits.running(limit_s, timed_out):
                     outcome = self._run_task(task, ctx)
             except _FATAL_LOG_ERRORS:
                 raise
@@ -481,6 +495,55 @@ class Worker:
                 self.stats.current_since = None
                 self.stats.lease_expiry = None
             self._set_state("idle")
+
+    def _fail_timed_out(self, task: int, claim_position: int, attempt: int, error: str) -> None:
+        """The attempt outran its time limit (the watchdog's thread calls this, then ends
+        the process): append its FAIL, durably, under our claim, which still holds the task.
+        Like an exception's FAIL, it says when to retry, or that the task is dead."""
+        at = self._clock()
+        retry = retry_at(
+            at,
+            attempt,
+            max_attempts=self.config.max_attempts,
+            backoff_s=self.config.backoff_s,
+            backoff_max_s=self.config.backoff_max_s,
+            rng=self._rng,
+        )
+        fail = Fail(task, self.worker_id, at, claim_position, error, retry)
+        self.claims_log.append(encode(fail), durable=True)
+        print(f"qw worker {worker_label(self.worker_id)}: task {task} {error}", file=sys.stderr)
+        with self._stats_lock:
+            self.stats.failed += 1
+            self.stats.last_error = f"task {task}: {error}"
+            self.stats.state = "exited"
+            self.stats.exit_reason = f"task {task} {error}"
+        self.publisher.publish(force=True)
+
+    def _give_up(self, task: int, settled: Settled, attempt: int, latency_us: int) -> StepResult:
+        """Our claim won attempt `attempt` > max_attempts: the attempts before it ended with
+        no FAIL (their workers died running the task, or were ended past their lease), so
+        the task is made dead without running it again: a handler that kills its worker
+        gets max_attempts runs, as one that raises does. Written under our claim: the holder."""
+        claim = settled.record
+        assert isinstance(claim, Claim)
+        previous = settled.outcome.previous if settled.outcome.verdict is Verdict.TAKEOVER else None
+        st = self.claims.state.task_state(task)
+        error = attempts_used_up(
+            attempt,
+            self.config.max_attempts,
+            worker_label(previous.worker) if previous is not None else None,
+            st.last_error if st is not None else None,
+        )
+        keeper = LeaseKeeper(  # never started: `_finish` only asks whether it lost the lease
+            self.claims_log,
+            claim=claim,
+            claim_position=settled.entry.position,
+            read_from=settled.entry.next,
+            lease_us=self.config.lease_us,
+            clock=self._clock,
+        )
+        outcome = HandlerOutcome(error=error, permanent=True)
+        return self._finish(task, settled.entry.position, attempt, outcome, keeper, latency_us)
 
     def _run_task(self, task: int, ctx: TaskContext) -> HandlerOutcome:
         try:
@@ -823,6 +886,7 @@ class Worker:
 
     def close(self) -> None:
         self._renewer.close()
+        self._time_limits.close()
         for log in self._owned_logs:
             log.close()
 

@@ -20,7 +20,7 @@ from typing import Annotated
 import typer
 
 from logstore import LogError, RecordTooLargeError
-from queue_worker.config import DEFAULT_LEASE_S
+from queue_worker.config import DEFAULT_DRAIN_TIMEOUT_S, DEFAULT_LEASE_S
 from queue_worker.handlers import HandlerLoadError, load_handler
 from queue_worker.records import RecordEncodeError
 from supervisor import enqueue_input, inspect_cli, report_cli
@@ -41,6 +41,7 @@ from supervisor.cli_options import (
     whole,
 )
 from supervisor.end_state import left_text
+from supervisor.help_format import WholeHelpGroup
 from supervisor.http_api import StatsServer, is_loopback, parse_address
 from supervisor.progress import run_progress
 from supervisor.signals import stop_on_signals
@@ -61,7 +62,8 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
-    rich_markup_mode="markdown",  # docstring lines join into paragraphs; blank lines split
+    rich_markup_mode=None,  # plain layout: typer's panels cut names at 80 columns
+    cls=WholeHelpGroup,  # …and help text wrapped without breaking a name (help_format)
 )
 
 
@@ -69,8 +71,8 @@ app = typer.Typer(
 
 
 @app.command(
-    epilog="Examples:  qw up --workers 8  ·  "
-    "qw up --tasks 200 --exit-when-drained --no-tui  ·  qw up --http 8080"
+    epilog="\b\nExamples:\n  qw up --workers 8\n  qw up --demo\n"
+    "  qw up --tasks 200 --exit-when-drained --no-tui\n  qw up --http 8080"
 )
 def up(
     directory: DirOption = DEFAULT_DIR,
@@ -101,14 +103,19 @@ def up(
             help="Demo tasks to enqueue at start.",
         ),
     ] = 0,
+    demo: Annotated[
+        bool,
+        typer.Option(
+            "--demo",
+            help="Add demo tasks while running, at 80% of what the workers can do.",
+        ),
+    ] = False,
     rate: Annotated[
         float | None,
         typer.Option(
             parser=real("tasks per second", 0, 100_000),
             metavar="R",
-            help="Demo tasks enqueued per second while running. Default: 80% of what the "
-            "workers can do, with the demo handler and neither --tasks nor "
-            "--exit-when-drained; else 0.",
+            help="Add R demo tasks a second while running (implies --demo).",
         ),
     ] = None,
     lease: Annotated[
@@ -145,6 +152,25 @@ def up(
             help="Backoff before the first retry; it doubles with each attempt (full jitter).",
         ),
     ] = 1.0,
+    task_timeout: Annotated[
+        float | None,
+        typer.Option(
+            parser=real("seconds", 0, 86_400 * 7, low_open=True),
+            metavar="SECONDS",
+            help="An attempt that runs longer fails (retried after a backoff, or dead on the "
+            "last attempt) and its worker process is ended and restarted. A handler's own "
+            "@time_limit wins. Default: no limit.",
+        ),
+    ] = None,
+    drain_timeout: Annotated[
+        float,
+        typer.Option(
+            parser=real("seconds", 0, 86_400 * 7, low_open=True),
+            metavar="SECONDS",
+            help="On a drain (Ctrl-C, SIGTERM, --exit-when-drained), how long a worker's "
+            "task in hand may still run; then it ends as a time-out does.",
+        ),
+    ] = DEFAULT_DRAIN_TIMEOUT_S,
     restart: Annotated[bool, typer.Option(help="Restart workers that die.")] = True,
     fsync: Annotated[
         str,
@@ -184,16 +210,19 @@ def up(
     On a terminal a live dashboard shows the workers, the queue and the events (k kills a
     worker that holds a task, q drains). Without one (or with --no-tui) a status line is
     printed each second. Ctrl-C or SIGTERM drains (workers finish their task); a second
-    one kills them now. Several `qw up` on one directory share its queue, and so do several
+    one kills them now. Several qw up on one directory share its queue, and so do several
     on one --log URL, from as many machines (--host-name tells them apart).
+
+    qw up works the queue it is given. Demo tasks come only when asked: --tasks K at
+    start, --demo (or --rate R) while running.
     """
     location = location_of(directory, log)
-    if rate and exit_when_drained:
-        bad("--rate", rate, "no --rate with --exit-when-drained (the queue would never drain)")
+    if exit_when_drained and (demo or rate):
+        option, value = ("--rate", rate) if rate else ("--demo", True)
+        bad(option, value, f"no {option} with --exit-when-drained (the queue would never drain)")
+    if rate is None:  # demo traffic only when asked: without it, the workers work the queue
+        rate = default_demo_rate(workers, work_ms) if demo else 0.0
     _check_handler(handler)
-    if rate is None:
-        auto = handler == DEMO_HANDLER and not tasks and not exit_when_drained
-        rate = default_demo_rate(workers, work_ms) if auto else 0.0
     server_address = _parse_http(http)
     options = SupervisorOptions(
         data_dir=directory,
@@ -206,6 +235,8 @@ def up(
         fsync=fsync,
         max_attempts=max_attempts,
         backoff_s=backoff,
+        task_timeout_s=task_timeout,
+        drain_timeout_s=drain_timeout,
         tasks=tasks,
         rate=rate,
         exit_when_drained=exit_when_drained,
@@ -217,7 +248,7 @@ def up(
     server = None
     if server_address is not None:
         try:
-            server = StatsServer(supervisor, *server_address)
+            server = StatsServer(supervisor, *server_address, logs=location)
         except OSError as e:
             bad("--http", http, f"an address this machine can listen on ({e.strerror})")
         supervisor.http_address = server.address
@@ -291,8 +322,8 @@ def _run(supervisor: Supervisor, server: StatsServer | None, *, tui: bool) -> in
 
 
 @app.command(
-    epilog="Examples:  qw enqueue --count 100  ·  qw enqueue --payload '{\"x\": 1}'"
-    "  ·  qw enqueue --file tasks.jsonl"
+    epilog="\b\nExamples:\n  qw enqueue --count 100\n  qw enqueue --payload '{\"x\": 1}'\n"
+    "  qw enqueue --file tasks.jsonl"
 )
 def enqueue(
     count: Annotated[

@@ -87,7 +87,8 @@ def host_name_option(text: str) -> str:
 
 
 DirOption = Annotated[
-    Path, typer.Option("--dir", "-d", help="The data directory (logs and run state).")
+    Path,
+    typer.Option("--dir", "-d", metavar="DIR", help="The data directory (logs and run state)."),
 ]
 LogOption = Annotated[
     str | None,

@@ -5,85 +5,84 @@ given `now`): the caller passes `now` (wall clock, seconds) and a snapshot and g
 renderable. `supervisor.tui` owns the Live loop and the keys; tests render these builders
 into a `Console(file=io.StringIO())` and read the text.
 
-    render(snapshot, now=…)              the dashboard at its natural height
-    full_screen(snapshot, now=…, height=…)  the same, the feed sized so the keys sit on the
-                                         last line of a screen that tall (what tui draws)
-      header(snapshot, now=…)            location, uptime, workers alive, draining
-      worker_table(workers, now=…)       one row per slot; a dead worker keeps its last figures
-      queue_panel(queue)                 counts, progress, throughput sparkline, log size
-      event_feed(events)                 the newest events first: takeovers, deaths, …
-      footer(snapshot, message=…)        the keys, and what the last key did
+    full_screen(snapshot, now=…, height=…)  the screen `tui` draws, top to bottom:
+      header                 location, uptime, workers alive / dead / paused, draining
+      worker table           one row per worker (supervisor.worker_table)
+      orphans                after a death: each orphaned task until its takeover
+                             (supervisor.orphan_panel)
+      queue                  counts, progress, throughput (sparkline and log size when tall)
+      events                 the newest first; filtered with / (`View.filter`)
+      status line            what the last key did, the filter being typed, or a hint
+      keys                   the keys that act now, on the last line, never overwritten
+    render(snapshot, now=…)  the same at its natural height (no screen to fill)
+
+`plan_screen` shares a screen's height out: every section keeps a minimum, then worker rows,
+then events, then the taller queue section, and the events take the rest. Widths are each
+builder's own job (columns are dropped whole, never cut mid-number).
 
 Cost matters (a frame is drawn four times a second): the worker table is a `TextGrid`, not a
-`rich.table.Table`, and the event feed is laid out once per change (`Replayed`). A frame of
-8 workers and a full feed on a 160x50 screen costs ~5-8 ms of CPU.
+`rich.table.Table`, and the event feed is laid out once per change (`Replayed`).
 """
 
 from __future__ import annotations
 
-import signal
+import re
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Mapping, Sequence
-from typing import Any, ClassVar
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
+from typing import ClassVar, Final
 
-from rich import box
-from rich.cells import cell_len
-from rich.console import Console, ConsoleOptions, Group, JustifyMethod, RenderableType, RenderResult
-from rich.panel import Panel
+from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
 from rich.segment import Segment
 from rich.text import Text
 
 from queue_worker.names import printable
-from supervisor.model import Event, QueueView, SupervisorSnapshot, WorkerView
+from supervisor.format import format_bytes, format_duration, format_micros
+from supervisor.model import Event, QueueView, SupervisorSnapshot
+from supervisor.orphan_panel import TITLE as ORPHANS_TITLE
+from supervisor.orphan_panel import orphan_lines
 from supervisor.sparkline import sparkline
+from supervisor.worker_table import STATE_STYLES, TextGrid, worker_table
 
 __all__ = [
     "EVENT_STYLES",
     "FEED_LINES",
+    "KEYS_HELP",
     "SPARK_SECONDS",
     "STATE_STYLES",
     "Replayed",
+    "ScreenPlan",
     "Spread",
     "TextGrid",
+    "View",
     "event_feed",
+    "event_matches",
     "footer",
     "format_bytes",
     "format_duration",
     "format_micros",
     "full_screen",
     "header",
+    "plan_screen",
     "printable",
     "progress_bar",
     "queue_panel",
     "render",
+    "status_line",
     "worker_table",
 ]
 
-#: events shown in the feed
-FEED_LINES = 10
+#: events shown in the feed by `render` (a screen shows as many as fit)
+FEED_LINES: Final = 10
 #: seconds of throughput history in the sparkline (the supervisor keeps one value a second)
-SPARK_SECONDS = 60
-#: cells of the progress bar (the sparkline line lines up under it)
-PROGRESS_WIDTH = 72
-#: cells of a worker id shown: ids are "<name>-<pid>-<4 hex>" (14 fits a 5-digit pid whole);
-#: a longer id keeps its start, which names the worker
-SHORT_ID = 14
-#: the narrowest a worker-table column gets on a narrow screen
-MIN_COLUMN = 3
-#: below this many seconds of lease left, the lease column turns yellow: renewal is due
-LEASE_WARN_SECONDS = 1.0
-
-STATE_STYLES: dict[str, str] = {
-    "starting": "blue",
-    "idle": "dim",
-    "claiming": "yellow",
-    "working": "bold green",
-    "paused": "magenta",
-    "draining": "cyan",
-    "dead": "bold red",
-    "exited": "dim",
-}
+SPARK_SECONDS: Final = 60
+#: the widest the progress bar gets
+PROGRESS_WIDTH: Final = 72
+#: event lines a screen keeps however many workers there are
+FEED_MIN: Final = 3
+#: event lines given before the queue section grows to its tall form
+FEED_WANTED: Final = 8
 
 EVENT_STYLES: dict[str, str] = {
     "takeover": "bold cyan",
@@ -96,24 +95,6 @@ EVENT_STYLES: dict[str, str] = {
     "info": "dim",
 }
 
-#: name, justification, usual width: columns keep it when the screen has room, so the table
-#: does not jitter as values come and go (e.g. a worker dies: "dead KILL")
-_WORKER_COLUMNS: tuple[tuple[str, JustifyMethod, int], ...] = (
-    ("slot", "right", 4),
-    ("worker", "left", 6),
-    ("id", "left", 13),  # "w0-12345-9fe3"
-    ("pid", "right", 5),
-    ("state", "left", 9),  # "dead KILL"
-    ("task", "right", 5),
-    ("held", "right", 5),
-    ("lease", "right", 7),  # "expired"
-    ("att/won/lost", "right", 12),
-    ("fin", "right", 4),
-    ("p50/p99", "right", 12),
-    ("cpu", "right", 5),
-    ("rss", "right", 6),
-)
-
 _QUEUE_STYLES: dict[str, str] = {
     "published": "bold",
     "pending": "yellow",
@@ -122,6 +103,27 @@ _QUEUE_STYLES: dict[str, str] = {
     "failed": "magenta",
     "dead": "red",
 }
+
+#: every key, for the help (`?`) and the README
+KEYS_HELP: Final = (
+    ("k", "kill -9 a worker holding a task (the selected worker, if one is selected)"),
+    ("↑ ↓", "select a worker (any number of workers); 0-9 select slots 0 to 9"),
+    ("p", "pause / resume the selected worker (SIGSTOP / SIGCONT)"),
+    ("Esc", "clear the selection, the event filter, or this help"),
+    ("+ -", "add a worker / remove the last one (it finishes its task first)"),
+    ("/", "filter the events by task or worker: /17, /w6, /w6·6975; Enter applies"),
+    ("?", "show / hide this help"),
+    ("q", "drain: workers finish their tasks, then qw exits (Ctrl-C twice: kill now)"),
+)
+
+
+@dataclass(frozen=True)
+class View:
+    """What the keys changed about the screen (not about the supervisor)."""
+
+    filter: str = ""  # the events shown match it (`event_matches`)
+    typing: bool = False  # the filter is being typed: keys go into it
+    help: bool = False
 
 
 # -- the whole screen ---------------------------------------------------------------------
@@ -133,16 +135,13 @@ def render(
     now: float | None = None,
     message: str | None = None,
     feed_lines: int = FEED_LINES,
+    view: View = View(),
 ) -> RenderableType:
     """The dashboard as one renderable, top to bottom, at its natural height."""
     at = time.time() if now is None else now
-    return Group(
-        header(snapshot, now=at),
-        worker_table(snapshot.workers, now=at, selected=snapshot.selected),
-        queue_panel(snapshot.queue),
-        event_feed(snapshot.events, lines=feed_lines),
-        footer(snapshot, message=message),
-    )
+    rows = max(1, len(snapshot.workers) + len(snapshot.departed))
+    plan = ScreenPlan(rows, len(snapshot.orphans), tall_queue=True, feed=feed_lines)
+    return _screen(snapshot, at, plan, message, view)
 
 
 def full_screen(
@@ -151,26 +150,105 @@ def full_screen(
     now: float,
     height: int,
     message: str | None = None,
+    view: View = View(),
 ) -> RenderableType:
     """The dashboard for a screen `height` lines tall, with the keys on the last line.
 
-    The event feed takes whatever the rest leaves (at least one line), so the footer lands
-    on the bottom line without a `rich.layout.Layout`: a Layout renders the screen twice
-    over, which costs more than everything else in the frame.
+    The sections are sized by `plan_screen` so that the keys land on the bottom line without
+    a `rich.layout.Layout`: a Layout renders the screen twice over, which costs more than
+    everything else in the frame.
     """
-    return Group(
-        header(snapshot, now=now),
-        worker_table(snapshot.workers, now=now, selected=snapshot.selected),
-        queue_panel(snapshot.queue),
-        event_feed(snapshot.events, lines=max(1, height - _fixed_lines(snapshot))),
-        footer(snapshot, message=message),
-    )
+    return _screen(snapshot, now, plan_screen(snapshot, height), message, view)
 
 
-def _fixed_lines(snapshot: SupervisorSnapshot) -> int:
-    # header 1, table head 2 + a row a worker ("no workers" is a row), queue panel 6,
-    # the feed's two borders, footer 1
-    return 1 + 2 + max(1, len(snapshot.workers)) + 6 + 2 + 1
+@dataclass(frozen=True)
+class ScreenPlan:
+    """Lines given to each section of the screen."""
+
+    worker_rows: int  # rows of the worker table, below its two heading lines
+    orphan_lines: int  # below the orphans' title (0: no orphans section)
+    tall_queue: bool  # title, counts, progress, sparkline, log; else counts and progress
+    feed: int  # event lines, below the events' title
+
+
+def plan_screen(snapshot: SupervisorSnapshot, height: int) -> ScreenPlan:
+    """Share `height` lines out: minimums first, then worker rows, then events up to
+    FEED_WANTED, then the tall queue section, then the rest to the events."""
+    rows = max(1, len(snapshot.workers) + len(snapshot.departed))
+    orphans = len(snapshot.orphans)
+    # header 1, table heading 2, queue 2, events title 1, status 1, keys 1
+    room = height - 8 - FEED_MIN
+    orphan_lines = min(orphans, 2)
+    room -= (1 + orphan_lines) if orphans else 0
+    worker_rows = max(1, min(rows, room))
+    room -= worker_rows
+    feed = FEED_MIN + max(0, min(room, FEED_WANTED - FEED_MIN))
+    room -= feed - FEED_MIN
+    tall_queue = room >= 3
+    room -= 3 if tall_queue else 0
+    extra_orphans = max(0, min(orphans - orphan_lines, room))
+    room -= extra_orphans
+    return ScreenPlan(worker_rows, orphan_lines + extra_orphans, tall_queue, feed + max(0, room))
+
+
+def _screen(
+    snapshot: SupervisorSnapshot,
+    now: float,
+    plan: ScreenPlan,
+    message: str | None,
+    view: View,
+) -> RenderableType:
+    parts: list[RenderableType] = [header(snapshot, now=now)]
+    if view.help:
+        # the lines of everything it covers: the table, the queue, the feed and its title
+        lines = 2 + plan.worker_rows + (5 if plan.tall_queue else 2) + 1 + plan.feed
+        lines += (1 + plan.orphan_lines) if plan.orphan_lines else 0
+        parts.append(help_panel(snapshot, lines=lines))
+    else:
+        parts.append(
+            worker_table(
+                snapshot.workers,
+                now=now,
+                selected=snapshot.selected,
+                departed=snapshot.departed,
+                orphans=snapshot.orphans,
+                max_rows=plan.worker_rows,
+            )
+        )
+        if snapshot.orphans and plan.orphan_lines:
+            parts.append(_title(ORPHANS_TITLE, "bold red"))
+            body = Text("\n").join(orphan_lines(snapshot.orphans, now=now, lines=plan.orphan_lines))
+            body.no_wrap, body.overflow = True, "ellipsis"
+            parts.append(body)
+        parts.append(queue_panel(snapshot.queue, tall=plan.tall_queue))
+        parts.append(
+            event_feed(
+                snapshot.events,
+                lines=plan.feed,
+                query=view.filter,
+                empty=_first_steps(snapshot),
+            )
+        )
+    parts.append(status_line(snapshot, message=message, view=view))
+    parts.append(footer(snapshot, view=view))
+    return Group(*parts)
+
+
+class Title:
+    """A section's title line, "── text ─────────", exactly as wide as the screen."""
+
+    def __init__(self, text: str, style: str = "bold") -> None:
+        self.text, self.style = text, style
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        line = Text.assemble(("── ", "dim"), (self.text, self.style), " ")
+        line.truncate(options.max_width, overflow="ellipsis")
+        line.append("─" * (options.max_width - line.cell_len), style="dim")
+        yield line
+
+
+def _title(text: str, style: str = "bold") -> Title:
+    return Title(text, style)
 
 
 class Spread:
@@ -216,243 +294,86 @@ def header(snapshot: SupervisorSnapshot, *, now: float) -> Spread:
     if dead:
         right.append(f" {dead} dead", style="bold red")
     if paused:
-        right.append(f" {paused} paused", style="magenta")
+        right.append(f" {paused} paused", style="bold magenta")
+    waiting = sum(1 for o in snapshot.orphans if o.heir is None)
+    if waiting:
+        right.append(f" {waiting} orphaned", style="bold red")
     if snapshot.draining:
         right.append("  ·  ")
         right.append("DRAINING", style="bold black on yellow")
 
     left = Text.assemble(("qw ", "bold"), (printable(snapshot.location), "bold cyan"))
+    if snapshot.demo_rate:  # say so: these tasks are not the user's
+        left.append(f"  + demo traffic {snapshot.demo_rate:g}/s", style="yellow")
     return Spread(left, right)
-
-
-# -- workers ------------------------------------------------------------------------------
-
-
-def worker_table(
-    workers: Sequence[WorkerView], *, now: float, selected: int | None = None
-) -> TextGrid:
-    """One row per worker slot. A dead worker keeps the figures it last published."""
-    rows = [
-        (
-            _worker_cells(w, now, selected=w.slot == selected),
-            "reverse" if w.slot == selected else None,
-        )
-        for w in workers
-    ]
-    if not rows:
-        rows = [([Text(""), Text("no workers", style="dim")], None)]
-    return TextGrid(_WORKER_COLUMNS, rows)
-
-
-class TextGrid:
-    """Columns of one-line cells, each cut with an ellipsis to fit the width it is given.
-
-    Why not `rich.table.Table`: a 13-column Table of 8 workers costs ~16 ms a frame to lay
-    out, more than the dashboard's whole budget (5% of a core at 4 frames a second); this
-    grid lays out the same cells as one Text for a tenth of that. A column gets its usual
-    width or its widest cell; when that does not fit, the widest columns are narrowed first
-    (never below MIN_COLUMN), so one huge value cannot push the others off screen.
-    """
-
-    def __init__(
-        self,
-        columns: Sequence[tuple[str, JustifyMethod, int]],
-        rows: Sequence[tuple[Sequence[Text], str | None]],
-        *,
-        gap: int = 2,
-    ) -> None:
-        self.columns = columns
-        self.rows = rows  # (cells, style of the whole row)
-        self.gap = gap
-
-    def widths(self, max_width: int) -> list[int]:
-        natural = [max(usual, cell_len(name)) for name, _, usual in self.columns]
-        for cells, _ in self.rows:
-            for i, cell in enumerate(cells[: len(natural)]):
-                natural[i] = max(natural[i], cell.cell_len)
-        least = [min(n, MIN_COLUMN) for n in natural]
-        budget = max_width - self.gap * (len(self.columns) - 1)
-
-        def fitted(cap: int) -> list[int]:
-            return [max(lo, min(n, cap)) for n, lo in zip(natural, least, strict=True)]
-
-        if sum(natural) <= budget:
-            return natural
-        # the largest cap on column widths that fits: binary search, the widest shrink first
-        lo, hi = 0, max(natural)
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if sum(fitted(mid)) <= budget:
-                lo = mid
-            else:
-                hi = mid - 1
-        return fitted(lo)
-
-    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        widths = self.widths(options.max_width)
-        head = Text(style="bold")
-        for i, ((name, justify, _), width) in enumerate(zip(self.columns, widths, strict=True)):
-            _append_cell(head, Text(name), width, justify, self.gap if i else 0)
-        lines = [head, Text("─" * (sum(widths) + self.gap * (len(widths) - 1)), style="dim")]
-        for cells, style in self.rows:
-            line = Text()
-            for i, ((_, justify, _), width) in enumerate(zip(self.columns, widths, strict=True)):
-                cell = cells[i] if i < len(cells) else Text("")
-                _append_cell(line, cell, width, justify, self.gap if i else 0)
-            if style:
-                line.stylize(style)
-            lines.append(line)
-        out = Text("\n").join(lines)
-        out.no_wrap = True
-        out.overflow = "ellipsis"
-        yield out
-
-
-def _append_cell(line: Text, cell: Text, width: int, justify: JustifyMethod, lead: int) -> None:
-    """Append `cell` to `line` in exactly `width` cells, after `lead` blanks."""
-    if cell.cell_len > width:
-        cell = cell.copy()
-        cell.truncate(width, overflow="ellipsis")
-    pad = width - cell.cell_len
-    if justify == "right":
-        line.append(" " * (lead + pad))
-        line.append_text(cell)
-    else:
-        if lead:
-            line.append(" " * lead)
-        line.append_text(cell)
-        line.append(" " * pad)
-
-
-def _worker_cells(w: WorkerView, now: float, *, selected: bool) -> list[Text]:
-    s = w.stats
-    dead = w.state in ("dead", "exited")
-    figures = "dim" if dead else ""  # a dead worker's figures are its last, not live ones
-
-    name = Text(printable(w.name))
-    if w.restarts:
-        name.append(f" ↻{w.restarts}", style="yellow")
-
-    state = Text(printable(w.state), style=STATE_STYLES.get(w.state, ""))
-    if w.state == "dead" and w.exit_code is not None:
-        state.append(f" {_exit_reason(w.exit_code)}", style="red")
-
-    task = _int(s, "current_task")
-    since = _float(s, "current_since")
-    expiry = _float(s, "lease_expiry")
-    if task is None:
-        task_cell, held, lease = Text("—", style="dim"), Text(""), Text("")
-    elif dead:
-        # the task it held when it died: a survivor takes it over once the lease lapses
-        task_cell = Text(f"#{task}", style="dim strike")
-        held = Text("")
-        lease = _lease_cell(expiry, now)
-    else:
-        task_cell = Text(f"#{task}", style="bold")
-        held = Text(format_duration(now - since) if since is not None else "")
-        lease = _lease_cell(expiry, now)
-
-    lost = _int(s, "lost_total")
-    if lost is None:
-        lost_by = s.get("lost")
-        lost = (
-            sum(v for v in lost_by.values() if isinstance(v, int))
-            if isinstance(lost_by, dict)
-            else 0
-        )
-    att_won_lost = f"{_n(s, 'attempts')}/{_n(s, 'won')}/{lost}"
-
-    lat = s.get("claim_latency_micros")
-    if isinstance(lat, Mapping) and _int(lat, "samples"):
-        latency = f"{format_micros(_int(lat, 'p50') or 0)}/{format_micros(_int(lat, 'p99') or 0)}"
-    else:
-        latency = "—"
-
-    return [
-        Text(f"▶ {w.slot}" if selected else str(w.slot)),  # ▶: visible without colour
-        name,
-        Text(printable(_short_id(w.worker_id)), style="dim"),
-        Text("" if w.pid is None else str(w.pid), style=figures),
-        state,
-        task_cell,
-        held,
-        lease,
-        Text(att_won_lost, style=figures),
-        Text(str(_n(s, "finished")), style=figures or "green"),
-        Text(latency, style=figures),
-        Text(f"{w.cpu_percent:.1f}%" if not dead else "—", style=figures),
-        Text(format_bytes(w.rss_bytes) if w.rss_bytes else "—", style=figures),
-    ]
-
-
-def _lease_cell(expiry: float | None, now: float) -> Text:
-    if expiry is None:
-        return Text("")
-    left = expiry - now
-    if left <= 0:
-        return Text("expired", style="bold red")
-    return Text(format_duration(left), style="yellow" if left < LEASE_WARN_SECONDS else "")
-
-
-def _exit_reason(code: int) -> str:
-    # a negative exit code is the signal that killed it: "KILL" reads better than -9
-    if code < 0:
-        try:
-            return signal.Signals(-code).name.removeprefix("SIG")
-        except ValueError:
-            return f"sig {-code}"
-    return f"exit {code}"
-
-
-def _short_id(worker_id: str | None) -> str:
-    if not worker_id:
-        return "—"
-    return worker_id if len(worker_id) <= SHORT_ID else worker_id[: SHORT_ID - 1] + "…"
 
 
 # -- queue --------------------------------------------------------------------------------
 
 
-def queue_panel(queue: QueueView, *, spark_seconds: int = SPARK_SECONDS) -> Panel:
-    """Counts, progress, throughput with a sparkline of the last minute, and the log size."""
-    counts = Text()
-    for key, style in _QUEUE_STYLES.items():
-        if counts:
-            counts.append("   ")
-        counts.append(f"{key} ", style="dim")
-        counts.append(f"{getattr(queue, key):,}", style=style)
+def queue_panel(
+    queue: QueueView, *, tall: bool = True, spark_seconds: int = SPARK_SECONDS
+) -> QueueSection:
+    """Counts and progress; when `tall`, a title, throughput with a sparkline of the last
+    minute, and the log size."""
+    return QueueSection(queue, tall=tall, spark_seconds=spark_seconds)
 
-    closed = queue.done + queue.dead
-    fraction = closed / queue.published if queue.published else 0.0
-    progress = Text.assemble(
-        ("progress   ", "dim"),
-        progress_bar(fraction, PROGRESS_WIDTH),
-        f"  {100 * fraction:.0f}%" if queue.published else "  —",
-        (f"  ({closed:,}/{queue.published:,} closed)", "dim"),
-    )
 
-    history = queue.throughput_history[-spark_seconds:]
-    peak = max(history, default=0.0)
-    rate = Text.assemble(
-        ("throughput ", "dim"),
-        (f"{queue.throughput_now:.1f}/s".rjust(PROGRESS_WIDTH - spark_seconds), "bold"),
-        ("▕", "dim"),  # a frame, so the blank start of a young history reads as "no data"
-        (sparkline(history, spark_seconds), "cyan"),
-        ("▏", "dim"),
-        (f" peak {peak:.1f}/s · last {spark_seconds}s", "dim"),
-    )
+class QueueSection:
+    """The queue's lines, laid out for the width they are given."""
 
-    log = Text.assemble(
-        ("log        ", "dim"),
-        format_bytes(queue.log_bytes),
-        ("  ·  ", "dim"),
-        f"{queue.record_count:,}",
-        (" records", "dim"),
-    )
-    body = Text("\n").join([counts, progress, rate, log])
-    body.no_wrap = True
-    body.overflow = "ellipsis"
-    return Panel(body, title="queue", title_align="left", box=box.ROUNDED, padding=(0, 1))
+    def __init__(self, queue: QueueView, *, tall: bool, spark_seconds: int) -> None:
+        self.queue, self.tall, self.spark_seconds = queue, tall, spark_seconds
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        queue, width = self.queue, options.max_width
+        counts = Text()
+        for key, style in _QUEUE_STYLES.items():
+            if counts:
+                counts.append("  ")
+            counts.append(f"{key} ", style="dim")
+            counts.append(f"{getattr(queue, key):,}", style=style)
+
+        closed = queue.done + queue.dead
+        fraction = closed / queue.published if queue.published else 0.0
+        percent = f" {100 * fraction:.0f}%" if queue.published else " —"
+        rate = f"  {queue.throughput_now:.1f}/s"
+        bar = max(8, min(PROGRESS_WIDTH, width - len(percent) - len(rate) - 30))
+        progress = Text.assemble(
+            progress_bar(fraction, bar),
+            percent,
+            (f" ({closed:,}/{queue.published:,} closed)", "dim"),
+            (rate, "bold"),
+        )
+        lines = [counts, progress]
+        if self.tall:
+            history = queue.throughput_history[-self.spark_seconds :]
+            peak = max(history, default=0.0)
+            spark = max(0, min(self.spark_seconds, width - 40))
+            lines.append(
+                Text.assemble(
+                    ("throughput ", "dim"),
+                    ("▕", "dim"),  # a frame, so the blank start of a young history reads "no data"
+                    (sparkline(history, spark), "cyan"),
+                    ("▏", "dim"),
+                    (f" peak {peak:.1f}/s · last {spark}s", "dim"),
+                )
+            )
+            lines.append(
+                Text.assemble(
+                    ("log ", "dim"),
+                    format_bytes(queue.log_bytes),
+                    ("  ·  ", "dim"),
+                    f"{queue.record_count:,}",
+                    (" records", "dim"),
+                )
+            )
+        body = Text("\n").join(lines)
+        body.no_wrap = True
+        body.overflow = "ellipsis"
+        if self.tall:
+            yield _title("queue")
+        yield body
 
 
 def progress_bar(fraction: float, width: int) -> Text:
@@ -465,13 +386,39 @@ def progress_bar(fraction: float, width: int) -> Text:
 # -- events -------------------------------------------------------------------------------
 
 
-def event_feed(events: Sequence[Event], *, lines: int = FEED_LINES) -> RenderableType:
-    """The last `lines` events, newest first, in a panel exactly `lines` tall inside."""
-    shown = tuple((e.at, e.kind, e.text) for e in events[-lines:]) if lines > 0 else ()
-    return Replayed(("events", shown, lines), lambda: _feed_panel(shown, lines))
+def event_matches(event: Event, query: str) -> bool:
+    """Does `event` concern `query`: a task id ("17" matches task 17, not 170) or a worker
+    ("w6" matches w6·6975 and w6·7001, not w60; "6975" matches w6·6975)? Case-insensitive."""
+    query = query.strip()
+    if not query:
+        return True
+    if query.isdigit() and event.task is not None and event.task == int(query):
+        return True
+    # whole words: not inside a longer number or name ("·" joins a slot to its pid)
+    pattern = rf"(?<![0-9A-Za-z])(?<!\d\.){re.escape(query)}(?![0-9A-Za-z]|\.\d)"
+    return re.search(pattern, event.text, re.IGNORECASE) is not None
 
 
-def _feed_panel(shown: tuple[tuple[float, str, str], ...], lines: int) -> Panel:
+def event_feed(
+    events: Sequence[Event],
+    *,
+    lines: int = FEED_LINES,
+    query: str = "",
+    empty: Sequence[Text] = (),
+) -> RenderableType:
+    """A title and the last `lines` events (matching `query`), newest first, exactly
+    `lines` lines below the title. `empty` is what an empty feed shows."""
+    matching = [e for e in events if event_matches(e, query)] if query else events
+    shown = tuple((e.at, e.kind, e.text) for e in matching[-lines:]) if lines > 0 else ()
+    hint = tuple(t.plain for t in empty)
+    key = ("events", shown, lines, query, hint)
+    return Replayed(key, lambda: _feed(shown, lines, query, empty))
+
+
+def _feed(
+    shown: tuple[tuple[float, str, str], ...], lines: int, query: str, empty: Sequence[Text]
+) -> Group:
+    title = f"events matching {printable(query)!r} (Esc clears)" if query else "events"
     rows: list[Text] = []
     for at, kind, text in reversed(shown):
         label = kind if len(kind) <= 10 else kind[:9] + "…"
@@ -482,20 +429,34 @@ def _feed_panel(shown: tuple[tuple[float, str, str], ...], lines: int) -> Panel:
                 printable(text),
             )
         )
-    if not rows:
-        rows.append(Text("no events yet: try k to kill -9 a worker holding a task", style="dim"))
+    if not shown:
+        if query:
+            rows.append(Text(f"no event matches {printable(query)!r}", style="dim"))
+        else:
+            rows.extend(empty or [Text("no events yet", style="dim")])
+    rows = rows[:lines]
+    rows.extend(Text("") for _ in range(lines - len(rows)))
     # one Text for all lines: a Table here would cost more than the rest of the frame
     feed = Text("\n").join(rows)
     feed.no_wrap = True
     feed.overflow = "ellipsis"
-    return Panel(
-        feed,
-        title="events",
-        title_align="left",
-        box=box.ROUNDED,
-        padding=(0, 1),
-        height=max(1, lines) + 2,
-    )
+    return Group(_title(title), feed) if rows else Group(_title(title))
+
+
+def _first_steps(snapshot: SupervisorSnapshot) -> list[Text]:
+    """What an empty feed says: how to give the workers work, and what k does."""
+    queue = snapshot.queue
+    if queue.published == 0:
+        return [
+            Text("The queue is empty. Give the workers work, from another terminal:", "bold"),
+            Text.assemble("    ", (printable(snapshot.enqueue_hint), "bold cyan")),
+            Text(
+                "  (tasks of 2 s each leave time to watch: --payload '{\"work_ms\": 2000}')", "dim"
+            ),
+            Text("Then press k to kill -9 a worker holding a task, and watch a survivor"),
+            Text("take it over once its lease lapses (the orphans panel counts it down)."),
+        ]
+    return [Text("no events yet: press k to kill -9 a worker holding a task", style="dim")]
 
 
 class Replayed:
@@ -531,92 +492,111 @@ class Replayed:
             yield new_line
 
 
-# -- footer -------------------------------------------------------------------------------
+# -- help ---------------------------------------------------------------------------------
 
 
-def footer(snapshot: SupervisorSnapshot, *, message: str | None = None) -> Spread:
-    """The keys that act now (they change with a selection and while draining)."""
-    keys = Text()
+def help_panel(snapshot: SupervisorSnapshot, *, lines: int) -> Group:
+    """Every key, and what to do first; exactly `lines` lines."""
+    rows: list[Text] = []
+    for key, what in KEYS_HELP:
+        rows.append(Text.assemble((f" {key:<4}", "reverse bold"), f"  {what}"))
+    rows.append(Text(""))
+    rows.append(Text.assemble("Work to do: ", (printable(snapshot.enqueue_hint), "bold cyan")))
+    rows.append(Text("After a kill -9 the orphans panel shows each task the dead worker held:"))
+    rows.append(Text("its lease counts down, then a survivor takes it over."))
+    rows = rows[: lines - 1]
+    rows.extend(Text("") for _ in range(lines - 1 - len(rows)))
+    out = Text("\n").join(rows)
+    out.no_wrap, out.overflow = True, "ellipsis"
+    return Group(_title("keys (? or Esc closes this)"), out)
 
-    def key(k: str, what: str) -> None:
-        keys.append(f" {k} ", style="reverse bold")
-        keys.append(f" {what}  ")
 
-    if snapshot.draining:
-        keys.append("draining: workers finish their tasks, then qw exits", style="bold yellow")
-        keys.append("   ")
-        key("Ctrl-C ×2", "kill them now")  # qw up: a stop request drains, the second kills
-    elif snapshot.selected is not None:
-        name = next((w.name for w in snapshot.workers if w.slot == snapshot.selected), None)
-        label = name or f"slot {snapshot.selected}"
-        key("k", f"kill -9 {label}")
-        key("p", f"pause/resume {label}")
-        key("Esc", "clear")
-        key("0-9", "select")
-        key("q", "drain & quit")
+# -- the last two lines -------------------------------------------------------------------
+
+
+def status_line(
+    snapshot: SupervisorSnapshot, *, message: str | None = None, view: View = View()
+) -> Text:
+    """The line above the keys: the filter being typed, what the last key did, or a hint."""
+    if view.typing:
+        line = Text.assemble(("filter events: /", "bold"), printable(view.filter), ("▏", "blink"))
+        line.append("   Enter applies · Esc cancels · task id or worker (17, w6, w6·6975)", "dim")
+    elif message:
+        line = Text(printable(message), style="bold")
     else:
-        key("k", "kill -9 a holder")
-        key("0-9", "select")
-        key("+", "add")
-        key("-", "remove")
-        key("q", "drain & quit")
-
-    return Spread(keys, Text(printable(message or ""), style="bold"))
+        line = Text(_hint(snapshot), style="dim")
+    line.no_wrap, line.overflow = True, "ellipsis"
+    return line
 
 
-# -- formatting ---------------------------------------------------------------------------
+def _hint(snapshot: SupervisorSnapshot) -> str:
+    queue = snapshot.queue
+    if snapshot.draining:
+        return "draining: each worker finishes its task, then exits"
+    if queue.pending + queue.held == 0:
+        return f"no work queued: {printable(snapshot.enqueue_hint)}"
+    if any(o.heir is None for o in snapshot.orphans):
+        return "a dead worker's task waits for its lease to lapse, then a survivor claims it"
+    return "k: kill -9 a worker holding a task, and watch a survivor take it over"
 
 
-def format_duration(seconds: float) -> str:
-    """3.2s, 45s, 2m05s, 1h02m: short enough for a table cell."""
-    seconds = max(0.0, seconds)
-    if seconds < 10:
-        return f"{seconds:.1f}s"
-    if seconds < 60:
-        return f"{seconds:.0f}s"
-    minutes, secs = divmod(int(seconds), 60)
-    if minutes < 60:
-        return f"{minutes}m{secs:02d}s"
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h{minutes:02d}m"
+def footer(snapshot: SupervisorSnapshot, *, view: View = View()) -> KeysLine:
+    """The keys that act now (they change with a selection, a filter and while draining),
+    as many as fit the width; the essential ones always do."""
+    return KeysLine(_key_list(snapshot, view))
 
 
-def format_micros(micros: int) -> str:
-    """A claim latency: 410µs, 1.25ms, 12ms, 1.5s."""
-    if micros < 1000:
-        return f"{micros}µs"
-    if micros < 10_000:
-        return f"{micros / 1000:.2f}ms"
-    if micros < 1_000_000:
-        return f"{micros / 1000:.0f}ms"
-    return f"{micros / 1_000_000:.1f}s"
+def _key_list(snapshot: SupervisorSnapshot, view: View) -> list[tuple[str, str, bool]]:
+    """(key, what it does, kept whatever the width)."""
+    if view.typing:
+        return [("Enter", "apply filter", True), ("Esc", "cancel", True)]
+    if snapshot.draining:
+        # qw up: a stop request drains, the second kills
+        return [
+            ("draining", "workers finish their tasks, then qw exits", True),
+            ("Ctrl-C ×2", "kill them now", True),
+        ]
+    keys: list[tuple[str, str, bool]] = []
+    selected = next((w for w in snapshot.workers if w.slot == snapshot.selected), None)
+    if selected is not None:
+        label = selected.label
+        keys += [
+            ("k", f"kill -9 {label}", True),
+            ("p", f"pause/resume {label}", True),
+            ("Esc", "clear", False),
+        ]
+    else:
+        keys.append(("k", "kill -9 a holder", True))
+    # the optional ones are dropped from the last: +/- first, ↑↓ last
+    keys.append(("↑↓", "select", False))
+    keys.append(("/", "new filter" if view.filter else "filter", False))
+    if selected is None:
+        keys.append(("+/-", "workers", False))
+    keys += [("?", "keys", True), ("q", "drain & quit", True)]
+    return keys
 
 
-def format_bytes(n: int) -> str:
-    """1023B, 12.3K, 45.6M, 1.2G (powers of 1024)."""
-    value = float(n)
-    for unit in ("B", "K", "M", "G", "T"):
-        if abs(value) < 1024 or unit == "T":
-            return f"{value:.0f}{unit}" if unit == "B" else f"{value:.1f}{unit}"
-        value /= 1024
-    raise AssertionError("unreachable")  # the loop returns at "T"
+class KeysLine:
+    """The keys line: each key as a reversed block, then what it does; the optional ones
+    are left out (from the end) until the line fits."""
 
+    def __init__(self, keys: list[tuple[str, str, bool]]) -> None:
+        self.keys = keys
 
-# -- reading stats (a JSON dict from another process: trust no type) -----------------------
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        keys = list(self.keys)
 
+        def text() -> Text:
+            line = Text(no_wrap=True, overflow="ellipsis")
+            for key, what, _ in keys:
+                line.append(f" {key} ", style="reverse bold")
+                line.append(f" {what}  ")
+            line.rstrip()
+            return line
 
-def _int(data: Mapping[str, Any], key: str) -> int | None:
-    value = data.get(key)
-    # bool is an int subclass; True is not a task id
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _float(data: Mapping[str, Any], key: str) -> float | None:
-    value = data.get(key)
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    return None
-
-
-def _n(data: Mapping[str, Any], key: str) -> int:
-    return _int(data, key) or 0
+        line = text()
+        while line.cell_len > options.max_width and any(not k[2] for k in keys):
+            drop = max(i for i, k in enumerate(keys) if not k[2])
+            del keys[drop]
+            line = text()
+        yield line

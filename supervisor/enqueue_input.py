@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 from typing import Any, Final
 
-from queue_worker.quote import quote
+from queue_worker.names import printable
 from queue_worker.records import RecordEncodeError, TaskRecord, encode
 from supervisor.cli_options import bad, fail
 
@@ -30,7 +30,8 @@ class Short(str):
     """A value quoted in a message: cut short, printable (a payload may be megabytes)."""
 
     def __repr__(self) -> str:
-        return quote(str(self), 60, as_json=False)
+        text = str(self)
+        return printable(repr(text if len(text) <= 60 else text[:59] + "…"))
 
 
 class PayloadError(ValueError):

@@ -5,12 +5,15 @@
                  original's field names (attempts, won, lost, finished, timeouts, current,
                  knownTasks, consumedUpTo, doneTasks, heldByAnyone, claimLatencyMicros
                  {p50, p90, p99, samples}) and ours after them
-    /task/{id}   JSON: done, heldBy, heldAt (ms), known, and ours (dead, attempts,
-                 heldByLabel, leaseExpired by this machine's clock, …)
+    /task/{id}   JSON: done, heldBy, heldAt (ms), known, and ours (dead, state, attempts,
+                 payload, result, and the history of its records with their verdicts;
+                 heldByLabel, leaseExpired by this machine's clock); 404 for an id that no
+                 record names, 400 for one that is no task id (0 … 2^63 − 1)
     /metrics     the Prometheus text exposition format (version 0.0.4)
 
 Every answer is built from `snapshot()` and `task_info()`, which copy what the supervisor's
-watcher gathered: a request never touches a worker or a log.
+watcher gathered, except /task/{id}: its history is read from the logs (a replay, as `qw task`
+does; `supervisor.task_history`). No request touches a worker.
 """
 
 from __future__ import annotations
@@ -25,10 +28,12 @@ from dataclasses import asdict
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
 
+from logstore import LogError
 from queue_worker.names import worker_label
 from queue_worker.records import MAX_TASK_ID
 from supervisor.model import SupervisorSnapshot, WorkerView
 from supervisor.monitor import TaskInfo
+from supervisor.task_history import TaskHistory, read_task_history
 
 PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -128,18 +133,23 @@ def stats_json(snap: SupervisorSnapshot) -> dict[str, Any]:
     }
 
 
-def task_json(info: TaskInfo, now_us: int | None = None) -> dict[str, Any]:
-    """`leaseExpired`: the holder's lease has run out by `now_us` (default: this machine's
+def task_json(
+    info: TaskInfo, history: TaskHistory | None = None, now_us: int | None = None
+) -> dict[str, Any]:
+    """The fold's view of the task now and, with `history`, its whole story from the logs
+    (the live fold forgets a finished task's attempts; the history has them).
+
+    `leaseExpired`: the holder's lease has run out by `now_us` (default: this machine's
     clock). It is what a reader sees, not a verdict: the task stays held until a claim
     takes it over."""
     holder = info.holder
     now = time.time_ns() // 1000 if now_us is None else now_us
-    return {
+    body = {
         "task": info.task,
         "done": info.done,
         "heldBy": info.holder_name,
         "heldAt": None if holder is None else holder.at // 1000,  # ms, as the original
-        "known": info.known,
+        "known": info.known or (history is not None and history.story.published),
         # ours
         "dead": info.dead,
         "heldByWorker": None if holder is None else holder.worker,
@@ -150,6 +160,9 @@ def task_json(info: TaskInfo, now_us: int | None = None) -> dict[str, Any]:
         "attempts": info.attempts,
         "lastError": info.last_error,
     }
+    if history is not None:
+        body.update(history.to_json())
+    return body
 
 
 # -- /metrics --------------------------------------------------------------------------------
@@ -248,6 +261,7 @@ def metrics_text(snap: SupervisorSnapshot) -> str:
 
 class _Handler(BaseHTTPRequestHandler):
     source: StatsSource  # set on the subclass made per server
+    logs: str | None  # where task histories are read (None: the snapshot's location)
 
     def do_GET(self) -> None:
         path = self.path.split("?", 1)[0].rstrip("/") or "/"
@@ -278,7 +292,15 @@ class _Handler(BaseHTTPRequestHandler):
         if info is None:
             self._json(503, {"error": "the supervisor has not started"})
             return
-        self._json(200, task_json(info))
+        try:
+            history = read_task_history(self.logs or self.source.snapshot().location, task)
+        except LogError as e:
+            self._json(500, {"error": str(e)})
+            return
+        if not history.exists:
+            self._json(404, {"error": f"no task {task}: no TASK record and no claim names it"})
+            return
+        self._json(200, task_json(info, history))
 
     def _json(self, status: int, body: object) -> None:
         self._send(status, "application/json", json.dumps(body) + "\n")
@@ -300,10 +322,14 @@ class _IPv6Server(ThreadingHTTPServer):
 
 
 class StatsServer:
-    """The endpoint on (host, port); `start()` serves from a daemon thread."""
+    """The endpoint on (host, port); `start()` serves from a daemon thread. `logs` is where
+    /task/ID reads a task's history (the location with its password, if any); by default
+    the location the snapshot shows."""
 
-    def __init__(self, source: StatsSource, host: str, port: int) -> None:
-        handler = type("StatsHandler", (_Handler,), {"source": source})
+    def __init__(
+        self, source: StatsSource, host: str, port: int, *, logs: str | None = None
+    ) -> None:
+        handler = type("StatsHandler", (_Handler,), {"source": source, "logs": logs})
         server_class = _IPv6Server if ":" in host else ThreadingHTTPServer
         # Binds now, so that a busy port is an error before any worker starts.
         self._server = server_class((host, port), handler)

@@ -18,7 +18,6 @@ import typer
 from logstore import LogError, open_log
 from queue_worker.explain import explain_task
 from queue_worker.names import printable, worker_label
-from queue_worker.quote import quote
 from queue_worker.records import (
     MAX_TASK_ID,
     Claim,
@@ -35,6 +34,7 @@ from queue_worker.state import Lease, Outcome, Verdict
 from queue_worker.stats import read_all
 from queue_worker.times import clock_text, duration_text
 from queue_worker.topics import CLAIMS_TOPIC, MALFORMED, ClaimsFollower
+from queue_worker.values import value_text
 from supervisor.cli_options import (
     DEFAULT_DIR,
     TOPICS,
@@ -127,8 +127,8 @@ def status(
     expired_text = f" ({expired} expired)" if expired else ""
     typer.echo(
         f"queue        published {queue.published}  pending {queue.pending}  "
-        f"held {queue.held}{expired_text}  done {queue.done}  failed {queue.failed}  "
-        f"dead {queue.dead}"
+        f"held {queue.held}{expired_text}  done {queue.done}  dead {queue.dead}  "
+        f"failed attempts {queue.failed}"  # FAIL records: one task may fail several times
     )
     # workers on this directory's run dir; a holder elsewhere (another host on --log) is
     # not seen here, hence "here"
@@ -215,8 +215,8 @@ class _TasksPrinter:
         except RecordDecodeError as e:
             return f"{head}  malformed: {e}"
         if isinstance(record, Unknown):
-            return f"{head}  a record of unknown type {quote(record.code, 40, as_json=False)}"
-        return f"{head}  {clock_text(record.enqueued_at)}  {quote(record.payload)}"
+            return f"{head}  a record of unknown type {_short(record.code, 40)}"
+        return f"{head}  {clock_text(record.enqueued_at)}  {_short(record.payload)}"
 
 
 class _ClaimsPrinter:
@@ -231,9 +231,13 @@ class _ClaimsPrinter:
         return f"@{entry.position}  {_record_text(record)}  → {_verdict_text(outcome)}"
 
 
+def _short(value: Any, limit: int = 80) -> str:
+    return value_text(value, limit)  # payloads and results read as JSON everywhere
+
+
 def _record_text(r: ClaimsRecord) -> str:
     if isinstance(r, Unknown):
-        return f"a record of unknown type {quote(r.code, 40, as_json=False)}"
+        return f"a record of unknown type {_short(r.code, 40)}"
     who = worker_label(r.worker)
     head = f"{clock_text(r.at)}  {type(r).__name__.upper():5}  task {r.task}  by {who}"
     if isinstance(r, Claim):
@@ -241,10 +245,10 @@ def _record_text(r: ClaimsRecord) -> str:
     if isinstance(r, Renew):
         return f"{head}  claim @{r.claim}  lease {duration_text(r.lease)}"
     if isinstance(r, Done):
-        return f"{head}  claim @{r.claim}  result {quote(r.result, 40)}"
+        return f"{head}  claim @{r.claim}  result {_short(r.result, 40)}"
     assert isinstance(r, Fail)
     then = "dead" if r.retry_at is None else f"retry at {clock_text(r.retry_at)}"
-    return f"{head}  claim @{r.claim}  {then}: {quote(r.error, 60)}"
+    return f"{head}  claim @{r.claim}  {then}: {_short(r.error, 60)}"
 
 
 def _verdict_text(o: Outcome) -> str:
@@ -298,13 +302,13 @@ def task_command(
         try:
             text = json.dumps(body, indent=2, default=repr)
         except (ValueError, RecursionError):  # a result nested too deep for JSON
-            body["result"] = quote(result, 200, as_json=False)
+            body["result"] = _short(result, 200)
             text = json.dumps(body, indent=2, default=repr)
         typer.echo(text)
         return
     typer.echo(f"task {task_id}: {printable(story.state)}")
     if accepted:
-        typer.echo(f"  result  {quote(result)}")
+        typer.echo(f"  result  {_short(result)}")
     for step in story.steps:
         where = f"#{step.position}" if step.kind == "TASK" else f"@{step.position}"
         when = clock_text(step.at) if step.at else "?"

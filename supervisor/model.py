@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from queue_worker.names import printable, worker_label
+
 
 @dataclass
 class WorkerView:
@@ -25,6 +27,14 @@ class WorkerView:
     exit_code: int | None = None  # negative: killed by that signal
     died_at: float | None = None  # wall clock, seconds
     restarts: int = 0
+
+    @property
+    def label(self) -> str:
+        """The process as people see it (w6·6975): a restarted slot never reads as the
+        worker it replaced. Before its id is known, from the slot name and the pid."""
+        if self.worker_id:
+            return worker_label(self.worker_id)
+        return printable(f"{self.name}·{self.pid}" if self.pid is not None else self.name)
 
 
 @dataclass
@@ -50,6 +60,25 @@ class Event:
     at: float  # wall clock, seconds
     kind: str  # takeover | lease-lost | stale | dead-task | death | restart | pause | info
     text: str
+    task: int | None = None  # the task it is about, if one (the feed's filter matches it)
+
+
+@dataclass(frozen=True)
+class Orphan:
+    """A task whose holder died: shown from the death until a survivor takes it over.
+
+    `lease_expiry` and `taken_at` are the log's own times (the dead claim's expiry, the
+    takeover CLAIM's `at`), so "0.3 s after the lease lapsed" is what the fold judged.
+    """
+
+    task: int
+    holder: str  # worker_label of the dead holder: w6·6975
+    holder_id: str
+    slot: int
+    died_at: float  # wall clock, seconds
+    lease_expiry: float  # wall clock, seconds
+    heir: str | None = None  # worker_label of the worker that took it over
+    taken_at: float | None = None  # when the takeover CLAIM was written
 
 
 @dataclass
@@ -61,6 +90,14 @@ class SupervisorSnapshot:
     draining: bool = False
     selected: int | None = None  # the slot chosen with a digit key
     started_at: float = 0.0
+    # tasks orphaned by a death, until a while after their takeover (oldest first)
+    orphans: list[Orphan] = field(default_factory=list)
+    # workers that died and whose slot already runs another process: their rows stay
+    # while their orphans wait (and a few seconds at least), so the death can be watched
+    departed: list[WorkerView] = field(default_factory=list)
+    # how to put work on this queue, for the first screen: "qw enqueue --count 100 …"
+    enqueue_hint: str = "qw enqueue --count 100"
+    demo_rate: float = 0.0  # demo tasks/s that `qw up --demo/--rate` adds (0: none)
 
 
 class Controls(Protocol):

@@ -4,17 +4,17 @@
 (the same pure fold every worker runs, so its verdicts are the workers' verdicts) and turns
 the interesting outcomes into feed events:
 
-    takeover    task 17: w2 → w5, 1.2 s after w2 died
-    lease-lost  task 17: w2 lost its lease to w5
-    stale       task 17: w2's completion was discarded (w5 holds it): worked twice
+    takeover    task 17: w2·6975 → w5·7001, 1.2 s after w2·6975 died
+    lease-lost  task 17: w2·6975 lost its lease to w5·7001
+    stale       task 17: w2·6975's completion was discarded (w5·7001 holds it): worked twice
     dead-task   task 17 is dead after 3 attempts: ValueError: …
 
 The fold is the workers' own (`queue_worker.topics.ClaimsFollower`): the same decoding, the
 same server clock on Redis, the same treatment of a malformed record.
 
-Worker ids are long ("w2-4711-9f3a"); the supervisor tells the monitor the name and the
-death time of the workers it runs (`name_worker`, `worker_died`). Workers of another
-supervisor on the same directory are labelled by name and pid ("w2-4711").
+Worker ids are long ("w2-4711-9f3a"): events name workers by `worker_label` (w2·4711), so a
+restarted w2 never reads as the one it replaced. The supervisor tells the monitor when its
+workers die (`worker_died`), so a takeover can say how long after the death it came.
 
 The monitor starts by folding the whole claims log, silently: only records appended after
 it was created become events, so a restart does not replay yesterday's feed. One `poll`
@@ -33,6 +33,7 @@ from typing import Final
 
 from logstore import Entry, Log, is_redis_url, open_log
 from logstore.base import Durability
+from queue_worker.names import worker_label
 from queue_worker.records import (
     Claim,
     ClaimsRecord,
@@ -58,6 +59,19 @@ HISTORY_SECONDS: Final = 120
 #: the throughput shown as "now" is the mean of this many complete seconds
 THROUGHPUT_WINDOW: Final = 3
 MICROS: Final = 1_000_000
+#: takeovers remembered for `takeover_of` (the dashboard asks about recent ones only)
+TAKEOVERS_KEPT: Final = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class Takeover:
+    """A CLAIM that won a task from an expired holder, as the fold judged it."""
+
+    task: int
+    worker: str  # the new holder's id
+    previous: str  # the expired holder's id
+    at: float  # the CLAIM's own time, wall clock seconds
+    expiry: float  # when the previous lease lapsed, wall clock seconds
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,16 +110,12 @@ class Monitor:
         self._records = 0
         self._failed = 0
         self._done_per_second: Counter[int] = Counter()
-        self._names: dict[str, str] = {}
         self._deaths: dict[str, float] = {}
+        self._takeovers: dict[int, Takeover] = {}  # insertion order: the oldest first
         self._caught_up = False
         self._lock = threading.Lock()
 
     # -- what the supervisor tells it --------------------------------------------------------
-
-    def name_worker(self, worker_id: str, name: str) -> None:
-        with self._lock:
-            self._names[worker_id] = name
 
     def worker_died(self, worker_id: str, at: float) -> None:
         with self._lock:
@@ -143,6 +153,7 @@ class Monitor:
             attempts = self._attempts_before(entry)
             outcome, record = self._follower.apply(entry)
             self._count(record, outcome)
+            self._remember_takeover(record, outcome)
             if entry.position >= self._events_from:
                 event = self._event(record, outcome, attempts)
                 if event is not None:
@@ -164,12 +175,28 @@ class Monitor:
         elif outcome.verdict in (Verdict.RELEASED, Verdict.DEAD):
             self._failed += 1
 
+    def _remember_takeover(self, record: ClaimsRecord, outcome: Outcome) -> None:
+        previous = outcome.previous
+        if outcome.verdict is not Verdict.TAKEOVER or previous is None:
+            return
+        if not isinstance(record, Claim) or outcome.task is None or outcome.worker is None:
+            return
+        takeovers = self._takeovers
+        takeovers.pop(outcome.task, None)  # re-inserted as the newest
+        takeovers[outcome.task] = Takeover(
+            outcome.task,
+            outcome.worker,
+            previous.worker,
+            record.at / MICROS,
+            previous.expiry / MICROS,
+        )
+        if len(takeovers) > TAKEOVERS_KEPT:
+            del takeovers[next(iter(takeovers))]
+
     # -- events ------------------------------------------------------------------------------
 
     def _label(self, worker_id: str) -> str:
-        # Our own workers by name (w2); another supervisor's by name and pid (w2-4711), since
-        # every supervisor has a w2. A worker id is "<name>-<pid>-<random>".
-        return self._names.get(worker_id) or worker_id.rsplit("-", 1)[0]
+        return worker_label(worker_id)
 
     def _event(self, record: ClaimsRecord, outcome: Outcome, attempts: int) -> Event | None:
         verdict, task = outcome.verdict, outcome.task
@@ -179,22 +206,24 @@ class Monitor:
         now = time.time()
         who = self._label(worker)
         if verdict is Verdict.TAKEOVER and outcome.previous and isinstance(record, Claim):
-            return Event(now, "takeover", self._takeover_text(task, who, outcome.previous, record))
+            text = self._takeover_text(task, who, outcome.previous, record)
+            return Event(now, "takeover", text, task)
         if verdict is Verdict.LEASE_LOST:
             holder = outcome.holder
             to = f" to {self._label(holder.worker)}" if holder and holder.worker != worker else ""
-            return Event(now, "lease-lost", f"task {task}: {who} lost its lease{to}")
+            return Event(now, "lease-lost", f"task {task}: {who} lost its lease{to}", task)
         if verdict is Verdict.STALE_DONE:
             holder = outcome.holder
             if holder is not None:
                 why = f"{self._label(holder.worker)} holds it"
             else:
                 why = "already done" if self._state.is_done(task) else "nobody holds it"
-            return Event(now, "stale", f"task {task}: {who}'s completion was discarded ({why})")
+            text = f"task {task}: {who}'s completion was discarded ({why})"
+            return Event(now, "stale", text, task)
         if verdict is Verdict.DEAD:
             error = self._state.dead_error(task) or "no error given"
             text = f"task {task} is dead after {attempts} attempt{'s' * (attempts != 1)}: {error}"
-            return Event(now, "dead-task", text)
+            return Event(now, "dead-task", text, task)
         return None
 
     def _takeover_text(self, task: int, who: str, previous: Lease, record: Claim) -> str:
@@ -289,6 +318,31 @@ class Monitor:
         a dead worker still "holds" its task until a survivor takes it over)."""
         with self._lock:
             return {lease.worker: task for task, lease in self._state.held_tasks()}
+
+    def tasks_held_by(self, worker_id: str) -> list[tuple[int, Lease]]:
+        """The tasks whose winning claim is `worker_id`'s, by the log as read so far (an
+        expired lease included), in the fold's order."""
+        with self._lock:
+            return [
+                (task, lease)
+                for task, lease in self._state.held_tasks()
+                if lease.worker == worker_id
+            ]
+
+    def takeover_of(self, task: int) -> Takeover | None:
+        """The last takeover of `task` read so far (among the recent ones), or None."""
+        with self._lock:
+            return self._takeovers.get(task)
+
+    def catch_up(self, max_polls: int = 10) -> list[Event]:
+        """Poll until both logs are read to their end (or `max_polls` batches): the fold
+        then knows every record written before the call."""
+        events: list[Event] = []
+        for _ in range(max_polls):
+            events += self.poll()
+            if self.caught_up:
+                break
+        return events
 
     def task_info(self, task: int) -> TaskInfo:
         with self._lock:

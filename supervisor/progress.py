@@ -1,7 +1,8 @@
 """The plain output of `qw up` when there is no terminal (or --no-tui): one line a second.
 
     12:00:05 up 5s · workers 4/4 · published 120 pending 30 held 4 done 86 failed 0 dead 0 · 9.7/s
-    12:00:06 takeover: task 17: w2 → w3, 1.2 s after w2 died
+    12:00:06 up 6s · workers 4/4 · … · 9.7/s · orphaned: task 17 of w2·6975 (lease 1.3 s left)
+    12:00:06 takeover: task 17: w2·6975 → w3·6980, 1.2 s after w2·6975 died
 
 Each new event is printed on its own line before the status line, so a log file keeps the
 whole feed. `progress_line` is pure (a snapshot in, a line out); `run_progress` is the loop.
@@ -12,7 +13,7 @@ from __future__ import annotations
 import time
 from typing import Protocol, TextIO
 
-from supervisor.model import Event, SupervisorSnapshot
+from supervisor.model import Event, Orphan, SupervisorSnapshot
 
 #: seconds between status lines
 INTERVAL_S = 1.0
@@ -54,9 +55,19 @@ def progress_line(snap: SupervisorSnapshot, now: float) -> str:
         f"failed {q.failed} dead {q.dead}",
         f"{q.throughput_now:.1f}/s",
     ]
+    waiting = [o for o in snap.orphans if o.heir is None]
+    if waiting:
+        # a death's tasks until their takeover (the takeover itself is an event line)
+        parts.append("orphaned: " + ", ".join(_orphan(o, now) for o in waiting))
     if snap.draining:
         parts.append("draining")
     return " · ".join(parts)
+
+
+def _orphan(orphan: Orphan, now: float) -> str:
+    left = orphan.lease_expiry - now
+    lease = f"lease {left:.1f} s left" if left > 0 else f"lease lapsed {-left:.1f} s ago"
+    return f"task {orphan.task} of {orphan.holder} ({lease})"
 
 
 def event_line(event: Event) -> str:

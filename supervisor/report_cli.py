@@ -143,8 +143,21 @@ def why_command(
     if as_json:
         typer.echo(json.dumps(story.to_json(), indent=2))
     else:
+        typer.echo(positions_note(location))
         console = stdout_console()
         console.print(render_story(story, plain=not console.is_terminal))
+
+
+def positions_note(location: str) -> str:
+    """What the numbers after @ and # are, said once at the top of `qw why`."""
+    if is_redis_url(location):
+        where = "its stream entry id MS-SEQ packed into one number, MS·2^20 + SEQ"
+    else:
+        where = f"its byte offset in {Path(location) / 'claims.log'}"
+    return (
+        f"@N      a record's position in the claims log: {where}\n"
+        "task #N a task's id: its index in the tasks log\n"
+    )
 
 
 # -- `qw report` as text ---------------------------------------------------------------------

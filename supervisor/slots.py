@@ -18,6 +18,7 @@ from typing import Any
 
 import psutil
 
+from queue_worker.process import EXIT_TIME_LIMIT
 from supervisor.model import WorkerView
 
 
@@ -38,9 +39,18 @@ class RestartPolicy:
         return float(min(self.backoff_max_s, self.backoff_s * 2 ** max(0, young_deaths - 1)))
 
 
+def code_is_time_limit(code: int | None) -> bool:
+    """Did the worker end itself because its task ran past its time limit? Such an exit is
+    not a crash: the worker wrote its task's FAIL first, and the restart neither waits for a
+    backoff nor counts toward the storm guard (the task's max_attempts bounds them)."""
+    return code == EXIT_TIME_LIMIT
+
+
 def describe_exit(code: int) -> str:
     """How a process ended, as the feed says it: "killed by SIGKILL", "exited with code 1"
     (a negative return code from `Popen.poll` is the signal that ended it)."""
+    if code_is_time_limit(code):
+        return f"ended by a task's time limit (code {code})"
     if code < 0:
         try:
             return f"killed by {signal.Signals(-code).name}"

@@ -37,14 +37,16 @@ from typing import Any, Final
 
 import psutil
 
-from queue_worker.config import DEFAULT_LEASE_S, WorkerConfig
+from queue_worker.config import DEFAULT_DRAIN_TIMEOUT_S, DEFAULT_LEASE_S, WorkerConfig
+from queue_worker.names import worker_label
 from queue_worker.process import EXIT_CONFIG as WORKER_EXIT_CONFIG
 from queue_worker.process import worker_command
 from queue_worker.state import Lease
 from queue_worker.stats import read_snapshot
 from supervisor.model import Event, QueueView, SupervisorSnapshot
-from supervisor.monitor import Monitor, TaskInfo
-from supervisor.slots import RestartPolicy, Slot, describe_exit, last_line
+from supervisor.monitor import MICROS, Monitor, TaskInfo
+from supervisor.orphans import OrphanBook
+from supervisor.slots import RestartPolicy, Slot, code_is_time_limit, describe_exit, last_line
 
 #: exit codes of `qw up`
 EXIT_OK: Final = 0  # drained: every worker finished what it held and exited
@@ -76,6 +78,8 @@ class SupervisorOptions:
     fsync: str = "commit"
     max_attempts: int = 3  # winning claims a task gets before a failure makes it dead
     backoff_s: float = 1.0  # the first retry's backoff; doubles per attempt, with jitter
+    task_timeout_s: float | None = None  # an attempt that runs longer fails; its worker ends
+    drain_timeout_s: float | None = DEFAULT_DRAIN_TIMEOUT_S  # a drain waits this long at most
     tasks: int = 0  # demo tasks enqueued at start
     rate: float = 0.0  # demo tasks per second from a publisher thread (0: none)
     exit_when_drained: bool = False
@@ -100,6 +104,8 @@ class SupervisorOptions:
             fsync=self.fsync,
             max_attempts=self.max_attempts,
             backoff_s=self.backoff_s,
+            task_timeout_s=self.task_timeout_s,
+            drain_timeout_s=self.drain_timeout_s,
             parent_pid=os.getpid(),
             host=self.host,
         )
@@ -164,6 +170,9 @@ class Supervisor:
         self._events_total = 0
         self._queue = QueueView()
         self._monitor: Monitor | None = None
+        self._orphans = OrphanBook()
+        # pid → the tasks a worker held when `kill` killed it, read once (see `_held_at_death`)
+        self._killed_holding: dict[int, list[tuple[int, float]]] = {}
         self._publisher: DemoPublisher | None = None
         self._selected: int | None = None
         self._draining = False
@@ -207,6 +216,8 @@ class Supervisor:
             )
             self._publisher.start()
             self._event("info", f"publishing {opts.rate:g} demo tasks/s")
+        elif not opts.tasks:  # say why an empty queue stays empty
+            self._event("info", "no demo tasks: qw enqueue adds yours (qw up --demo adds some)")
         self._write_status()
         self._watcher.start()
 
@@ -258,6 +269,7 @@ class Supervisor:
                 for event in events:
                     self._add_event(event)
                 self._queue = queue
+                self._orphans.update(monitor.takeover_of, now=time.time())
             if self._stop_requests >= 2 and not self._forced:
                 self._kill_all_now()
             elif (self._stop_requests or self._drain_requested) and not self._draining:
@@ -347,22 +359,38 @@ class Supervisor:
         # SIGTERM before the worker installed its handler (it was still starting) kills it:
         # that is a clean stop too, it had no task yet.
         slot.clean_exit = code == 0 or (stopping and code == -signal.SIGTERM)
-        if stopping:
-            if not slot.clean_exit:
-                self._event("death", f"{slot.name} (pid {slot.pid}) {describe_exit(code)}")
+        if stopping and slot.clean_exit:
             return
-        self._event("death", self._death_text(slot, code))
+        held = self._held_at_death(slot)
+        self._orphans.died(slot.view(self._draining), held, now=time.time())
+        self._event("death", self._death_text(slot, code, held), held[0][0] if held else None)
+        if stopping:
+            return
         if code == WORKER_EXIT_CONFIG:
             slot.lost = True  # a config the worker rejects would be rejected again
             return
         self._plan_restart(slot, now)
 
-    def _death_text(self, slot: Slot, code: int) -> str:
-        text = f"{slot.name} (pid {slot.pid}) {describe_exit(code)}"
-        holdings = self._monitor.holdings() if self._monitor else {}
-        task = holdings.get(slot.worker_id or "")
-        if task is not None:
-            text += f" while holding task {task}"
+    def _held_at_death(self, slot: Slot) -> list[tuple[int, float]]:
+        """The tasks a dead worker held, read once: (task, lease expiry in wall seconds).
+
+        `kill` reads them itself (after the process is gone and the fold has caught up) and
+        leaves them here, so the kill message, the death message and the orphans panel
+        name the same tasks; any other death is read the same way, when it is reaped.
+        """
+        if slot.pid is not None and slot.pid in self._killed_holding:
+            return self._killed_holding.pop(slot.pid)
+        monitor = self._monitor
+        if monitor is None or slot.worker_id is None:
+            return []
+        for event in monitor.catch_up():  # everything the dead process wrote
+            self._add_event(event)
+        return [(t, lease.expiry / MICROS) for t, lease in monitor.tasks_held_by(slot.worker_id)]
+
+    def _death_text(self, slot: Slot, code: int, held: list[tuple[int, float]]) -> str:
+        text = f"{_label(slot)} {describe_exit(code)}"
+        if held:
+            text += f" while {_holding(held)}"
         if code > 0:
             last = last_line(self._logs_dir / f"{slot.name}.log")
             if last:
@@ -373,6 +401,9 @@ class Supervisor:
         policy = self.options.restart
         if not policy.enabled:
             slot.lost = True
+            return
+        if code_is_time_limit(slot.exit_code):
+            slot.restart_due = now  # it ended itself on purpose, its task's FAIL written
             return
         while slot.restart_times and now - slot.restart_times[0] > policy.storm_window_s:
             slot.restart_times.popleft()
@@ -389,11 +420,12 @@ class Supervisor:
         slot.restart_due = now + policy.delay(slot.young_deaths)
 
     def _restart(self, slot: Slot, now: float) -> None:
-        slot.restart_times.append(now)
+        if not code_is_time_limit(slot.exit_code):  # not a crash: the storm guard skips it
+            slot.restart_times.append(now)
         slot.restarts += 1
-        old_pid = slot.pid
+        old = _label(slot)
         self._spawn(slot)
-        self._event("restart", f"{slot.name} restarted as pid {slot.pid} (was {old_pid})")
+        self._event("restart", f"{slot.name} restarted as {_label(slot)} (was {old})")
 
     def _signal(self, slot: Slot, signum: int) -> bool:
         """Send `signum` to a live worker; False if it is already gone."""
@@ -444,8 +476,6 @@ class Supervisor:
             if found is None:
                 return
             slot.worker_id = found.stem
-            if self._monitor is not None:
-                self._monitor.name_worker(slot.worker_id, slot.name)
         path = run_dir / f"{slot.worker_id}.json"
         try:
             mtime = path.stat().st_mtime_ns
@@ -475,9 +505,9 @@ class Supervisor:
 
     # -- events and views --------------------------------------------------------------------------
 
-    def _event(self, kind: str, text: str) -> None:
+    def _event(self, kind: str, text: str, task: int | None = None) -> None:
         with self._lock:
-            self._add_event(Event(time.time(), kind, text))
+            self._add_event(Event(time.time(), kind, text, task))
 
     def _add_event(self, event: Event) -> None:
         self._events.append(event)
@@ -500,6 +530,10 @@ class Supervisor:
                 draining=self._draining,
                 selected=self._selected,
                 started_at=self.started_at,
+                orphans=self._orphans.orphans(),
+                departed=self._orphans.departed([slot.pid for slot in self._slots]),
+                enqueue_hint=enqueue_hint(self.options.data_dir, self.location),
+                demo_rate=self.options.rate,
             )
 
     def task_info(self, task: int) -> TaskInfo | None:
@@ -521,15 +555,23 @@ class Supervisor:
             return self.kill(random.choice(holders).index)
 
     def kill(self, slot: int) -> str | None:
-        holdings = self._monitor.holdings() if self._monitor else {}
         with self._lock:
             target = self._slot(slot)
-            if target is None or not self._signal(target, signal.SIGKILL):
+            process = target.process if target is not None else None
+            if target is None or process is None or target.pid is None:
                 return None
-            task = holdings.get(target.worker_id or "")
-            holding = f", holding task {task}" if task is not None else ""
-            text = f"kill -9 {target.name} (pid {target.pid}){holding}"
-            self._event("info", text)
+            self._read_stats(target)  # its worker id, if not known yet
+            if not self._signal(target, signal.SIGKILL):
+                return None
+            # What it held is read once the process can write no more (and the fold has
+            # read all it wrote): read at the kill, a claim made in the last 0.25 s would
+            # be missed, and the death would name another task than the kill.
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(timeout=2.0)
+            held = self._held_at_death(target)
+            self._killed_holding[target.pid] = held
+            text = f"kill -9 {_label(target)}" + (f", {_holding(held)}" if held else "")
+            self._event("info", text, held[0][0] if held else None)
             return text
 
     def toggle_pause(self, slot: int) -> str | None:
@@ -542,7 +584,7 @@ class Supervisor:
                 return None
             target.paused = not target.paused
             verb = "paused" if target.paused else "resumed"
-            text = f"{target.name} (pid {target.pid}) {verb}"
+            text = f"{_label(target)} {verb}"
             self._event("pause", text)
             return text
 
@@ -614,6 +656,28 @@ class Supervisor:
         with contextlib.suppress(OSError):  # a full disk costs `qw status`, not the run
             tmp.write_text(json.dumps(status))
             os.replace(tmp, self._status_path)
+
+
+def _label(slot: Slot) -> str:
+    """The slot's current (or last) process as people see it: w6·6975."""
+    if slot.worker_id:
+        return worker_label(slot.worker_id)
+    return f"{slot.name}·{slot.pid}" if slot.pid is not None else slot.name
+
+
+def _holding(held: list[tuple[int, float]]) -> str:
+    tasks = [task for task, _ in held]
+    return f"holding task{'s' * (len(tasks) > 1)} {', '.join(map(str, tasks))}"
+
+
+def enqueue_hint(data_dir: Path, location: str) -> str:
+    """The command that puts work on this queue, as the first screen suggests it."""
+    command = "qw enqueue --count 100"
+    if location != str(data_dir):  # a redis:// log (as shown: no password)
+        return f"{command} --log {location}"
+    if Path(data_dir).resolve() == Path(".qw").resolve():
+        return command
+    return f"{command} --dir {data_dir}"
 
 
 def read_status_files(run_dir: Path) -> list[dict[str, Any]]:

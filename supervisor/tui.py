@@ -4,8 +4,11 @@
 the alternate screen and turns keys into the supervisor's controls:
 
     k        kill -9 a worker that holds a task (or the selected worker)
-    0-9      select worker slot N; then k kills it, p pauses/resumes it; Esc clears
+    ↑ ↓      select the previous / next worker (0-9 select slots 0-9); then k kills it,
+             p pauses/resumes it; Esc clears the selection (then the filter)
     + / -    add / remove a worker
+    /        type a filter for the event feed (a task id or a worker); Enter applies it
+    ?        every key
     q        drain: workers finish what they hold; the loop returns once the supervisor is done
 
 The terminal is put back on every way out (normal return, q, an exception, SIGINT, SIGTERM):
@@ -32,14 +35,30 @@ from typing import Protocol, TextIO
 from rich.console import Console, RenderableType
 from rich.live import Live
 
-from supervisor.dashboard import full_screen
+from supervisor.dashboard import View, full_screen
 from supervisor.model import Controls, SupervisorSnapshot
 
-__all__ = ["Dashboard", "DashboardSupervisor", "parse_keys", "run_dashboard"]
+__all__ = [
+    "BACKSPACE",
+    "DOWN",
+    "ENTER",
+    "ESC",
+    "UP",
+    "Dashboard",
+    "DashboardSupervisor",
+    "parse_keys",
+    "run_dashboard",
+]
 
-#: how long the footer shows what the last key did
-MESSAGE_SECONDS = 5.0
+#: how long the status line shows what the last key did
+MESSAGE_SECONDS = 8.0
+#: the longest event filter
+FILTER_MAX = 40
 ESC = "esc"
+UP = "up"
+DOWN = "down"
+ENTER = "enter"
+BACKSPACE = "backspace"
 
 
 class DashboardSupervisor(Controls, Protocol):
@@ -96,13 +115,14 @@ class Dashboard:
         self.selected: int | None = None
         self.draining = False
         self.message: str | None = None
+        self.view = View()
         self._message_until = 0.0
-        self._slots: set[int] = set()
+        self._slots: list[int] = []
 
     def frame(self, *, height: int, now: float | None = None) -> RenderableType:
         at = time.time() if now is None else now
         snap = self.sup.snapshot()
-        self._slots = {w.slot for w in snap.workers}
+        self._slots = sorted(w.slot for w in snap.workers)
         if self.message is not None and at > self._message_until:
             self.message = None
         # the selection and the drain are ours the moment a key is pressed; the snapshot
@@ -110,10 +130,17 @@ class Dashboard:
         snap = dataclasses.replace(
             snap, selected=self.selected, draining=snap.draining or self.draining
         )
-        return full_screen(snap, now=at, height=height, message=self.message)
+        return full_screen(snap, now=at, height=height, message=self.message, view=self.view)
 
     def on_key(self, key: str, *, now: float | None = None) -> None:
         at = time.time() if now is None else now
+        if self.view.typing:
+            self._filter_key(key)
+            return
+        if self.view.help and key in ("?", ESC):
+            self.view = dataclasses.replace(self.view, help=False)
+            return
+        self.view = dataclasses.replace(self.view, help=False)  # any other key acts, too
         sup = self.sup
         try:
             if key == "q":
@@ -132,7 +159,7 @@ class Dashboard:
                     )
             elif key == "p":
                 if self.selected is None:
-                    self._say("select a worker first (0-9), then p", at)
+                    self._say("select a worker first (↑ ↓ or 0-9), then p", at)
                 else:
                     self._say(
                         sup.toggle_pause(self.selected)
@@ -148,14 +175,47 @@ class Dashboard:
                 if slot not in self._slots:
                     self._say(f"no worker in slot {slot}", at)
                 else:
-                    self.selected = slot
-                    sup.select(slot)
+                    self._select(slot)
+            elif key in (UP, DOWN):
+                self._step(-1 if key == UP else 1)
+            elif key == "/":
+                self.view = dataclasses.replace(self.view, typing=True)
+            elif key == "?":
+                self.view = dataclasses.replace(self.view, help=True)
             elif key == ESC:
-                self.selected = None
-                sup.select(None)
+                if self.selected is not None:
+                    self._select(None)
+                elif self.view.filter:
+                    self.view = dataclasses.replace(self.view, filter="")
                 self.message = None
         except Exception as exc:  # a failed action is shown, not allowed to end the demo
             self._say(f"{key}: {type(exc).__name__}: {exc}", at)
+
+    def _select(self, slot: int | None) -> None:
+        self.selected = slot
+        self.sup.select(slot)
+
+    def _step(self, by: int) -> None:
+        """Move the selection `by` rows (from nothing: down picks the first, up the last)."""
+        slots = self._slots
+        if not slots:
+            return
+        if self.selected not in slots:
+            self._select(slots[0] if by > 0 else slots[-1])
+        else:
+            i = slots.index(self.selected)
+            self._select(slots[max(0, min(len(slots) - 1, i + by))])
+
+    def _filter_key(self, key: str) -> None:
+        view = self.view
+        if key == ENTER:
+            self.view = dataclasses.replace(view, typing=False, filter=view.filter.strip())
+        elif key == ESC:
+            self.view = dataclasses.replace(view, typing=False, filter="")
+        elif key == BACKSPACE:
+            self.view = dataclasses.replace(view, filter=view.filter[:-1])
+        elif len(key) == 1 and len(view.filter) < FILTER_MAX:
+            self.view = dataclasses.replace(view, filter=view.filter + key)
 
     def _say(self, text: str, now: float) -> None:
         self.message = text or None
@@ -166,9 +226,10 @@ class Dashboard:
 
 
 def parse_keys(data: str) -> list[str]:
-    """Split what one read returned into keys: characters, and "esc" for a lone Escape.
+    """Split what one read returned into keys: characters, "esc" for a lone Escape, "up" and
+    "down" for the arrows, "enter" and "backspace".
 
-    Arrow and function keys arrive as escape sequences (ESC [ A, ESC O P, …) in the same
+    Other keys that send escape sequences (ESC [ C, ESC O P, ESC [1;5A …) arrive in the same
     read; they are dropped whole, so their letters are never taken for commands.
     """
     keys: list[str] = []
@@ -178,12 +239,19 @@ def parse_keys(data: str) -> list[str]:
         if ch == "\x1b":
             if i + 1 < len(data) and data[i + 1] in "[O":
                 # CSI/SS3: parameters, then one final byte in @..~
-                i += 2
+                start = i + 2
+                i = start
                 while i < len(data) and not ("@" <= data[i] <= "~"):
                     i += 1
+                if i < len(data) and i == start and data[i] in "AB":  # no modifiers: a plain arrow
+                    keys.append(UP if data[i] == "A" else DOWN)
                 i += 1
                 continue
             keys.append(ESC)
+        elif ch in "\r\n":
+            keys.append(ENTER)
+        elif ch in "\x7f\x08":
+            keys.append(BACKSPACE)
         elif ch.isprintable():
             keys.append(ch)
         i += 1

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import shutil
 import socket
 import subprocess
 from collections.abc import Iterator
@@ -11,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import free_port, wait_until
+from tests.helpers import free_port, redis_server_binary, wait_until
 
 
 @pytest.fixture(scope="session")
@@ -21,11 +19,7 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     Yields the base URL ``redis://127.0.0.1:PORT``. Skipped when no redis-server is
     installed, unless QW_REQUIRE_REDIS=1 (CI sets it): then its absence fails the run.
     """
-    binary = shutil.which("redis-server")
-    if binary is None:
-        if os.environ.get("QW_REQUIRE_REDIS") == "1":
-            pytest.fail("redis-server is not installed but QW_REQUIRE_REDIS=1")
-        pytest.skip("redis-server is not installed")
+    binary = redis_server_binary()
     workdir = tmp_path_factory.mktemp("redis")
     port = free_port()
     proc = subprocess.Popen(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import socket
 import time
 from collections.abc import Callable, Sequence
@@ -49,3 +51,15 @@ class RacingLog(MemoryLog):
             race, self.race = self.race, None
             super().append_many([race])
         return super().append_many(records, durable=durable)
+
+
+def redis_server_binary() -> str:
+    """The redis-server to start for a test. Without one the test is skipped, unless
+    QW_REQUIRE_REDIS=1 (CI sets it): then its absence fails the run, so that the Redis tests
+    can never vanish from CI silently."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        if os.environ.get("QW_REQUIRE_REDIS") == "1":
+            pytest.fail("redis-server is not installed but QW_REQUIRE_REDIS=1")
+        pytest.skip("redis-server is not installed")
+    return binary

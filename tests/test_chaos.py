@@ -155,6 +155,10 @@ def test_kill_9_again_and_again_and_every_task_is_done_exactly_once(data_dir: Pa
             str(plan.lease_s),
             "--pick",
             "random",
+            # A worker killed holding a task uses one of its attempts; the kills must not
+            # use up a task's attempts (it would be dead, not done).
+            "--max-attempts",
+            "1000",
             "--exit-when-drained",
             "--no-tui",
         ],

@@ -264,7 +264,9 @@ def test_status_of_a_drained_directory(drained_dir: Path) -> None:
     lines = result.stdout.splitlines()
     assert "supervisors  0 running" in lines
     assert "workers      0 running, 3 stopped" in lines
-    assert lines[-1] == ("queue        published 40  pending 0  held 0  done 40  failed 0  dead 0")
+    assert lines[-1] == (
+        "queue        published 40  pending 0  held 0  done 40  dead 0  failed attempts 0"
+    )
 
 
 def test_status_of_a_directory_without_logs(tmp_path: Path) -> None:
@@ -316,7 +318,7 @@ def test_task_shows_state_result_and_history(drained_dir: Path) -> None:
     lines = result.stdout.splitlines()
     assert lines[0].startswith("task 5: done")
     assert lines[1] == '  result  {"task": 5, "worked_ms": 10}'
-    assert "TASK" in lines[2] and "payload {'n': 5}" in lines[2]
+    assert "TASK" in lines[2] and 'payload {"n": 5}' in lines[2]
     assert lines[-1].split()[-1] == "done" and "DONE" in lines[-1]
 
 
@@ -370,5 +372,5 @@ def test_kill_a_worker_by_name_and_its_slot_restarts(tmp_path: Path) -> None:
         up.send_signal(signal.SIGTERM)
         assert up.wait(30) == 0
     events = (tmp_path / "up.out").read_text()
-    assert f"w1 (pid {before['pid']}) killed by SIGKILL" in events
-    assert f"w1 restarted as pid {after['pid']} (was {before['pid']})" in events
+    assert f"w1·{before['pid']} killed by SIGKILL" in events
+    assert f"w1 restarted as w1·{after['pid']} (was w1·{before['pid']})" in events

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import signal
 from typing import Any
 
@@ -11,7 +12,9 @@ import pytest
 from rich.console import Console, RenderableType
 
 from supervisor.dashboard import (
+    View,
     event_feed,
+    event_matches,
     format_bytes,
     format_duration,
     format_micros,
@@ -20,9 +23,19 @@ from supervisor.dashboard import (
     render,
     worker_table,
 )
-from supervisor.model import Event, QueueView, SupervisorSnapshot, WorkerView
+from supervisor.model import Event, Orphan, QueueView, SupervisorSnapshot, WorkerView
 from supervisor.sparkline import sparkline
-from supervisor.tui import ESC, Dashboard, _Keys, _sigterm_stops, parse_keys
+from supervisor.tui import (
+    BACKSPACE,
+    DOWN,
+    ENTER,
+    ESC,
+    UP,
+    Dashboard,
+    _Keys,
+    _sigterm_stops,
+    parse_keys,
+)
 
 NOW = 1_700_000_000.0
 WIDTH = 120
@@ -110,8 +123,14 @@ def eight_workers() -> list[WorkerView]:
 
 
 def row_of(text: str, name: str) -> str:
-    """The worker table's row for worker `name` (slot number first, then the name)."""
-    rows = [line for line in text.splitlines() if line.replace("▶", "").split()[1:2] == [name]]
+    """The worker table's row for worker `name`: its label (w2·41002), or its slot name when
+    one row has it (rows are the slot number, then the label)."""
+
+    def label(line: str) -> str:
+        words = line.replace("▶", " ").split()
+        return words[1] if len(words) > 1 and words[0].isdigit() else ""
+
+    rows = [line for line in text.splitlines() if name in (label(line), label(line).split("·")[0])]
     assert len(rows) == 1, f"expected one row for {name}:\n{text}"
     return rows[0]
 
@@ -138,8 +157,7 @@ def test_worker_rows_show_every_figure() -> None:
     )
     row = row_of(text_of(worker_table([w], now=NOW)), "w2")
     for expected in (
-        "w2-41002-9fe3",
-        "41002",
+        "w2·41002",
         "working",
         "#17",
         "3.2s",  # held
@@ -153,9 +171,12 @@ def test_worker_rows_show_every_figure() -> None:
         assert expected in row, f"{expected!r} missing from {row!r}"
 
 
-def test_a_long_worker_id_keeps_its_start() -> None:
-    w = worker(0, worker_id="w0-4194303-" + "ab" * 20)
-    assert "w0-4194303-ab…" in row_of(text_of(worker_table([w], now=NOW)), "w0")
+def test_a_worker_is_named_by_slot_and_pid_whole() -> None:
+    w = worker(0, worker_id="w0-4194303-" + "ab" * 2, pid=4194303)
+    assert " w0·4194303 " in row_of(text_of(worker_table([w], now=NOW), width=80), "w0")
+    shared = worker(1, worker_id="w1@vm-11704-dev-box-11704-9fe3", pid=11704)
+    row = row_of(text_of(worker_table([shared], now=NOW), width=80), "w1")
+    assert " w1·11704@vm-11704-dev-box " in row  # a Redis worker's host, not cut
 
 
 def test_every_state_is_named() -> None:
@@ -176,6 +197,7 @@ def test_dead_worker_keeps_its_last_figures() -> None:
     dead = worker(
         1,
         "dead",
+        worker_id="w1-41777-9fe3",
         stats=stats(attempts=23, won=20, lost_total=3, finished=19, current_task=8),
         exit_code=-9,
         died_at=NOW - 2,
@@ -183,13 +205,13 @@ def test_dead_worker_keeps_its_last_figures() -> None:
         pid=41777,
     )
     row = row_of(text_of(worker_table([dead], now=NOW)), "w1")
-    for expected in ("dead", "KILL", "41777", "#8", "23/20/3", "19", "420µs/2.35ms", "↻1"):
+    for expected in ("dead", "KILL", "w1·41777", "#8", "23/20/3", "19", "420µs/2.35ms", "↻1"):
         assert expected in row, f"{expected!r} missing from {row!r}"
 
 
 def test_selected_worker_is_marked_without_colour() -> None:
     text = text_of(worker_table(eight_workers(), now=NOW, selected=3))
-    assert "▶ 3" in row_of(text, "w3")
+    assert "▶3" in row_of(text, "w3")
     assert "▶" not in row_of(text, "w2")
 
 
@@ -197,6 +219,7 @@ def test_no_workers() -> None:
     text = text_of(render(snapshot([]), now=NOW))
     assert "no workers" in text
     assert "0 alive" in text
+    assert "The queue is empty" not in text  # this queue has work (published 30)
     assert "no events yet" in text
     assert "q  drain & quit" in text
 
@@ -318,7 +341,7 @@ def test_render_whole_screen() -> None:
     assert "up 1m23s" in text
     assert "7 alive" in text and "1 dead" in text and "1 paused" in text
     assert "DRAINING" in text
-    assert "draining: workers finish their tasks" in text
+    assert "workers finish their tasks, then qw exits" in text
     assert "Ctrl-C ×2  kill them now" in text
     assert "killed w5 (pid 41005)" in text
     assert "task 105: w5 → w0" in text
@@ -343,8 +366,8 @@ def test_layout_pins_the_footer_to_the_last_line() -> None:
         assert "drain & quit" in lines[-1]
         assert "event number 199" in "\n".join(lines)  # the newest event is always in sight
     tall = text_of(full_screen(snap, now=NOW, height=50), height=50)
-    assert "╰" in tall.splitlines()[-2]  # the feed grew to fill the screen, border and all
-    assert "event number 170" in tall
+    assert "event number 170" in tall  # the feed grew to fill the screen
+    assert "event number" in tall.splitlines()[-3]  # up to the status line
 
 
 def test_very_long_values_are_cut_not_wrapped() -> None:
@@ -447,9 +470,10 @@ def test_format_micros_and_bytes() -> None:
 def test_parse_keys_drops_escape_sequences() -> None:
     assert parse_keys("k3p") == ["k", "3", "p"]
     assert parse_keys("\x1b") == [ESC]
-    assert parse_keys("\x1b[A\x1b[1;5Cq") == ["q"]  # arrows and ctrl-right are not commands
+    # up and down select; other arrows and ctrl-right are not commands
+    assert parse_keys("\x1b[A\x1b[1;5Cq\x1b[D\x1bOB") == [UP, "q", DOWN]
     assert parse_keys("\x1bOPk") == ["k"]  # F1
-    assert parse_keys("\r\n\t") == []
+    assert parse_keys("\r\t\x7f") == [ENTER, BACKSPACE]
 
 
 def test_keys_from_a_hung_up_terminal_stop_being_read() -> None:
@@ -458,7 +482,7 @@ def test_keys_from_a_hung_up_terminal_stop_being_read() -> None:
         keys = _Keys(read_end)
         assert keys.read(timeout=0.0) == []
         os.write(write_end, b"k\x1b[Bq")
-        assert keys.read(timeout=1.0) == ["k", "q"]
+        assert keys.read(timeout=1.0) == ["k", DOWN, "q"]
         os.close(write_end)
         write_end = -1
         assert keys.read(timeout=1.0) == []  # end of file: readable for ever after
@@ -563,3 +587,121 @@ def test_a_failing_control_is_shown_not_raised() -> None:
     dash = Dashboard(RecordingSupervisor(snapshot(eight_workers())))
     dash.on_key("+", now=NOW)
     assert dash.message == "+: RuntimeError: no more slots"
+
+
+# -- any screen size: every worker whole, the keys on the last line -------------------------
+
+
+@pytest.mark.parametrize(("width", "height"), [(80, 24), (120, 40), (200, 60)])
+@pytest.mark.parametrize("view", [View(), View(help=True), View(filter="w1·41001", typing=True)])
+def test_every_size_shows_every_worker_whole_and_the_keys_last(
+    width: int, height: int, view: View
+) -> None:
+    workers = eight_workers()
+    workers[5] = worker(5, "starting", pid=41999, worker_id=None, restarts=1)
+    gone = worker(5, "dead", worker_id="w5-41005-9fe3", pid=41005, exit_code=-9, died_at=NOW - 1)
+    orphans = [
+        Orphan(105, "w5·41005", "w5-41005-9fe3", 5, NOW - 1, NOW + 2.5),
+        Orphan(88, "w3·40003", "w3-40003-aaaa", 3, NOW - 9, NOW - 4, "w1·41001", NOW - 3.9),
+    ]
+    events = [
+        Event(NOW - 60 + i, "takeover", f"task {i}: w1·41001 → w2·41002, 2.0 s after", i)
+        for i in range(60)
+    ]
+    snap = snapshot(workers, departed=[gone], orphans=orphans, events=events)
+    text = text_of(
+        full_screen(
+            snap, now=NOW, height=height, message="kill -9 w5·41005, holding task 105", view=view
+        ),
+        width=width,
+        height=height,
+    )
+    lines = text.splitlines()
+    assert len(lines) == height, text
+    assert all(len(line) <= width for line in lines)
+    assert "q  drain & quit" in lines[-1] or "Esc  cancel" in lines[-1], text  # the keys
+    assert "?  keys" in lines[-1] or view.typing, text
+    if view.typing:
+        assert "filter events: /w1·41001" in lines[-2]
+    else:
+        assert lines[-2].startswith("kill -9 w5·41005, holding task 105")  # its own line
+    if view.help:
+        return
+    for w in workers:
+        row = row_of(text, f"w{w.slot}·{w.pid}")
+        task = w.stats.get("current_task")
+        if task is not None:
+            assert re.search(rf"(?<!\d)#{task}(?!\d)", row), row
+    assert "#105" in row_of(text, "w5·41005")  # the dead row, beneath the new process's
+    assert "2.5s" in row_of(text, "w5·41005")  # its lease, counting down
+    assert re.search(r"^task 105  w5·41005 died 1\.0s ago\s+lease 2\.5s left", text, re.M)
+    assert re.search(r"^task 88  w3·40003 → w1·41001  took over 0\.1s after", text, re.M)
+    feed = lines[next(i for i, line in enumerate(lines) if line.startswith("── events")) :]
+    assert len([line for line in feed if "takeover " in line]) >= 3, text
+
+
+def test_filter_matches_a_task_or_a_worker_whole() -> None:
+    takeover = Event(NOW, "takeover", "task 17: w2·6975 → w5·7001, 1.2 s after w2·6975 died", 17)
+    death = Event(NOW, "death", "w6·6980 killed by SIGKILL while holding task 170", 170)
+    for query, matches in [
+        ("17", [takeover]),
+        ("170", [death]),
+        ("w2", [takeover]),
+        ("W5·7001", [takeover]),
+        ("6980", [death]),
+        ("w", []),
+        ("1", []),  # not the 1 of "1.2 s"
+        ("", [takeover, death]),
+    ]:
+        assert [e for e in (takeover, death) if event_matches(e, query)] == matches, query
+
+
+def test_the_empty_queue_says_how_to_add_work() -> None:
+    empty = snapshot(
+        eight_workers(), queue=QueueView(), enqueue_hint="qw enqueue --count 100 --dir /x"
+    )
+    text = text_of(full_screen(empty, now=NOW, height=24), width=80, height=24)
+    assert "The queue is empty" in text
+    assert "    qw enqueue --count 100 --dir /x" in text
+    assert "press k to kill -9 a worker holding a task" in text
+
+
+def test_arrows_move_the_selection_and_slash_types_a_filter() -> None:
+    workers = [worker(i) for i in range(12)]
+    sup = RecordingSupervisor(snapshot(workers))
+    dash = Dashboard(sup)
+    dash.frame(now=NOW, height=40)
+    dash.on_key(UP, now=NOW)
+    assert dash.selected == 11
+    dash.on_key(UP, now=NOW)
+    dash.on_key(DOWN, now=NOW)
+    dash.on_key(DOWN, now=NOW)
+    assert dash.selected == 11  # the last stays the last
+    for key in ["/", "k", "1", "7", BACKSPACE, ENTER]:
+        dash.on_key(key, now=NOW)
+    assert dash.view.filter == "k1" and not dash.view.typing
+    assert ("kill", 11) not in sup.calls  # typed into the filter, not a command
+    dash.on_key(ESC, now=NOW)  # the selection first
+    assert (selection(dash), dash.view.filter) == (None, "k1")
+    dash.on_key(ESC, now=NOW)  # then the filter
+    assert dash.view.filter == ""
+    dash.on_key("?", now=NOW)
+    assert dash.view == View(help=True)
+    dash.on_key("?", now=NOW)
+    assert dash.view == View()
+
+
+def selection(dash: Dashboard) -> int | None:
+    return dash.selected  # read through a call: mypy would keep the narrowing of an assert
+
+
+def test_more_workers_than_fit_scroll_with_the_selection() -> None:
+    workers = [worker(i, "working") for i in range(20)]
+    text = text_of(
+        full_screen(snapshot(workers, selected=15), now=NOW, height=24), width=80, height=24
+    )
+    lines = text.splitlines()
+    assert len(lines) == 24 and "q  drain & quit" in lines[-1]
+    assert "▶15" in row_of(text, "w15·41015")
+    assert re.search(r"… \d+ more rows: ↑/↓ select to scroll", text)
+    assert len([line for line in lines if line.startswith("── events")]) == 1

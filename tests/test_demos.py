@@ -7,6 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from logstore import open_log
+from queue_worker.records import Claim, TaskRecord, encode
+from supervisor.demos.collisions import first_collision
+
 
 def qw_demo(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
@@ -87,8 +93,10 @@ def test_skew_shows_a_fast_clock_stealing_and_a_slow_one_not(tmp_path: Path) -> 
         )
     )
     assert "the fold grants a TAKEOVER" in out
+    assert "and its DONE is accepted" in out and "DONE is done" not in out
+    assert "both handlers were running task 0 at the same time" in out
     assert "verdict 'lost: held'" in out
-    assert "qw report: exit 0" in out
+    assert "qw report (it counts completions): exit 0" in out
 
 
 def test_a_demo_that_cannot_show_its_point_exits_1_saying_why() -> None:
@@ -102,3 +110,30 @@ def test_the_demos_are_listed() -> None:
     assert result.returncode == 0
     for demo in ("collisions", "redistribution", "pause", "skew"):
         assert demo in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("second_at", "said"),
+    [
+        (
+            1_000_250,  # dated after the winner's: the plain case
+            "w2·102's CLAIM @{second} for task 0 lost: w1·101's CLAIM @{first} came first in "
+            "the log and holds the task (w1·101's is dated 250 µs earlier)",
+        ),
+        (
+            999_000,  # dated before the winner's, yet after it in the log
+            "w2·102's CLAIM @{second} for task 0 lost: w1·101's CLAIM @{first} came first in "
+            "the log and holds the task, although w2·102's is dated 1.0 ms earlier: the order "
+            "in the log decides, not the clocks",
+        ),
+    ],
+)
+def test_the_first_collision_is_one_plain_sentence(
+    data_dir: Path, second_at: int, said: str
+) -> None:
+    with open_log(data_dir, "tasks") as tasks:
+        tasks.append(encode(TaskRecord({"n": 0}, 1_000_000)))
+    with open_log(data_dir, "claims") as claims:
+        first = claims.append(encode(Claim(0, "w1-101-aaaa", 1_000_000, 5_000_000)))
+        second = claims.append(encode(Claim(0, "w2-102-bbbb", second_at, 5_000_000)))
+    assert first_collision(data_dir) == said.format(first=first, second=second)

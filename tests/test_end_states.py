@@ -241,7 +241,8 @@ def test_status_shows_an_expired_lease_with_how_long_ago(tmp_path: Path, expired
 
 @pytest.mark.parametrize("command", ["task", "why"])
 def test_task_and_why_say_the_lease_expired(tmp_path: Path, expired: Path, command: str) -> None:
-    first = qw(command, "0", "--dir", str(expired), cwd=tmp_path).stdout.splitlines()[0]
+    out = qw(command, "0", "--dir", str(expired), cwd=tmp_path).stdout
+    first = next(line for line in out.splitlines() if line.startswith("task 0: "))
     assert first.startswith("task 0: held by w2·6975 (claim @")
     assert ", but its lease expired at " in first and " s ago by this machine's clock" in first
 

@@ -120,7 +120,7 @@ def test_the_final_state_of_a_done_task() -> None:
         0, TaskRecord({"x": 1}, T0), list(enumerate([Claim(0, "a", T0, S), Done(0, "a", T0, 0)]))
     )
     assert story.state == "done (@1)"
-    assert story.steps[0].why == "payload {'x': 1}"
+    assert story.steps[0].why == 'payload {"x": 1}'  # JSON, as qw tail shows it
     assert json.loads(json.dumps(story.to_json()))["records"][2]["verdict"] == "done"
 
 
@@ -145,6 +145,10 @@ def test_qw_why_tells_every_record_with_its_log_position(data_dir: Path) -> None
     result = CliRunner().invoke(_app(), ["why", "0", "--dir", str(data_dir)])
 
     assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[0] == (  # what a position is, said once at the top
+        f"@N      a record's position in the claims log: its byte offset in "
+        f"{data_dir / 'claims.log'}"
+    )
     for position in (first, second, stale):
         assert f"@{position}" in result.output
     assert "takeover of w2" in result.output

@@ -28,6 +28,7 @@ from queue_worker.records import (
 from queue_worker.report import read_claims
 from queue_worker.state import ClaimState
 from queue_worker.topics import open_topics
+from queue_worker.values import json_value, value_text
 
 QW = [sys.executable, "-m", "supervisor.cli"]
 BIG = 2**63 - 1
@@ -219,3 +220,27 @@ def test_a_record_of_an_unknown_type_is_shown_bounded_and_escaped(tmp_path: Path
         assert max(len(line) for line in run.stdout.splitlines()) < 200
     report = json.loads(qw("report", "--json", cwd=tmp_path).stdout)
     assert (report["unknown_records"], report["malformed"]) == (1, [])
+
+
+def test_a_payload_nested_900_deep_is_shown_not_crashed_on(tmp_path: Path) -> None:
+    # msgpack decodes it (its limit is 1024); json.dumps and a recursive walk would not
+    deep = b"\x94\x01\xa1T" + b"\x91" * 900 + b"\xc0" + msgpack.packb(T0)
+    tasks, claims = open_topics(tmp_path / ".qw")
+    with tasks, claims:
+        tasks.append(deep)
+    for args in (
+        ["task", "0"],
+        ["task", "0", "--json"],
+        ["why", "0"],
+        ["tail", "--topic", "tasks"],
+    ):
+        run = qw(*args, cwd=tmp_path)
+        assert run.returncode == 0, run.stderr
+        assert "[[[[" in run.stdout and "Traceback" not in run.stderr
+
+
+def test_value_text_and_json_value_never_raise_on_a_deep_value() -> None:
+    deep = msgpack.unpackb(b"\x91" * 900 + b"\xc0")
+    assert value_text(deep, 40).startswith("[[[[")
+    assert isinstance(json_value(deep), str)
+    json.dumps({"payload": json_value(deep)})  # the HTTP body builds

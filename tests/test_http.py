@@ -101,8 +101,21 @@ def test_task_endpoint(endpoint: str) -> None:
         "heldAt": None,
         "known": True,
     }
-    unknown = json.loads(get(f"{endpoint}/task/99")[2])
-    assert (unknown["known"], unknown["done"]) == (False, False)
+    # a finished task: its attempts, payload, result and the history of its records
+    assert task["state"].startswith("done")
+    assert task["attempts"] >= 1
+    assert task["payload"] == {"n": 3}
+    assert task["result"] is not None
+    history = task["history"]
+    assert history[0]["kind"] == "TASK"
+    wins = [r for r in history if r["kind"] == "CLAIM" and r["verdict"] in ("won", "takeover")]
+    assert len(wins) == task["attempts"]
+    done = [r for r in history if r["kind"] == "DONE" and r["verdict"] == "done"]
+    assert len(done) == 1 and done[0]["claim"] == wins[-1]["position"]
+    assert all(r["why"] for r in history)
+    status, _, text = get(f"{endpoint}/task/99")  # no record names task 99
+    assert status == 404
+    assert json.loads(text) == {"error": "no task 99: no TASK record and no claim names it"}
     assert get(f"{endpoint}/task/three")[0] == 400
     assert get(f"{endpoint}/nowhere")[0] == 404
 

@@ -127,7 +127,6 @@ def check_ids_match_log_order(ids: dict[int, str], log: Log) -> None:
 
 
 def test_concurrent_producers_in_processes_get_distinct_ids_in_log_order(data_dir: Path) -> None:
-    pytest.importorskip("logstore.file_log")
     ids = run_producers(str(data_dir), count=4, rounds=40)
     with open_log(data_dir, TASKS_TOPIC) as log:
         check_ids_match_log_order(ids, log)

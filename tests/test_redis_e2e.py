@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import os
 import queue
-import shutil
 import signal
 import socket
 import subprocess
@@ -47,7 +46,7 @@ from queue_worker.worker import StepKind, StepResult, Worker
 from supervisor.cli import main
 from supervisor.demos.fleet import ClaimsTail
 from supervisor.demos.skew import OffsetClock
-from tests.helpers import free_port, wait_until
+from tests.helpers import free_port, redis_server_binary, wait_until
 from tests.test_chaos import check_log
 
 pytestmark = pytest.mark.redis
@@ -119,12 +118,7 @@ class OwnRedis:
     loses nothing acknowledged; restarted on the same port and directory."""
 
     def __init__(self, directory: Path, *extra: str) -> None:
-        binary = shutil.which("redis-server")
-        if binary is None:
-            if os.environ.get("QW_REQUIRE_REDIS") == "1":
-                pytest.fail("redis-server is not installed but QW_REQUIRE_REDIS=1")
-            pytest.skip("redis-server is not installed")
-        self.binary = binary
+        self.binary = redis_server_binary()
         self.extra = extra  # more server options
         self.directory = directory
         directory.mkdir(parents=True, exist_ok=True)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import multiprocessing
 import random
-import shutil
 import socket
 import subprocess
 import uuid
@@ -42,7 +41,7 @@ from logstore.redis_log import (
     parse_id,
     unpack_position,
 )
-from tests.helpers import free_port, wait_until
+from tests.helpers import free_port, redis_server_binary, wait_until
 
 pytestmark = pytest.mark.redis
 
@@ -493,10 +492,7 @@ class OwnRedis:
     """A redis-server of this test's own (AOF on, fsync on every write), to kill -9."""
 
     def __init__(self, directory: Path) -> None:
-        binary = shutil.which("redis-server")
-        if binary is None:
-            pytest.skip("redis-server is not installed")
-        self.binary = binary
+        self.binary = redis_server_binary()
         self.directory = directory
         self.port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None

@@ -1,5 +1,6 @@
 """ClaimState against random claims logs: properties of every prefix, and a state machine
-that checks the fold step by step against a small reference model written from DESIGN.md."""
+that checks the fold step by step against a small reference model written from
+docs/protocol.md (section 3)."""
 
 from __future__ import annotations
 
@@ -221,7 +222,7 @@ def test_the_invariants_of_the_original(log: list[ClaimsRecord]) -> None:
 
 
 class Reference:
-    """The verdict as DESIGN.md states it, kept as plainly as possible: who holds each task
+    """The verdict as docs/protocol.md states it, kept as plainly as possible: who holds each task
     (the winning claim's position, its worker, the expiry), the tasks done and dead, and
     the retry time of each task a FAIL released."""
 

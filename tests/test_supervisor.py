@@ -175,15 +175,16 @@ def test_storm_guard_gives_up_on_a_crash_looping_slot(
 def test_controls_pause_add_remove_kill_and_drain(make_supervisor: Any) -> None:
     sup = make_supervisor(workers=2, rate=20.0, work_ms=100)
     sup.start()
+    assert sup.snapshot().demo_rate == 20.0  # what the dashboard labels as demo traffic
     wait_until(lambda: all(w.worker_id for w in sup.snapshot().workers), 30, "worker ids")
 
     # pause / resume: SIGSTOP / SIGCONT
     pid = slot_view(sup, 0).pid
-    assert sup.toggle_pause(0) == f"w0 (pid {pid}) paused"
+    assert sup.toggle_pause(0) == f"w0·{pid} paused"
     process = psutil.Process(pid)
     wait_until(lambda: process.status() == psutil.STATUS_STOPPED, 10, "SIGSTOP")
     assert slot_view(sup, 0).state == "paused"
-    assert sup.toggle_pause(0) == f"w0 (pid {pid}) resumed"
+    assert sup.toggle_pause(0) == f"w0·{pid} resumed"
     wait_until(lambda: process.status() != psutil.STATUS_STOPPED, 10, "SIGCONT")
 
     # add a worker, then remove it: it drains and is not restarted
@@ -200,7 +201,7 @@ def test_controls_pause_add_remove_kill_and_drain(make_supervisor: Any) -> None:
     # kill -9 a worker that holds a task: its slot restarts
     text = wait_until(sup.kill_a_holder, 30, "a worker holding a task")
     assert isinstance(text, str) and text.startswith("kill -9 w") and ", holding task " in text
-    slot = int(text.split()[2][1:])
+    slot = int(text.split()[2].split("·")[0][1:])  # kill -9 w1·4711, holding task 17
     wait_until(lambda: slot_view(sup, slot).restarts == 1, 30, "the slot to restart")
 
     sup.select(1)

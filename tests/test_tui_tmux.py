@@ -36,14 +36,15 @@ needs_tmux = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is no
 
 
 class Tmux:
-    """One private tmux server with one 160x50 pane running bash.
+    """One private tmux server with one pane (160x50 unless told) running bash.
 
     Its socket is `socket` (a path: under the test's tmp_path, so nothing is left behind);
     a path too long for a unix socket falls back to a unique -L name, whose socket file in
     tmux's own directory is removed by `kill_server`.
     """
 
-    def __init__(self, socket: Path) -> None:
+    def __init__(self, socket: Path, width: int = 160, height: int = 50) -> None:
+        self.width, self.height = width, height
         if len(str(socket)) < 100:  # sun_path holds 108 bytes
             self.where = ["-S", str(socket)]
         else:
@@ -60,9 +61,9 @@ class Tmux:
             "-s",
             "qw",
             "-x",
-            "160",
+            str(self.width),
             "-y",
-            "50",
+            str(self.height),
             "-c",
             str(cwd),
             # through env(1): tmux starts this with /bin/sh, and dash does not pass PS1 on
@@ -163,62 +164,134 @@ def assert_terminal_restored(term: Tmux) -> None:
 
 
 def worker_rows(screen: str) -> dict[str, str]:
-    """Worker name → its row of the table (rows start with the slot number)."""
+    """Worker label (w2·4711) → its row of the table (rows start with the slot number)."""
     rows: dict[str, str] = {}
     for line in screen.splitlines():
         words = line.replace("▶", " ").split()  # ▶ marks the selected row
-        if len(words) > 2 and words[0].isdigit() and re.fullmatch(r"w\d+", words[1]):
+        if len(words) > 2 and words[0].isdigit() and re.fullmatch(r"w\d+·\d+", words[1]):
             rows[words[1]] = line
+    return rows
+
+
+def slot_rows(screen: str) -> dict[str, str]:
+    """Slot name (w2) → the row of the process in it now (the first row of that slot)."""
+    rows: dict[str, str] = {}
+    for label, row in worker_rows(screen).items():
+        rows.setdefault(label.split("·")[0], row)
     return rows
 
 
 # -- the real `qw up` ---------------------------------------------------------------------
 
 
+SIZES = [(80, 24), (120, 40), (200, 60)]
+
+
+@pytest.fixture(params=SIZES, ids=[f"{w}x{h}" for w, h in SIZES])
+def sized_tmux(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Tmux]:
+    if shutil.which("tmux") is None:
+        pytest.skip("tmux is not installed")
+    width, height = request.param
+    term = Tmux(tmp_path / "tmux.sock", width, height)
+    try:
+        term.start(REPO)
+        yield term
+    finally:
+        term.kill_server()
+
+
+def keys_line_intact(screen: str) -> bool:
+    """The keys are on the last line, whole: a status message never lands on it."""
+    lines = screen.rstrip("\n").splitlines()
+    return bool(lines) and lines[-1].lstrip().startswith("k ") and "drain & quit" in lines[-1]
+
+
+def feed_lines(screen: str) -> list[str]:
+    """The event feed's lines: after its title, down to the status line."""
+    lines = screen.rstrip("\n").splitlines()
+    title = next(i for i, line in enumerate(lines) if line.startswith("── events"))
+    return [line for line in lines[title + 1 : -2] if line.strip()]
+
+
 @needs_tmux
-def test_qw_up_kill_takeover_and_quit(tmux: Tmux, tmp_path: Path) -> None:
+def test_qw_up_kill_orphan_takeover_keys_and_quit(sized_tmux: Tmux, tmp_path: Path) -> None:
+    tmux = sized_tmux
     if not QW.exists():
         pytest.fail(f"{QW} is missing: install the project (make test does)")
     tmux.type_line(
-        f"{QW} up --dir {tmp_path / 'qw'} --workers 3 --lease 2 --work-ms 1500 --tasks 30",
+        f"{QW} up --dir {tmp_path / 'qw'} --workers 8 --lease 3 --work-ms 2000 --tasks 200",
     )
 
-    # the worker rows appear, and someone is working on a task
+    # eight worker rows, each named whole (slot and the pid of a real worker process)
     def working() -> dict[str, str] | None:
         rows = worker_rows(tmux.screen())
         busy = any("working" in row and re.search(r"#\d+", row) for row in rows.values())
-        return rows if len(rows) == 3 and busy else None
+        return rows if len(rows) == 8 and busy else None
 
-    rows = wait_until(working, 30, "three worker rows, one working")
-    assert isinstance(rows, dict) and set(rows) == {"w0", "w1", "w2"}
+    rows = wait_until(working, 60, "eight worker rows, one working")
+    assert isinstance(rows, dict)
     qw = next(p for p in tmux.children() if "up" in p.cmdline())
     worker_pids = {p.pid for p in qw.children(recursive=True)}
-    assert len(worker_pids) >= 3
+    assert {int(label.split("·")[1]) for label in rows} <= worker_pids
+    assert {label.split("·")[0] for label in rows} == {f"w{i}" for i in range(8)}
+    screen = tmux.screen()
+    assert keys_line_intact(screen), screen
+    assert all(re.search(r"#\d+\b", row) or " — " in row for row in rows.values()), screen
 
-    # k: kill -9 a worker that holds a task; the footer and the feed say which task
+    # arrows select: ↓ from nothing picks w0, ↓ again w1; the keys line names it; Esc clears
+    tmux.send("Down")
+    wait_until(lambda: "▶0" in slot_rows(tmux.screen()).get("w0", ""), 10, "w0 selected")
+    tmux.send("Down")
+    wait_until(lambda: "▶1" in slot_rows(tmux.screen()).get("w1", ""), 10, "w1 selected")
+    w1 = next(label for label in worker_rows(tmux.screen()) if label.startswith("w1·"))
+    assert f"kill -9 {w1}" in tmux.screen().splitlines()[-1]
+    tmux.send("Escape")
+    wait_until(lambda: "▶" not in tmux.screen(), 10, "the selection cleared")
+
+    # k: kill -9 a holder; the status line, the orphans panel, the death and the takeover
+    # all name one task
     tmux.send("k")
 
     def killed() -> tuple[str, str] | None:
-        found = re.search(r"(w\d+) \(pid \d+\),? (?:while )?holding task (\d+)", tmux.screen())
+        found = re.search(r"kill -9 (w\d+·\d+), holding task (\d+)", tmux.screen())
         return (found.group(1), found.group(2)) if found else None
 
     found = wait_until(killed, 10, "the kill -9 of a worker holding a task")
     assert isinstance(found, tuple)
     victim, task = found
+    orphan = re.compile(rf"^task {task}  {victim} ", re.MULTILINE)
+    wait_until(lambda: orphan.search(tmux.screen()), 10, f"task {task} in the orphans panel")
+    screen = tmux.screen()
+    assert keys_line_intact(screen), screen
+    assert f"{victim} killed by SIGKILL while holding task {task}" in screen
 
-    # lease 2 s: a survivor takes the task over once the dead worker's lease lapses
-    def taken_over() -> str | None:
-        return next(
-            (
-                line
-                for line in tmux.screen().splitlines()
-                if "takeover" in line and f"task {task}: {victim} →" in line
-            ),
-            None,
-        )
+    taken = re.compile(rf"^task {task}  {victim} → (w\d+·\d+)  took over ", re.MULTILINE)
+    wait_until(lambda: taken.search(tmux.screen()), 60, f"the takeover of task {task}")
+    screen = tmux.screen()
+    assert keys_line_intact(screen), screen
+    assert any(f"takeover   task {task}: {victim} → " in line for line in feed_lines(screen))
 
-    line = wait_until(taken_over, 30, f"the takeover of task {task} from {victim}")
-    assert isinstance(line, str) and "after" in line
+    # /: filter the feed by the task; every line shown is about it
+    tmux.send("/")
+    wait_until(lambda: "filter events: /" in tmux.screen(), 10, "the filter prompt")
+    tmux.send("-l", task)
+    tmux.send("Enter")
+    wait_until(lambda: f"events matching '{task}'" in tmux.screen(), 10, "the filtered feed")
+    lines = feed_lines(tmux.screen())
+    assert any("takeover" in line for line in lines), lines
+    assert all(re.search(rf"(?<![\d.]){task}(?![\d.])", line) for line in lines), lines
+    tmux.send("Escape")
+    wait_until(lambda: "events matching" not in tmux.screen(), 10, "the filter cleared")
+
+    # ?: every key, then back
+    tmux.send("?")
+    wait_until(lambda: "keys (? or Esc closes this)" in tmux.screen(), 10, "the help")
+    screen = tmux.screen()
+    for key in ("kill -9 a worker holding a task", "select a worker", "filter the events"):
+        assert key in screen, screen
+    assert keys_line_intact(screen), screen
+    tmux.send("?")
+    wait_until(lambda: "── events" in tmux.screen(), 10, "the help closed")
 
     # q: drain; the dashboard stays up while draining, then exits 0
     tmux.send("q")
@@ -230,6 +303,20 @@ def test_qw_up_kill_takeover_and_quit(tmux: Tmux, tmp_path: Path) -> None:
     assert not tmux.children(), "a process outlived qw up"
     assert not any(_alive(pid) for pid in worker_pids)
     assert_terminal_restored(tmux)
+
+
+@needs_tmux
+def test_more_than_ten_workers_are_reached_with_the_arrows(tmux: Tmux) -> None:
+    tmux.type_line(f"{PYTHON} -m tests.test_tui_tmux --workers 12")
+    wait_until(lambda: len(slot_rows(tmux.screen())) == 12, 20, "the fake dashboard")
+    tmux.send("Up")  # from nothing, up picks the last
+    wait_until(lambda: "▶11" in slot_rows(tmux.screen()).get("w11", ""), 10, "w11 selected")
+    tmux.send("Up")
+    wait_until(lambda: "▶10" in slot_rows(tmux.screen()).get("w10", ""), 10, "w10 selected")
+    tmux.send("p")
+    wait_until(lambda: "paused" in slot_rows(tmux.screen())["w10"], 10, "w10 paused")
+    tmux.send("q")
+    assert exit_status(tmux, "the dashboard to exit", 20) == 0
 
 
 def _alive(pid: int) -> bool:
@@ -247,15 +334,15 @@ def _alive(pid: int) -> bool:
 def test_terminal_restored_on_every_way_out(tmux: Tmux, tmp_path: Path, way_out: str) -> None:
     trigger = tmp_path / "crash-now"
     tmux.type_line(f"{PYTHON} -m tests.test_tui_tmux --crash-when {trigger}")
-    wait_until(lambda: len(worker_rows(tmux.screen())) == 3, 20, "the fake dashboard")
+    wait_until(lambda: len(slot_rows(tmux.screen())) == 3, 20, "the fake dashboard")
     assert tmux.pane("#{alternate_on}") == "1"
 
     if way_out == "q":
         # on the way: a digit selects, p pauses the selected worker, Esc clears
         tmux.send("1")
-        wait_until(lambda: "▶ 1" in worker_rows(tmux.screen()).get("w1", ""), 10, "w1 selected")
+        wait_until(lambda: "▶1" in slot_rows(tmux.screen()).get("w1", ""), 10, "w1 selected")
         tmux.send("p")
-        wait_until(lambda: "paused" in worker_rows(tmux.screen())["w1"], 10, "w1 paused")
+        wait_until(lambda: "paused" in slot_rows(tmux.screen())["w1"], 10, "w1 paused")
         tmux.send("Escape")
         wait_until(lambda: "▶" not in tmux.screen(), 10, "the selection cleared")
         tmux.send("q")

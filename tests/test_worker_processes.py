@@ -26,8 +26,6 @@ from queue_worker.stats import read_all
 from queue_worker.topics import CLAIMS_TOPIC, ClaimsFollower
 from tests.helpers import wait_until
 
-pytest.importorskip("logstore.file_log")
-
 REPO = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "PYTHONPATH": str(REPO)}
 

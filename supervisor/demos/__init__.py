@@ -26,7 +26,12 @@ demo_app = typer.Typer(
 
 DirOption = Annotated[
     Path | None,
-    typer.Option("--dir", "-d", help="Work here (kept) instead of a fresh temporary directory."),
+    typer.Option(
+        "--dir",
+        "-d",
+        metavar="DIR",
+        help="Work here (kept) instead of a fresh temporary directory.",
+    ),
 ]
 KeepOption = Annotated[
     bool, typer.Option("--keep", help="Keep the temporary directory (its path is printed).")
@@ -40,7 +45,8 @@ def _seconds(help: str) -> Any:  # typer.Option is typed as returning Any
 
 
 def _count(what: str, low: int, high: int, help: str) -> Any:
-    return typer.Option(parser=whole(what, low, high), metavar="N", help=help)
+    metavar = "MS" if what == "milliseconds" else "N"
+    return typer.Option(parser=whole(what, low, high), metavar=metavar, help=help)
 
 
 @demo_app.command("collisions")

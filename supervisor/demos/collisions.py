@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from queue_worker.config import PICK_STRATEGIES
+from queue_worker.names import worker_label
 from queue_worker.producer import Queue
 from queue_worker.records import Claim
 from queue_worker.report import Report, duration_text, load_report, read_claims
@@ -100,19 +101,21 @@ def first_collision(location: Path) -> str | None:
         if outcome.verdict is Verdict.LOST_HELD and outcome.holder is not None:
             holder = outcome.holder
             gap = record.at - holder.at
-            when = f"{duration_text(abs(gap))} {'later' if gap >= 0 else 'earlier'}"
-            return (
-                f"{record.worker}'s CLAIM @{position} for task {record.task} lost to "
-                f"{holder.worker}'s CLAIM @{holder.claim}, which is first in the log "
-                f"(though dated {when}: the log's order decides, not the clocks)"
-                if gap < 0
-                else f"{record.worker}'s CLAIM @{position} for task {record.task} lost to "
-                f"{holder.worker}'s CLAIM @{holder.claim}, dated {when} before it"
+            loser, winner = worker_label(record.worker), worker_label(holder.worker)
+            lost = (
+                f"{loser}'s CLAIM @{position} for task {record.task} lost: {winner}'s "
+                f"CLAIM @{holder.claim} came first in the log and holds the task"
             )
+            if gap < 0:  # the clocks say otherwise: the log's order still decides
+                return (
+                    f"{lost}, although {loser}'s is dated {duration_text(-gap)} earlier: "
+                    "the order in the log decides, not the clocks"
+                )
+            return f"{lost} ({winner}'s is dated {duration_text(gap)} earlier)"
         if outcome.verdict is Verdict.LOST_DONE:
             return (
-                f"{record.worker}'s CLAIM @{position} for task {record.task} came after "
-                f"its DONE @{done_at.get(record.task, '?')}: the claimant had picked it "
+                f"{worker_label(record.worker)}'s CLAIM @{position} for task {record.task} "
+                f"came after its DONE @{done_at.get(record.task, '?')}: the claimant had picked it "
                 "from a view of the log that was already out of date"
             )
     return None

@@ -95,7 +95,6 @@ def act_fast_clock(
     location: Path, options: SkewOptions, tail: ClaimsTail, say: Narrator
 ) -> tuple[StepResult, int]:
     """Acts 1 and 2. Returns the honest worker's step result and task 0's takeover position."""
-    lease_us = seconds_to_us(options.lease_s)
     fast_clock = OffsetClock(seconds_to_us(options.skew_s))
     with (
         Queue(location) as queue,
@@ -135,18 +134,23 @@ def act_fast_clock(
             f"expiry: the fold grants a TAKEOVER, and so does every reader, although in real "
             f"time the honest lease had {duration_text(expiry - real_now)} to run"
         )
-        say.say(f"fast ran task {task} ({SHORT_WORK_MS} ms): its DONE was {stolen.kind.value}")
+        say.say(f"fast ran task {task} ({SHORT_WORK_MS} ms), and its DONE is {_fate(stolen.kind)}")
         runner.join(timeout=options.lease_s * 2 + options.work_ms / 1000 + 10)
         if not results:
             raise DemoFailed("the honest worker did not finish its step")
         result = results[0]
         say.say(
-            f"honest's lease keeper found the takeover in the log {options.lease_s / 2:g} s "
-            f"after its claim (its next renewal) and cancelled the handler: step "
-            f"'{result.kind.value}', no DONE written: fencing, but the task ran twice at once "
-            f"for a while (lease {duration_text(lease_us)})"
+            f"honest's lease keeper saw the takeover at its next renewal, "
+            f"{options.lease_s / 2:g} s after its claim, and cancelled its handler: honest "
+            f"wrote no DONE. Until then both handlers were running task {task} at the same "
+            "time: fencing cannot prevent that, only a second completion"
         )
         return result, takeover.position
+
+
+def _fate(kind: StepKind) -> str:
+    """What became of a worker's DONE, in words (StepKind.DONE reads "done": say more)."""
+    return "accepted" if kind is StepKind.DONE else f"not accepted (the step: {kind.value})"
 
 
 def act_slow_clock(location: Path, options: SkewOptions, tail: ClaimsTail, say: Narrator) -> bool:
@@ -181,7 +185,7 @@ def act_slow_clock(location: Path, options: SkewOptions, tail: ClaimsTail, say: 
         verdict = seen.verdict if seen is not None else None
         say.say(
             f"honest2 (true clock) claims task {task}: CLAIM @{won.claim} "
-            f"'{verdict.value if verdict else '?'}', and its DONE is {won.kind.value}"
+            f"'{verdict.value if verdict else '?'}', and its DONE is {_fate(won.kind)}"
         )
         return (
             lost.verdict is Verdict.LOST_HELD
@@ -208,7 +212,8 @@ def run(console: Console, options: SkewOptions) -> DemoResult:
             return say.result(DemoResult(False, str(e)))
         say.say(f"two readers replay the claims log: all {alike} verdicts agree (no clock)")
         report = load_report(location)
-        say.say(f"qw report: exit {report.exit_code}: {report.verdict}")
+        # the report counts completions: act 1's overlap wrote one DONE, not two
+        say.say(f"qw report (it counts completions): exit {report.exit_code}: {report.verdict}")
     if honest.kind is not StepKind.CANCELLED:
         return say.result(
             DemoResult(False, f"the robbed worker's step was {honest.kind.value}, not cancelled")
