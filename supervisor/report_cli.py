@@ -107,7 +107,11 @@ def report_command(
     except ReportInputError as e:
         raise _fail(str(e)) from None
     if as_json:
-        typer.echo(json.dumps(report.to_json(), indent=2))
+        body = report.to_json()
+        # by this machine's clock, for the reader (the report itself is a pure replay)
+        now_us = time.time_ns() // 1000
+        body["held_expired"] = [h.task for h in report.held if h.lease.expiry <= now_us]
+        typer.echo(json.dumps(body, indent=2))
     else:
         console = stdout_console()
         console.print(render_report(report, shown(location), plain=not console.is_terminal))

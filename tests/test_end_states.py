@@ -253,3 +253,5 @@ def test_report_shows_an_expired_lease(tmp_path: Path, expired: Path) -> None:
     row = next(line for line in out.splitlines() if line.lstrip().startswith("0  w2·6975"))
     assert re.search(r"\(expired \d+\.\d\d s ago\)$", row)
     assert "expired: by this machine's clock" in out
+    body = json.loads(qw("report", "--json", "--dir", str(expired), cwd=tmp_path).stdout)
+    assert body["held_expired"] == [0]
