@@ -26,6 +26,7 @@ from typing import Any, Final
 
 from logstore import Log, is_redis_url, open_log
 from logstore.base import LogError
+from queue_worker.checker import QueueChecker, QueueChecks
 from queue_worker.names import worker_label
 from queue_worker.records import (
     Claim,
@@ -231,6 +232,9 @@ class Report:
     # positions of records whose time (at, its lease's end, retry_at) is no date: hostile or
     # broken writers; the fold still applies them as written (they decode)
     impossible_times: tuple[int, ...] = ()
+    checks: QueueChecks = field(
+        default_factory=QueueChecks
+    )  # the total-queue classes (queue_worker.checker)
 
     @property
     def completions_stale(self) -> int:
@@ -307,6 +311,7 @@ class Report:
             stale_completions=json_safe(self.stale_completions),
             workers=[json_safe(w) | {"label": worker_label(w.worker)} for w in self.workers],
             accounting_errors=self.accounting_errors(),
+            checks=self.checks.to_json(),
         )
         return data
 
@@ -349,6 +354,7 @@ class _Replay:
     done_margins: list[int] = field(default_factory=list)
     malformed: list[int] = field(default_factory=list)
     impossible_times: list[int] = field(default_factory=list)
+    checker: QueueChecker = field(default_factory=QueueChecker)
     records: int = 0
     attempts: int = 0
     wins: int = 0
@@ -376,6 +382,7 @@ class _Replay:
         # extends, which the fold replaces as it applies the record.
         before = None if isinstance(record, Unknown) else self.state.holder(record.task)
         outcome = self.state.apply(record, position)
+        self.checker.apply(record, outcome)
         if isinstance(record, Claim):
             self._claim(record, outcome)
         elif isinstance(record, Renew):
@@ -527,6 +534,7 @@ class _Replay:
             unknown_records=st.unknown_count - len(self.malformed),
             malformed=tuple(self.malformed),
             impossible_times=tuple(self.impossible_times),
+            checks=self.checker.result(tasks_published),
         )
 
 

@@ -47,6 +47,7 @@ class WorkerStats:
     timeouts: int = 0  # the original's name: leases that lapsed under this worker
     renewals: int = 0
     leases_lost: int = 0
+    leases_lapsed: int = 0  # of leases_lost: our clock passed the expiry (paused, stalled)
     cancelled: int = 0  # handlers cancelled after a lost lease
     current_task: int | None = None
     current_since: float | None = None  # wall clock, seconds

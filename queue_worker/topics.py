@@ -51,6 +51,8 @@ from queue_worker.state import ClaimState, Outcome
 
 TASKS_TOPIC: Final = "tasks"
 CLAIMS_TOPIC: Final = "claims"
+#: operator actions and worker deaths (queue_worker.ops): never read by the fold
+OPS_TOPIC: Final = "ops"
 
 #: the type code a claims record that does not decode is folded as
 MALFORMED: Final = "?malformed"
@@ -81,6 +83,17 @@ def open_topics(
         tasks.close()
         raise
     return tasks, claims
+
+
+def open_topic(location: str | Path, topic: str, durability: Durability = Durability.COMMIT) -> Log:
+    """Open (creating if needed) one topic's log at `location`: the door every topic of a
+    queue goes through (adding a topic is a name and a call to this)."""
+    return open_log(location, topic, durability)
+
+
+def open_ops(location: str | Path, durability: Durability = Durability.COMMIT) -> Log:
+    """Open (creating if needed) the ops log at `location` (see queue_worker.ops)."""
+    return open_topic(location, OPS_TOPIC, durability)
 
 
 def on_server_clock(record: ClaimsRecord, server_time_us: int) -> ClaimsRecord:

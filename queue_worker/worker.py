@@ -81,7 +81,7 @@ from queue_worker.handlers import (
 )
 from queue_worker.lease import LeaseKeeper, RenewalThread
 from queue_worker.names import worker_label
-from queue_worker.pick import FreshTasks, pick_task
+from queue_worker.pick import FreshTasks, Orphans, pick_task
 from queue_worker.publisher import SnapshotPublisher
 from queue_worker.records import (
     Claim,
@@ -204,6 +204,8 @@ class Worker:
         self.tasks = TaskIndex(tasks_log.start)
         self._fresh = FreshTasks()
         self._own_from = 0  # spread: every id of our slot below this is closed
+        # orphans first; a predecessor's lapsed tasks are left to the others for one lease
+        self._orphans = Orphans(self.worker_id, config.lease_us, heir_rule=config.slots > 1)
         self.claims = ClaimsFollower(claims_log.start)
         self._checkpoint_dir = Path(config.location) if checkpoints else None
         checkpoint_note = self._load_checkpoint()
@@ -309,7 +311,7 @@ class Worker:
         excluded: Container[int] = self.tasks.foreign
         if cfg.pick == "spread" and cfg.slots > 1:
             self._fresh.forget_below(state.watermark)
-            excluded = self._fresh.held_back(now, cfg.slot, cfg.slots, self.tasks.foreign)
+            excluded = self._fresh.held_back(state, now, cfg.slot, cfg.slots, self.tasks.foreign)
             # Closed is for good: step the cursor over this slot's closed ids once, instead
             # of probing them from the watermark at every pick.
             own = max(self._own_from, cfg.slot)
@@ -327,6 +329,7 @@ class Worker:
             slots=cfg.slots,
             excluded=excluded,
             own_from=self._own_from,
+            orphans=self._orphans,
         )
 
     def attempt(self, task: int, now: int) -> StepResult:
@@ -423,6 +426,9 @@ class Worker:
         if recheck is not None:  # a fresh task of another slot becomes ours to take then
             recheck = self.fold_time(recheck)
             next_change = recheck if next_change is None else min(next_change, recheck)
+        heir = self._orphans.recheck_at  # a predecessor's task becomes ours to take then
+        if heir is not None:
+            next_change = heir if next_change is None else min(next_change, heir)
         return StepResult(StepKind.IDLE, drained=self.is_drained(), next_change=next_change)
 
     # -- running a won task --------------------------------------------------------------------
@@ -452,6 +458,7 @@ class Worker:
                 clock=self._clock,
                 listener=self,
                 renewer=self._renewer,
+                fold_clock=lambda: self.fold_time(self._clock()),
             )
             ctx = TaskContext(
                 task_id=task,
@@ -459,6 +466,7 @@ class Worker:
                 cancelled=keeper.cancelled,
                 worker_id=self.worker_id,
                 work_ms=self.config.work_ms,
+                lease_lapsed=keeper.check_lapse,
             )
             limit_s = self.handler.time_limit_s or self.config.task_timeout_s
 
@@ -479,7 +487,8 @@ class Worker:
                 # The handler stopped because the lease was lost: the task is someone else's.
                 with self._stats_lock:
                     self.stats.cancelled += 1
-                    self.stats.last_error = f"task {task}: cancelled: {outcome.error}"
+                    why = "the lease lapsed while paused or stalled" if keeper.lapsed else None
+                    self.stats.last_error = f"task {task}: cancelled: {why or outcome.error}"
                 return StepResult(
                     StepKind.CANCELLED,
                     task,
@@ -782,6 +791,20 @@ class Worker:
             self.stats.lease_expiry = None
             taken = f" (taken over by {holder.worker})" if holder is not None else ""
             self.stats.last_error = f"task {self.stats.current_task}: lease lost{taken}"
+        self.publisher.publish()
+
+    def lease_lapsed(self, overdue_us: int) -> None:
+        """Our clock passed the lease's expiry before a renewal (the process was stopped or
+        starved): the lease is treated as lost, and the handler is cancelled."""
+        with self._stats_lock:
+            self.stats.leases_lapsed += 1
+            self.stats.leases_lost += 1
+            self.stats.timeouts += 1
+            self.stats.lease_expiry = None
+            self.stats.last_error = (
+                f"task {self.stats.current_task}: lease lapsed while paused or stalled "
+                f"({us_to_seconds(overdue_us):.1f} s past its expiry); handler cancelled"
+            )
         self.publisher.publish()
 
     def lease_error(self, error: str) -> None:

@@ -55,6 +55,7 @@ from supervisor.supervisor import (
     default_demo_rate,
     demo_payloads,
 )
+from supervisor.timeline import cli as timeline_cli
 
 app = typer.Typer(
     name="qw",
@@ -384,6 +385,7 @@ def enqueue(
 
 inspect_cli.register(app)
 report_cli.register(app)
+timeline_cli.register(app)
 
 
 # -- the entry point ---------------------------------------------------------------------------

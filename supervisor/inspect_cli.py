@@ -51,6 +51,7 @@ from supervisor.cli_options import (
 from supervisor.end_state import held_text
 from supervisor.model import QueueView
 from supervisor.monitor import Monitor
+from supervisor.ops_recorder import now_us, record_kill
 from supervisor.supervisor import is_running_worker, read_status_files
 
 #: `qw status`: held tasks named one per line (--json lists them all)
@@ -289,7 +290,7 @@ def task_command(
 
     try:
         now_us = time.time_ns() // 1000  # a lease that ran out by now reads as expired
-        story = explain_task(task_id, read_task(location, task_id), claims(), now_us)
+        story = explain_task(task_id, read_task(location, task_id), claims(), now_us=now_us)
     except (ReportInputError, LogError) as e:
         fail(str(e))
     if not story.steps:
@@ -341,8 +342,12 @@ def kill(
         pids = ", ".join(str(s.get("pid")) for s in matches)
         bad("WORKER", worker, f"one worker, but {len(matches)} match (pids {pids}): name a pid")
     target = matches[0]
+    at = now_us()
     try:
         os.kill(int(target["pid"]), signal.SIGKILL)
     except ProcessLookupError:
         fail(f"worker {target.get('worker')} (pid {target['pid']}) has already exited")
+    record_kill(
+        directory, str(target.get("name", "")), target.get("worker"), int(target["pid"]), at
+    )
     typer.echo(f"kill -9 {target.get('name')} (pid {target['pid']}, id {target.get('worker')})")

@@ -21,6 +21,7 @@ from rich.text import Text
 from logstore import LogError, is_redis_url
 from queue_worker.explain import TaskStory, explain_task
 from queue_worker.names import printable, worker_label
+from queue_worker.ops import read_ops
 from queue_worker.records import MAX_TASK_ID
 from queue_worker.report import (
     EXIT_BAD_INPUT,
@@ -92,6 +93,14 @@ def report_command(
             help="Replay the claims log only up to the record at this position (inclusive).",
         ),
     ] = None,
+    timeline: Annotated[
+        Path | None,
+        typer.Option(
+            "--timeline",
+            metavar="FILE",
+            help="Also write the run's picture (as `qw timeline --out FILE`).",
+        ),
+    ] = None,
 ) -> None:
     """Replay both logs from the beginning and prove that no task was worked twice.
 
@@ -106,6 +115,8 @@ def report_command(
         report = load_report(location, up_to=at)
     except ReportInputError as e:
         raise _fail(str(e)) from None
+    if timeline is not None:
+        _write_timeline(location, timeline)
     if as_json:
         body = report.to_json()
         # by this machine's clock, for the reader (the report itself is a pure replay)
@@ -116,6 +127,17 @@ def report_command(
         console = stdout_console()
         console.print(render_report(report, shown(location), plain=not console.is_terminal))
     raise typer.Exit(report.exit_code)
+
+
+def _write_timeline(location: str, out: Path) -> None:
+    """`--timeline`: the page, named on stderr (stdout may be the JSON)."""
+    from supervisor.timeline.cli import write_timeline
+
+    try:
+        write_timeline(location, out)
+    except (ReportInputError, OSError) as e:
+        raise _fail(f"--timeline {out}: {e}") from None
+    typer.echo(f"qw: timeline: {out}", err=True)
 
 
 def why_command(
@@ -136,8 +158,10 @@ def why_command(
     try:
         if not has_logs(location):
             raise _fail(missing_logs_text(location))
+        ops, _ = read_ops(location)
         now_us = time.time_ns() // 1000  # a lease that ran out by now reads as expired
-        story = explain_task(task, read_task(location, task), read_claims(location), now_us)
+        claims = read_claims(location)
+        story = explain_task(task, read_task(location, task), claims, ops, now_us=now_us)
     except (ReportInputError, LogError, OSError) as e:
         raise _fail(str(e)) from None
     if not story.steps:
@@ -413,11 +437,23 @@ def render_report(
         parts += [render_held(r, plain, now), ""]
     if r.workers:
         parts += [render_workers(r, plain), ""]
+    parts += render_checks(r, plain)
     style = "" if plain else ("bold green" if r.ok else "bold red")
     for line in worked_twice_lines(r) + r.accounting_errors():
         parts.append(Text(line, style="" if plain else "red"))
     parts.append(Text(r.verdict, style=style))
     return Group(*parts)
+
+
+def render_checks(r: Report, plain: bool) -> list[RenderableType]:
+    """The total-queue classes (queue_worker.checker), and the one line they add up to."""
+    c = r.checks
+    lines: list[RenderableType] = [
+        Text("total-queue classes (Jepsen)", style="" if plain else "bold")
+    ]
+    lines += [Text(f"  {line}") for line in c.lines()]
+    style = "" if plain else ("green" if c.valid else "red")
+    return [*lines, Text(c.summary, style=style), ""]
 
 
 # -- `qw why` as text ------------------------------------------------------------------------
@@ -438,6 +474,7 @@ def render_story(story: TaskStory, plain: bool = False) -> RenderableType:
     table.columns[4].overflow = "fold"
     for step in story.steps:
         where = f"task #{step.position}" if step.kind == "TASK" else f"@{step.position}"
+        where = "ops log" if step.kind == "OP" else where
         table.add_row(
             where,
             clock_text(step.at) if step.at else "",

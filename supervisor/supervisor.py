@@ -45,7 +45,9 @@ from queue_worker.state import Lease
 from queue_worker.stats import read_snapshot
 from supervisor.model import Event, QueueView, SupervisorSnapshot
 from supervisor.monitor import MICROS, Monitor, TaskInfo
+from supervisor.ops_recorder import OpsRecorder, now_us
 from supervisor.orphans import OrphanBook
+from supervisor.pausing import stop_outside_appends
 from supervisor.slots import RestartPolicy, Slot, code_is_time_limit, describe_exit, last_line
 
 #: exit codes of `qw up`
@@ -62,6 +64,8 @@ REFRESH_S: Final = 0.25
 SAMPLE_S: Final = 1.0
 #: events kept for the feed
 EVENTS_KEPT: Final = 200
+#: how long `p` may take to catch a worker outside its appends before it gives up
+PAUSE_PATIENCE_S: Final = 1.0
 
 
 @dataclass(frozen=True)
@@ -187,6 +191,7 @@ class Supervisor:
         self._next_refresh = 0.0
         self._status_path = options.run_dir / "supervisors" / f"{os.getpid()}.json"
         self._logs_dir = options.run_dir / "logs"
+        self._ops = OpsRecorder(options.location)  # kills, pauses, deaths: the ops topic
 
     # -- life cycle ----------------------------------------------------------------------------
 
@@ -312,6 +317,7 @@ class Supervisor:
             self._monitor.close()  # its fold stays readable (task_info) for a last request
         with contextlib.suppress(OSError):
             self._status_path.unlink()
+        self._ops.close()
         self._finished.set()
 
     # -- processes -------------------------------------------------------------------------------
@@ -362,6 +368,8 @@ class Supervisor:
         if stopping and slot.clean_exit:
             return
         held = self._held_at_death(slot)
+        if not slot.clean_exit:
+            self._ops.died(slot, held[0][0] if held else None, describe_exit(code))
         self._orphans.died(slot.view(self._draining), held, now=time.time())
         self._event("death", self._death_text(slot, code, held), held[0][0] if held else None)
         if stopping:
@@ -425,7 +433,21 @@ class Supervisor:
         slot.restarts += 1
         old = _label(slot)
         self._spawn(slot)
+        self._ops.restarted(slot, old)
         self._event("restart", f"{slot.name} restarted as {_label(slot)} (was {old})")
+
+    def _stop(self, slot: Slot) -> bool:
+        """SIGSTOP a live worker, never inside an append (`supervisor.pausing`: stopped
+        holding a log's lock, it would stall every other worker until resumed)."""
+        if slot.process is None or slot.process.poll() is not None:
+            return False
+        try:
+            if stop_outside_appends(slot.process.pid, self.location, PAUSE_PATIENCE_S):
+                return True
+        except ProcessLookupError:
+            return False
+        self._event("pause", f"{slot.name} (pid {slot.pid}) not paused: it kept a log locked")
+        return False
 
     def _signal(self, slot: Slot, signum: int) -> bool:
         """Send `signum` to a live worker; False if it is already gone."""
@@ -561,6 +583,7 @@ class Supervisor:
             if target is None or process is None or target.pid is None:
                 return None
             self._read_stats(target)  # its worker id, if not known yet
+            at = now_us()  # the kill's time is the signal's, not when its effect was read
             if not self._signal(target, signal.SIGKILL):
                 return None
             # What it held is read once the process can write no more (and the fold has
@@ -570,6 +593,7 @@ class Supervisor:
                 process.wait(timeout=2.0)
             held = self._held_at_death(target)
             self._killed_holding[target.pid] = held
+            self._ops.killed(target, held[0][0] if held else None, at)
             text = f"kill -9 {_label(target)}" + (f", {_holding(held)}" if held else "")
             self._event("info", text, held[0][0] if held else None)
             return text
@@ -579,10 +603,14 @@ class Supervisor:
             target = self._slot(slot)
             if target is None or self._draining:
                 return None
-            signum = signal.SIGCONT if target.paused else signal.SIGSTOP
-            if not self._signal(target, signum):
+            if target.paused:
+                if not self._signal(target, signal.SIGCONT):
+                    return None
+            elif not self._stop(target):
                 return None
             target.paused = not target.paused
+            task = self._holdings().get(target.worker_id or "")
+            (self._ops.paused if target.paused else self._ops.resumed)(target, task)
             verb = "paused" if target.paused else "resumed"
             text = f"{_label(target)} {verb}"
             self._event("pause", text)
@@ -625,6 +653,9 @@ class Supervisor:
     def select(self, slot: int | None) -> None:
         with self._lock:
             self._selected = slot
+
+    def _holdings(self) -> dict[str, int]:
+        return self._monitor.holdings() if self._monitor else {}
 
     def _slot(self, index: int) -> Slot | None:
         return self._slots[index] if 0 <= index < len(self._slots) else None

@@ -61,7 +61,7 @@ def read_task_history(location: str | Path, task: int) -> TaskHistory:
 
     task_record = read_task(location, task)
     now_us = time.time_ns() // 1000  # a lease that ran out by now reads as expired
-    story = explain_task(task, task_record, claims(), now_us)
+    story = explain_task(task, task_record, claims(), now_us=now_us)
     accepted = [s.position for s in story.steps if s.kind == "DONE" and s.verdict == "done"]
     payload = task_record.payload if isinstance(task_record, TaskRecord) else None
     result = results.get(accepted[0]) if accepted else None

@@ -29,7 +29,7 @@ from queue_worker.report import (
     read_task,
 )
 from queue_worker.state import Verdict
-from supervisor.demos.common import DemoResult, Narrator, data_dir
+from supervisor.demos.common import DemoResult, Narrator, data_dir, write_demo_timeline
 from supervisor.demos.fleet import ClaimsTail, DemoFailed, Fleet, Seen, WorkerProcess, wait_for
 from supervisor.report_cli import render_story, worked_twice_lines
 
@@ -172,7 +172,7 @@ def _after_pause(
 def run(console: Console, options: PauseOptions) -> DemoResult:
     say = Narrator(console)
     say.title("qw demo pause: fencing a holder that froze while it worked")
-    with data_dir(options.directory, options.keep) as location:
+    with data_dir(options.directory, options.keep, say) as location:
         say.note(f"data directory: {location}")
         try:
             story = run_scenario(location, options, say)
@@ -189,6 +189,9 @@ def run(console: Console, options: PauseOptions) -> DemoResult:
         say.say(f"qw report: exit {report.exit_code}: {report.verdict}")
         for line in worked_twice_lines(report):
             say.note(line)
+        write_demo_timeline(
+            say, location, "demo-pause", options.directory is not None or options.keep
+        )
         shown = (
             story.stale_done.verdict is Verdict.STALE_DONE
             and [w.task for w in report.worked_twice] == [story.task]
