@@ -12,11 +12,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from queue_worker.names import worker_label
+from queue_worker.names import printable, worker_label
 from queue_worker.ops import DEATH, OpRecord, held_by
 from queue_worker.records import Claim, ClaimsRecord, Done, Fail, Renew, TaskRecord, Unknown
-from queue_worker.report import clock_text, duration_text
 from queue_worker.state import ClaimState, Lease, Outcome, Verdict
+from queue_worker.times import ago_text, clock_text, duration_text
 from queue_worker.values import value_text
 
 
@@ -50,6 +50,7 @@ class TaskStory:
                     "position": s.position,
                     "kind": s.kind,
                     "worker": s.worker,
+                    "label": None if s.worker is None else worker_label(s.worker),
                     "at": s.at,
                     "verdict": s.verdict,
                     "why": s.why,
@@ -76,7 +77,7 @@ def _op_text(op: OpRecord, worker: str, holding: str) -> str:
 
 
 def _lease_text(lease: Lease) -> str:
-    return f"{lease.worker} (claim @{lease.claim})"
+    return f"{worker_label(lease.worker)} (claim @{lease.claim})"
 
 
 @dataclass
@@ -223,21 +224,29 @@ class _Teller:
         v = o.verdict
         if v is Verdict.DEAD:
             self.closed_at = o.position
-            why = f"dead: attempts used up; last error: {r.error}"
+            why = f"dead: attempts used up; last error: {printable(r.error)}"
         elif v is Verdict.RELEASED:
             assert r.retry_at is not None
             self.released = True
-            why = f"released after error: {r.error}; retry at {clock_text(r.retry_at)}"
+            why = f"released after error: {printable(r.error)}; retry at {clock_text(r.retry_at)}"
         else:
             why = f"stale fail: claim @{r.claim} is not the holder; {self._refused(o)}"
         return self._step("FAIL", r, o, why)
 
-    def final_state(self, published: bool) -> str:
+    def final_state(self, published: bool, now_us: int | None) -> str:
         if self.state.is_done(self.task):
             return f"done (@{self.closed_at})"
         if self.state.is_dead(self.task):
-            return f"dead: {self.state.dead_error(self.task)}"
+            return f"dead: {printable(self.state.dead_error(self.task) or '')}"
         holder = self.state.holder(self.task)
+        if holder is not None and now_us is not None and holder.expiry <= now_us:
+            # The fold still names this claim the holder (no record has replaced it); that
+            # the lease has run out is this machine's clock speaking, for the reader.
+            return (
+                f"held by {_lease_text(holder)}, but its lease expired at "
+                f"{clock_text(holder.expiry)}, {ago_text(holder.expiry, now_us)} by this "
+                "machine's clock: a live worker may take it over"
+            )
         if holder is not None:
             return f"held by {_lease_text(holder)} until {clock_text(holder.expiry)}"
         if self.released:
@@ -250,11 +259,13 @@ def explain_task(
     task_record: TaskRecord | str | None,
     claims: Iterable[tuple[int, ClaimsRecord]],
     ops: Iterable[OpRecord] = (),
+    now_us: int | None = None,
 ) -> TaskStory:
     """The story of `task`: its TASK record (a string when it cannot be read, None when the
     tasks topic lacks it) and every claims record about it, each with why the fold decided
     what it did; and the ops records (kills, pauses, deaths) of a process while it held the
-    task, placed by time among the others (kind "OP")."""
+    task, placed by time among the others (kind "OP"). With `now_us` (the reader's clock),
+    a held task whose lease has run out by then is said to be expired."""
     teller = _Teller(task)
     for position, record in claims:
         teller.apply(record, position)
@@ -270,6 +281,7 @@ def explain_task(
         first = Step(task, "TASK", None, task_record.enqueued_at, "published", f"payload {payload}")
         steps.insert(0, first)
     elif task_record is not None:
-        steps.insert(0, Step(task, "TASK", None, 0, "published", f"unreadable: {task_record}"))
+        why = f"unreadable: {printable(task_record)}"
+        steps.insert(0, Step(task, "TASK", None, 0, "published", why))
     published = task_record is not None
-    return TaskStory(task, published, tuple(steps), teller.final_state(published))
+    return TaskStory(task, published, tuple(steps), teller.final_state(published, now_us))

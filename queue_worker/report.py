@@ -21,13 +21,13 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, fields, is_dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import Any, Final
 
 from logstore import Log, is_redis_url, open_log
 from logstore.base import LogError
 from queue_worker.checker import QueueChecker, QueueChecks
+from queue_worker.names import worker_label
 from queue_worker.records import (
     Claim,
     ClaimsRecord,
@@ -41,6 +41,7 @@ from queue_worker.records import (
 )
 from queue_worker.state import ClaimState, Lease, Outcome, Verdict
 from queue_worker.stats import percentile
+from queue_worker.times import clock_text, duration_text, is_date
 from queue_worker.topics import (
     CLAIMS_TOPIC,
     MALFORMED,
@@ -80,7 +81,7 @@ __all__ = [
     "EXIT_OK",
     "EXIT_WORKED_TWICE",
     "ReportInputError",
-    # how times read
+    # how times read (queue_worker.times, re-exported)
     "clock_text",
     "duration_text",
     "json_safe",
@@ -235,6 +236,9 @@ class Report:
     unpublished_tasks: tuple[int, ...]  # task ids the claims name but tasks.log lacks
     unknown_records: int  # records of a type this version does not know (skipped)
     malformed: tuple[int, ...]  # positions of claims records that do not decode (skipped)
+    # positions of records whose time (at, its lease's end, retry_at) is no date: hostile or
+    # broken writers; the fold still applies them as written (they decode)
+    impossible_times: tuple[int, ...] = ()
     checks: QueueChecks = field(
         default_factory=QueueChecks
     )  # the total-queue classes (queue_worker.checker)
@@ -312,7 +316,7 @@ class Report:
                 for t in self.takeovers
             ],
             stale_completions=json_safe(self.stale_completions),
-            workers=json_safe(self.workers),
+            workers=[json_safe(w) | {"label": worker_label(w.worker)} for w in self.workers],
             accounting_errors=self.accounting_errors(),
             checks=self.checks.to_json(),
         )
@@ -356,6 +360,7 @@ class _Replay:
     renew_margins: list[int] = field(default_factory=list)
     done_margins: list[int] = field(default_factory=list)
     malformed: list[int] = field(default_factory=list)
+    impossible_times: list[int] = field(default_factory=list)
     checker: QueueChecker = field(default_factory=QueueChecker)
     records: int = 0
     attempts: int = 0
@@ -395,6 +400,8 @@ class _Replay:
             self._fail(record, outcome)
         elif record.code == MALFORMED:
             self.malformed.append(position)
+        if not isinstance(record, Unknown) and not _times_are_dates(record):
+            self.impossible_times.append(position)
         return outcome
 
     def _claim(self, r: Claim, outcome: Outcome) -> None:
@@ -533,8 +540,19 @@ class _Replay:
             unpublished_tasks=unpublished,
             unknown_records=st.unknown_count - len(self.malformed),
             malformed=tuple(self.malformed),
+            impossible_times=tuple(self.impossible_times),
             checks=self.checker.result(tasks_published),
         )
+
+
+def _times_are_dates(r: Claim | Renew | Done | Fail) -> bool:
+    if not is_date(r.at):
+        return False
+    if isinstance(r, Claim | Renew):
+        return is_date(r.at + r.lease)
+    if isinstance(r, Fail) and r.retry_at is not None:
+        return is_date(r.retry_at)
+    return True
 
 
 def build_report(tasks_published: int, claims: Iterable[tuple[int, ClaimsRecord]]) -> Report:
@@ -669,23 +687,3 @@ def load_report(location: str | Path, up_to: int | None = None) -> Report:
         return replay.report(published)
     except (LogError, OSError) as e:  # a damaged or foreign log; a file we may not read
         raise ReportInputError(str(e)) from e
-
-
-# -- how times read --------------------------------------------------------------------------
-
-
-def clock_text(at_us: int) -> str:
-    """A record's wall-clock time as people read it: 12:00:01.234 (local time)."""
-    moment = datetime.fromtimestamp(at_us / 1_000_000)
-    return moment.strftime("%H:%M:%S.") + f"{moment.microsecond // 1000:03d}"
-
-
-def duration_text(us: int) -> str:
-    """A span of µs as people read it: 850 µs, 12.3 ms, 4.20 s (negative keeps its sign)."""
-    sign = "-" if us < 0 else ""
-    us = abs(us)
-    if us < 1000:
-        return f"{sign}{us} µs"
-    if us < 1_000_000:
-        return f"{sign}{us / 1000:.1f} ms"
-    return f"{sign}{us / 1_000_000:.2f} s"

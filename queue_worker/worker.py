@@ -427,7 +427,10 @@ class Worker:
     def is_drained(self) -> bool:
         """Nothing pending or held: every known task (that this version can run) is closed."""
         state = self.claims.state
-        if state.held_count:
+        known = self.tasks.known
+        # A claim for an id the tasks log lacks (a foreign or hostile writer's) holds no task
+        # of this queue: it must not keep `--exit-when-drained` from ever exiting.
+        if state.held_count and any(t < known for t, _ in state.held_tasks()):
             return False
         return all(
             state.is_closed(t) or t in self.tasks.foreign

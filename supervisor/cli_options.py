@@ -31,6 +31,11 @@ TOPICS: Final = (CLAIMS_TOPIC, TASKS_TOPIC)
 # -- option parsers: each names the bad value and what was expected ----------------------------
 
 
+def _given(text: str) -> str:
+    """The value as a message quotes it: cut short (a count may be typed with 5000 digits)."""
+    return repr(text) if len(text) <= 40 else repr(text[:39] + "…")
+
+
 def whole(what: str, low: int, high: int | None = None) -> Callable[[str], int]:
     expected = f"{what} from {low} to {high}" if high is not None else f"{what} >= {low}"
 
@@ -38,9 +43,9 @@ def whole(what: str, low: int, high: int | None = None) -> Callable[[str], int]:
         try:
             value = int(text)
         except (TypeError, ValueError):
-            raise typer.BadParameter(f"got {text!r}; expected {expected}") from None
+            raise typer.BadParameter(f"got {_given(text)}; expected {expected}") from None
         if value < low or (high is not None and value > high):
-            raise typer.BadParameter(f"got {text!r}; expected {expected}")
+            raise typer.BadParameter(f"got {_given(text)}; expected {expected}")
         return value
 
     return parse
@@ -53,10 +58,10 @@ def real(what: str, low: float, high: float, *, low_open: bool = False) -> Calla
         try:
             value = float(text)
         except (TypeError, ValueError):
-            raise typer.BadParameter(f"got {text!r}; expected {expected}") from None
+            raise typer.BadParameter(f"got {_given(text)}; expected {expected}") from None
         too_low = value <= low if low_open else value < low
         if not math.isfinite(value) or too_low or value > high:
-            raise typer.BadParameter(f"got {text!r}; expected {expected}")
+            raise typer.BadParameter(f"got {_given(text)}; expected {expected}")
         return value
 
     return parse
@@ -65,7 +70,7 @@ def real(what: str, low: float, high: float, *, low_open: bool = False) -> Calla
 def one_of(*choices: str) -> Callable[[str], str]:
     def parse(text: str) -> str:
         if text not in choices:
-            raise typer.BadParameter(f"got {text!r}; expected one of {', '.join(choices)}")
+            raise typer.BadParameter(f"got {_given(text)}; expected one of {', '.join(choices)}")
         return text
 
     return parse

@@ -7,8 +7,9 @@
                  knownTasks, consumedUpTo, doneTasks, heldByAnyone, claimLatencyMicros
                  {p50, p90, p99, samples}) and ours after them
     /task/{id}   JSON: done, heldBy, heldAt (ms), known, and ours (dead, state, attempts,
-                 payload, result, and the history of its records with their verdicts);
-                 404 for an id that no record names
+                 payload, result, and the history of its records with their verdicts;
+                 heldByLabel, leaseExpired by this machine's clock); 404 for an id that no
+                 record names, 400 for one that is no task id (0 … 2^63 − 1)
     /metrics     the Prometheus text exposition format (version 0.0.4)
 
 Every answer is built from `snapshot()` and `task_info()`, which copy what the supervisor's
@@ -22,12 +23,15 @@ import ipaddress
 import json
 import socket
 import threading
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
 
 from logstore import LogError, space_problem
+from queue_worker.names import worker_label
+from queue_worker.records import MAX_TASK_ID
 from supervisor.model import SupervisorSnapshot, WorkerView
 from supervisor.monitor import TaskInfo
 from supervisor.task_history import TaskHistory, read_task_history
@@ -51,6 +55,16 @@ def parse_address(text: str) -> tuple[str, int]:
     if not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
         raise ValueError(f"{text!r} has no valid port; expected HOST:PORT with a port 0-65535")
     return host, int(port_text)
+
+
+def parse_task_id(text: str) -> int | None:
+    """The task id in /task/ID, or None: ASCII digits only (int() takes "٣" and refuses
+    "²", both of which isdigit() passes), and no more than 19 of them (int() refuses
+    more than 4300 digits with a ValueError)."""
+    if not (text.isascii() and text.isdigit() and len(text) <= len(str(MAX_TASK_ID))):
+        return None
+    task = int(text)
+    return task if task <= MAX_TASK_ID else None
 
 
 def is_loopback(host: str) -> bool:
@@ -93,6 +107,7 @@ def worker_json(w: WorkerView) -> dict[str, Any]:
         # ours
         "slot": w.slot,
         "worker": w.worker_id,
+        "label": None if w.worker_id is None else worker_label(w.worker_id),
         "pid": w.pid,
         "state": w.state,
         "lostByVerdict": lost_by,
@@ -132,10 +147,17 @@ def stats_json(snap: SupervisorSnapshot) -> dict[str, Any]:
     }
 
 
-def task_json(info: TaskInfo, history: TaskHistory | None = None) -> dict[str, Any]:
+def task_json(
+    info: TaskInfo, history: TaskHistory | None = None, now_us: int | None = None
+) -> dict[str, Any]:
     """The fold's view of the task now and, with `history`, its whole story from the logs
-    (the live fold forgets a finished task's attempts; the history has them)."""
+    (the live fold forgets a finished task's attempts; the history has them).
+
+    `leaseExpired`: the holder's lease has run out by `now_us` (default: this machine's
+    clock). It is what a reader sees, not a verdict: the task stays held until a claim
+    takes it over."""
     holder = info.holder
+    now = time.time_ns() // 1000 if now_us is None else now_us
     body = {
         "task": info.task,
         "done": info.done,
@@ -145,6 +167,8 @@ def task_json(info: TaskInfo, history: TaskHistory | None = None) -> dict[str, A
         # ours
         "dead": info.dead,
         "heldByWorker": None if holder is None else holder.worker,
+        "heldByLabel": None if holder is None else worker_label(holder.worker),
+        "leaseExpired": None if holder is None else holder.expiry <= now,
         "claim": None if holder is None else holder.claim,
         "expiresAt": None if holder is None else holder.expiry // 1000,
         "attempts": info.attempts,
@@ -271,10 +295,17 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(404, {"error": f"no such path {path}; try /health /stats /task/ID /metrics"})
 
     def _task(self, text: str) -> None:
-        if not text.isdigit():
-            self._json(400, {"error": f"task id {text!r} is not a number; expected /task/ID"})
+        task = parse_task_id(text)
+        if task is None:
+            shown = text if len(text) <= 40 else text[:39] + "…"
+            self._json(
+                400,
+                {
+                    "error": f"task id {shown!r} is not a task id; expected /task/ID, "
+                    f"ID from 0 to {MAX_TASK_ID}"
+                },
+            )
             return
-        task = int(text)
         info = self.source.task_info(task)
         if info is None:
             self._json(503, {"error": "the supervisor has not started"})

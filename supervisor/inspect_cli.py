@@ -9,15 +9,17 @@ from __future__ import annotations
 import json
 import os
 import signal
+import time
 from collections import deque
-from typing import Annotated, Any
+from typing import Annotated, Any, Final
 
 import typer
 
 from logstore import LogError, space_problem
 from queue_worker.explain import explain_task
-from queue_worker.names import printable
+from queue_worker.names import printable, worker_label
 from queue_worker.records import (
+    MAX_TASK_ID,
     Claim,
     ClaimsRecord,
     Done,
@@ -27,10 +29,11 @@ from queue_worker.records import (
     Unknown,
     decode_task,
 )
-from queue_worker.report import ReportInputError, clock_text, duration_text, read_claims, read_task
-from queue_worker.state import Outcome, Verdict
+from queue_worker.report import ReportInputError, read_claims, read_task
+from queue_worker.state import Lease, Outcome, Verdict
 from queue_worker.stats import read_all
-from queue_worker.topics import CLAIMS_TOPIC, ClaimsFollower, open_topic
+from queue_worker.times import clock_text, duration_text
+from queue_worker.topics import CLAIMS_TOPIC, MALFORMED, ClaimsFollower, open_topic
 from queue_worker.values import value_text
 from supervisor.cli_options import (
     DEFAULT_DIR,
@@ -45,10 +48,16 @@ from supervisor.cli_options import (
     shown,
     whole,
 )
+from supervisor.end_state import held_text
 from supervisor.model import QueueView
 from supervisor.monitor import Monitor
 from supervisor.ops_recorder import now_us, record_kill
 from supervisor.supervisor import is_running_worker, read_status_files
+
+#: `qw status`: held tasks named one per line (--json lists them all)
+MAX_HELD_SHOWN: Final = 10
+#: `qw tail -n`: more than this many records would be kept in memory before printing
+MAX_TAIL_LINES: Final = 10_000_000
 
 
 def register(app: typer.Typer) -> None:
@@ -77,10 +86,11 @@ def status(
     snapshots = read_all(run_dir)
     running = [s for s in snapshots if is_running_worker(s)]
     try:
-        queue = _queue_counts(location)
+        queue, held = _queue_counts(location)
     except LogError as e:
         fail(str(e))
     disk = space_problem(location)
+    now_us = time.time_ns() // 1000  # which held leases read as expired: this clock's view
     if as_json:
         body = {
             "disk": disk,
@@ -88,6 +98,17 @@ def status(
             "supervisors": supervisors,
             "workers": {"running": running, "stopped": len(snapshots) - len(running)},
             "queue": {k: v for k, v in vars(queue).items() if k != "throughput_history"},
+            "held": [
+                {
+                    "task": task,
+                    "worker": lease.worker,
+                    "label": worker_label(lease.worker),
+                    "claim": lease.claim,
+                    "expiry": lease.expiry,
+                    "expired": lease.expiry <= now_us,
+                }
+                for task, lease, _ in held
+            ],
         }
         typer.echo(json.dumps(body, indent=2))
         return
@@ -104,25 +125,36 @@ def status(
     for snap in running:
         task = snap.get("current_task")
         doing = f"{snap.get('state')} task {task}" if task is not None else snap.get("state")
-        typer.echo(
-            f"  {snap.get('name')}  pid {snap.get('pid')}  {doing}  "
-            f"finished {snap.get('finished', 0)}  id {snap.get('worker')}"
-        )
+        worker_id = snap.get("worker")
+        label = worker_label(worker_id) if isinstance(worker_id, str) else snap.get("name")
+        typer.echo(f"  {label}  {printable(str(doing))}  finished {snap.get('finished', 0)}")
         if snap.get("log_error"):  # a full disk, a server out of reach: say it, and where
             typer.echo(f"    log error: {printable(str(snap['log_error']))}")
+    expired = sum(1 for _, lease, _ in held if lease.expiry <= now_us)
+    expired_text = f" ({expired} expired)" if expired else ""
     typer.echo(
         f"queue        published {queue.published}  pending {queue.pending}  "
-        f"held {queue.held}  done {queue.done}  dead {queue.dead}  "
+        f"held {queue.held}{expired_text}  done {queue.done}  dead {queue.dead}  "
         f"failed attempts {queue.failed}"  # FAIL records: one task may fail several times
     )
+    # workers on this directory's run dir; a holder elsewhere (another host on --log) is
+    # not seen here, hence "here"
+    here = {snap.get("worker") for snap in running}
+    for task, lease, died in held[:MAX_HELD_SHOWN]:
+        gone = None if lease.worker in here else "not running here"
+        typer.echo(f"  held: {held_text(task, lease, died, now_us, gone=gone)}")
+    if len(held) > MAX_HELD_SHOWN:
+        typer.echo(f"  … and {len(held) - MAX_HELD_SHOWN} more held (qw status --json lists all)")
+    if expired:
+        typer.echo("  (expired: by this machine's clock; a live worker may take the task over)")
 
 
-def _queue_counts(location: str) -> QueueView:
-    """The queue as a fold of the whole claims log says it is now."""
+def _queue_counts(location: str) -> tuple[QueueView, list[tuple[int, Lease, float | None]]]:
+    """The queue as a fold of the whole claims log says it is now, and its held tasks."""
     monitor = Monitor(location, read_only=True)
     try:
         monitor.check_start()  # damage anywhere is an error, not a count that stops short
-        return monitor.queue_view()
+        return monitor.queue_view(), monitor.held_leases()
     finally:
         monitor.close()
 
@@ -143,7 +175,7 @@ def tail(
         typer.Option(
             "--lines",
             "-n",
-            parser=whole("a number of records", 0),
+            parser=whole("a number of records", 0, MAX_TAIL_LINES),
             metavar="N",
             help="How many of the last records to print first.",
         ),
@@ -188,7 +220,7 @@ class _TasksPrinter:
         except RecordDecodeError as e:
             return f"{head}  malformed: {e}"
         if isinstance(record, Unknown):
-            return f"{head}  a record of unknown type {record.code!r}"
+            return f"{head}  a record of unknown type {_short(record.code, 40)}"
         return f"{head}  {clock_text(record.enqueued_at)}  {_short(record.payload)}"
 
 
@@ -198,6 +230,9 @@ class _ClaimsPrinter:
 
     def line(self, entry: Any) -> str:
         outcome, record = self.follower.apply(entry)
+        if isinstance(record, Unknown) and record.code == MALFORMED:
+            why = self.follower.last_malformed or "does not decode"
+            return f"@{entry.position}  malformed, skipped by every reader: {printable(why)}"
         return f"@{entry.position}  {_record_text(record)}  → {_verdict_text(outcome)}"
 
 
@@ -207,8 +242,9 @@ def _short(value: Any, limit: int = 80) -> str:
 
 def _record_text(r: ClaimsRecord) -> str:
     if isinstance(r, Unknown):
-        return f"a record of unknown type {r.code!r}"
-    head = f"{clock_text(r.at)}  {type(r).__name__.upper():5}  task {r.task}  by {r.worker}"
+        return f"a record of unknown type {_short(r.code, 40)}"
+    who = worker_label(r.worker)
+    head = f"{clock_text(r.at)}  {type(r).__name__.upper():5}  task {r.task}  by {who}"
     if isinstance(r, Claim):
         return f"{head}  lease {duration_text(r.lease)}"
     if isinstance(r, Renew):
@@ -223,9 +259,9 @@ def _record_text(r: ClaimsRecord) -> str:
 def _verdict_text(o: Outcome) -> str:
     text = o.verdict.value
     if o.verdict is Verdict.TAKEOVER and o.previous is not None:
-        return f"{text} from {o.previous.worker}"
+        return f"{text} from {worker_label(o.previous.worker)}"
     if o.verdict is Verdict.LOST_HELD and o.holder is not None:
-        return f"{text} by {o.holder.worker} until {clock_text(o.holder.expiry)}"
+        return f"{text} by {worker_label(o.holder.worker)} until {clock_text(o.holder.expiry)}"
     return text
 
 
@@ -233,7 +269,14 @@ def _verdict_text(o: Outcome) -> str:
 
 
 def task_command(
-    task_id: Annotated[int, typer.Argument(metavar="ID", help="The task id (its index).")],
+    task_id: Annotated[
+        int,
+        typer.Argument(
+            parser=whole("a task id", 0, MAX_TASK_ID),
+            metavar="ID",
+            help="The task id (its index in the tasks log).",
+        ),
+    ],
     directory: DirOption = DEFAULT_DIR,
     log: LogOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
@@ -250,7 +293,8 @@ def task_command(
             yield position, record
 
     try:
-        story = explain_task(task_id, read_task(location, task_id), claims())
+        now_us = time.time_ns() // 1000  # a lease that ran out by now reads as expired
+        story = explain_task(task_id, read_task(location, task_id), claims(), now_us=now_us)
     except (ReportInputError, LogError) as e:
         fail(str(e))
     if not story.steps:
@@ -260,18 +304,22 @@ def task_command(
     if as_json:
         body = story.to_json()
         body["result"] = result
-        typer.echo(json.dumps(body, indent=2, default=repr))
+        try:
+            text = json.dumps(body, indent=2, default=repr)
+        except (ValueError, RecursionError):  # a result nested too deep for JSON
+            body["result"] = _short(result, 200)
+            text = json.dumps(body, indent=2, default=repr)
+        typer.echo(text)
         return
-    typer.echo(f"task {task_id}: {story.state}")
+    typer.echo(f"task {task_id}: {printable(story.state)}")
     if accepted:
         typer.echo(f"  result  {_short(result)}")
     for step in story.steps:
         where = f"#{step.position}" if step.kind == "TASK" else f"@{step.position}"
         when = clock_text(step.at) if step.at else "?"
-        extra = f"  {step.why}" if step.kind == "TASK" or step.kind == "FAIL" else ""
-        typer.echo(
-            f"  {where:>8}  {when}  {step.kind:5}  {step.worker or '':24}  {step.verdict}{extra}"
-        )
+        extra = f"  {printable(step.why)}" if step.kind in ("TASK", "FAIL") else ""
+        who = worker_label(step.worker) if step.worker is not None else ""
+        typer.echo(f"  {where:>8}  {when}  {step.kind:5}  {who:16}  {step.verdict}{extra}")
 
 
 # -- qw kill -----------------------------------------------------------------------------------

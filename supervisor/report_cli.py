@@ -8,6 +8,7 @@ are drawn and coloured; piped, they are plain aligned columns.
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Annotated, Final
 
@@ -19,9 +20,12 @@ from rich.text import Text
 
 from logstore import LogError, is_redis_url
 from queue_worker.explain import TaskStory, explain_task
+from queue_worker.names import printable, worker_label
 from queue_worker.ops import read_ops
+from queue_worker.records import MAX_TASK_ID
 from queue_worker.report import (
     EXIT_BAD_INPUT,
+    HeldTask,
     Margin,
     Report,
     ReportInputError,
@@ -33,11 +37,14 @@ from queue_worker.report import (
     read_claims,
     read_task,
 )
-from supervisor.cli_options import DirOption, LogOption, check_log_url, shown
+from queue_worker.times import ago_text
+from supervisor.cli_options import DirOption, LogOption, check_log_url, shown, whole
 from supervisor.demos import demo_app
 from supervisor.demos.common import stdout_console
 
 DEFAULT_DIR: Final = Path(".qw")
+#: the largest log position: every backend's positions fit in a signed 64-bit integer
+MAX_POSITION: Final = 2**63 - 1
 #: rows of a long section (takeovers, stale completions …) shown before "… and N more"
 MAX_ROWS: Final = 20
 HISTOGRAM_BAR: Final = 40
@@ -81,7 +88,7 @@ def report_command(
         int | None,
         typer.Option(
             "--at",
-            min=0,
+            parser=whole("a log position", 0, MAX_POSITION),
             metavar="POSITION",
             help="Replay the claims log only up to the record at this position (inclusive).",
         ),
@@ -111,7 +118,11 @@ def report_command(
     if timeline is not None:
         _write_timeline(location, timeline)
     if as_json:
-        typer.echo(json.dumps(report.to_json(), indent=2))
+        body = report.to_json()
+        # by this machine's clock, for the reader (the report itself is a pure replay)
+        now_us = time.time_ns() // 1000
+        body["held_expired"] = [h.task for h in report.held if h.lease.expiry <= now_us]
+        typer.echo(json.dumps(body, indent=2))
     else:
         console = stdout_console()
         console.print(render_report(report, shown(location), plain=not console.is_terminal))
@@ -130,7 +141,14 @@ def _write_timeline(location: str, out: Path) -> None:
 
 
 def why_command(
-    task: Annotated[int, typer.Argument(help="The task id (its index in the tasks log).")],
+    task: Annotated[
+        int,
+        typer.Argument(
+            parser=whole("a task id", 0, MAX_TASK_ID),
+            metavar="ID",
+            help="The task id (its index in the tasks log).",
+        ),
+    ],
     directory: DirOption = DEFAULT_DIR,
     log: LogOption = None,
     as_json: JsonOption = False,
@@ -141,7 +159,9 @@ def why_command(
         if not has_logs(location):
             raise _fail(missing_logs_text(location))
         ops, _ = read_ops(location)
-        story = explain_task(task, read_task(location, task), read_claims(location), ops)
+        now_us = time.time_ns() // 1000  # a lease that ran out by now reads as expired
+        claims = read_claims(location)
+        story = explain_task(task, read_task(location, task), claims, ops, now_us=now_us)
     except (ReportInputError, LogError, OSError) as e:
         raise _fail(str(e)) from None
     if not story.steps:
@@ -205,7 +225,12 @@ def summary_title(r: Report, location: str) -> str:
     )
 
 
-def render_summary(r: Report, plain: bool) -> Table:
+def _expired_text(r: Report, now_us: int) -> str:
+    expired = sum(1 for h in r.held if h.lease.expiry <= now_us)
+    return f" ({expired} with an expired lease)" if expired else ""
+
+
+def render_summary(r: Report, plain: bool, now_us: int) -> Table:
     table = _table("", plain, "", "")
     table.show_header = False
     table.columns[0].justify = "left"
@@ -215,7 +240,7 @@ def render_summary(r: Report, plain: bool) -> Table:
         ("workers seen", f"{len(r.workers)}"),
         ("tasks published", f"{r.tasks_published}"),
         ("finished", f"{r.tasks_done}"),
-        ("held now", f"{r.tasks_held}"),
+        ("held now", f"{r.tasks_held}{_expired_text(r, now_us)}"),
         ("dead", f"{r.tasks_dead}"),
         ("waiting to retry", f"{r.tasks_waiting}"),
         ("claim attempts", f"{r.attempts}"),
@@ -236,6 +261,9 @@ def render_summary(r: Report, plain: bool) -> Table:
     if r.malformed:
         shown = ", ".join(f"@{p}" for p in r.malformed[:5])
         rows.append(("malformed records (skipped)", f"{len(r.malformed)}: {shown}"))
+    if r.impossible_times:
+        shown = ", ".join(f"@{p}" for p in r.impossible_times[:5])
+        rows.append(("records with impossible times", f"{len(r.impossible_times)}: {shown}"))
     if r.unknown_records:
         rows.append(("records of unknown types", f"{r.unknown_records}"))
     if r.unpublished_tasks:
@@ -272,8 +300,8 @@ def render_takeovers(r: Report, plain: bool) -> Table:
         table.add_row(
             str(t.task),
             f"@{t.position}",
-            t.victim,
-            t.new_holder,
+            worker_label(t.victim),
+            worker_label(t.new_holder),
             duration_text(t.gap_after_expiry),
             duration_text(t.gap_after_last),
         )
@@ -295,7 +323,7 @@ def render_stale(r: Report, plain: bool) -> Table:
     table.columns[2].justify = table.columns[5].justify = "left"
     for s in r.stale_completions[:MAX_ROWS]:
         if s.holder is not None:
-            holder = f"{s.holder.worker} (claim @{s.holder.claim})"
+            holder = f"{worker_label(s.holder.worker)} (claim @{s.holder.claim})"
         elif s.done_position is not None:
             holder = f"none: done @{s.done_position}"
         else:
@@ -303,7 +331,7 @@ def render_stale(r: Report, plain: bool) -> Table:
         table.add_row(
             str(s.task),
             f"@{s.position}",
-            s.worker,
+            worker_label(s.worker),
             f"@{s.claim}",
             "yes" if s.claim_won else "no",
             holder,
@@ -316,7 +344,7 @@ def render_dead(r: Report, plain: bool) -> Table:
     table = _table("dead tasks", plain, "task", "FAIL", "worker", "last error")
     table.columns[2].justify = table.columns[3].justify = "left"
     for d in r.dead[:MAX_ROWS]:
-        table.add_row(str(d.task), f"@{d.position}", d.worker, d.error)
+        table.add_row(str(d.task), f"@{d.position}", worker_label(d.worker), printable(d.error))
     _more(table, len(r.dead))
     return table
 
@@ -345,23 +373,35 @@ def render_workers(r: Report, plain: bool) -> Table:
     ]
     table = _table("workers", plain, "worker", *(header for header, _ in columns))
     for w in r.workers:
-        table.add_row(w.worker, *(str(getattr(w, name)) for _, name in columns))
+        table.add_row(worker_label(w.worker), *(str(getattr(w, name)) for _, name in columns))
     return table
 
 
-def render_held(r: Report, plain: bool) -> Table:
+def lease_end_text(h: HeldTask, now_us: int) -> str:
+    """When a held task's lease ends, or that it has run out and how long ago (by this
+    machine's clock: it is what a person reads, never what decides ownership)."""
+    expiry = h.lease.expiry
+    if expiry <= now_us:
+        return f"{clock_text(expiry)} (expired {ago_text(expiry, now_us)})"
+    return clock_text(expiry)
+
+
+def render_held(r: Report, plain: bool, now_us: int) -> Table:
     table = _table("held now", plain, "task", "worker", "claim", "since", "lease until")
     table.columns[1].justify = "left"
     for h in r.held[:MAX_ROWS]:
         lease = h.lease
         table.add_row(
             str(h.task),
-            lease.worker,
+            worker_label(lease.worker),
             f"@{lease.claim}",
             clock_text(lease.at),
-            clock_text(lease.expiry),
+            lease_end_text(h, now_us),
         )
     _more(table, len(r.held))
+    if any(h.lease.expiry <= now_us for h in r.held):
+        note = "expired: by this machine's clock; a live worker may take the task over"
+        table.caption = f"{table.caption}; {note}" if table.caption else note
     return table
 
 
@@ -370,15 +410,21 @@ def worked_twice_lines(r: Report) -> list[str]:
     lines = []
     for w in r.worked_twice:
         records = "; ".join(
-            f"{ref.kind} @{ref.position} by {ref.worker} ({ref.verdict.value})" for ref in w.records
+            f"{ref.kind} @{ref.position} by {worker_label(ref.worker)} ({ref.verdict.value})"
+            for ref in w.records
         )
         lines.append(f"task {w.task} was worked twice: {records}")
     return lines
 
 
-def render_report(r: Report, location: str, plain: bool = False) -> RenderableType:
+def render_report(
+    r: Report, location: str, plain: bool = False, now_us: int | None = None
+) -> RenderableType:
+    """The report as text; `now_us` (default: this machine's clock) decides which held
+    leases read as expired."""
+    now = time.time_ns() // 1000 if now_us is None else now_us
     title = Text(summary_title(r, location), style="" if plain else "bold")
-    parts: list[RenderableType] = [title, render_summary(r, plain), ""]
+    parts: list[RenderableType] = [title, render_summary(r, plain, now), ""]
     if r.attempts_histogram:
         parts += [render_histogram(r, plain), ""]
     if r.takeovers:
@@ -388,7 +434,7 @@ def render_report(r: Report, location: str, plain: bool = False) -> RenderableTy
     if r.dead:
         parts += [render_dead(r, plain), ""]
     if r.held:
-        parts += [render_held(r, plain), ""]
+        parts += [render_held(r, plain, now), ""]
     if r.workers:
         parts += [render_workers(r, plain), ""]
     parts += render_checks(r, plain)
@@ -415,7 +461,13 @@ def render_checks(r: Report, plain: bool) -> list[RenderableType]:
 
 def render_story(story: TaskStory, plain: bool = False) -> RenderableType:
     table = _table(
-        f"task {story.task}: {story.state}", plain, "position", "time", "record", "worker", "why"
+        f"task {story.task}: {printable(story.state)}",
+        plain,
+        "position",
+        "time",
+        "record",
+        "worker",
+        "why",
     )
     for column in table.columns[2:]:
         column.justify = "left"
@@ -427,7 +479,7 @@ def render_story(story: TaskStory, plain: bool = False) -> RenderableType:
             where,
             clock_text(step.at) if step.at else "",
             step.kind,
-            step.worker or "",
-            step.why,
+            worker_label(step.worker) if step.worker is not None else "",
+            printable(step.why),
         )
     return table

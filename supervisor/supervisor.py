@@ -42,6 +42,7 @@ from queue_worker.config import DEFAULT_DRAIN_TIMEOUT_S, DEFAULT_LEASE_S, Worker
 from queue_worker.names import worker_label
 from queue_worker.process import EXIT_CONFIG as WORKER_EXIT_CONFIG
 from queue_worker.process import worker_command
+from queue_worker.state import Lease
 from queue_worker.stats import read_snapshot
 from supervisor.model import Event, QueueView, SupervisorSnapshot
 from supervisor.monitor import MICROS, Monitor, TaskInfo
@@ -600,6 +601,10 @@ class Supervisor:
 
     def task_info(self, task: int) -> TaskInfo | None:
         return None if self._monitor is None else self._monitor.task_info(task)
+
+    def held_leases(self) -> list[tuple[int, Lease, float | None]]:
+        """The published tasks held now (Monitor.held_leases): after the end, what is left."""
+        return [] if self._monitor is None else self._monitor.held_leases()
 
     # -- the controls (supervisor.model.Controls) -----------------------------------------------
 
