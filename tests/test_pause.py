@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from queue_worker.clock import now_us
+from queue_worker.names import worker_label
 from queue_worker.producer import Queue
 from queue_worker.records import Claim, Done
 from queue_worker.report import EXIT_WORKED_TWICE, load_report
@@ -62,7 +63,8 @@ def test_a_resumed_holder_that_ignores_its_lost_lease_is_refused_and_reported(
     result = qw_report(data_dir)
     assert result.returncode == EXIT_WORKED_TWICE, result.stdout + result.stderr
     assert f"FAIL: a task was worked twice: {run.task}" in result.stdout
-    assert f"DONE @{run.stale_done.position} by {run.victim} (stale done)" in result.stdout
+    victim = worker_label(run.victim)
+    assert f"DONE @{run.stale_done.position} by {victim} (stale done)" in result.stdout
 
 
 def _holder(tail: ClaimsTail) -> Lease | None:
