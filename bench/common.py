@@ -28,8 +28,8 @@ from logstore import open_log
 from queue_worker.config import WorkerConfig
 from queue_worker.producer import Queue
 from queue_worker.records import Claim, Done, TaskRecord, decode_task
+from queue_worker.snapshot import WorkerSnapshot, read_snapshots
 from queue_worker.state import Lease, Verdict
-from queue_worker.stats import read_all
 from queue_worker.topics import CLAIMS_TOPIC, TASKS_TOPIC, ClaimsFollower
 
 REPO = Path(__file__).resolve().parent.parent
@@ -346,8 +346,8 @@ def enqueued_at(location: str | Path) -> list[int]:
     return out
 
 
-def snapshots(run_dir: Path) -> list[dict[str, Any]]:
-    return read_all(run_dir)
+def snapshots(run_dir: Path) -> list[WorkerSnapshot]:
+    return read_snapshots(run_dir)
 
 
 # -- small utilities -------------------------------------------------------------------------

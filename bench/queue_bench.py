@@ -23,7 +23,6 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from bench import huey_peer, raw_loop
 from bench.common import (
@@ -40,6 +39,7 @@ from bench.common import (
     snapshots,
     table,
 )
+from queue_worker.snapshot import WorkerSnapshot
 
 TARGET_RAW_RATIO = 0.50
 TARGET_HUEY_OFF_RATIO = 1.8
@@ -60,7 +60,7 @@ class QwDrain:
     startup_s: float  # launch → first CLAIM `at`
     claims: int
     lost: int
-    snapshots: list[dict[str, Any]] = field(repr=False)
+    snapshots: list[WorkerSnapshot] = field(repr=False)
 
     @property
     def rate(self) -> float:

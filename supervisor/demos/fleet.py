@@ -26,8 +26,8 @@ from logstore import Log, open_log
 from queue_worker.config import WorkerConfig
 from queue_worker.ops import BY_DEMO
 from queue_worker.records import ClaimsRecord
+from queue_worker.snapshot import WorkerState, read_snapshots
 from queue_worker.state import Outcome, Verdict
-from queue_worker.stats import read_all
 from queue_worker.topics import CLAIMS_TOPIC, ClaimsFollower
 from supervisor.ops_recorder import OpsRecorder, ProcessRef
 from supervisor.pausing import stop_outside_appends
@@ -122,7 +122,8 @@ class Fleet:
 
     def worker_ids(self) -> dict[str, int]:
         """worker id -> pid, from the stats snapshots the workers publish."""
-        return {str(s["worker"]): int(s["pid"]) for s in read_all(self.run_dir) if "pid" in s}
+        snaps = read_snapshots(self.run_dir)
+        return {str(s.worker): s.pid for s in snaps if s.pid is not None}
 
     def process_of(self, worker_id: str) -> WorkerProcess | None:
         pid = self.worker_ids().get(worker_id)
@@ -130,11 +131,8 @@ class Fleet:
 
     def started(self) -> bool:
         """Has every worker published a snapshot in which it is past starting up?"""
-        snaps = {int(s["pid"]): s for s in read_all(self.run_dir) if "pid" in s}
-        return all(
-            w.pid in snaps and snaps[w.pid].get("state") not in (None, "starting")
-            for w in self.workers
-        )
+        states = {s.pid: s.state for s in read_snapshots(self.run_dir) if s.pid is not None}
+        return all(states.get(w.pid) not in (None, WorkerState.STARTING) for w in self.workers)
 
     def kill(self, worker: WorkerProcess) -> None:
         """kill -9: no goodbye, no DONE, no release; its lease must run out."""
