@@ -39,6 +39,7 @@ from bench.common import (
     snapshots,
     table,
 )
+from queue_worker.config import PICK_STRATEGIES
 from queue_worker.snapshot import WorkerSnapshot
 
 TARGET_RAW_RATIO = 0.50
@@ -288,7 +289,7 @@ def drain_section(results: DrainResults) -> Section:
 def collisions_section(root: Path, backlog: int, workers: int = 8) -> Section:
     rows = []
     spread_pct = float("nan")
-    for pick in ("first", "random", "spread"):
+    for pick in PICK_STRATEGIES:
         log(f"collisions: pick {pick}, {workers} workers, {backlog} tasks")
         run = qw_drain(root, workers, backlog, pick=pick)
         rows.append(

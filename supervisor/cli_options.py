@@ -15,7 +15,7 @@ from typing import Annotated, Final, NoReturn
 import typer
 
 from logstore import LogError, is_redis_url
-from queue_worker.config import check_host
+from queue_worker.config import FSYNC_POLICIES, PICK_STRATEGIES, check_host
 from queue_worker.report import has_logs, missing_logs_text
 from queue_worker.topics import CLAIMS_TOPIC, TASKS_TOPIC
 
@@ -23,8 +23,8 @@ EXIT_USAGE: Final = 2  # a bad option value, a bad input file, no data where one
 MAX_WORKERS: Final = 256
 DEFAULT_DIR: Final = Path(".qw")
 
-PICKS: Final = ("first", "random", "spread")
-FSYNCS: Final = ("none", "commit", "always")
+PICKS: Final = PICK_STRATEGIES  # the choices are queue_worker.config's
+FSYNCS: Final = FSYNC_POLICIES
 TOPICS: Final = (CLAIMS_TOPIC, TASKS_TOPIC)
 
 
