@@ -16,6 +16,7 @@ from typing import Annotated, Any, Final
 import typer
 
 from logstore import LogError, space_problem
+from logstore.location import shown
 from queue_worker.explain import explain_task
 from queue_worker.names import printable, worker_label
 from queue_worker.records import (
@@ -45,7 +46,6 @@ from supervisor.cli_options import (
     location_of,
     one_of,
     require_logs,
-    shown,
     whole,
 )
 from supervisor.end_state import held_text

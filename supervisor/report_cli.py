@@ -15,6 +15,7 @@ from typing import Annotated, Final
 import typer
 
 from logstore import LogError, is_redis_url
+from logstore.location import shown
 from queue_worker.explain import explain_task
 from queue_worker.ops import read_ops
 from queue_worker.records import MAX_TASK_ID
@@ -27,7 +28,7 @@ from queue_worker.report import (
     read_claims,
     read_task,
 )
-from supervisor.cli_options import DirOption, LogOption, check_log_url, shown, whole
+from supervisor.cli_options import DirOption, LogOption, check_log_url, whole
 from supervisor.demos import demo_app
 from supervisor.demos.common import stdout_console
 from supervisor.report_text import positions_note, render_report, render_story

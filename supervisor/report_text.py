@@ -6,7 +6,6 @@ tables). Piped (`plain`), the tables are plain aligned columns.
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Final
 
 from rich import box
@@ -14,11 +13,12 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from logstore import is_redis_url
+from logstore.location import log_file
 from queue_worker.explain import TaskStory
 from queue_worker.names import printable, worker_label
 from queue_worker.report import HeldTask, Margin, Report, clock_text, duration_text
 from queue_worker.times import ago_text
+from queue_worker.topics import CLAIMS_TOPIC
 
 #: rows of a long section (takeovers, stale completions …) shown before "… and N more"
 MAX_ROWS: Final = 20
@@ -27,10 +27,11 @@ HISTOGRAM_BAR: Final = 40
 
 def positions_note(location: str) -> str:
     """What the numbers after @ and # are, said once at the top of `qw why`."""
-    if is_redis_url(location):
+    claims = log_file(location, CLAIMS_TOPIC)
+    if claims is None:  # Redis
         where = "its stream entry id MS-SEQ packed into one number, MS·2^20 + SEQ"
     else:
-        where = f"its byte offset in {Path(location) / 'claims.log'}"
+        where = f"its byte offset in {claims}"
     return (
         f"@N      a record's position in the claims log: {where}\n"
         "task #N a task's id: its index in the tasks log\n"
