@@ -29,6 +29,7 @@ from queue_worker.records import ClaimsRecord
 from queue_worker.snapshot import WorkerState, read_snapshots
 from queue_worker.state import Outcome, Verdict
 from queue_worker.topics import CLAIMS_TOPIC, ClaimsFollower
+from queue_worker.waiting import WaitTimeout, wait_until
 from supervisor.ops_recorder import OpsRecorder, ProcessRef
 from supervisor.pausing import stop_outside_appends
 
@@ -48,14 +49,10 @@ class DemoFailed(Exception):
 
 def wait_for(condition: Callable[[], T | None], timeout: float, what: str) -> T:
     """Poll `condition` until it returns something truthy; DemoFailed after `timeout` s."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise DemoFailed(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(POLL_S)  # a poll interval: the condition itself is what is waited for
+    try:
+        return wait_until(condition, timeout, what, first_poll=POLL_S, max_poll=POLL_S)
+    except WaitTimeout as e:
+        raise DemoFailed(str(e)) from None
 
 
 @dataclass
