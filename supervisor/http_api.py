@@ -127,9 +127,7 @@ def health_problems(snap: SupervisorSnapshot) -> list[str]:
     """Why the run is not healthy: each live worker whose log is failing (its `log_error`:
     a full disk, a server out of reach), one line each; empty when healthy."""
     problems = [
-        f"{w.name}: {w.stats.log_error}"
-        for w in snap.workers
-        if w.state not in ("dead", "exited") and w.stats.log_error
+        f"{w.name}: {w.stats.log_error}" for w in snap.workers if not w.ended and w.stats.log_error
     ]
     full = space_problem(snap.location)  # a full disk stops the snapshots too: ask it
     return [*problems, full] if full else problems
@@ -237,7 +235,7 @@ def metrics_text(snap: SupervisorSnapshot) -> str:
     lines += _family("qw_log_bytes", "gauge", "Bytes in both log files.", [("", {}, q.log_bytes)])
     lines += _family("qw_log_records", "gauge", "Records in both logs.", [("", {}, q.record_count)])
     workers = snap.workers
-    alive = [("", {"worker": w.name}, 0 if w.state in ("dead", "exited") else 1) for w in workers]
+    alive = [("", {"worker": w.name}, 0 if w.ended else 1) for w in workers]
     lines += _family("qw_worker_up", "gauge", "1 while the worker process runs.", alive)
     for name, count, help_text in _WORKER_COUNTERS:
         samples = [("", {"worker": w.name}, count(w.stats)) for w in workers]

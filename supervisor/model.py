@@ -7,10 +7,13 @@ functions of it. `Controls` is what the dashboard's keys may ask the supervisor 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Final, Protocol
 
 from queue_worker.names import printable, worker_label
 from queue_worker.snapshot import WorkerSnapshot
+
+#: the states of a slot whose process has ended
+ENDED_STATES: Final = ("dead", "exited")
 
 
 @dataclass
@@ -28,6 +31,11 @@ class WorkerView:
     exit_code: int | None = None  # negative: killed by that signal
     died_at: float | None = None  # wall clock, seconds
     restarts: int = 0
+
+    @property
+    def ended(self) -> bool:
+        """Has the slot's process ended (dead, or exited as asked)? Its figures are its last."""
+        return self.state in ENDED_STATES
 
     @property
     def label(self) -> str:

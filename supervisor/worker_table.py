@@ -188,7 +188,7 @@ def _cells(
     departed: bool = False,
 ) -> list[Text]:
     s = w.stats
-    dead = w.state in ("dead", "exited")
+    dead = w.ended
     figures = "dim" if dead else ""  # a dead worker's figures are its last, not live ones
 
     name = Text(w.label, style="dim" if departed else "")
