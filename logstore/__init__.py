@@ -29,6 +29,7 @@ from logstore.identity import (
     new_queue_id,
     sibling_topics,
 )
+from logstore.location import is_redis_url
 from logstore.locking import maintenance_lock
 from logstore.memory import MemoryLog
 
@@ -52,10 +53,6 @@ __all__ = [
     "LogError",
     "RecordTooLargeError",
 ]
-
-
-def is_redis_url(location: str) -> bool:
-    return location.startswith(("redis://", "rediss://", "unix://"))
 
 
 def open_log(

@@ -94,7 +94,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from functools import partial
 from typing import TypeVar, cast
-from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 try:
     import redis
@@ -116,6 +116,7 @@ from logstore.base import (
     RecordTooLargeError,
 )
 from logstore.identity import QUEUE_ID_SIZE, IdentityError, LogIdentity, new_queue_id
+from logstore.location import redact_url as _redact
 
 __all__ = [
     "DEFAULT_MAX_RECORD",
@@ -270,21 +271,6 @@ def _int_param(params: dict[str, str], key: str, default: int, url: str) -> int:
         return int(params[key])
     except ValueError:
         raise ValueError(f"{key}={params[key]!r} in {_redact(url)} is not an integer") from None
-
-
-def _redact(url: str) -> str:
-    """The URL with its password replaced by ``***``."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    user = quote(parts.username or "", safe="")
-    host = parts.hostname or ""
-    if ":" in host:
-        host = f"[{host}]"
-    netloc = f"{user}:***@{host}"
-    if parts.port is not None:
-        netloc += f":{parts.port}"
-    return urlunsplit(parts._replace(netloc=netloc))
 
 
 def _reason(exc: BaseException) -> str:

@@ -46,6 +46,7 @@ from collections import deque
 from collections.abc import Container
 from typing import Final
 
+from queue_worker.config import PICK_STRATEGIES
 from queue_worker.state import ClaimState
 
 #: random: samples tried before scanning the whole claimable set
@@ -308,7 +309,7 @@ def pick_task(
     """A claimable task among ids 0..known-1 by `strategy` (first|random|spread), or None.
     With `orphans`, a lapsed lease's task first (and never the predecessor's too early).
     `own_from`: see `pick_spread`."""
-    if strategy not in ("first", "random", "spread"):
+    if strategy not in PICK_STRATEGIES:
         raise ValueError(f"pick strategy {strategy!r} is unknown; expected first, random or spread")
     if orphans is not None:
         orphans.scan(state, now)

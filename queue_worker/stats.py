@@ -15,16 +15,15 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from queue_worker.percentile import nearest_rank
+
 #: how many recent claim latencies the percentiles are computed over
 LATENCY_WINDOW = 2048
 
 
 def percentile(sorted_values: list[int], q: float) -> int:
     """Nearest-rank percentile of an ascending list (0 for an empty one)."""
-    if not sorted_values:
-        return 0
-    rank = max(0, min(len(sorted_values) - 1, round(q * (len(sorted_values) - 1))))
-    return sorted_values[rank]
+    return nearest_rank(sorted_values, q) if sorted_values else 0
 
 
 @dataclass

@@ -15,7 +15,8 @@ from typing import Annotated, Final, NoReturn
 import typer
 
 from logstore import LogError, is_redis_url
-from queue_worker.config import check_host
+from logstore.location import shown as shown  # re-exported: the commands import it from here
+from queue_worker.config import FSYNC_POLICIES, PICK_STRATEGIES, check_host
 from queue_worker.report import has_logs, missing_logs_text
 from queue_worker.topics import CLAIMS_TOPIC, TASKS_TOPIC
 
@@ -23,8 +24,8 @@ EXIT_USAGE: Final = 2  # a bad option value, a bad input file, no data where one
 MAX_WORKERS: Final = 256
 DEFAULT_DIR: Final = Path(".qw")
 
-PICKS: Final = ("first", "random", "spread")
-FSYNCS: Final = ("none", "commit", "always")
+PICKS: Final = PICK_STRATEGIES  # the choices are queue_worker.config's
+FSYNCS: Final = FSYNC_POLICIES
 TOPICS: Final = (CLAIMS_TOPIC, TASKS_TOPIC)
 
 
@@ -132,20 +133,6 @@ def check_log_url(url: str) -> None:
         RedisLog(url, TASKS_TOPIC).close()  # a handle that never connected
     except ValueError as e:  # its messages never show a password
         fail(f"--log: {e}")
-
-
-def shown(location: str) -> str:
-    """A location as a message shows it: a redis URL without its password."""
-    if not is_redis_url(location):
-        return location
-    from logstore.redis_log import RedisLog
-
-    try:
-        log = RedisLog(location, TASKS_TOPIC)
-    except ValueError:
-        return "redis://…"
-    log.close()
-    return log.url
 
 
 def require_logs(location: str) -> None:

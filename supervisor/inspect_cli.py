@@ -16,6 +16,7 @@ from typing import Annotated, Any, Final
 import typer
 
 from logstore import LogError, space_problem
+from logstore.location import shown
 from queue_worker.explain import explain_task
 from queue_worker.names import printable, worker_label
 from queue_worker.records import (
@@ -30,8 +31,8 @@ from queue_worker.records import (
     decode_task,
 )
 from queue_worker.report import ReportInputError, read_claims, read_task
+from queue_worker.snapshot import read_snapshots
 from queue_worker.state import Lease, Outcome, Verdict
-from queue_worker.stats import read_all
 from queue_worker.times import clock_text, duration_text
 from queue_worker.topics import CLAIMS_TOPIC, MALFORMED, ClaimsFollower, open_topic
 from queue_worker.values import value_text
@@ -45,7 +46,6 @@ from supervisor.cli_options import (
     location_of,
     one_of,
     require_logs,
-    shown,
     whole,
 )
 from supervisor.end_state import held_text
@@ -83,7 +83,7 @@ def status(
     require_logs(location)
     run_dir = directory / "run"
     supervisors = read_status_files(run_dir)
-    snapshots = read_all(run_dir)
+    snapshots = read_snapshots(run_dir)
     running = [s for s in snapshots if is_running_worker(s)]
     try:
         queue, held = _queue_counts(location)
@@ -96,7 +96,10 @@ def status(
             "disk": disk,
             "location": shown(location),
             "supervisors": supervisors,
-            "workers": {"running": running, "stopped": len(snapshots) - len(running)},
+            "workers": {
+                "running": [s.to_dict() for s in running],
+                "stopped": len(snapshots) - len(running),
+            },
             "queue": {k: v for k, v in vars(queue).items() if k != "throughput_history"},
             "held": [
                 {
@@ -123,13 +126,13 @@ def status(
         typer.echo(f"  pid {sup.get('pid')}  {alive} workers alive{http}{draining}")
     typer.echo(f"workers      {len(running)} running, {len(snapshots) - len(running)} stopped")
     for snap in running:
-        task = snap.get("current_task")
-        doing = f"{snap.get('state')} task {task}" if task is not None else snap.get("state")
-        worker_id = snap.get("worker")
-        label = worker_label(worker_id) if isinstance(worker_id, str) else snap.get("name")
-        typer.echo(f"  {label}  {printable(str(doing))}  finished {snap.get('finished', 0)}")
-        if snap.get("log_error"):  # a full disk, a server out of reach: say it, and where
-            typer.echo(f"    log error: {printable(str(snap['log_error']))}")
+        task = snap.current_task
+        state = None if snap.state is None else snap.state.value
+        doing = f"{state} task {task}" if task is not None else str(state)
+        label = worker_label(snap.worker) if snap.worker is not None else snap.name
+        typer.echo(f"  {label}  {printable(doing)}  finished {snap.finished}")
+        if snap.log_error:  # a full disk, a server out of reach: say it, and where
+            typer.echo(f"    log error: {printable(snap.log_error)}")
     expired = sum(1 for _, lease, _ in held if lease.expiry <= now_us)
     expired_text = f" ({expired} expired)" if expired else ""
     typer.echo(
@@ -139,7 +142,7 @@ def status(
     )
     # workers on this directory's run dir; a holder elsewhere (another host on --log) is
     # not seen here, hence "here"
-    here = {snap.get("worker") for snap in running}
+    here = {snap.worker for snap in running}
     for task, lease, died in held[:MAX_HELD_SHOWN]:
         gone = None if lease.worker in here else "not running here"
         typer.echo(f"  held: {held_text(task, lease, died, now_us, gone=gone)}")
@@ -333,25 +336,21 @@ def kill(
 ) -> None:
     """kill -9 a running worker of this directory (its supervisor restarts it, and a
     survivor takes over its task once the lease lapses)."""
-    running = [s for s in read_all(directory / "run") if is_running_worker(s)]
-    matches = [
-        s
-        for s in running
-        if worker in (s.get("name"), s.get("worker")) or worker == str(s.get("pid"))
-    ]
+    running = [s for s in read_snapshots(directory / "run") if is_running_worker(s)]
+    matches = [s for s in running if worker in (s.name, s.worker) or worker == str(s.pid)]
     if not matches:
-        names = ", ".join(f"{s.get('name')} (pid {s.get('pid')})" for s in running) or "none"
+        names = ", ".join(f"{s.name} (pid {s.pid})" for s in running) or "none"
         bad("WORKER", worker, f"a running worker on {directory}; running: {names}")
     if len(matches) > 1:
-        pids = ", ".join(str(s.get("pid")) for s in matches)
+        pids = ", ".join(str(s.pid) for s in matches)
         bad("WORKER", worker, f"one worker, but {len(matches)} match (pids {pids}): name a pid")
     target = matches[0]
+    pid = target.pid
+    assert pid is not None  # is_running_worker: a running worker has a pid
     at = now_us()
     try:
-        os.kill(int(target["pid"]), signal.SIGKILL)
+        os.kill(pid, signal.SIGKILL)
     except ProcessLookupError:
-        fail(f"worker {target.get('worker')} (pid {target['pid']}) has already exited")
-    record_kill(
-        directory, str(target.get("name", "")), target.get("worker"), int(target["pid"]), at
-    )
-    typer.echo(f"kill -9 {target.get('name')} (pid {target['pid']}, id {target.get('worker')})")
+        fail(f"worker {target.worker} (pid {pid}) has already exited")
+    record_kill(directory, target.name or "", target.worker, pid, at)
+    typer.echo(f"kill -9 {target.name} (pid {pid}, id {target.worker})")

@@ -28,11 +28,11 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Final
 
-from logstore import Entry, Log, is_redis_url
+from logstore import Entry, Log
 from logstore.base import Durability
+from logstore.location import log_file
 from queue_worker.names import worker_label
 from queue_worker.records import (
     Claim,
@@ -325,12 +325,11 @@ class Monitor:
             )
 
     def _log_bytes(self) -> int:
-        if is_redis_url(self.location):
-            return 0
-        total = 0
+        total = 0  # a Redis location has no files: 0
         for topic in (TASKS_TOPIC, CLAIMS_TOPIC):
+            path = log_file(self.location, topic)
             with contextlib.suppress(OSError):  # not created yet
-                total += (Path(self.location) / f"{topic}.log").stat().st_size
+                total += path.stat().st_size if path is not None else 0
         return total
 
     def holdings(self) -> dict[str, int]:

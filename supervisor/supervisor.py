@@ -42,8 +42,8 @@ from queue_worker.config import DEFAULT_DRAIN_TIMEOUT_S, DEFAULT_LEASE_S, Worker
 from queue_worker.names import worker_label
 from queue_worker.process import EXIT_CONFIG as WORKER_EXIT_CONFIG
 from queue_worker.process import worker_command
+from queue_worker.snapshot import WorkerSnapshot, WorkerState, read_snapshot_file
 from queue_worker.state import Lease
-from queue_worker.stats import read_snapshot
 from supervisor.model import Event, QueueView, SupervisorSnapshot
 from supervisor.monitor import MICROS, Monitor, TaskInfo
 from supervisor.ops_recorder import OpsRecorder, now_us
@@ -379,7 +379,7 @@ class Supervisor:
                 start_new_session=True,  # a terminal's Ctrl-C reaches the supervisor only
             )
         slot.process, slot.pid = process, process.pid
-        slot.worker_id, slot.stats, slot.stats_mtime = None, {}, 0
+        slot.worker_id, slot.stats, slot.stats_mtime = None, WorkerSnapshot(), 0
         slot.exit_code, slot.died_at, slot.paused = None, None, False
         slot.launched_at = time.monotonic()
         slot.restart_due = None
@@ -546,7 +546,7 @@ class Supervisor:
             return  # being replaced: the next refresh reads it
         if mtime == slot.stats_mtime:
             return  # unchanged since the last read: a stat is cheaper than a parse
-        snapshot = read_snapshot(path)
+        snapshot = read_snapshot_file(path)
         if snapshot is not None:
             slot.stats, slot.stats_mtime = snapshot, mtime
 
@@ -779,12 +779,11 @@ def _running_since(pid: int, started_at: object) -> bool:
     return not isinstance(started_at, (int, float)) or created <= started_at + 1.0
 
 
-def is_running_worker(snapshot: dict[str, Any]) -> bool:
+def is_running_worker(snapshot: WorkerSnapshot) -> bool:
     """Is the worker that published `snapshot` still running?"""
-    pid = snapshot.get("pid")
-    if not isinstance(pid, int) or snapshot.get("state") == "exited":
+    if snapshot.pid is None or snapshot.state == WorkerState.EXITED:
         return False
-    return _running_since(pid, snapshot.get("started_at"))
+    return _running_since(snapshot.pid, snapshot.started_at)
 
 
 __all__ = [

@@ -24,6 +24,7 @@ from queue_worker.names import worker_label
 from queue_worker.pick import lineage
 from queue_worker.records import Claim, Done
 from queue_worker.report import load_report
+from queue_worker.snapshot import parse_snapshot
 from queue_worker.state import Lease, Verdict
 from queue_worker.stats import read_all
 from supervisor.demos.fleet import ClaimsTail, Seen
@@ -50,7 +51,9 @@ class Kill:
 def running_workers(data_dir: Path) -> dict[str, int]:
     """worker id -> pid of every running worker, from the stats snapshots."""
     return {
-        str(s["worker"]): int(s["pid"]) for s in read_all(data_dir / "run") if is_running_worker(s)
+        str(s["worker"]): int(s["pid"])
+        for s in read_all(data_dir / "run")
+        if is_running_worker(parse_snapshot(s))
     }
 
 

@@ -26,9 +26,10 @@ from logstore import Log, open_log
 from queue_worker.config import WorkerConfig
 from queue_worker.ops import BY_DEMO
 from queue_worker.records import ClaimsRecord
+from queue_worker.snapshot import WorkerState, read_snapshots
 from queue_worker.state import Outcome, Verdict
-from queue_worker.stats import read_all
 from queue_worker.topics import CLAIMS_TOPIC, ClaimsFollower
+from queue_worker.waiting import WaitTimeout, wait_until
 from supervisor.ops_recorder import OpsRecorder, ProcessRef
 from supervisor.pausing import stop_outside_appends
 
@@ -48,14 +49,10 @@ class DemoFailed(Exception):
 
 def wait_for(condition: Callable[[], T | None], timeout: float, what: str) -> T:
     """Poll `condition` until it returns something truthy; DemoFailed after `timeout` s."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise DemoFailed(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(POLL_S)  # a poll interval: the condition itself is what is waited for
+    try:
+        return wait_until(condition, timeout, what, first_poll=POLL_S, max_poll=POLL_S)
+    except WaitTimeout as e:
+        raise DemoFailed(str(e)) from None
 
 
 @dataclass
@@ -122,7 +119,8 @@ class Fleet:
 
     def worker_ids(self) -> dict[str, int]:
         """worker id -> pid, from the stats snapshots the workers publish."""
-        return {str(s["worker"]): int(s["pid"]) for s in read_all(self.run_dir) if "pid" in s}
+        snaps = read_snapshots(self.run_dir)
+        return {str(s.worker): s.pid for s in snaps if s.pid is not None}
 
     def process_of(self, worker_id: str) -> WorkerProcess | None:
         pid = self.worker_ids().get(worker_id)
@@ -130,11 +128,8 @@ class Fleet:
 
     def started(self) -> bool:
         """Has every worker published a snapshot in which it is past starting up?"""
-        snaps = {int(s["pid"]): s for s in read_all(self.run_dir) if "pid" in s}
-        return all(
-            w.pid in snaps and snaps[w.pid].get("state") not in (None, "starting")
-            for w in self.workers
-        )
+        states = {s.pid: s.state for s in read_snapshots(self.run_dir) if s.pid is not None}
+        return all(states.get(w.pid) not in (None, WorkerState.STARTING) for w in self.workers)
 
     def kill(self, worker: WorkerProcess) -> None:
         """kill -9: no goodbye, no DONE, no release; its lease must run out."""
