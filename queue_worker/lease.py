@@ -47,7 +47,8 @@ import time
 from collections.abc import Callable
 from typing import Final, Protocol
 
-from logstore import CorruptLogError, Entry, Log, LogClosedError, LogError
+from logstore import Entry, Log, LogError
+from queue_worker.errors import FATAL_LOG_ERRORS
 from queue_worker.records import Claim, RecordDecodeError, Renew, encode
 from queue_worker.state import ClaimState, Lease, Outcome, Verdict
 from queue_worker.topics import SETTLE_TIMEOUT_S, decode_claims_entry, read_through
@@ -284,7 +285,7 @@ class LeaseKeeper:
         """Renew, and return when to renew next."""
         try:
             self.renew_once()
-        except (CorruptLogError, LogClosedError) as e:
+        except FATAL_LOG_ERRORS as e:
             # The log cannot be trusted or used: without renewals the lease will lapse, so
             # stop the handler now rather than let it finish as a stale completion.
             self._fail(f"lease renewal of task {self.task} stopped: {e}")

@@ -53,11 +53,7 @@ from typing import Any, Final
 
 from logstore import (
     AppendError,
-    CorruptLogError,
-    ForeignFileError,
-    IdentityError,
     Log,
-    LogClosedError,
     LogError,
     RecordTooLargeError,
     is_redis_url,
@@ -71,6 +67,7 @@ from queue_worker.checkpoint import (
 )
 from queue_worker.clock import Clock, now_us, us_to_seconds
 from queue_worker.config import WorkerConfig, default_host
+from queue_worker.errors import FATAL_LOG_ERRORS
 from queue_worker.handlers import (
     HandlerOutcome,
     TaskContext,
@@ -118,10 +115,6 @@ FRESH_FOLD_S: Final = 0.002
 #: the worker in slot 0 saves a fold checkpoint each time it has folded this much more of
 #: the claims log (~100k tasks' CLAIM + DONE; a save of 1M tasks' fold takes ~30 ms)
 CHECKPOINT_EVERY_BYTES: Final = 8 << 20
-
-# Errors after which a log handle cannot be used again: the worker exits. Other LogErrors
-# (an append that did not land, a server out of reach) are retried after a pause.
-_FATAL_LOG_ERRORS: Final = (CorruptLogError, ForeignFileError, IdentityError, LogClosedError)
 
 
 class StepKind(enum.Enum):
@@ -494,7 +487,7 @@ class Worker:
             try:
                 with keeper, self._time_limits.running(limit_s, timed_out):
                     outcome = self._run_task(task, ctx)
-            except _FATAL_LOG_ERRORS:
+            except FATAL_LOG_ERRORS:
                 raise
             except LogError:
                 # The payload could not be read (the log is out of reach): the task stays
@@ -707,7 +700,7 @@ class Worker:
                 self.catch_up()
                 now = self._clock()
                 task = self.pick(now)
-        except _FATAL_LOG_ERRORS:
+        except FATAL_LOG_ERRORS:
             raise
         except LogError:  # out of reach: the DONE/FAIL alone, with its own retries
             return None
@@ -755,7 +748,7 @@ class Worker:
             latency_us = (time.perf_counter_ns() - started) // 1000
             self._ahead = AheadClaim(ahead, ahead_settled, latency_us)
             return settled
-        except (RecordTooLargeError, *_FATAL_LOG_ERRORS):
+        except (RecordTooLargeError, *FATAL_LOG_ERRORS):
             raise
         except LogError as e:
             error = e
@@ -796,7 +789,7 @@ class Worker:
                     return None
                 position = self.claims_log.append(data, durable=durable)
                 return self.claims.settle(self.claims_log, position, record)
-            except (RecordTooLargeError, *_FATAL_LOG_ERRORS):
+            except (RecordTooLargeError, *FATAL_LOG_ERRORS):
                 raise
             except LogError as e:
                 error = e
@@ -905,7 +898,7 @@ class Worker:
                             time.sleep(STEP_ASIDE_S)
                     else:
                         self.publisher.publish()
-                except _FATAL_LOG_ERRORS:
+                except FATAL_LOG_ERRORS:
                     raise
                 except LogError as e:  # may pass (disk full, server restarting): retry
                     with self._stats_lock:
