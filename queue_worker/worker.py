@@ -52,7 +52,6 @@ from pathlib import Path
 from typing import Any, Final
 
 from logstore import (
-    AppendError,
     Log,
     LogError,
     RecordTooLargeError,
@@ -81,7 +80,7 @@ from queue_worker.handlers import (
 from queue_worker.lease import LeaseKeeper, RenewalThread
 from queue_worker.names import worker_label
 from queue_worker.pick import FreshTasks, Orphans, pick_task
-from queue_worker.publisher import SnapshotPublisher
+from queue_worker.recorder import StatsRecorder
 from queue_worker.records import (
     Claim,
     ClaimsRecord,
@@ -91,7 +90,7 @@ from queue_worker.records import (
     RecordEncodeError,
     encode,
 )
-from queue_worker.state import Lease, Verdict
+from queue_worker.state import Verdict
 from queue_worker.stats import WorkerStats
 from queue_worker.time_limit import TimeLimits
 from queue_worker.topics import (
@@ -216,7 +215,6 @@ class Worker:
         # server clock − our clock, µs (0 unless the backend stamps records: see topics.py)
         self.clock_offset_us = 0
         self._draining = threading.Event()
-        self._stats_lock = threading.Lock()
         self.stats = WorkerStats(
             worker=self.worker_id,
             name=config.name,
@@ -226,7 +224,10 @@ class Worker:
         )
         self.stats.last_error = checkpoint_note
         path = Path(config.run_dir) / f"{self.worker_id}.json" if config.run_dir else None
-        self.publisher = SnapshotPublisher(self.stats, path, self._stats_lock)
+        #: counts each event into `stats` and publishes it (the lease keeper reports to it)
+        self.record = StatsRecorder(
+            self.stats, path, draining=self._draining, wall_seconds=self._wall_seconds
+        )
         # one renewal thread for the worker's life, handed each task's lease (see lease.py)
         self._renewer = RenewalThread()
         # ends the process when a task outruns its time limit or a drain (see time_limit.py)
@@ -268,8 +269,7 @@ class Worker:
         try:
             save_checkpoint(directory, self.tasks, self.tasks_log, self.claims, self.claims_log)
         except CheckpointError as e:  # only the next start's replay is longer
-            with self._stats_lock:
-                self.stats.last_error = str(e)
+            self.record.checkpoint_failed(str(e))
             return
         self._checkpointed = now_at
 
@@ -313,7 +313,7 @@ class Worker:
                 self._fresh.saw(known, self._clock())
             check_tasks_cover(self.tasks_log, self.tasks.known, self.claims_log, self.claims.state)
             self._covered = True
-        self._refresh_fold_stats()
+        self.record.folded(self.tasks, self.claims)
 
     def pick(self, now: int) -> int | None:
         """A claimable task by the configured strategy (as of the last catch-up), or None."""
@@ -345,7 +345,7 @@ class Worker:
 
     def attempt(self, task: int, now: int) -> StepResult:
         """Claim `task` at `now`, settle the claim, and run the task if the claim won."""
-        self._set_state("claiming")
+        self.record.state("claiming")
         claim = Claim(task, self.worker_id, now, self.config.lease_us)
         started = time.perf_counter_ns()
         settled = self._append_and_settle(claim)
@@ -367,12 +367,8 @@ class Worker:
         holder = self.claims.state.holder(task)
         if holder is not None and holder.claim == settled.entry.position:
             return self._work(task, settled, latency_us)
-        with self._stats_lock:
-            self.stats.cancelled += 1
-            self.stats.leases_lost += 1
-            self.stats.timeouts += 1
-            self.stats.last_error = f"task {task}: the lease lapsed while the log was out of reach"
-        self._refresh_fold_stats()
+        self.record.lapsed_out_of_reach(task)
+        self.record.folded(self.tasks, self.claims)
         return StepResult(
             StepKind.CANCELLED,
             task,
@@ -389,18 +385,10 @@ class Worker:
         # (to within a round trip) how far our clock is from the server's.
         self.clock_offset_us = settled.record.at - now if isinstance(settled.record, Claim) else 0
         verdict = settled.outcome.verdict
-        with self._stats_lock:
-            self.stats.attempts += 1
-            self.stats.record_latency(latency_us)
-            if verdict.won:
-                self.stats.won += 1
-                if verdict is Verdict.TAKEOVER:
-                    self.stats.takeovers += 1
-            else:
-                self.stats.count_lost(verdict.value)
-        self._refresh_fold_stats()
+        self.record.claimed(verdict, latency_us)
+        self.record.folded(self.tasks, self.claims)
         if not verdict.won:
-            self._set_state("idle")
+            self.record.state("idle")
             return StepResult(StepKind.LOST, task, position, verdict, latency_us=latency_us)
         return self._work(task, settled, latency_us)
 
@@ -431,7 +419,7 @@ class Worker:
         )
 
     def _idle(self, now: int) -> StepResult:
-        self._set_state("idle")
+        self.record.state("idle")
         next_change = self.claims.state.next_change(self.fold_time(now))
         recheck = self._fresh.recheck_at
         if recheck is not None:  # a fresh task of another slot becomes ours to take then
@@ -449,12 +437,8 @@ class Worker:
         lease = settled.outcome.holder
         assert isinstance(claim, Claim) and lease is not None
         claim_position = settled.entry.position
-        with self._stats_lock:
-            self.stats.current_task = task
-            self.stats.current_claim = claim_position
-            self.stats.current_since = time.time()
-            self.stats.lease_expiry = self._wall_seconds(lease.expiry)
-        self._set_state("working")
+        self.record.working(task, claim_position, lease.expiry)
+        self.record.state("working")
         self._task_started = time.monotonic()
         try:
             attempt = self.claims.state.attempts(task)
@@ -467,7 +451,7 @@ class Worker:
                 read_from=settled.entry.next,
                 lease_us=self.config.lease_us,
                 clock=self._clock,
-                listener=self,
+                listener=self.record,
                 renewer=self._renewer,
                 fold_clock=lambda: self.fold_time(self._clock()),
             )
@@ -496,10 +480,8 @@ class Worker:
                 raise
             if keeper.cancelled.is_set() and not outcome.ok:
                 # The handler stopped because the lease was lost: the task is someone else's.
-                with self._stats_lock:
-                    self.stats.cancelled += 1
-                    why = "the lease lapsed while paused or stalled" if keeper.lapsed else None
-                    self.stats.last_error = f"task {task}: cancelled: {why or outcome.error}"
+                why = "the lease lapsed while paused or stalled" if keeper.lapsed else None
+                self.record.cancelled(task, why or outcome.error)
                 return StepResult(
                     StepKind.CANCELLED,
                     task,
@@ -509,12 +491,8 @@ class Worker:
                 )
             return self._finish(task, claim_position, ctx.attempt, outcome, keeper, latency_us)
         finally:
-            with self._stats_lock:
-                self.stats.current_task = None
-                self.stats.current_claim = None
-                self.stats.current_since = None
-                self.stats.lease_expiry = None
-            self._set_state("idle")
+            self.record.off_task()
+            self.record.state("idle")
 
     def _fail_timed_out(self, task: int, claim_position: int, attempt: int, error: str) -> None:
         """The attempt outran its time limit (the watchdog's thread calls this, then ends
@@ -532,12 +510,7 @@ class Worker:
         fail = Fail(task, self.worker_id, at, claim_position, error, retry)
         self.claims_log.append(encode(fail), durable=True)
         print(f"qw worker {worker_label(self.worker_id)}: task {task} {error}", file=sys.stderr)
-        with self._stats_lock:
-            self.stats.failed += 1
-            self.stats.last_error = f"task {task}: {error}"
-            self.stats.state = "exited"
-            self.stats.exit_reason = f"task {task} {error}"
-        self.publisher.publish(force=True)
+        self.record.timed_out(task, error)
 
     def _give_up(self, task: int, settled: Settled, attempt: int, latency_us: int) -> StepResult:
         """Our claim won attempt `attempt` > max_attempts: the attempts before it ended with
@@ -621,7 +594,7 @@ class Worker:
         if settled is None:
             return self._lost_while_unreachable(task, claim_position, outcome, keeper, latency_us)
         verdict = settled.outcome.verdict
-        self._refresh_fold_stats()
+        self.record.folded(self.tasks, self.claims)
         kind = {
             Verdict.DONE: StepKind.DONE,
             Verdict.STALE_DONE: StepKind.STALE,
@@ -629,19 +602,14 @@ class Worker:
             Verdict.DEAD: StepKind.DEAD,
             Verdict.STALE_FAIL: StepKind.STALE,
         }[verdict]
-        with self._stats_lock:
-            if kind is StepKind.DONE:
-                self.stats.finished += 1
-            elif kind is StepKind.STALE:
-                if verdict is Verdict.STALE_DONE:
-                    self.stats.stale += 1
-                if not keeper.lost:  # the keeper had not noticed: count the lost lease here
-                    self.stats.leases_lost += 1
-                    self.stats.timeouts += 1
-            else:
-                self.stats.failed += 1
-            if outcome.error is not None:
-                self.stats.last_error = f"task {task}: {outcome.error}"
+        if kind is StepKind.DONE:
+            self.record.finished()
+        elif kind is StepKind.STALE:
+            was_done = verdict is Verdict.STALE_DONE
+            self.record.stale(task, outcome.error, done=was_done, lease_noticed=keeper.lost)
+        else:
+            assert outcome.error is not None  # a FAIL was written: it carries the error
+            self.record.failed(task, outcome.error)
         retry = settled.record.retry_at if isinstance(settled.record, Fail) else None
         return StepResult(
             kind,
@@ -664,14 +632,9 @@ class Worker:
     ) -> StepResult:
         """Our DONE/FAIL could not be written before our claim lost the task (the log was
         out of reach until the lease lapsed and the task was taken over): nothing written."""
-        self._refresh_fold_stats()
+        self.record.folded(self.tasks, self.claims)
         error = "the lease was lost while the log was out of reach; nothing recorded"
-        with self._stats_lock:
-            self.stats.cancelled += 1
-            if not keeper.lost:
-                self.stats.leases_lost += 1
-                self.stats.timeouts += 1
-            self.stats.last_error = f"task {task}: {error}"
+        self.record.lost_out_of_reach(task, error, lease_noticed=keeper.lost)
         return StepResult(
             StepKind.CANCELLED,
             task,
@@ -711,9 +674,8 @@ class Worker:
     ) -> Settled | None:
         """`_append_and_settle_retrying`; a record that landed clears `stats.log_error`."""
         settled = self._append_and_settle_retrying(record, ahead)
-        if settled is not None and self.stats.log_error is not None:
-            with self._stats_lock:
-                self.stats.log_error = None
+        if settled is not None:
+            self.record.log_recovered()
         return settled
 
     def _append_and_settle_retrying(
@@ -754,10 +716,7 @@ class Worker:
             error = e
         kind = type(record).__name__.upper()
         while True:
-            with self._stats_lock:
-                self.stats.last_error = f"task {record.task}: {kind} not settled, retrying: {error}"
-                self._note_log_error(error)
-            self.publisher.publish()
+            self.record.settle_retrying(record.task, kind, error)
             if isinstance(record, Claim) and self._draining.is_set():
                 raise error
             if (
@@ -768,11 +727,7 @@ class Worker:
                 # Draining, and our lease has run out by the fold's clock: the task is
                 # another worker's to take over now, and a drain must end (a full disk
                 # would otherwise hold it for ever). Nothing of ours is recorded.
-                with self._stats_lock:
-                    self.stats.last_error = (
-                        f"task {record.task}: {kind} given up while draining (the lease "
-                        f"lapsed): {error}"
-                    )
+                self.record.settle_given_up(record.task, kind, error)
                 return None
             time.sleep(self.config.idle_poll_s)
             try:
@@ -793,13 +748,6 @@ class Worker:
                 raise
             except LogError as e:
                 error = e
-
-    def _note_log_error(self, error: LogError) -> None:
-        """Keep `error` as `stats.log_error` (under the stats lock): an append that failed
-        always (it names the file and the cause: a full disk), another error only when
-        none is noted (a CLAIM "not in the log" after a failed append is a consequence)."""
-        if isinstance(error, AppendError) or self.stats.log_error is None:
-            self.stats.log_error = str(error)
 
     def _lease_lapsed(self, task: int, claim: int) -> bool:
         """Whether our claim `claim` on `task` no longer holds it, or its lease has run out
@@ -825,51 +773,8 @@ class Worker:
                         found = Settled(outcome, folded, entry)
                 elif ahead is not None and found_ahead is None and _same_record(folded, ahead):
                     found_ahead = Settled(outcome, folded, entry)
-        self._refresh_fold_stats()
+        self.record.folded(self.tasks, self.claims)
         return found, found_ahead
-
-    # -- LeaseListener (called from the keeper's thread) -----------------------------------------
-
-    def lease_renewed(self, expiry: int) -> None:
-        with self._stats_lock:
-            self.stats.renewals += 1
-            self.stats.lease_expiry = self._wall_seconds(expiry)
-
-    def lease_lost(self, holder: Lease | None) -> None:
-        with self._stats_lock:
-            self.stats.leases_lost += 1
-            self.stats.timeouts += 1
-            self.stats.lease_expiry = None
-            taken = f" (taken over by {holder.worker})" if holder is not None else ""
-            self.stats.last_error = f"task {self.stats.current_task}: lease lost{taken}"
-        self.publisher.publish()
-
-    def lease_lapsed(self, overdue_us: int) -> None:
-        """Our clock passed the lease's expiry before a renewal (the process was stopped or
-        starved): the lease is treated as lost, and the handler is cancelled."""
-        with self._stats_lock:
-            self.stats.leases_lapsed += 1
-            self.stats.leases_lost += 1
-            self.stats.timeouts += 1
-            self.stats.lease_expiry = None
-            self.stats.last_error = (
-                f"task {self.stats.current_task}: lease lapsed while paused or stalled "
-                f"({us_to_seconds(overdue_us):.1f} s past its expiry); handler cancelled"
-            )
-        self.publisher.publish()
-
-    def lease_error(self, error: str) -> None:
-        with self._stats_lock:
-            self.stats.last_error = error
-
-    def lease_tick(self) -> None:
-        # drain() may run in a signal handler, where taking the stats lock could deadlock;
-        # the state it implies is shown from here instead.
-        if self._draining.is_set():
-            with self._stats_lock:
-                if self.stats.state == "working":
-                    self.stats.state = "draining"
-        self.publisher.publish()
 
     # -- the loop ------------------------------------------------------------------------------
 
@@ -892,19 +797,16 @@ class Worker:
                         if self.config.exit_when_drained and result.drained:
                             reason = "queue drained"
                             break
-                        self.publisher.publish()
+                        self.record.publish()
                         self._wait_for_work(result)
                         if self._next_task_is_anothers():
                             time.sleep(STEP_ASIDE_S)
                     else:
-                        self.publisher.publish()
+                        self.record.publish()
                 except FATAL_LOG_ERRORS:
                     raise
                 except LogError as e:  # may pass (disk full, server restarting): retry
-                    with self._stats_lock:
-                        self.stats.last_error = str(e)
-                        self._note_log_error(e)
-                    self.publisher.publish()
+                    self.record.log_error(e)
                     if stop.is_set() or self._draining.is_set():
                         # Asked to stop, and the log does not answer: let go of a claim in
                         # hand (its lease lapses and another worker takes the task over).
@@ -915,10 +817,7 @@ class Worker:
             reason = f"error: {error_text(e)}"
             raise
         finally:
-            with self._stats_lock:
-                self.stats.state = "exited"
-                self.stats.exit_reason = reason
-            self.publisher.publish(force=True)
+            self.record.exited(reason)
         return reason
 
     def _next_task_is_anothers(self) -> bool:
@@ -936,25 +835,6 @@ class Worker:
         self.tasks_log.wait(self.tasks.next_position, timeout)
 
     # -- stats ---------------------------------------------------------------------------------
-
-    def _set_state(self, state: str) -> None:
-        with self._stats_lock:
-            draining = self._draining.is_set() and state in ("claiming", "working")
-            self.stats.state = "draining" if draining else state
-        self.publisher.publish()
-
-    def _refresh_fold_stats(self) -> None:
-        state = self.claims.state
-        with self._stats_lock:
-            s = self.stats
-            s.known_tasks = self.tasks.known
-            s.tasks_position = self.tasks.next_position
-            s.consumed_up_to = self.claims.next_position
-            s.done_tasks = state.done_count
-            s.held_by_anyone = state.held_count
-            if self.claims.last_malformed is not None:
-                s.last_error = self.claims.last_malformed
-                self.claims.last_malformed = None
 
     def _wall_seconds(self, fold_time_us: int) -> float:
         return us_to_seconds(fold_time_us - self.clock_offset_us)
