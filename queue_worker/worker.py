@@ -27,13 +27,12 @@ stamps records with its server's clock (Redis), the fold judges by that clock in
 `queue_worker.topics`), so the worker estimates its offset to the server from its own CLAIM
 and asks `claimable` on the server's clock.
 
-A log out of reach (a Redis server restarting, a network partition): the log's own retries
-come first; after them a failed read or wait only pauses the loop, and the worker resumes
-from the positions it has folded (it never folds a record twice). An append that fails may
-still have landed (its reply was lost), so the worker resolves it from the log once the
-server answers again (`_append_and_settle`): a CLAIM found there is settled (and worked, if
-it won); a DONE or FAIL found there is settled, and one that did not land is appended again
-while our claim still holds the task, so that a finished task is not run a second time.
+A log out of reach (a Redis server restarting, a network partition): a failed read or wait
+only pauses the loop, and the worker resumes from the positions it has folded; an append
+whose reply was lost is resolved from the log (`queue_worker.recovery`).
+
+What the worker does is counted by `queue_worker.recorder` (one named event per call), which
+publishes the stats snapshot and hears the lease keeper.
 """
 
 from __future__ import annotations
@@ -83,18 +82,17 @@ from queue_worker.pick import FreshTasks, Orphans, pick_task
 from queue_worker.recorder import StatsRecorder
 from queue_worker.records import (
     Claim,
-    ClaimsRecord,
     Done,
     Fail,
     RecordDecodeError,
     RecordEncodeError,
     encode,
 )
+from queue_worker.recovery import OutageRecovery
 from queue_worker.state import Verdict
 from queue_worker.stats import WorkerStats
 from queue_worker.time_limit import TimeLimits
 from queue_worker.topics import (
-    READ_BATCH,
     ClaimsFollower,
     Settled,
     TaskIndex,
@@ -228,6 +226,14 @@ class Worker:
         self.record = StatsRecorder(
             self.stats, path, draining=self._draining, wall_seconds=self._wall_seconds
         )
+        #: resolves our appends whose replies were lost (see recovery.py)
+        self._recovery = OutageRecovery(
+            claims_log,
+            self.record,
+            draining=self._draining,
+            poll_s=config.idle_poll_s,
+            fold_now=lambda: self.fold_time(self._clock()),
+        )
         # one renewal thread for the worker's life, handed each task's lease (see lease.py)
         self._renewer = RenewalThread()
         # ends the process when a task outruns its time limit or a drain (see time_limit.py)
@@ -360,12 +366,11 @@ class Worker:
     def _resume_in_hand(self, settled: Settled, latency_us: int) -> StepResult:
         """Run a won task whose payload could not be read last time, if our claim still
         holds it (a LogError leaves it in hand again)."""
-        self.claims.catch_up(self.claims_log)
+        holds = self._recovery.still_holds(self.claims, settled)
         self._in_hand = None
         task = settled.outcome.task
         assert task is not None
-        holder = self.claims.state.holder(task)
-        if holder is not None and holder.claim == settled.entry.position:
+        if holds:
             return self._work(task, settled, latency_us)
         self.record.lapsed_out_of_reach(task)
         self.record.folded(self.tasks, self.claims)
@@ -672,27 +677,14 @@ class Worker:
     def _append_and_settle(
         self, record: Claim | Done | Fail, ahead: Claim | None = None
     ) -> Settled | None:
-        """`_append_and_settle_retrying`; a record that landed clears `stats.log_error`."""
-        settled = self._append_and_settle_retrying(record, ahead)
-        if settled is not None:
-            self.record.log_recovered()
-        return settled
-
-    def _append_and_settle_retrying(
-        self, record: Claim | Done | Fail, ahead: Claim | None = None
-    ) -> Settled | None:
         """Append one of our records (a DONE or FAIL durably) and settle it. With `ahead`
         (a CLAIM, after a DONE or FAIL only), both are appended as one batch and the CLAIM
         is left in `_ahead` for the next step.
 
         When the append or the settling fails (a LogError other than a log that cannot be
         used or a record too large: the server is out of reach, say), the record may or may
-        not be in the log. Every `idle_poll_s` the claims log is then folded on to its end,
-        looking for the record (same type, worker, task, claim): found, its verdict is the
-        answer. Not found: a CLAIM is given up (None; another attempt makes a new one); a
-        DONE or FAIL is appended again while our claim still holds the task, and given up
-        (None) once it does not (the lease lapsed and the task was taken over).
-        A CLAIM stops being retried when the worker is asked to drain.
+        not be in the log: `OutageRecovery.resolve` finds out, and returns None for a record
+        given up. A record that landed clears `stats.log_error`.
         """
         durable = not isinstance(record, Claim)
         data = encode(record)
@@ -700,81 +692,29 @@ class Worker:
         try:
             if ahead is None:
                 position = self.claims_log.append(data, durable=durable)
-                return self.claims.settle(self.claims_log, position, record)
-            position, ahead_position = self.claims_log.append_many(
-                [data, encode(ahead)], durable=durable
-            )
-            settled, ahead_settled = self.claims.settle_batch(
-                self.claims_log, [(position, record), (ahead_position, ahead)]
-            )
-            latency_us = (time.perf_counter_ns() - started) // 1000
-            self._ahead = AheadClaim(ahead, ahead_settled, latency_us)
-            return settled
+                settled = self.claims.settle(self.claims_log, position, record)
+            else:
+                position, ahead_position = self.claims_log.append_many(
+                    [data, encode(ahead)], durable=durable
+                )
+                settled, ahead_settled = self.claims.settle_batch(
+                    self.claims_log, [(position, record), (ahead_position, ahead)]
+                )
+                latency_us = (time.perf_counter_ns() - started) // 1000
+                self._ahead = AheadClaim(ahead, ahead_settled, latency_us)
         except (RecordTooLargeError, *FATAL_LOG_ERRORS):
             raise
         except LogError as e:
-            error = e
-        kind = type(record).__name__.upper()
-        while True:
-            self.record.settle_retrying(record.task, kind, error)
-            if isinstance(record, Claim) and self._draining.is_set():
-                raise error
-            if (
-                not isinstance(record, Claim)
-                and self._draining.is_set()
-                and self._lease_lapsed(record.task, record.claim)
-            ):
-                # Draining, and our lease has run out by the fold's clock: the task is
-                # another worker's to take over now, and a drain must end (a full disk
-                # would otherwise hold it for ever). Nothing of ours is recorded.
-                self.record.settle_given_up(record.task, kind, error)
+            folds = (self.tasks, self.claims)
+            found, found_ahead = self._recovery.resolve(folds, record, data, ahead, e)
+            if ahead is not None and found_ahead is not None:  # one batch: both landed
+                latency_us = (time.perf_counter_ns() - started) // 1000
+                self._ahead = AheadClaim(ahead, found_ahead, latency_us)
+            if found is None:
                 return None
-            time.sleep(self.config.idle_poll_s)
-            try:
-                found, found_ahead = self._fold_to_end_finding(record, ahead)
-                if found is not None:
-                    if ahead is not None and found_ahead is not None:  # one batch: both
-                        latency_us = (time.perf_counter_ns() - started) // 1000
-                        self._ahead = AheadClaim(ahead, found_ahead, latency_us)
-                    return found
-                if isinstance(record, Claim):
-                    return None  # it never landed: no claim was made
-                holder = self.claims.state.holder(record.task)
-                if holder is None or holder.claim != record.claim:
-                    return None
-                position = self.claims_log.append(data, durable=durable)
-                return self.claims.settle(self.claims_log, position, record)
-            except (RecordTooLargeError, *FATAL_LOG_ERRORS):
-                raise
-            except LogError as e:
-                error = e
-
-    def _lease_lapsed(self, task: int, claim: int) -> bool:
-        """Whether our claim `claim` on `task` no longer holds it, or its lease has run out
-        by the fold's clock (our clock, shifted to the server's where there is one)."""
-        holder = self.claims.state.holder(task)
-        if holder is None or holder.claim != claim:
-            return True
-        return holder.expiry <= self.fold_time(self._clock())
-
-    def _fold_to_end_finding(
-        self, record: Claim | Done | Fail, ahead: Claim | None = None
-    ) -> tuple[Settled | None, Settled | None]:
-        """Fold the claims log to its end; the first record folded that is `record` (as
-        written by an append that failed), with its verdict, or None; and the same for
-        `ahead` (the CLAIM of the same batch) after it."""
-        found: Settled | None = None
-        found_ahead: Settled | None = None
-        while entries := self.claims_log.read(self.claims.next_position, READ_BATCH):
-            for entry in entries:
-                outcome, folded = self.claims.apply(entry)
-                if found is None:
-                    if _same_record(folded, record):
-                        found = Settled(outcome, folded, entry)
-                elif ahead is not None and found_ahead is None and _same_record(folded, ahead):
-                    found_ahead = Settled(outcome, folded, entry)
-        self.record.folded(self.tasks, self.claims)
-        return found, found_ahead
+            settled = found
+        self.record.log_recovered()
+        return settled
 
     # -- the loop ------------------------------------------------------------------------------
 
@@ -850,18 +790,6 @@ class Worker:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
-
-
-def _same_record(folded: ClaimsRecord, mine: Claim | Done | Fail) -> bool:
-    """Is `folded` (as the fold saw it: on the server's clock, where there is one) the record
-    `mine` that this worker appended? Compared on everything but `at`."""
-    if type(folded) is not type(mine):
-        return False
-    if isinstance(mine, Claim):
-        assert isinstance(folded, Claim)
-        return (folded.task, folded.worker, folded.lease) == (mine.task, mine.worker, mine.lease)
-    assert isinstance(folded, Done | Fail)
-    return (folded.task, folded.worker, folded.claim) == (mine.task, mine.worker, mine.claim)
 
 
 if __name__ == "__main__":
