@@ -45,7 +45,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable, Container
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -78,7 +78,7 @@ from queue_worker.handlers import (
 )
 from queue_worker.lease import LeaseKeeper, RenewalThread
 from queue_worker.names import worker_label
-from queue_worker.pick import FreshTasks, Orphans, pick_task
+from queue_worker.pick import Picker
 from queue_worker.recorder import StatsRecorder
 from queue_worker.records import (
     Claim,
@@ -99,12 +99,6 @@ from queue_worker.topics import (
     check_tasks_cover,
     open_topics,
 )
-
-#: spread: an idle worker woken when the next task id is another slot's steps aside this
-#: long first, so that the task's own worker (woken by the same append) gets one of the
-#: few cores before the others (with 8 workers on 2 cores: p50 wake-up ~0.9 → ~0.55 ms;
-#: the others may not take that task for SPREAD_GRACE_US anyway).
-STEP_ASIDE_S: Final = 0.0003
 
 #: claim ahead: a fold settled this recently (seconds) is fresh enough to pick from
 FRESH_FOLD_S: Final = 0.002
@@ -201,10 +195,15 @@ class Worker:
         self.tasks_log: Log = tasks_log
         self.claims_log: Log = claims_log
         self.tasks = TaskIndex(tasks_log.start)
-        self._fresh = FreshTasks()
-        self._own_from = 0  # spread: every id of our slot below this is closed
-        # orphans first; a predecessor's lapsed tasks are left to the others for one lease
-        self._orphans = Orphans(self.worker_id, config.lease_us, heir_rule=config.slots > 1)
+        #: which task to try next, and what that choice keeps between picks (see pick.py)
+        self._picker = Picker(
+            config.pick,
+            self.worker_id,
+            config.lease_us,
+            slot=config.slot,
+            slots=config.slots,
+            rng=self._rng,
+        )
         self.claims = ClaimsFollower(claims_log.start)
         self._checkpoint_dir = Path(config.location) if checkpoints else None
         checkpoint_note = self._load_checkpoint()
@@ -309,45 +308,21 @@ class Worker:
         before = self.tasks.known
         self.tasks.catch_up(self.tasks_log)
         if self.tasks.known > before:
-            self._fresh.saw(before, self._clock())
+            self._picker.saw(before, self._clock())
         self.claims.catch_up(self.claims_log)
         if not self._covered:
             # Once, at the start: the claims fold must not have closed a task the tasks log
             # does not hold (a tasks log cut short or replaced: see check_tasks_cover).
             known = self.tasks.known
             if self.tasks.catch_up(self.tasks_log):
-                self._fresh.saw(known, self._clock())
+                self._picker.saw(known, self._clock())
             check_tasks_cover(self.tasks_log, self.tasks.known, self.claims_log, self.claims.state)
             self._covered = True
         self.record.folded(self.tasks, self.claims)
 
     def pick(self, now: int) -> int | None:
         """A claimable task by the configured strategy (as of the last catch-up), or None."""
-        cfg = self.config
-        state = self.claims.state
-        excluded: Container[int] = self.tasks.foreign
-        if cfg.pick == "spread" and cfg.slots > 1:
-            self._fresh.forget_below(state.watermark)
-            excluded = self._fresh.held_back(state, now, cfg.slot, cfg.slots, self.tasks.foreign)
-            # Closed is for good: step the cursor over this slot's closed ids once, instead
-            # of probing them from the watermark at every pick.
-            own = max(self._own_from, cfg.slot)
-            while own < self.tasks.known and state.is_closed(own):
-                own += cfg.slots
-            self._own_from = own
-        self.tasks.forget_kept_below(max(state.watermark, self._own_from))
-        return pick_task(
-            cfg.pick,
-            state,
-            self.fold_time(now),
-            self.tasks.known,
-            rng=self._rng,
-            slot=cfg.slot,
-            slots=cfg.slots,
-            excluded=excluded,
-            own_from=self._own_from,
-            orphans=self._orphans,
-        )
+        return self._picker.pick(self.claims.state, self.tasks, now, self.fold_time(now))
 
     def attempt(self, task: int, now: int) -> StepResult:
         """Claim `task` at `now`, settle the claim, and run the task if the claim won."""
@@ -426,13 +401,9 @@ class Worker:
     def _idle(self, now: int) -> StepResult:
         self.record.state("idle")
         next_change = self.claims.state.next_change(self.fold_time(now))
-        recheck = self._fresh.recheck_at
-        if recheck is not None:  # a fresh task of another slot becomes ours to take then
-            recheck = self.fold_time(recheck)
+        recheck = self._picker.recheck_at(self.fold_time)  # a held-back task becomes ours
+        if recheck is not None:
             next_change = recheck if next_change is None else min(next_change, recheck)
-        heir = self._orphans.recheck_at  # a predecessor's task becomes ours to take then
-        if heir is not None:
-            next_change = heir if next_change is None else min(next_change, heir)
         return StepResult(StepKind.IDLE, drained=self.is_drained(), next_change=next_change)
 
     # -- running a won task --------------------------------------------------------------------
@@ -739,8 +710,7 @@ class Worker:
                             break
                         self.record.publish()
                         self._wait_for_work(result)
-                        if self._next_task_is_anothers():
-                            time.sleep(STEP_ASIDE_S)
+                        self._picker.step_aside(self.tasks.known)
                     else:
                         self.record.publish()
                 except FATAL_LOG_ERRORS:
@@ -762,8 +732,7 @@ class Worker:
 
     def _next_task_is_anothers(self) -> bool:
         """Spread: will the next task enqueued (id = tasks known) be another slot's?"""
-        cfg = self.config
-        return cfg.pick == "spread" and cfg.slots > 1 and self.tasks.known % cfg.slots != cfg.slot
+        return self._picker.next_is_anothers(self.tasks.known)
 
     def _wait_for_work(self, idle: StepResult) -> None:
         """Block until a task may be enqueued, a known lease/backoff runs out, or the poll
