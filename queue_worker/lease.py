@@ -47,11 +47,23 @@ import time
 from collections.abc import Callable
 from typing import Final, Protocol
 
-from logstore import Entry, Log, LogError
-from queue_worker.errors import FATAL_LOG_ERRORS
+from logstore import (
+    CorruptLogError,
+    Entry,
+    ForeignFileError,
+    IdentityError,
+    Log,
+    LogClosedError,
+    LogError,
+)
 from queue_worker.records import Claim, RecordDecodeError, Renew, encode
 from queue_worker.state import ClaimState, Lease, Outcome, Verdict
 from queue_worker.topics import SETTLE_TIMEOUT_S, decode_claims_entry, read_through
+
+#: Errors after which a log handle cannot be used again: a lease keeper stops renewing (and
+#: cancels the handler), a worker exits. Other LogErrors (an append that did not land, a
+#: server out of reach) may pass, and are retried after a pause.
+FATAL_LOG_ERRORS: Final = (CorruptLogError, ForeignFileError, IdentityError, LogClosedError)
 
 #: how often the keeper thread wakes between renewals to let the worker publish its stats
 TICK_S: Final = 0.25

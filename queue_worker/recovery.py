@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 
 from logstore import Log, LogError, RecordTooLargeError
-from queue_worker.errors import FATAL_LOG_ERRORS
+from queue_worker.lease import FATAL_LOG_ERRORS
 from queue_worker.recorder import StatsRecorder
 from queue_worker.records import Claim, ClaimsRecord, Done, Fail
 from queue_worker.topics import READ_BATCH, ClaimsFollower, Settled, TaskIndex

@@ -65,7 +65,6 @@ from queue_worker.checkpoint import (
 )
 from queue_worker.clock import Clock, now_us, us_to_seconds
 from queue_worker.config import WorkerConfig, default_host
-from queue_worker.errors import FATAL_LOG_ERRORS
 from queue_worker.handlers import (
     HandlerOutcome,
     TaskContext,
@@ -76,7 +75,7 @@ from queue_worker.handlers import (
     retry_at,
     run_handler,
 )
-from queue_worker.lease import LeaseKeeper, RenewalThread
+from queue_worker.lease import FATAL_LOG_ERRORS, LeaseKeeper, RenewalThread
 from queue_worker.names import worker_label
 from queue_worker.pick import Picker
 from queue_worker.recorder import StatsRecorder
