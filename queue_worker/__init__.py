@@ -1,1 +1,72 @@
-"""queue_worker — the claims protocol: records, the pure verdict, the worker loop, the report."""
+"""queue_worker — the claims protocol: records, the pure verdict, the worker loop, the report.
+
+The package's face, for code that enqueues tasks or writes handlers::
+
+    from queue_worker import Queue, TaskContext, time_limit
+
+    with Queue(".qw") as queue:
+        queue.enqueue({"n": 1})
+
+Every error the package raises on purpose is a `QwError` (those that are also a
+`logstore.LogError` or a `ValueError` keep that base too).
+
+The names are loaded when first used (PEP 562), so that importing one module of the
+package (`queue_worker.state`, say, for the fold alone) loads only what that module needs:
+never the producer, nor the worker.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any, Final
+
+from queue_worker.errors import QwError
+
+if TYPE_CHECKING:
+    from queue_worker.checkpoint import CheckpointError, CheckpointRefused
+    from queue_worker.handlers import TaskContext, time_limit
+    from queue_worker.producer import Queue
+    from queue_worker.records import RecordDecodeError, RecordEncodeError, TaskIdRangeError
+    from queue_worker.topics import SettleError
+
+__all__ = [
+    # enqueueing
+    "Queue",
+    # writing a handler
+    "TaskContext",
+    "time_limit",
+    # errors: the root, and every error under it
+    "QwError",
+    "RecordDecodeError",
+    "TaskIdRangeError",
+    "RecordEncodeError",
+    "CheckpointError",
+    "CheckpointRefused",
+    "SettleError",
+]
+
+#: where each name of the face is defined (loaded on first use)
+_HOMES: Final = {
+    "Queue": "queue_worker.producer",
+    "TaskContext": "queue_worker.handlers",
+    "time_limit": "queue_worker.handlers",
+    "RecordDecodeError": "queue_worker.records",
+    "TaskIdRangeError": "queue_worker.records",
+    "RecordEncodeError": "queue_worker.records",
+    "CheckpointError": "queue_worker.checkpoint",
+    "CheckpointRefused": "queue_worker.checkpoint",
+    "SettleError": "queue_worker.topics",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value  # the next use is a plain attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

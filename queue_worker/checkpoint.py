@@ -67,6 +67,7 @@ from typing import Any, Final, NamedTuple
 import msgpack
 
 from logstore import Log, LogClosedError, LogError, LogIdentity
+from queue_worker.errors import QwError
 from queue_worker.state import ClaimSnapshot, ClaimState, Lease, OpenTask
 from queue_worker.topics import ClaimsFollower, TaskIndex, TaskIndexSnapshot
 
@@ -80,12 +81,12 @@ _TMP_PREFIX: Final = f".{CHECKPOINT_NAME}."
 _TMP_SUFFIX: Final = ".tmp"
 
 
-class CheckpointError(Exception):
+class CheckpointError(QwError):
     """A checkpoint could not be saved (the reason is in the message). The worker goes on
     without one: the only cost is a longer replay at the next start."""
 
 
-class CheckpointRefused(Exception):
+class CheckpointRefused(QwError):
     """A checkpoint file that cannot be used (missing, damaged, another format, or taken of
     other logs); the message says why."""
 

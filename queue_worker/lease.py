@@ -47,10 +47,23 @@ import time
 from collections.abc import Callable
 from typing import Final, Protocol
 
-from logstore import CorruptLogError, Entry, Log, LogClosedError, LogError
+from logstore import (
+    CorruptLogError,
+    Entry,
+    ForeignFileError,
+    IdentityError,
+    Log,
+    LogClosedError,
+    LogError,
+)
 from queue_worker.records import Claim, RecordDecodeError, Renew, encode
 from queue_worker.state import ClaimState, Lease, Outcome, Verdict
 from queue_worker.topics import SETTLE_TIMEOUT_S, decode_claims_entry, read_through
+
+#: Errors after which a log handle cannot be used again: a lease keeper stops renewing (and
+#: cancels the handler), a worker exits. Other LogErrors (an append that did not land, a
+#: server out of reach) may pass, and are retried after a pause.
+FATAL_LOG_ERRORS: Final = (CorruptLogError, ForeignFileError, IdentityError, LogClosedError)
 
 #: how often the keeper thread wakes between renewals to let the worker publish its stats
 TICK_S: Final = 0.25
@@ -284,7 +297,7 @@ class LeaseKeeper:
         """Renew, and return when to renew next."""
         try:
             self.renew_once()
-        except (CorruptLogError, LogClosedError) as e:
+        except FATAL_LOG_ERRORS as e:
             # The log cannot be trusted or used: without renewals the lease will lapse, so
             # stop the handler now rather than let it finish as a stale completion.
             self._fail(f"lease renewal of task {self.task} stopped: {e}")

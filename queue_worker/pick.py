@@ -33,6 +33,8 @@ not by the heir  a worker leaves the lapsed tasks of its own slot's predecessor 
         backlog, the default lease and work, tests/test_takeover_processes.py): 90 of 90
         kill -9s taken over by a survivor, 1-399 ms after the lease lapsed (median ~120 ms).
 
+A worker keeps what these need from one pick to the next in one `Picker`.
+
 These choose only what a worker *tries*: the fold alone decides who wins, and a lapse is
 judged exactly as `claimable` judges it. The reader's clock enters only through
 `ClaimState.is_claimable(task, now)`.
@@ -43,11 +45,12 @@ from __future__ import annotations
 import random
 import time
 from collections import deque
-from collections.abc import Container
+from collections.abc import Callable, Container
 from typing import Final
 
 from queue_worker.config import PICK_STRATEGIES
 from queue_worker.state import ClaimState
+from queue_worker.topics import TaskIndex
 
 #: random: samples tried before scanning the whole claimable set
 RANDOM_SAMPLES: Final = 8
@@ -59,6 +62,12 @@ SPREAD_PROBES: Final = 256
 #: clock). An idle owner claims within a wake-up (~0.1-0.4 ms); a busy one leaves it to
 #: the others after this.
 SPREAD_GRACE_US: Final = 10_000
+
+#: spread: an idle worker woken when the next task id is another slot's steps aside this
+#: long first, so that the task's own worker (woken by the same append) gets one of the
+#: few cores before the others (with 8 workers on 2 cores: p50 wake-up ~0.9 → ~0.55 ms;
+#: the others may not take that task for SPREAD_GRACE_US anyway).
+STEP_ASIDE_S: Final = 0.0003
 
 #: orphans: a worker looks for lapsed leases at each expiry it knows of, and at least this
 #: often (µs, fold clock) to see leases it learnt of since ...
@@ -322,3 +331,86 @@ def pick_task(
     if strategy == "random":
         return pick_random(state, now, known, rng, excluded)
     return pick_spread(state, now, known, slot, slots, rng, excluded, own_from)
+
+
+class Picker:
+    """One worker's pick: its strategy, with what it keeps from one pick to the next.
+
+    The orphans (every strategy) and, under `spread` with more than one slot, the fresh
+    tasks of other slots held back, the cursor over this slot's closed ids (`own_from`),
+    and whether an idle worker steps aside for the next task's own worker (STEP_ASIDE_S).
+    Times: `now` is the worker's clock, `fold_now` the fold's (see `Worker.fold_time`).
+    """
+
+    def __init__(
+        self,
+        strategy: str,
+        worker_id: str,
+        lease_us: int,
+        *,
+        slot: int,
+        slots: int,
+        rng: random.Random,
+    ) -> None:
+        self.strategy = strategy
+        self.slot = slot
+        self.slots = slots
+        self.spread = strategy == "spread" and slots > 1
+        self._rng = rng
+        self._fresh = FreshTasks()
+        self.own_from = 0  # spread: every id of our slot below this is closed
+        # orphans first; a predecessor's lapsed tasks are left to the others for one lease
+        self._orphans = Orphans(worker_id, lease_us, heir_rule=slots > 1)
+
+    def saw(self, first_task: int, now: int) -> None:
+        """A catch-up found new tasks, from `first_task` on, at `now` (worker clock)."""
+        self._fresh.saw(first_task, now)
+
+    def pick(self, state: ClaimState, tasks: TaskIndex, now: int, fold_now: int) -> int | None:
+        """A claimable task by the strategy (as of the last catch-up), or None."""
+        excluded: Container[int] = tasks.foreign
+        if self.spread:
+            self._fresh.forget_below(state.watermark)
+            excluded = self._fresh.held_back(state, now, self.slot, self.slots, tasks.foreign)
+            # Closed is for good: step the cursor over this slot's closed ids once, instead
+            # of probing them from the watermark at every pick.
+            own = max(self.own_from, self.slot)
+            while own < tasks.known and state.is_closed(own):
+                own += self.slots
+            self.own_from = own
+        tasks.forget_kept_below(max(state.watermark, self.own_from))
+        return pick_task(
+            self.strategy,
+            state,
+            fold_now,
+            tasks.known,
+            rng=self._rng,
+            slot=self.slot,
+            slots=self.slots,
+            excluded=excluded,
+            own_from=self.own_from,
+            orphans=self._orphans,
+        )
+
+    def recheck_at(self, fold_time: Callable[[int], int]) -> int | None:
+        """When (fold clock) a task the last pick held back becomes ours to take: a fresh
+        task of another slot (`fold_time` turns the worker's clock into the fold's), or a
+        predecessor's lapsed task; None if none was held back."""
+        recheck = self._fresh.recheck_at
+        if recheck is not None:
+            recheck = fold_time(recheck)
+        heir = self._orphans.recheck_at
+        if heir is not None:
+            recheck = heir if recheck is None else min(recheck, heir)
+        return recheck
+
+    def next_is_anothers(self, known: int) -> bool:
+        """Spread: will the next task enqueued (id = `known`, the tasks known) be another
+        slot's?"""
+        return self.spread and known % self.slots != self.slot
+
+    def step_aside(self, known: int) -> None:
+        """Idle and woken: when the next task is another slot's, leave the first wake-up to
+        its own worker (see STEP_ASIDE_S)."""
+        if self.next_is_anothers(known):
+            time.sleep(STEP_ASIDE_S)

@@ -37,6 +37,8 @@ from typing import Any, Final, NamedTuple
 
 import msgpack
 
+from queue_worker.errors import QwError
+
 SCHEMA: Final = 1
 
 TASK: Final = "T"
@@ -51,7 +53,7 @@ FAIL: Final = "F"
 MAX_TASK_ID: Final = 2**63 - 1
 
 
-class RecordDecodeError(ValueError):
+class RecordDecodeError(ValueError, QwError):
     """Bytes from a log that are not a valid qw record."""
 
 
@@ -59,7 +61,7 @@ class TaskIdRangeError(RecordDecodeError):
     """A claims record naming a task id outside 0..MAX_TASK_ID: malformed."""
 
 
-class RecordEncodeError(ValueError):
+class RecordEncodeError(ValueError, QwError):
     """A value (a payload or a result) that msgpack cannot encode."""
 
 

@@ -64,7 +64,14 @@ class Verdict(enum.Enum):
 
     @property
     def lost(self) -> bool:
-        return self.value.startswith("lost")
+        """A CLAIM that did not win (the task was held, closed, or backing off)."""
+        return self in _LOST
+
+
+#: the verdicts of a CLAIM that lost (named here, not read off the words people see)
+_LOST: Final = frozenset(
+    {Verdict.LOST_HELD, Verdict.LOST_DONE, Verdict.LOST_DEAD, Verdict.LOST_BACKOFF}
+)
 
 
 # Lease and Outcome are NamedTuples, not frozen dataclasses: every record read makes one,
@@ -88,8 +95,9 @@ class Outcome(NamedTuple):
     """The verdict on one record, with what a reader needs to explain it.
 
     `holder` is the lease that decided the verdict: the holder a lost claim ran into, the
-    expired holder a takeover replaced, the holder when a renewal/completion was refused
-    (None when nobody held the task), the new lease for a win or a renewal.
+    holder when a renewal/completion was refused (None when nobody held the task), and the
+    new lease for a win, a takeover or a renewal. A TAKEOVER's expired lease, the one it
+    replaced, is `previous` (None for every other verdict).
     """
 
     verdict: Verdict

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Final, NamedTuple
 
 from logstore import Durability, Entry, IdentityError, Log, LogError, open_log
+from queue_worker.errors import QwError
 from queue_worker.records import (
     ClaimsRecord,
     Fail,
@@ -72,7 +73,7 @@ KEEP_MAX_BYTES: Final = 1024
 SETTLE_TIMEOUT_S: Final = 10.0
 
 
-class SettleError(LogError):
+class SettleError(LogError, QwError):
     """A record this process appended did not show up in the log where it should."""
 
 

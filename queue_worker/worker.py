@@ -27,13 +27,12 @@ stamps records with its server's clock (Redis), the fold judges by that clock in
 `queue_worker.topics`), so the worker estimates its offset to the server from its own CLAIM
 and asks `claimable` on the server's clock.
 
-A log out of reach (a Redis server restarting, a network partition): the log's own retries
-come first; after them a failed read or wait only pauses the loop, and the worker resumes
-from the positions it has folded (it never folds a record twice). An append that fails may
-still have landed (its reply was lost), so the worker resolves it from the log once the
-server answers again (`_append_and_settle`): a CLAIM found there is settled (and worked, if
-it won); a DONE or FAIL found there is settled, and one that did not land is appended again
-while our claim still holds the task, so that a finished task is not run a second time.
+A log out of reach (a Redis server restarting, a network partition): a failed read or wait
+only pauses the loop, and the worker resumes from the positions it has folded; an append
+whose reply was lost is resolved from the log (`queue_worker.recovery`).
+
+What the worker does is counted by `queue_worker.recorder` (one named event per call), which
+publishes the stats snapshot and hears the lease keeper.
 """
 
 from __future__ import annotations
@@ -46,18 +45,13 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable, Container
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
 from logstore import (
-    AppendError,
-    CorruptLogError,
-    ForeignFileError,
-    IdentityError,
     Log,
-    LogClosedError,
     LogError,
     RecordTooLargeError,
     is_redis_url,
@@ -81,24 +75,23 @@ from queue_worker.handlers import (
     retry_at,
     run_handler,
 )
-from queue_worker.lease import LeaseKeeper, RenewalThread
+from queue_worker.lease import FATAL_LOG_ERRORS, LeaseKeeper, RenewalThread
 from queue_worker.names import worker_label
-from queue_worker.pick import FreshTasks, Orphans, pick_task
-from queue_worker.publisher import SnapshotPublisher
+from queue_worker.pick import Picker
+from queue_worker.recorder import StatsRecorder
 from queue_worker.records import (
     Claim,
-    ClaimsRecord,
     Done,
     Fail,
     RecordDecodeError,
     RecordEncodeError,
     encode,
 )
-from queue_worker.state import Lease, Verdict
+from queue_worker.recovery import OutageRecovery
+from queue_worker.state import Verdict
 from queue_worker.stats import WorkerStats
 from queue_worker.time_limit import TimeLimits
 from queue_worker.topics import (
-    READ_BATCH,
     ClaimsFollower,
     Settled,
     TaskIndex,
@@ -106,22 +99,12 @@ from queue_worker.topics import (
     open_topics,
 )
 
-#: spread: an idle worker woken when the next task id is another slot's steps aside this
-#: long first, so that the task's own worker (woken by the same append) gets one of the
-#: few cores before the others (with 8 workers on 2 cores: p50 wake-up ~0.9 → ~0.55 ms;
-#: the others may not take that task for SPREAD_GRACE_US anyway).
-STEP_ASIDE_S: Final = 0.0003
-
 #: claim ahead: a fold settled this recently (seconds) is fresh enough to pick from
 FRESH_FOLD_S: Final = 0.002
 
 #: the worker in slot 0 saves a fold checkpoint each time it has folded this much more of
 #: the claims log (~100k tasks' CLAIM + DONE; a save of 1M tasks' fold takes ~30 ms)
 CHECKPOINT_EVERY_BYTES: Final = 8 << 20
-
-# Errors after which a log handle cannot be used again: the worker exits. Other LogErrors
-# (an append that did not land, a server out of reach) are retried after a pause.
-_FATAL_LOG_ERRORS: Final = (CorruptLogError, ForeignFileError, IdentityError, LogClosedError)
 
 
 class StepKind(enum.Enum):
@@ -211,10 +194,15 @@ class Worker:
         self.tasks_log: Log = tasks_log
         self.claims_log: Log = claims_log
         self.tasks = TaskIndex(tasks_log.start)
-        self._fresh = FreshTasks()
-        self._own_from = 0  # spread: every id of our slot below this is closed
-        # orphans first; a predecessor's lapsed tasks are left to the others for one lease
-        self._orphans = Orphans(self.worker_id, config.lease_us, heir_rule=config.slots > 1)
+        #: which task to try next, and what that choice keeps between picks (see pick.py)
+        self._picker = Picker(
+            config.pick,
+            self.worker_id,
+            config.lease_us,
+            slot=config.slot,
+            slots=config.slots,
+            rng=self._rng,
+        )
         self.claims = ClaimsFollower(claims_log.start)
         self._checkpoint_dir = Path(config.location) if checkpoints else None
         checkpoint_note = self._load_checkpoint()
@@ -223,7 +211,6 @@ class Worker:
         # server clock − our clock, µs (0 unless the backend stamps records: see topics.py)
         self.clock_offset_us = 0
         self._draining = threading.Event()
-        self._stats_lock = threading.Lock()
         self.stats = WorkerStats(
             worker=self.worker_id,
             name=config.name,
@@ -233,7 +220,18 @@ class Worker:
         )
         self.stats.last_error = checkpoint_note
         path = Path(config.run_dir) / f"{self.worker_id}.json" if config.run_dir else None
-        self.publisher = SnapshotPublisher(self.stats, path, self._stats_lock)
+        #: counts each event into `stats` and publishes it (the lease keeper reports to it)
+        self.record = StatsRecorder(
+            self.stats, path, draining=self._draining, wall_seconds=self._wall_seconds
+        )
+        #: resolves our appends whose replies were lost (see recovery.py)
+        self._recovery = OutageRecovery(
+            claims_log,
+            self.record,
+            draining=self._draining,
+            poll_s=config.idle_poll_s,
+            fold_now=lambda: self.fold_time(self._clock()),
+        )
         # one renewal thread for the worker's life, handed each task's lease (see lease.py)
         self._renewer = RenewalThread()
         # ends the process when a task outruns its time limit or a drain (see time_limit.py)
@@ -275,8 +273,7 @@ class Worker:
         try:
             save_checkpoint(directory, self.tasks, self.tasks_log, self.claims, self.claims_log)
         except CheckpointError as e:  # only the next start's replay is longer
-            with self._stats_lock:
-                self.stats.last_error = str(e)
+            self.record.checkpoint_failed(str(e))
             return
         self._checkpointed = now_at
 
@@ -310,49 +307,25 @@ class Worker:
         before = self.tasks.known
         self.tasks.catch_up(self.tasks_log)
         if self.tasks.known > before:
-            self._fresh.saw(before, self._clock())
+            self._picker.saw(before, self._clock())
         self.claims.catch_up(self.claims_log)
         if not self._covered:
             # Once, at the start: the claims fold must not have closed a task the tasks log
             # does not hold (a tasks log cut short or replaced: see check_tasks_cover).
             known = self.tasks.known
             if self.tasks.catch_up(self.tasks_log):
-                self._fresh.saw(known, self._clock())
+                self._picker.saw(known, self._clock())
             check_tasks_cover(self.tasks_log, self.tasks.known, self.claims_log, self.claims.state)
             self._covered = True
-        self._refresh_fold_stats()
+        self.record.folded(self.tasks, self.claims)
 
     def pick(self, now: int) -> int | None:
         """A claimable task by the configured strategy (as of the last catch-up), or None."""
-        cfg = self.config
-        state = self.claims.state
-        excluded: Container[int] = self.tasks.foreign
-        if cfg.pick == "spread" and cfg.slots > 1:
-            self._fresh.forget_below(state.watermark)
-            excluded = self._fresh.held_back(state, now, cfg.slot, cfg.slots, self.tasks.foreign)
-            # Closed is for good: step the cursor over this slot's closed ids once, instead
-            # of probing them from the watermark at every pick.
-            own = max(self._own_from, cfg.slot)
-            while own < self.tasks.known and state.is_closed(own):
-                own += cfg.slots
-            self._own_from = own
-        self.tasks.forget_kept_below(max(state.watermark, self._own_from))
-        return pick_task(
-            cfg.pick,
-            state,
-            self.fold_time(now),
-            self.tasks.known,
-            rng=self._rng,
-            slot=cfg.slot,
-            slots=cfg.slots,
-            excluded=excluded,
-            own_from=self._own_from,
-            orphans=self._orphans,
-        )
+        return self._picker.pick(self.claims.state, self.tasks, now, self.fold_time(now))
 
     def attempt(self, task: int, now: int) -> StepResult:
         """Claim `task` at `now`, settle the claim, and run the task if the claim won."""
-        self._set_state("claiming")
+        self.record.state("claiming")
         claim = Claim(task, self.worker_id, now, self.config.lease_us)
         started = time.perf_counter_ns()
         settled = self._append_and_settle(claim)
@@ -367,19 +340,14 @@ class Worker:
     def _resume_in_hand(self, settled: Settled, latency_us: int) -> StepResult:
         """Run a won task whose payload could not be read last time, if our claim still
         holds it (a LogError leaves it in hand again)."""
-        self.claims.catch_up(self.claims_log)
+        holds = self._recovery.still_holds(self.claims, settled)
         self._in_hand = None
         task = settled.outcome.task
         assert task is not None
-        holder = self.claims.state.holder(task)
-        if holder is not None and holder.claim == settled.entry.position:
+        if holds:
             return self._work(task, settled, latency_us)
-        with self._stats_lock:
-            self.stats.cancelled += 1
-            self.stats.leases_lost += 1
-            self.stats.timeouts += 1
-            self.stats.last_error = f"task {task}: the lease lapsed while the log was out of reach"
-        self._refresh_fold_stats()
+        self.record.lapsed_out_of_reach(task)
+        self.record.folded(self.tasks, self.claims)
         return StepResult(
             StepKind.CANCELLED,
             task,
@@ -396,18 +364,10 @@ class Worker:
         # (to within a round trip) how far our clock is from the server's.
         self.clock_offset_us = settled.record.at - now if isinstance(settled.record, Claim) else 0
         verdict = settled.outcome.verdict
-        with self._stats_lock:
-            self.stats.attempts += 1
-            self.stats.record_latency(latency_us)
-            if verdict.won:
-                self.stats.won += 1
-                if verdict is Verdict.TAKEOVER:
-                    self.stats.takeovers += 1
-            else:
-                self.stats.count_lost(verdict.value)
-        self._refresh_fold_stats()
+        self.record.claimed(verdict, latency_us)
+        self.record.folded(self.tasks, self.claims)
         if not verdict.won:
-            self._set_state("idle")
+            self.record.state("idle")
             return StepResult(StepKind.LOST, task, position, verdict, latency_us=latency_us)
         return self._work(task, settled, latency_us)
 
@@ -438,15 +398,11 @@ class Worker:
         )
 
     def _idle(self, now: int) -> StepResult:
-        self._set_state("idle")
+        self.record.state("idle")
         next_change = self.claims.state.next_change(self.fold_time(now))
-        recheck = self._fresh.recheck_at
-        if recheck is not None:  # a fresh task of another slot becomes ours to take then
-            recheck = self.fold_time(recheck)
+        recheck = self._picker.recheck_at(self.fold_time)  # a held-back task becomes ours
+        if recheck is not None:
             next_change = recheck if next_change is None else min(next_change, recheck)
-        heir = self._orphans.recheck_at  # a predecessor's task becomes ours to take then
-        if heir is not None:
-            next_change = heir if next_change is None else min(next_change, heir)
         return StepResult(StepKind.IDLE, drained=self.is_drained(), next_change=next_change)
 
     # -- running a won task --------------------------------------------------------------------
@@ -456,12 +412,8 @@ class Worker:
         lease = settled.outcome.holder
         assert isinstance(claim, Claim) and lease is not None
         claim_position = settled.entry.position
-        with self._stats_lock:
-            self.stats.current_task = task
-            self.stats.current_claim = claim_position
-            self.stats.current_since = time.time()
-            self.stats.lease_expiry = self._wall_seconds(lease.expiry)
-        self._set_state("working")
+        self.record.working(task, claim_position, lease.expiry)
+        self.record.state("working")
         self._task_started = time.monotonic()
         try:
             attempt = self.claims.state.attempts(task)
@@ -474,7 +426,7 @@ class Worker:
                 read_from=settled.entry.next,
                 lease_us=self.config.lease_us,
                 clock=self._clock,
-                listener=self,
+                listener=self.record,
                 renewer=self._renewer,
                 fold_clock=lambda: self.fold_time(self._clock()),
             )
@@ -494,7 +446,7 @@ class Worker:
             try:
                 with keeper, self._time_limits.running(limit_s, timed_out):
                     outcome = self._run_task(task, ctx)
-            except _FATAL_LOG_ERRORS:
+            except FATAL_LOG_ERRORS:
                 raise
             except LogError:
                 # The payload could not be read (the log is out of reach): the task stays
@@ -503,10 +455,8 @@ class Worker:
                 raise
             if keeper.cancelled.is_set() and not outcome.ok:
                 # The handler stopped because the lease was lost: the task is someone else's.
-                with self._stats_lock:
-                    self.stats.cancelled += 1
-                    why = "the lease lapsed while paused or stalled" if keeper.lapsed else None
-                    self.stats.last_error = f"task {task}: cancelled: {why or outcome.error}"
+                why = "the lease lapsed while paused or stalled" if keeper.lapsed else None
+                self.record.cancelled(task, why or outcome.error)
                 return StepResult(
                     StepKind.CANCELLED,
                     task,
@@ -516,12 +466,8 @@ class Worker:
                 )
             return self._finish(task, claim_position, ctx.attempt, outcome, keeper, latency_us)
         finally:
-            with self._stats_lock:
-                self.stats.current_task = None
-                self.stats.current_claim = None
-                self.stats.current_since = None
-                self.stats.lease_expiry = None
-            self._set_state("idle")
+            self.record.off_task()
+            self.record.state("idle")
 
     def _fail_timed_out(self, task: int, claim_position: int, attempt: int, error: str) -> None:
         """The attempt outran its time limit (the watchdog's thread calls this, then ends
@@ -539,12 +485,7 @@ class Worker:
         fail = Fail(task, self.worker_id, at, claim_position, error, retry)
         self.claims_log.append(encode(fail), durable=True)
         print(f"qw worker {worker_label(self.worker_id)}: task {task} {error}", file=sys.stderr)
-        with self._stats_lock:
-            self.stats.failed += 1
-            self.stats.last_error = f"task {task}: {error}"
-            self.stats.state = "exited"
-            self.stats.exit_reason = f"task {task} {error}"
-        self.publisher.publish(force=True)
+        self.record.timed_out(task, error)
 
     def _give_up(self, task: int, settled: Settled, attempt: int, latency_us: int) -> StepResult:
         """Our claim won attempt `attempt` > max_attempts: the attempts before it ended with
@@ -628,7 +569,7 @@ class Worker:
         if settled is None:
             return self._lost_while_unreachable(task, claim_position, outcome, keeper, latency_us)
         verdict = settled.outcome.verdict
-        self._refresh_fold_stats()
+        self.record.folded(self.tasks, self.claims)
         kind = {
             Verdict.DONE: StepKind.DONE,
             Verdict.STALE_DONE: StepKind.STALE,
@@ -636,19 +577,14 @@ class Worker:
             Verdict.DEAD: StepKind.DEAD,
             Verdict.STALE_FAIL: StepKind.STALE,
         }[verdict]
-        with self._stats_lock:
-            if kind is StepKind.DONE:
-                self.stats.finished += 1
-            elif kind is StepKind.STALE:
-                if verdict is Verdict.STALE_DONE:
-                    self.stats.stale += 1
-                if not keeper.lost:  # the keeper had not noticed: count the lost lease here
-                    self.stats.leases_lost += 1
-                    self.stats.timeouts += 1
-            else:
-                self.stats.failed += 1
-            if outcome.error is not None:
-                self.stats.last_error = f"task {task}: {outcome.error}"
+        if kind is StepKind.DONE:
+            self.record.finished()
+        elif kind is StepKind.STALE:
+            was_done = verdict is Verdict.STALE_DONE
+            self.record.stale(task, outcome.error, done=was_done, lease_noticed=keeper.lost)
+        else:
+            assert outcome.error is not None  # a FAIL was written: it carries the error
+            self.record.failed(task, outcome.error)
         retry = settled.record.retry_at if isinstance(settled.record, Fail) else None
         return StepResult(
             kind,
@@ -671,14 +607,9 @@ class Worker:
     ) -> StepResult:
         """Our DONE/FAIL could not be written before our claim lost the task (the log was
         out of reach until the lease lapsed and the task was taken over): nothing written."""
-        self._refresh_fold_stats()
+        self.record.folded(self.tasks, self.claims)
         error = "the lease was lost while the log was out of reach; nothing recorded"
-        with self._stats_lock:
-            self.stats.cancelled += 1
-            if not keeper.lost:
-                self.stats.leases_lost += 1
-                self.stats.timeouts += 1
-            self.stats.last_error = f"task {task}: {error}"
+        self.record.lost_out_of_reach(task, error, lease_noticed=keeper.lost)
         return StepResult(
             StepKind.CANCELLED,
             task,
@@ -707,7 +638,7 @@ class Worker:
                 self.catch_up()
                 now = self._clock()
                 task = self.pick(now)
-        except _FATAL_LOG_ERRORS:
+        except FATAL_LOG_ERRORS:
             raise
         except LogError:  # out of reach: the DONE/FAIL alone, with its own retries
             return None
@@ -716,28 +647,14 @@ class Worker:
     def _append_and_settle(
         self, record: Claim | Done | Fail, ahead: Claim | None = None
     ) -> Settled | None:
-        """`_append_and_settle_retrying`; a record that landed clears `stats.log_error`."""
-        settled = self._append_and_settle_retrying(record, ahead)
-        if settled is not None and self.stats.log_error is not None:
-            with self._stats_lock:
-                self.stats.log_error = None
-        return settled
-
-    def _append_and_settle_retrying(
-        self, record: Claim | Done | Fail, ahead: Claim | None = None
-    ) -> Settled | None:
         """Append one of our records (a DONE or FAIL durably) and settle it. With `ahead`
         (a CLAIM, after a DONE or FAIL only), both are appended as one batch and the CLAIM
         is left in `_ahead` for the next step.
 
         When the append or the settling fails (a LogError other than a log that cannot be
         used or a record too large: the server is out of reach, say), the record may or may
-        not be in the log. Every `idle_poll_s` the claims log is then folded on to its end,
-        looking for the record (same type, worker, task, claim): found, its verdict is the
-        answer. Not found: a CLAIM is given up (None; another attempt makes a new one); a
-        DONE or FAIL is appended again while our claim still holds the task, and given up
-        (None) once it does not (the lease lapsed and the task was taken over).
-        A CLAIM stops being retried when the worker is asked to drain.
+        not be in the log: `OutageRecovery.resolve` finds out, and returns None for a record
+        given up. A record that landed clears `stats.log_error`.
         """
         durable = not isinstance(record, Claim)
         data = encode(record)
@@ -745,138 +662,29 @@ class Worker:
         try:
             if ahead is None:
                 position = self.claims_log.append(data, durable=durable)
-                return self.claims.settle(self.claims_log, position, record)
-            position, ahead_position = self.claims_log.append_many(
-                [data, encode(ahead)], durable=durable
-            )
-            settled, ahead_settled = self.claims.settle_batch(
-                self.claims_log, [(position, record), (ahead_position, ahead)]
-            )
-            latency_us = (time.perf_counter_ns() - started) // 1000
-            self._ahead = AheadClaim(ahead, ahead_settled, latency_us)
-            return settled
-        except (RecordTooLargeError, *_FATAL_LOG_ERRORS):
+                settled = self.claims.settle(self.claims_log, position, record)
+            else:
+                position, ahead_position = self.claims_log.append_many(
+                    [data, encode(ahead)], durable=durable
+                )
+                settled, ahead_settled = self.claims.settle_batch(
+                    self.claims_log, [(position, record), (ahead_position, ahead)]
+                )
+                latency_us = (time.perf_counter_ns() - started) // 1000
+                self._ahead = AheadClaim(ahead, ahead_settled, latency_us)
+        except (RecordTooLargeError, *FATAL_LOG_ERRORS):
             raise
         except LogError as e:
-            error = e
-        kind = type(record).__name__.upper()
-        while True:
-            with self._stats_lock:
-                self.stats.last_error = f"task {record.task}: {kind} not settled, retrying: {error}"
-                self._note_log_error(error)
-            self.publisher.publish()
-            if isinstance(record, Claim) and self._draining.is_set():
-                raise error
-            if (
-                not isinstance(record, Claim)
-                and self._draining.is_set()
-                and self._lease_lapsed(record.task, record.claim)
-            ):
-                # Draining, and our lease has run out by the fold's clock: the task is
-                # another worker's to take over now, and a drain must end (a full disk
-                # would otherwise hold it for ever). Nothing of ours is recorded.
-                with self._stats_lock:
-                    self.stats.last_error = (
-                        f"task {record.task}: {kind} given up while draining (the lease "
-                        f"lapsed): {error}"
-                    )
+            folds = (self.tasks, self.claims)
+            found, found_ahead = self._recovery.resolve(folds, record, data, ahead, e)
+            if ahead is not None and found_ahead is not None:  # one batch: both landed
+                latency_us = (time.perf_counter_ns() - started) // 1000
+                self._ahead = AheadClaim(ahead, found_ahead, latency_us)
+            if found is None:
                 return None
-            time.sleep(self.config.idle_poll_s)
-            try:
-                found, found_ahead = self._fold_to_end_finding(record, ahead)
-                if found is not None:
-                    if ahead is not None and found_ahead is not None:  # one batch: both
-                        latency_us = (time.perf_counter_ns() - started) // 1000
-                        self._ahead = AheadClaim(ahead, found_ahead, latency_us)
-                    return found
-                if isinstance(record, Claim):
-                    return None  # it never landed: no claim was made
-                holder = self.claims.state.holder(record.task)
-                if holder is None or holder.claim != record.claim:
-                    return None
-                position = self.claims_log.append(data, durable=durable)
-                return self.claims.settle(self.claims_log, position, record)
-            except (RecordTooLargeError, *_FATAL_LOG_ERRORS):
-                raise
-            except LogError as e:
-                error = e
-
-    def _note_log_error(self, error: LogError) -> None:
-        """Keep `error` as `stats.log_error` (under the stats lock): an append that failed
-        always (it names the file and the cause: a full disk), another error only when
-        none is noted (a CLAIM "not in the log" after a failed append is a consequence)."""
-        if isinstance(error, AppendError) or self.stats.log_error is None:
-            self.stats.log_error = str(error)
-
-    def _lease_lapsed(self, task: int, claim: int) -> bool:
-        """Whether our claim `claim` on `task` no longer holds it, or its lease has run out
-        by the fold's clock (our clock, shifted to the server's where there is one)."""
-        holder = self.claims.state.holder(task)
-        if holder is None or holder.claim != claim:
-            return True
-        return holder.expiry <= self.fold_time(self._clock())
-
-    def _fold_to_end_finding(
-        self, record: Claim | Done | Fail, ahead: Claim | None = None
-    ) -> tuple[Settled | None, Settled | None]:
-        """Fold the claims log to its end; the first record folded that is `record` (as
-        written by an append that failed), with its verdict, or None; and the same for
-        `ahead` (the CLAIM of the same batch) after it."""
-        found: Settled | None = None
-        found_ahead: Settled | None = None
-        while entries := self.claims_log.read(self.claims.next_position, READ_BATCH):
-            for entry in entries:
-                outcome, folded = self.claims.apply(entry)
-                if found is None:
-                    if _same_record(folded, record):
-                        found = Settled(outcome, folded, entry)
-                elif ahead is not None and found_ahead is None and _same_record(folded, ahead):
-                    found_ahead = Settled(outcome, folded, entry)
-        self._refresh_fold_stats()
-        return found, found_ahead
-
-    # -- LeaseListener (called from the keeper's thread) -----------------------------------------
-
-    def lease_renewed(self, expiry: int) -> None:
-        with self._stats_lock:
-            self.stats.renewals += 1
-            self.stats.lease_expiry = self._wall_seconds(expiry)
-
-    def lease_lost(self, holder: Lease | None) -> None:
-        with self._stats_lock:
-            self.stats.leases_lost += 1
-            self.stats.timeouts += 1
-            self.stats.lease_expiry = None
-            taken = f" (taken over by {holder.worker})" if holder is not None else ""
-            self.stats.last_error = f"task {self.stats.current_task}: lease lost{taken}"
-        self.publisher.publish()
-
-    def lease_lapsed(self, overdue_us: int) -> None:
-        """Our clock passed the lease's expiry before a renewal (the process was stopped or
-        starved): the lease is treated as lost, and the handler is cancelled."""
-        with self._stats_lock:
-            self.stats.leases_lapsed += 1
-            self.stats.leases_lost += 1
-            self.stats.timeouts += 1
-            self.stats.lease_expiry = None
-            self.stats.last_error = (
-                f"task {self.stats.current_task}: lease lapsed while paused or stalled "
-                f"({us_to_seconds(overdue_us):.1f} s past its expiry); handler cancelled"
-            )
-        self.publisher.publish()
-
-    def lease_error(self, error: str) -> None:
-        with self._stats_lock:
-            self.stats.last_error = error
-
-    def lease_tick(self) -> None:
-        # drain() may run in a signal handler, where taking the stats lock could deadlock;
-        # the state it implies is shown from here instead.
-        if self._draining.is_set():
-            with self._stats_lock:
-                if self.stats.state == "working":
-                    self.stats.state = "draining"
-        self.publisher.publish()
+            settled = found
+        self.record.log_recovered()
+        return settled
 
     # -- the loop ------------------------------------------------------------------------------
 
@@ -899,19 +707,15 @@ class Worker:
                         if self.config.exit_when_drained and result.drained:
                             reason = "queue drained"
                             break
-                        self.publisher.publish()
+                        self.record.publish()
                         self._wait_for_work(result)
-                        if self._next_task_is_anothers():
-                            time.sleep(STEP_ASIDE_S)
+                        self._picker.step_aside(self.tasks.known)
                     else:
-                        self.publisher.publish()
-                except _FATAL_LOG_ERRORS:
+                        self.record.publish()
+                except FATAL_LOG_ERRORS:
                     raise
                 except LogError as e:  # may pass (disk full, server restarting): retry
-                    with self._stats_lock:
-                        self.stats.last_error = str(e)
-                        self._note_log_error(e)
-                    self.publisher.publish()
+                    self.record.log_error(e)
                     if stop.is_set() or self._draining.is_set():
                         # Asked to stop, and the log does not answer: let go of a claim in
                         # hand (its lease lapses and another worker takes the task over).
@@ -922,16 +726,12 @@ class Worker:
             reason = f"error: {error_text(e)}"
             raise
         finally:
-            with self._stats_lock:
-                self.stats.state = "exited"
-                self.stats.exit_reason = reason
-            self.publisher.publish(force=True)
+            self.record.exited(reason)
         return reason
 
     def _next_task_is_anothers(self) -> bool:
         """Spread: will the next task enqueued (id = tasks known) be another slot's?"""
-        cfg = self.config
-        return cfg.pick == "spread" and cfg.slots > 1 and self.tasks.known % cfg.slots != cfg.slot
+        return self._picker.next_is_anothers(self.tasks.known)
 
     def _wait_for_work(self, idle: StepResult) -> None:
         """Block until a task may be enqueued, a known lease/backoff runs out, or the poll
@@ -943,25 +743,6 @@ class Worker:
         self.tasks_log.wait(self.tasks.next_position, timeout)
 
     # -- stats ---------------------------------------------------------------------------------
-
-    def _set_state(self, state: str) -> None:
-        with self._stats_lock:
-            draining = self._draining.is_set() and state in ("claiming", "working")
-            self.stats.state = "draining" if draining else state
-        self.publisher.publish()
-
-    def _refresh_fold_stats(self) -> None:
-        state = self.claims.state
-        with self._stats_lock:
-            s = self.stats
-            s.known_tasks = self.tasks.known
-            s.tasks_position = self.tasks.next_position
-            s.consumed_up_to = self.claims.next_position
-            s.done_tasks = state.done_count
-            s.held_by_anyone = state.held_count
-            if self.claims.last_malformed is not None:
-                s.last_error = self.claims.last_malformed
-                self.claims.last_malformed = None
 
     def _wall_seconds(self, fold_time_us: int) -> float:
         return us_to_seconds(fold_time_us - self.clock_offset_us)
@@ -977,18 +758,6 @@ class Worker:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
-
-
-def _same_record(folded: ClaimsRecord, mine: Claim | Done | Fail) -> bool:
-    """Is `folded` (as the fold saw it: on the server's clock, where there is one) the record
-    `mine` that this worker appended? Compared on everything but `at`."""
-    if type(folded) is not type(mine):
-        return False
-    if isinstance(mine, Claim):
-        assert isinstance(folded, Claim)
-        return (folded.task, folded.worker, folded.lease) == (mine.task, mine.worker, mine.lease)
-    assert isinstance(folded, Done | Fail)
-    return (folded.task, folded.worker, folded.claim) == (mine.task, mine.worker, mine.claim)
 
 
 if __name__ == "__main__":
