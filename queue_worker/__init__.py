@@ -24,9 +24,10 @@ from queue_worker.errors import QwError
 
 if TYPE_CHECKING:
     from queue_worker.checkpoint import CheckpointError, CheckpointRefused
-    from queue_worker.handlers import TaskContext, time_limit
+    from queue_worker.handlers import HandlerLoadError, TaskCancelled, TaskContext, time_limit
     from queue_worker.producer import Queue
     from queue_worker.records import RecordDecodeError, RecordEncodeError, TaskIdRangeError
+    from queue_worker.report import ReportInputError
     from queue_worker.topics import SettleError
 
 __all__ = [
@@ -35,6 +36,7 @@ __all__ = [
     # writing a handler
     "TaskContext",
     "time_limit",
+    "TaskCancelled",
     # errors: the root, and every error under it
     "QwError",
     "RecordDecodeError",
@@ -43,6 +45,8 @@ __all__ = [
     "CheckpointError",
     "CheckpointRefused",
     "SettleError",
+    "HandlerLoadError",
+    "ReportInputError",
 ]
 
 #: where each name of the face is defined (loaded on first use)
@@ -50,6 +54,9 @@ _HOMES: Final = {
     "Queue": "queue_worker.producer",
     "TaskContext": "queue_worker.handlers",
     "time_limit": "queue_worker.handlers",
+    "TaskCancelled": "queue_worker.handlers",
+    "HandlerLoadError": "queue_worker.handlers",
+    "ReportInputError": "queue_worker.report",
     "RecordDecodeError": "queue_worker.records",
     "TaskIdRangeError": "queue_worker.records",
     "RecordEncodeError": "queue_worker.records",

@@ -47,16 +47,17 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal, TypeVar
 
 from queue_worker.clock import seconds_to_us
+from queue_worker.errors import QwError
 
 #: the longest error text a FAIL record carries
 MAX_ERROR_CHARS: Final = 1000
 
 
-class TaskCancelled(Exception):
+class TaskCancelled(QwError):
     """Raised by a handler that stops because its worker lost the lease."""
 
 
-class HandlerLoadError(ValueError):
+class HandlerLoadError(ValueError, QwError):
     """A handler spec that does not name a usable function."""
 
 

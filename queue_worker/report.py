@@ -27,6 +27,7 @@ from typing import Any, Final
 from logstore import Log, is_redis_url, open_log
 from logstore.base import LogError
 from queue_worker.checker import QueueChecker, QueueChecks
+from queue_worker.errors import QwError
 from queue_worker.names import worker_label
 from queue_worker.records import (
     Claim,
@@ -88,7 +89,7 @@ __all__ = [
 ]
 
 
-class ReportInputError(Exception):
+class ReportInputError(QwError):
     """The logs cannot be replayed: missing, corrupt, or holding something that is not ours."""
 
 

@@ -42,6 +42,9 @@ def test_every_package_error_is_a_qw_error_and_keeps_its_other_base() -> None:
         "CheckpointError",
         "CheckpointRefused",
         "SettleError",
+        "TaskCancelled",
+        "HandlerLoadError",
+        "ReportInputError",
     }
     for error in errors:
         assert issubclass(error, QwError), error
@@ -49,6 +52,7 @@ def test_every_package_error_is_a_qw_error_and_keeps_its_other_base() -> None:
     assert issubclass(queue_worker.RecordDecodeError, ValueError)
     assert issubclass(queue_worker.RecordEncodeError, ValueError)
     assert issubclass(queue_worker.SettleError, LogError)
+    assert issubclass(queue_worker.HandlerLoadError, ValueError)
     with pytest.raises(QwError, match="not a record"):
         raise queue_worker.RecordDecodeError("not a record")
 
