@@ -4,7 +4,9 @@
 supervisor (PDEATHSIG on Linux, and a watchdog thread everywhere), drains on SIGTERM,
 exits at once on a second SIGTERM, ignores SIGINT (the supervisor owns Ctrl-C), and runs a
 `Worker` until it stops; the reason for a failure goes to stderr in one line and the exit
-code says which kind it was (EXIT_*). `worker_command` is how a supervisor starts one.
+code says which kind it was (EXIT_*). The supervisor forks its workers from a fork server
+that calls `run_worker_process` (supervisor.forked); `worker_command` is the one command
+line that starts a worker as a plain subprocess (the fallback, demos, benches, tests).
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """The Supervisor: starts the worker processes, watches them, restarts the dead, drains.
 
-Each worker is a child process, ``python -m queue_worker.worker '<config json>'`` (the
-config in the environment instead when its log URL holds a password), in a session of its
+Each worker is forked from a fork server that has already imported the worker code
+(`supervisor.forked`: a few milliseconds, not a fresh interpreter), in a session of its
 own (so a Ctrl-C in the terminal reaches the supervisor only, which then drains the
-workers in order). A worker dies with its supervisor on its own (it checks its
-parent), so `kill -9` of the supervisor leaves no orphan behind.
+workers in order). A worker dies with the fork server, which dies with the supervisor, so
+`kill -9` of the supervisor leaves no orphan behind.
 
 Threads:
   the caller's   `start()`, `snapshot()`, the dashboard's controls, `wait()`
@@ -40,8 +40,8 @@ import psutil
 from queue_worker.config import DEFAULT_DRAIN_TIMEOUT_S, DEFAULT_LEASE_S, WorkerConfig
 from queue_worker.names import worker_label
 from queue_worker.process import EXIT_CONFIG as WORKER_EXIT_CONFIG
-from queue_worker.process import worker_command
 from queue_worker.stats import read_snapshot
+from supervisor.forked import start_worker, stop_server
 from supervisor.model import Event, QueueView, SupervisorSnapshot
 from supervisor.monitor import MICROS, Monitor, TaskInfo
 from supervisor.orphans import OrphanBook
@@ -311,25 +311,16 @@ class Supervisor:
             self._monitor.close()  # its fold stays readable (task_info) for a last request
         with contextlib.suppress(OSError):
             self._status_path.unlink()
+        stop_server()  # every worker has exited: the fork server goes with us
         self._finished.set()
 
     # -- processes -------------------------------------------------------------------------------
 
     def _spawn(self, slot: Slot) -> None:
-        # Workers die with the *thread* that started them (PR_SET_PDEATHSIG): spawn only from
-        # the main thread or the watcher, which both outlive every worker they start.
+        # Forked from the fork server (supervisor.forked), which dies with us; a worker dies
+        # with the fork server. The config travels in a pipe: a password stays off `ps`.
         config = self.options.worker_config(slot.name, slot.index, len(self._slots))
-        command, env = worker_command(config)  # a password stays off the command line
-        log_path = self._logs_dir / f"{slot.name}.log"
-        with open(log_path, "ab") as log:
-            process = subprocess.Popen(
-                command,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=log,
-                start_new_session=True,  # a terminal's Ctrl-C reaches the supervisor only
-            )
+        process = start_worker(config, self._logs_dir / f"{slot.name}.log")
         slot.process, slot.pid = process, process.pid
         slot.worker_id, slot.stats, slot.stats_mtime = None, {}, 0
         slot.exit_code, slot.died_at, slot.paused = None, None, False
@@ -432,7 +423,10 @@ class Supervisor:
             return False  # not reaped yet means the pid is still ours; reaped means gone
         try:
             if signum == signal.SIGKILL:
-                os.killpg(slot.process.pid, signum)  # the handler's own children too
+                try:
+                    os.killpg(slot.process.pid, signum)  # the handler's own children too
+                except ProcessLookupError:  # forked a moment ago: not in its own group yet
+                    os.kill(slot.process.pid, signum)
             else:
                 os.kill(slot.process.pid, signum)
         except ProcessLookupError:

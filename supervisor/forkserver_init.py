@@ -1,0 +1,18 @@
+"""Imported by the fork server only (`supervisor.forked.PRELOAD`), never by the supervisor.
+
+It leaves the supervisor's session, so that a Ctrl-C, a terminal's hang-up or a signal to
+the supervisor's process group reaches the supervisor (which then drains the workers in
+order) and not the server (whose death would kill every worker at once). Then it imports
+the worker code, once, for every worker it will fork.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+
+with contextlib.suppress(OSError):  # already a session leader
+    os.setsid()
+
+import queue_worker.process  # noqa: F401  the whole worker
+import supervisor.forked  # noqa: F401  the worker's entry
