@@ -15,14 +15,11 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Final
 
 import typer
 
-from logstore import LogError
 from queue_worker.config import DEFAULT_DRAIN_TIMEOUT_S, DEFAULT_LEASE_S
-from queue_worker.handlers import HandlerLoadError, load_handler
-from queue_worker.records import RecordEncodeError, TaskRecord, encode
 from supervisor import inspect_cli, report_cli
 from supervisor.cli_options import (
     DEFAULT_DIR,
@@ -41,19 +38,17 @@ from supervisor.cli_options import (
     whole,
 )
 from supervisor.help_format import WholeHelpGroup
-from supervisor.http_api import StatsServer, is_loopback, parse_address
-from supervisor.progress import run_progress
-from supervisor.signals import stop_on_signals
-from supervisor.supervisor import (
-    DEMO_HANDLER,
-    EXIT_FORCED,
-    EXIT_NO_WORKERS,
-    RestartPolicy,
-    Supervisor,
-    SupervisorOptions,
-    default_demo_rate,
-    demo_payloads,
-)
+
+if TYPE_CHECKING:
+    from supervisor.http_api import StatsServer
+    from supervisor.supervisor import Supervisor
+
+# A command imports what it needs when it runs: `qw --help`, `qw status` or `qw enqueue`
+# should not pay for the supervisor, the HTTP server or the worker code (see the bench's
+# start section for the figures).
+
+#: supervisor.supervisor.DEMO_HANDLER (a test checks they agree), not imported from there
+DEMO_HANDLER: Final = "queue_worker.handlers:demo"
 
 app = typer.Typer(
     name="qw",
@@ -216,6 +211,18 @@ def up(
     start, --demo (or --rate R) while running.
     """
     location = location_of(directory, log)
+    from supervisor.forked import start_server
+
+    # The fork server imports the worker code while we import the supervisor's.
+    start_server()
+    from supervisor.http_api import StatsServer
+    from supervisor.supervisor import (
+        RestartPolicy,
+        Supervisor,
+        SupervisorOptions,
+        default_demo_rate,
+    )
+
     if exit_when_drained and (demo or rate):
         option, value = ("--rate", rate) if rate else ("--demo", True)
         bad(option, value, f"no {option} with --exit-when-drained (the queue would never drain)")
@@ -255,6 +262,8 @@ def up(
 
 
 def _check_handler(spec: str) -> None:
+    from queue_worker.handlers import HandlerLoadError, load_handler
+
     # The worker runs `python -m`, which puts the working directory on sys.path: so here.
     if "" not in sys.path and os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
@@ -267,6 +276,8 @@ def _check_handler(spec: str) -> None:
 def _parse_http(text: str | None) -> tuple[str, int] | None:
     if text is None:
         return None
+    from supervisor.http_api import is_loopback, parse_address
+
     try:
         host, port = parse_address(text)
     except ValueError:
@@ -278,6 +289,11 @@ def _parse_http(text: str | None) -> tuple[str, int] | None:
 
 def _run(supervisor: Supervisor, server: StatsServer | None, *, tui: bool) -> int:
     """Start, watch until the supervisor ends, and say how it ended; returns the exit code."""
+    from logstore import LogError
+    from supervisor.progress import run_progress
+    from supervisor.signals import stop_on_signals
+    from supervisor.supervisor import EXIT_FORCED, EXIT_NO_WORKERS
+
     with stop_on_signals(supervisor.request_stop):
         try:
             supervisor.start()
@@ -353,6 +369,9 @@ def enqueue(
     Without --payload or --file, demo tasks ({"n": 0}, {"n": 1}, …) are added. Prints the
     new task ids.
     """
+    from logstore import LogError
+    from queue_worker.records import RecordEncodeError
+
     location = location_of(directory, log)
     if file is not None and (payload is not None or count is not None):
         bad("--file", str(file), "--file alone (without --payload or --count)")
@@ -366,6 +385,8 @@ def enqueue(
         _check_encodable(value, "--payload")
         payloads = [value] * (count or 1)
     else:
+        from supervisor.supervisor import demo_payloads
+
         payloads = list(demo_payloads(0, count or 1))
     if not payloads:
         fail(f"{file} holds no tasks; expected one JSON payload per line")
@@ -384,6 +405,8 @@ def enqueue(
 
 
 def _check_encodable(value: Any, where: str) -> None:
+    from queue_worker.records import RecordEncodeError, TaskRecord, encode
+
     try:
         encode(TaskRecord(value, 0))
     except RecordEncodeError as e:

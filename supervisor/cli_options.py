@@ -16,7 +16,6 @@ import typer
 
 from logstore import LogError, is_redis_url
 from queue_worker.config import check_host
-from queue_worker.report import has_logs, missing_logs_text
 from queue_worker.topics import CLAIMS_TOPIC, TASKS_TOPIC
 
 EXIT_USAGE: Final = 2  # a bad option value, a bad input file, no data where one was named
@@ -144,6 +143,8 @@ def shown(location: str) -> str:
 
 
 def require_logs(location: str) -> None:
+    from queue_worker.report import has_logs, missing_logs_text  # not for `qw --help`
+
     try:
         found = has_logs(location)
     except LogError as e:

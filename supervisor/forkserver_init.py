@@ -14,5 +14,7 @@ import os
 with contextlib.suppress(OSError):  # already a session leader
     os.setsid()
 
-import queue_worker.process  # noqa: F401  the whole worker
+import queue_worker.handlers
+import queue_worker.process
+import queue_worker.worker  # noqa: F401
 import supervisor.forked  # noqa: F401  the worker's entry

@@ -10,27 +10,11 @@ import json
 import os
 import signal
 from collections import deque
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from logstore import LogError, open_log
-from queue_worker.explain import explain_task
-from queue_worker.records import (
-    Claim,
-    ClaimsRecord,
-    Done,
-    Fail,
-    RecordDecodeError,
-    Renew,
-    Unknown,
-    decode_task,
-)
-from queue_worker.report import ReportInputError, clock_text, duration_text, read_claims, read_task
-from queue_worker.state import Outcome, Verdict
-from queue_worker.stats import read_all
 from queue_worker.topics import CLAIMS_TOPIC, ClaimsFollower
-from queue_worker.values import value_text
 from supervisor.cli_options import (
     DEFAULT_DIR,
     TOPICS,
@@ -44,9 +28,13 @@ from supervisor.cli_options import (
     shown,
     whole,
 )
-from supervisor.model import QueueView
-from supervisor.monitor import Monitor
-from supervisor.supervisor import is_running_worker, read_status_files
+
+if TYPE_CHECKING:
+    from queue_worker.records import ClaimsRecord
+    from queue_worker.state import Outcome
+    from supervisor.model import QueueView
+
+# Each command imports what it needs when it runs (`qw --help` imports this module).
 
 
 def register(app: typer.Typer) -> None:
@@ -68,6 +56,10 @@ def status(
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
 ) -> None:
     """What runs on a data directory: supervisors, workers alive and dead, queue counts."""
+    from logstore import LogError
+    from queue_worker.stats import read_all
+    from supervisor.supervisor import is_running_worker, read_status_files
+
     location = location_of(directory, log)
     require_logs(location)
     run_dir = directory / "run"
@@ -111,6 +103,8 @@ def status(
 
 def _queue_counts(location: str) -> QueueView:
     """The queue as a fold of the whole claims log says it is now."""
+    from supervisor.monitor import Monitor
+
     monitor = Monitor(location)
     try:
         while True:
@@ -147,6 +141,8 @@ def tail(
 ) -> None:
     """Print the last records of a log, readable: positions, times, workers, and for the
     claims log the verdict of each record (from a fold of the whole log)."""
+    from logstore import LogError, open_log
+
     location = location_of(directory, log)
     require_logs(location)
     try:
@@ -176,6 +172,9 @@ class _TasksPrinter:
 
     def line(self, entry: Any) -> str:
         task, self.index = self.index, self.index + 1
+        from queue_worker.records import RecordDecodeError, Unknown, decode_task
+        from queue_worker.report import clock_text
+
         head = f"#{task}  @{entry.position}"
         try:
             record = decode_task(entry.data)
@@ -196,10 +195,15 @@ class _ClaimsPrinter:
 
 
 def _short(value: Any, limit: int = 80) -> str:
+    from queue_worker.values import value_text
+
     return value_text(value, limit)  # payloads and results read as JSON everywhere
 
 
 def _record_text(r: ClaimsRecord) -> str:
+    from queue_worker.records import Claim, Done, Fail, Renew, Unknown
+    from queue_worker.report import clock_text, duration_text
+
     if isinstance(r, Unknown):
         return f"a record of unknown type {r.code!r}"
     head = f"{clock_text(r.at)}  {type(r).__name__.upper():5}  task {r.task}  by {r.worker}"
@@ -215,6 +219,9 @@ def _record_text(r: ClaimsRecord) -> str:
 
 
 def _verdict_text(o: Outcome) -> str:
+    from queue_worker.report import clock_text
+    from queue_worker.state import Verdict
+
     text = o.verdict.value
     if o.verdict is Verdict.TAKEOVER and o.previous is not None:
         return f"{text} from {o.previous.worker}"
@@ -233,6 +240,11 @@ def task_command(
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
 ) -> None:
     """One task: its state, payload, result or error, and every record about it."""
+    from logstore import LogError
+    from queue_worker.explain import explain_task
+    from queue_worker.records import Done
+    from queue_worker.report import ReportInputError, clock_text, read_claims, read_task
+
     location = location_of(directory, log)
     require_logs(location)
     results: dict[int, Any] = {}
@@ -279,6 +291,9 @@ def kill(
 ) -> None:
     """kill -9 a running worker of this directory (its supervisor restarts it, and a
     survivor takes over its task once the lease lapses)."""
+    from queue_worker.stats import read_all
+    from supervisor.supervisor import is_running_worker
+
     running = [s for s in read_all(directory / "run") if is_running_worker(s)]
     matches = [
         s

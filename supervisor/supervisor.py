@@ -32,6 +32,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from multiprocessing.connection import wait as wait_for_any
 from pathlib import Path
 from typing import Any, Final
 
@@ -53,10 +54,14 @@ EXIT_NO_WORKERS: Final = 1  # every worker died and none will be restarted
 EXIT_FORCED: Final = 130  # stopped by a second signal: workers were killed mid-task
 
 DEMO_HANDLER: Final = "queue_worker.handlers:demo"
-#: how often the watcher thread polls the worker processes and acts on requests
+#: how often the watcher thread acts on requests (a worker's end wakes it at once)
 TICK_S: Final = 0.1
 #: how often it reads the workers' stats files and the logs (the dashboard draws 4 a second)
 REFRESH_S: Final = 0.25
+#: …and with exit_when_drained, how often it looks whether the queue is drained
+DRAINED_CHECK_S: Final = 0.02
+#: …and how often an idle worker looks again (a DONE by another does not wake it)
+DRAINED_IDLE_POLL_S: Final = 0.05
 #: how often CPU% and RSS are sampled, and the status file rewritten
 SAMPLE_S: Final = 1.0
 #: events kept for the feed
@@ -107,6 +112,10 @@ class SupervisorOptions:
             drain_timeout_s=self.drain_timeout_s,
             parent_pid=os.getpid(),
             host=self.host,
+            # Workers exit as soon as they see the queue drained, and an idle one looks
+            # again within DRAINED_IDLE_POLL_S (not idle_poll_s): the run ends promptly.
+            exit_when_drained=self.exit_when_drained,
+            **({"idle_poll_s": DRAINED_IDLE_POLL_S} if self.exit_when_drained else {}),
         )
 
 
@@ -244,14 +253,31 @@ class Supervisor:
 
     def _watch(self) -> None:
         last_error = ""
-        while not self._finished.wait(TICK_S):
+        while not (self._finished.wait(TICK_S) if last_error else self._wait_for_tick()):
             try:
                 self._tick()
+                last_error = ""
             except Exception as e:  # the watcher must outlive any one bad tick
                 text = f"supervisor error: {type(e).__name__}: {e}"
                 if text != last_error:  # once, not ten times a second
                     self._event("info", text)
                 last_error = text
+
+    def _wait_for_tick(self) -> bool:
+        """Wait TICK_S, or less: until a worker ends (reaped at once, and restarted as soon
+        as it is due), a restart is due, or the next refresh; True once finished."""
+        with self._lock:
+            processes = [slot.process for slot in self._slots if slot.process is not None]
+            due = [slot.restart_due for slot in self._slots if slot.restart_due is not None]
+        timeout = min([TICK_S, *(d - time.monotonic() for d in due)])
+        if self.options.exit_when_drained:  # the queue is looked at more often: see _tick
+            timeout = min(timeout, self._next_refresh - time.monotonic())
+        sentinels = [p.sentinel for p in processes if p.sentinel is not None]
+        if sentinels:
+            wait_for_any(sentinels, max(0.0, timeout))
+        else:
+            self._finished.wait(max(0.0, timeout))
+        return self._finished.is_set()
 
     def _tick(self) -> None:
         now = time.monotonic()
@@ -260,7 +286,10 @@ class Supervisor:
         # Processes are polled every tick (cheap); files only as often as anyone looks.
         refresh = now >= self._next_refresh
         if refresh:
-            self._next_refresh = now + REFRESH_S
+            # --exit-when-drained: the supervisor exits as soon as it sees the queue drained
+            self._next_refresh = now + (
+                DRAINED_CHECK_S if self.options.exit_when_drained else REFRESH_S
+            )
             events = monitor.poll()  # outside the lock: catching up may take a while
             queue = monitor.queue_view()
         with self._lock:
@@ -351,6 +380,12 @@ class Supervisor:
         slot.clean_exit = code == 0 or (stopping and code == -signal.SIGTERM)
         if stopping and slot.clean_exit:
             return
+        if code == 0 and self.options.exit_when_drained:
+            # It saw the queue drained and exited at once, as we are about to (a SIGTERM
+            # would find it idle in a wait of up to idle_poll_s). Should the queue not be
+            # drained after all (a task enqueued meanwhile), it is started again.
+            slot.restart_due = now + REFRESH_S
+            return
         held = self._held_at_death(slot)
         self._orphans.died(slot.view(self._draining), held, now=time.time())
         self._event("death", self._death_text(slot, code, held), held[0][0] if held else None)
@@ -410,7 +445,8 @@ class Supervisor:
         slot.restart_due = now + policy.delay(slot.young_deaths)
 
     def _restart(self, slot: Slot, now: float) -> None:
-        if not code_is_time_limit(slot.exit_code):  # not a crash: the storm guard skips it
+        if not (code_is_time_limit(slot.exit_code) or slot.clean_exit):  # not a crash: the
+            # storm guard skips it
             slot.restart_times.append(now)
         slot.restarts += 1
         old = _label(slot)

@@ -136,3 +136,10 @@ def test_exec_start_runs_plain_subprocesses(
     assert sup.wait(60)
     assert sup.exit_code == EXIT_OK
     assert sup.snapshot().workers[0].stats.get("finished") == 20
+
+
+def test_the_cli_names_the_supervisors_demo_handler() -> None:
+    # supervisor.cli spells it out rather than import the supervisor for `qw --help`
+    from supervisor import cli, supervisor
+
+    assert cli.DEMO_HANDLER == supervisor.DEMO_HANDLER
