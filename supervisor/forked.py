@@ -26,6 +26,7 @@ stays out of `ps`); every forked worker's command line is the fork server's.
 
 from __future__ import annotations
 
+import atexit
 import io
 import os
 import signal
@@ -243,7 +244,12 @@ def run_forked_worker(config_json: str, log_path: str) -> None:
     _redirect_output(log_path)
     from queue_worker.process import run_worker_process  # preloaded by the server
 
-    run_worker_process(config_json)
+    try:
+        run_worker_process(config_json)
+    finally:
+        # The fork server's child ends with os._exit: run the atexit functions (a handler's
+        # own among them) as the end of a `python -m` worker would.
+        atexit._run_exitfuncs()
 
 
 def _redirect_output(log_path: str) -> None:

@@ -14,6 +14,8 @@ import os
 with contextlib.suppress(OSError):  # already a session leader
     os.setsid()
 
+# The whole worker, the file log included (a worker opens its log, and so imports it, late).
+import logstore.file_log  # noqa: F401
 import queue_worker.handlers
 import queue_worker.process
 import queue_worker.worker  # noqa: F401
