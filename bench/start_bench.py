@@ -123,12 +123,22 @@ def run_end_to_end(root: Path, counts: Sequence[int], tasks: int, repeats: int) 
             log(f"end to end, repeat {rep + 1}/{repeats}, {n} workers: qw up, fsync none")
             results.qw.setdefault(n, []).append(qw_up(root, n, tasks))
             log(f"end to end, repeat {rep + 1}/{repeats}, {n} workers: huey sync off")
-            results.huey_off.setdefault(n, []).append(huey_peer.drain(n, False, tasks))
+            results.huey_off.setdefault(n, []).append(_huey(n, False, tasks))
             log(f"end to end, repeat {rep + 1}/{repeats}, {n} workers: qw up, fsync commit")
             results.qw_durable.setdefault(n, []).append(qw_up(root, n, tasks, "commit"))
             log(f"end to end, repeat {rep + 1}/{repeats}, {n} workers: huey default")
-            results.huey_default.setdefault(n, []).append(huey_peer.drain(n, None, tasks))
+            results.huey_default.setdefault(n, []).append(_huey(n, None, tasks))
     return results
+
+
+def _huey(workers: int, fsync: bool | None, tasks: int) -> huey_peer.HueyDrain:
+    """One Huey drain; run again when Huey loses a result (up to 3 tries)."""
+    for attempt in range(3):
+        try:
+            return huey_peer.drain(workers, fsync, tasks)
+        except huey_peer.HueyStalled as e:
+            log(f"{e}; running it again ({attempt + 1}/3)")
+    raise BenchError(f"huey lost a result in 3 runs of {tasks} tasks, {workers} workers")
 
 
 def e2e_section(results: EndToEnd) -> Section:
