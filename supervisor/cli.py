@@ -437,8 +437,9 @@ report_cli.register(app)
 
 def main(argv: list[str] | None = None) -> int:
     """Run `qw`; every usage error is one line on stderr and exit code 2."""
-    up = (sys.argv[1:] if argv is None else argv)[:1] == ["up"]
-    if up:
+    args = sys.argv[1:] if argv is None else argv
+    up = args[:1] == ["up"]
+    if up and "--help" not in args:
         from supervisor.forked import start_server
 
         # The fork server imports the worker code while typer parses the options (typer
