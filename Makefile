@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 WORKERS ?= 8
 ARGS   ?=
 
-.PHONY: up test test-all lint bench clean
+.PHONY: up test test-all lint bench attack clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +39,10 @@ lint: $(VENV)/.installed-test
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+
+## attack: the attack list (tests/attacks): held / degraded / broken per attack
+attack: $(VENV)/.installed-test
+	$(BIN)/python -m tests.attacks $(ARGS)
 
 ## bench: every benchmark in one run; writes bench/results.md
 bench: $(VENV)/.installed-bench

@@ -25,12 +25,14 @@ from typing import Any, TypeVar
 
 from logstore import open_log
 from queue_worker.config import WorkerConfig
+from queue_worker.percentile import nearest_rank
 from queue_worker.process import worker_command
 from queue_worker.producer import Queue
 from queue_worker.records import Claim, Done, TaskRecord, decode_task
+from queue_worker.snapshot import WorkerSnapshot, read_snapshots
 from queue_worker.state import Lease, Verdict
-from queue_worker.stats import read_all
 from queue_worker.topics import CLAIMS_TOPIC, TASKS_TOPIC, ClaimsFollower
+from queue_worker.waiting import WaitTimeout, wait_until
 
 REPO = Path(__file__).resolve().parent.parent
 #: worker processes import the handler (bench.noop) from the repository
@@ -54,11 +56,7 @@ class BenchError(RuntimeError):
 
 def percentile(values: Sequence[float], q: float) -> float:
     """Nearest-rank percentile of `values` (any order); NaN for none."""
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    rank = max(0, min(len(ordered) - 1, round(q * (len(ordered) - 1))))
-    return ordered[rank]
+    return nearest_rank(sorted(values), q) if values else float("nan")
 
 
 def median(values: Iterable[float]) -> float:
@@ -123,17 +121,11 @@ def machine_line() -> str:
 
 
 def wait_for(condition: Callable[[], T | None], timeout: float, what: str) -> T:
-    """Poll `condition` until it returns something other than None/False."""
-    deadline = time.monotonic() + timeout
-    delay = 0.001
-    while True:
-        value = condition()
-        if value is not None and value is not False:
-            return value
-        if time.monotonic() > deadline:
-            raise BenchError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(delay)  # a poll interval of the harness
-        delay = min(delay * 2, 0.02)
+    """Poll `condition` until it returns something truthy (queue_worker.waiting)."""
+    try:
+        return wait_until(condition, timeout, what, max_poll=0.02)
+    except WaitTimeout:
+        raise BenchError(f"timed out after {timeout:.0f}s waiting for {what}") from None
 
 
 # -- worker processes ------------------------------------------------------------------------
@@ -347,8 +339,8 @@ def enqueued_at(location: str | Path) -> list[int]:
     return out
 
 
-def snapshots(run_dir: Path) -> list[dict[str, Any]]:
-    return read_all(run_dir)
+def snapshots(run_dir: Path) -> list[WorkerSnapshot]:
+    return read_snapshots(run_dir)
 
 
 # -- small utilities -------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from typing import Any
 from rich.console import Console
 from rich.live import Live
 
+from queue_worker.snapshot import parse_snapshot
 from supervisor.model import Event, QueueView, SupervisorSnapshot, WorkerView
 from supervisor.tui import Dashboard
 
@@ -74,7 +75,7 @@ def _busy_snapshot(now: float) -> SupervisorSnapshot:
                 worker_id=f"w{slot}-{41000 + slot}-9fe3",
                 pid=41000 + slot,
                 state=state,
-                stats=stats,
+                stats=parse_snapshot(stats),
                 cpu_percent=12.5,
                 rss_bytes=31 << 20,
                 exit_code=-9 if state == "dead" else None,

@@ -48,6 +48,8 @@ from bench.queue_bench import DrainResults, QwDrain
 from logstore import open_log
 from queue_worker.producer import Queue
 from queue_worker.records import Done
+from queue_worker.snapshot import WorkerSnapshot, WorkerState
+from queue_worker.stats import LATENCY_WINDOW
 from queue_worker.topics import CLAIMS_TOPIC, ClaimsFollower
 
 TARGET_CLAIM_P50_US = 100
@@ -76,15 +78,14 @@ def _weighted_median(pairs: Sequence[tuple[float, int]]) -> float:
     return ordered[-1][0]
 
 
-def pooled_latency(snaps: Sequence[dict[str, Any]]) -> tuple[float, float, float, int]:
+def pooled_latency(snaps: Sequence[WorkerSnapshot]) -> tuple[float, float, float, int]:
     """(p50, median worker p99, max worker p99, samples) over the workers of one run."""
-    figures = [s["claim_latency_micros"] for s in snaps if s.get("claim_latency_micros")]
-    figures = [f for f in figures if f.get("samples")]
+    figures = [s.claim_latency_micros for s in snaps if s.claim_latency_micros.samples]
     if not figures:
         return float("nan"), float("nan"), float("nan"), 0
-    p50 = _weighted_median([(f["p50"], min(f["samples"], 2048)) for f in figures])
-    p99s = [float(f["p99"]) for f in figures]
-    return p50, median(p99s), max(p99s), sum(f["samples"] for f in figures)
+    p50 = _weighted_median([(f.p50, min(f.samples, LATENCY_WINDOW)) for f in figures])
+    p99s = [float(f.p99) for f in figures]
+    return p50, median(p99s), max(p99s), sum(f.samples for f in figures)
 
 
 def claim_latency(runs: Sequence[QwDrain]) -> tuple[float, float, float, int]:
@@ -119,7 +120,7 @@ def wake_latencies(root: Path, samples: int, workers: int = 8) -> Wake:
 
             def all_idle() -> bool:
                 snaps = snapshots(run_dir)
-                return len(snaps) == workers and all(s.get("state") == "idle" for s in snaps)
+                return len(snaps) == workers and all(s.state == WorkerState.IDLE for s in snaps)
 
             wait_for(all_idle, TIMEOUT_S, f"{workers} idle workers")
             with open_log(data, CLAIMS_TOPIC) as claims:

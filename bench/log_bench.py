@@ -32,6 +32,7 @@ from typing import Any
 
 from logstore.base import Durability
 from logstore.file_log import FileLog
+from queue_worker.percentile import nearest_rank
 
 CTX = multiprocessing.get_context("fork")
 RECORD = b"r" * 100
@@ -162,11 +163,6 @@ def wake_latencies_us(directory: Path, samples: int) -> list[float]:
     return sorted(ns / 1000 for ns in latencies)
 
 
-def percentile(sorted_values: list[float], fraction: float) -> float:
-    index = min(len(sorted_values) - 1, round(fraction * (len(sorted_values) - 1)))
-    return sorted_values[index]
-
-
 # -- the report ------------------------------------------------------------------------------
 
 
@@ -195,7 +191,7 @@ def run() -> str:
         }
         wake = wake_latencies_us(directory, WAKE_SAMPLES)
 
-    p50, p99 = percentile(wake, 0.50), percentile(wake, 0.99)
+    p50, p99 = nearest_rank(wake, 0.50), nearest_rank(wake, 0.99)  # wake is sorted
     ratio_1p = plain[1][0] / plain[1][1]
     lines = [
         "## File log",

@@ -47,6 +47,7 @@ from logstore.framing import FRAME_HEADER_SIZE
 from queue_worker.checkpoint import CHECKPOINT_NAME
 from queue_worker.producer import Queue
 from queue_worker.records import CLAIM, DONE, SCHEMA, TASK, Claim, Done, decode_claims
+from queue_worker.snapshot import WorkerState
 from queue_worker.topics import CLAIMS_TOPIC, TASKS_TOPIC, ClaimsFollower
 
 BATCH = 1_000
@@ -152,7 +153,7 @@ def _one_worker(data: Path, scratch_dir: Path, label: str) -> tuple[float, float
             snaps = snapshots(run_dir)
             if proc.poll() is not None:
                 raise BenchError(f"the worker exited with {proc.returncode}")
-            return bool(snaps) and snaps[0].get("finished") == 1 and snaps[0]["state"] == "idle"
+            return bool(snaps) and snaps[0].finished == 1 and snaps[0].state == WorkerState.IDLE
 
         wait_for(idle_after_done, TIMEOUT_S, "the worker to finish the task and go idle")
         rss = psutil.Process(proc.pid).memory_info().rss / 2**20

@@ -23,7 +23,6 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from bench import huey_peer, raw_loop
 from bench.common import (
@@ -40,6 +39,8 @@ from bench.common import (
     snapshots,
     table,
 )
+from queue_worker.config import PICK_STRATEGIES
+from queue_worker.snapshot import WorkerSnapshot
 
 TARGET_RAW_RATIO = 0.50
 TARGET_HUEY_OFF_RATIO = 1.8
@@ -60,7 +61,7 @@ class QwDrain:
     startup_s: float  # launch → first CLAIM `at`
     claims: int
     lost: int
-    snapshots: list[dict[str, Any]] = field(repr=False)
+    snapshots: list[WorkerSnapshot] = field(repr=False)
 
     @property
     def rate(self) -> float:
@@ -288,7 +289,7 @@ def drain_section(results: DrainResults) -> Section:
 def collisions_section(root: Path, backlog: int, workers: int = 8) -> Section:
     rows = []
     spread_pct = float("nan")
-    for pick in ("first", "random", "spread"):
+    for pick in PICK_STRATEGIES:
         log(f"collisions: pick {pick}, {workers} workers, {backlog} tasks")
         run = qw_drain(root, workers, backlog, pick=pick)
         rows.append(

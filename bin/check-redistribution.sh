@@ -5,10 +5,11 @@
 # directory (lease 8 s, work 4 s by default), finds a worker that is working a task (from
 # the workers' stats snapshots, <dir>/run/*.json), kills it with SIGKILL, then polls the
 # claims log (the story `qw task ID` prints) until that task is done — within lease + margin
-# seconds of the kill — and checks that the worker that finished it is not the victim (the
-# supervisor restarts the dead, but a restarted worker is a new worker id). A kill that lands
-# just after the victim finished its task proves nothing and is tried again on another
-# holder. Finally `qw report` must exit 0.
+# seconds of the kill — and checks that the worker that finished it is a survivor: one that
+# was running when the victim was killed. Not the victim, and not the victim's replacement
+# (the supervisor restarts the dead slot as a new worker id; the pick rules leave the dead
+# worker's task to the survivors). A kill that lands just after the victim finished its task
+# proves nothing and is tried again on another holder. Finally `qw report` must exit 0.
 #
 # Usage: bin/check-redistribution.sh [--lease S] [--work-ms MS] [--workers N] [--margin S]
 #                                    [--dir DIR] [--keep]
@@ -111,10 +112,13 @@ say() { echo "check-redistribution: $*"; }
 # Two JSON readers (python: the project's own interpreter, so nothing else is needed).
 # A worker working a task, from the workers' stats snapshots (<dir>/run/*.json, read
 # directly: quicker than `qw status`, so the task is less likely to finish before the kill):
-# "pid task worker-id" of the alive one that started its task last.
+# "pid task worker-id running-ids" of the alive one that started its task last, where
+# running-ids is every alive worker's id, comma-separated (the survivors-to-be, and it);
+# nothing until all argv[2] workers have published (a survivor must be known by its id).
 read -r -d '' HOLDER_OF <<'PY' || true
 import glob, json, os, sys
 best = None
+running = []
 for path in glob.glob(os.path.join(sys.argv[1], "run", "*.json")):
     try:
         with open(path) as f:
@@ -122,11 +126,14 @@ for path in glob.glob(os.path.join(sys.argv[1], "run", "*.json")):
         os.kill(int(w["pid"]), 0)
     except (OSError, ValueError, KeyError, TypeError):
         continue
+    if w.get("state") == "exited":
+        continue
+    running.append(str(w["worker"]))
     if w.get("state") == "working" and w.get("current_task") is not None:
         if best is None or (w.get("current_since") or 0) > (best.get("current_since") or 0):
             best = w
-if best is not None:
-    print(best["pid"], best["current_task"], best["worker"])
+if best is not None and len(running) >= int(sys.argv[2]):
+    print(best["pid"], best["current_task"], best["worker"], ",".join(running))
 PY
 # The worker whose DONE for task argv[2] was accepted: the same story `qw task ID` tells
 # (queue_worker.explain over the claims log), without the command line's start-up time.
@@ -138,8 +145,16 @@ story = explain_task(int(sys.argv[2]), None, read_claims(sys.argv[1]))
 print(next((s.worker for s in story.steps if s.kind == "DONE" and s.verdict == "done"), ""))
 PY
 
-find_holder() { "$PYTHON" -c "$HOLDER_OF" "$DIR" 2>/dev/null || true; }
+# How people see a worker id (w6-6975-4ede -> w6·6975): queue_worker.names.worker_label.
+read -r -d '' LABEL_OF <<'PY' || true
+import sys
+from queue_worker.names import worker_label
+print(worker_label(sys.argv[1]))
+PY
+
+find_holder() { "$PYTHON" -c "$HOLDER_OF" "$DIR" "$WORKERS" 2>/dev/null || true; }
 finisher() { (cd "$ROOT" && "$PYTHON" -c "$FINISHER_OF" "$DIR" "$1" 2>/dev/null) || true; }
+label() { (cd "$ROOT" && "$PYTHON" -c "$LABEL_OF" "$1" 2>/dev/null) || echo "$1"; }
 
 say "lease ${LEASE}s, work ${WORK_MS}ms, ${WORKERS} workers, data in $DIR"
 "$QW" up --dir "$DIR" --workers "$WORKERS" --work-ms "$WORK_MS" --lease "$LEASE" \
@@ -159,10 +174,10 @@ for _ in 1 2 3; do
         holder="$(find_holder)"
         [ -n "$holder" ] || sleep 0.05
     done
-    read -r VICTIM_PID TASK VICTIM <<<"$holder"
+    read -r VICTIM_PID TASK VICTIM RUNNING <<<"$holder"
     kill -9 "$VICTIM_PID" 2>/dev/null || continue  # it exited meanwhile: find another
     killed_at=$(now_ms)
-    say "kill -9 $VICTIM_PID ($VICTIM), which held task $TASK"
+    say "kill -9 $VICTIM_PID ($(label "$VICTIM")), which held task $TASK"
     done_by="$(finisher "$TASK")"
     if [ "$done_by" = "$VICTIM" ]; then
         say "task $TASK was finished by $VICTIM just before the kill; trying another holder"
@@ -181,8 +196,14 @@ for _ in 1 2 3; do
 done
 [ -n "$done_by" ] || fail "every kill landed after its task was finished; try a longer --work-ms"
 took_ms=$(( $(now_ms) - killed_at ))
-[ "$done_by" != "$VICTIM" ] || fail "task $TASK was finished by the victim $VICTIM itself"
-say "task $TASK finished by $done_by, $(( took_ms / 1000 )).$(( took_ms % 1000 / 100 )) s after the kill"
+VICTIM_LABEL="$(label "$VICTIM")"
+TAKER_LABEL="$(label "$done_by")"
+[ "$done_by" != "$VICTIM" ] || fail "task $TASK was finished by the victim $VICTIM_LABEL itself"
+case ",$RUNNING," in
+    *",$done_by,"*) ;;
+    *) fail "task $TASK was finished by $TAKER_LABEL, which was not running when $VICTIM_LABEL was killed (the victim's replacement): not a survivor" ;;
+esac
+say "task $TASK finished by $TAKER_LABEL (a survivor), $(( took_ms / 1000 )).$(( took_ms % 1000 / 100 )) s after the kill"
 
 set +e
 "$QW" report --dir "$DIR"
@@ -190,4 +211,4 @@ report_code=$?
 set -e
 [ "$report_code" = 0 ] || fail "qw report exited $report_code"
 PASSED=1
-say "OK: task $TASK was redistributed from $VICTIM to $done_by; qw report exit 0"
+say "OK: task $TASK was redistributed from $VICTIM_LABEL to $TAKER_LABEL (a survivor); qw report exit 0"

@@ -16,6 +16,7 @@ record has a larger position, and `Entry.next` is the position to read from afte
 from __future__ import annotations
 
 import enum
+import zlib
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from types import TracebackType
@@ -161,6 +162,26 @@ class Log(ABC):
                 return
             yield from entries
             position = entries[-1].next
+
+    def check(self) -> int:
+        """Read every record from the start to the end now, so that damage anywhere raises
+        CorruptLogError (a start-up check); return the end. Writes nothing."""
+        position = self.start
+        for entry in self.iter_from(position):
+            position = entry.next
+        return position
+
+    def checksum(self, start: int, end: int, seed: int = 0) -> int:
+        """A crc32 over the records from `start` up to `end` (positions and bytes), from
+        `seed`: it changes when any record there changes. A backend may checksum its own
+        representation instead (the file log: the raw bytes); the same backend always
+        gives the same value for the same records."""
+        crc = seed
+        for entry in self.iter_from(start):
+            if entry.position >= end:
+                break
+            crc = zlib.crc32(entry.data, zlib.crc32(entry.position.to_bytes(8, "little"), crc))
+        return crc
 
     def __enter__(self) -> Log:
         return self

@@ -49,6 +49,7 @@ from __future__ import annotations
 import contextlib
 import mmap
 import os
+import stat
 import struct
 import threading
 import weakref
@@ -63,13 +64,15 @@ from logstore.base import (
     CorruptLogError,
     Durability,
     Entry,
+    ForeignFileError,
     Log,
     LogClosedError,
     LogError,
     RecordTooLargeError,
 )
 from logstore.framing import FILE_HEADER_SIZE, FRAME_HEADER_SIZE, MAX_RECORD, Stop
-from logstore.locking import FlockLock, HeldLock, maintenance_lock, open_lock
+from logstore.identity import IdentityError, LogIdentity, check_identity, new_queue_id
+from logstore.locking import FlockLock, HeldLock, maintenance_lock, open_lock, open_read_lock
 from logstore.waiting import Waiter, make_waiter
 
 #: a reader's pread size (a frame larger than this is read whole, in a buffer of its own)
@@ -132,9 +135,21 @@ def _read_on(max_records: int | None, count: int, span: int) -> int:
 class FileLog(Log):
     """An append-only file of framed records; see the module docstring. Use `FileLog.open`."""
 
-    def __init__(self, path: str, durability: Durability, max_record: int, file_max: int) -> None:
+    def __init__(
+        self,
+        path: str,
+        durability: Durability,
+        max_record: int,
+        header: framing.FileHeader,
+        read_only: bool = False,
+    ) -> None:
         self.path = path
         self.name = path
+        #: the queue and topic this log belongs to (its header says so)
+        self.identity = LogIdentity(header.queue, header.topic)
+        #: opened for reading only: no file is created or written, appends raise LogError
+        self.read_only = read_only
+        file_max = header.max_record
         self.durability = durability
         #: the largest record `append` accepts
         self.max_record = min(max_record, file_max)
@@ -156,33 +171,108 @@ class FileLog(Log):
         path: str | os.PathLike[str],
         durability: Durability = Durability.COMMIT,
         max_record: int = MAX_RECORD,
+        *,
+        identity: LogIdentity | None = None,
+        read_only: bool = False,
     ) -> FileLog:
         """Open the log at `path`, creating it (with its header) if it does not exist.
 
         Raises ForeignFileError, leaving the file untouched, when `path` holds something that
         is not a qw log. `max_record` caps appends through this handle; a log keeps the
         max_record it was created with, and appends never exceed that either.
+
+        `identity`: the queue and topic the log must belong to (IdentityError otherwise); a
+        log created here gets it (without one: a new queue id, the file's stem as topic).
+        `read_only`: never create or write anything (no lock or sync file either); a
+        missing log is a LogError, appends raise LogError.
         """
         if not 0 <= max_record <= framing.MAX_RECORD_LIMIT:
             raise ValueError(
                 f"max_record {max_record} is out of range 0..{framing.MAX_RECORD_LIMIT}"
             )
         name = os.fspath(path)
-        file_max = _read_header(name)  # refuse a foreign file before creating anything
-        if file_max is None:
-            with maintenance_lock(name + ".lock"):  # two creators must not race
-                file_max = _create(name, max_record)
-        return cls(name, durability, max_record, file_max)
+        header = _read_header(name)  # refuse a foreign file before creating anything
+        if header is None:
+            if read_only:
+                raise LogError(f"{name}: no such log (opened read-only, so not created)")
+            new = identity or LogIdentity(new_queue_id(), _default_topic(name))
+            try:
+                with maintenance_lock(name + ".lock"):  # two creators must not race
+                    header = _create(name, max_record, new)
+            except OSError as exc:
+                raise LogError(f"{name}: cannot create the log: {exc.strerror or exc}") from exc
+        if identity is not None:
+            check_identity(LogIdentity(header.queue, header.topic), identity, name)
+        try:
+            return cls(name, durability, max_record, header, read_only)
+        except OSError as exc:
+            what = "open" if read_only else "open for writing"
+            raise LogError(f"{name}: cannot {what} the log: {exc.strerror or exc}") from exc
 
     # -- descriptors and process ownership -----------------------------------------------------
 
     def _open_files(self) -> None:
+        if self.read_only:
+            self._open_read_only()
+        else:
+            self._open_writable()
+        self._acquire = self._lock.acquire
+        self._release = self._lock.release
+        self._mutex = threading.Lock()  # threads of this process sharing the handle's flock
+        self._waiter: Waiter | None = None
+        #: True when this handle must not be used as it is: closed, or inherited through fork()
+        self._stale = False
+        _HANDLES.add(self)
+        self._check_length()
+
+    def _open_read_only(self) -> None:
+        """Descriptors that cannot write: the log O_RDONLY, the lock file O_RDONLY when it
+        exists (flock needs no write access), the sync state mapped read-only (or zeros)."""
+        with contextlib.ExitStack() as undo:
+            self._rfd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+            undo.callback(os.close, self._rfd)
+            self._fd = self._rfd
+            self._lock: HeldLock = open_read_lock(self.path + ".lock")
+            undo.callback(self._lock.close)
+            self._sync_lock: FlockLock | None = None
+            try:
+                state_fd = os.open(self.path + ".sync", os.O_RDONLY | os.O_CLOEXEC)
+            except FileNotFoundError:
+                state_fd = -1
+            if state_fd >= 0 and os.fstat(state_fd).st_size >= _STATE_SIZE:
+                self._state = mmap.mmap(state_fd, _STATE_SIZE, prot=mmap.PROT_READ)
+            else:
+                self._state = mmap.mmap(-1, _STATE_SIZE)  # zeros: nothing known committed
+            if state_fd >= 0:
+                os.close(state_fd)
+            undo.pop_all()
+
+    def _check_length(self) -> None:
+        """Refuse a log shorter than what is known to be on disk of it: the synced offset
+        only grows, except when a writer cuts a torn tail (which lowers it first, under the
+        append lock). A file below it was cut outside qw (`truncate`, a copy of an older
+        file): its records' ids would be given again to new ones."""
+        self._lock.acquire_shared()
+        try:
+            synced = _LOAD(self._state, _SYNCED)[0]
+            size = os.lseek(self._rfd, 0, _SEEK_END)
+        finally:
+            self._lock.release()
+        if size < synced:
+            self._close_files()
+            self._closed = self._stale = True
+            raise IdentityError(
+                f"{self.path} is {size} bytes, shorter than the {synced} bytes of it already "
+                "forced to disk: the log was cut short outside qw"
+            )
+
+    def _open_writable(self) -> None:
         with contextlib.ExitStack() as undo:  # closes what was opened if a later step fails
             self._fd = os.open(self.path, os.O_RDWR | os.O_CLOEXEC)
             undo.callback(os.close, self._fd)
             self._rfd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
             undo.callback(os.close, self._rfd)
-            self._lock: HeldLock = open_lock(self.path + ".lock")
+            self._lock = open_lock(self.path + ".lock")
             undo.callback(self._lock.close)
             # Group commit needs flock on the sync file; without flock every durable append
             # forces the file on its own.
@@ -200,13 +290,6 @@ class FileLog(Log):
             undo.pop_all()
         if self._sync_lock is None:
             os.close(state_fd)  # the mapping stays valid
-        self._acquire = self._lock.acquire
-        self._release = self._lock.release
-        self._mutex = threading.Lock()  # threads of this process sharing the handle's flock
-        self._waiter: Waiter | None = None
-        #: True when this handle must not be used as it is: closed, or inherited through fork()
-        self._stale = False
-        _HANDLES.add(self)
 
     def _close_files(self) -> None:
         if self._waiter is not None:
@@ -216,7 +299,8 @@ class FileLog(Log):
             self._sync_lock.close()
         self._lock.close()
         os.close(self._rfd)
-        os.close(self._fd)
+        if self._fd != self._rfd:
+            os.close(self._fd)
 
     def _revive(self) -> None:
         """Called when `_stale` is set: the handle is closed, or was inherited through fork()."""
@@ -237,9 +321,14 @@ class FileLog(Log):
 
     # -- appending -----------------------------------------------------------------------------
 
+    def _refuse_write(self) -> NoReturn:
+        raise LogError(f"{self.name} is opened read-only: nothing may be appended")
+
     def append(self, data: bytes, *, durable: bool = False) -> int:
         if self._stale:
             self._revive()
+        if self.read_only:
+            self._refuse_write()
         size = len(data)
         if size > self.max_record:
             raise RecordTooLargeError(size, self.max_record)
@@ -274,6 +363,8 @@ class FileLog(Log):
     def append_many(self, records: Sequence[bytes], *, durable: bool = False) -> list[int]:
         if self._stale:
             self._revive()
+        if self.read_only:
+            self._refuse_write()
         if not records:
             return []
         for data in records:
@@ -484,6 +575,8 @@ class FileLog(Log):
         """
         if self._stale:
             self._revive()
+        if self.read_only:
+            self._refuse_write()
         with self._mutex, maintenance_lock(self.path + ".lock"):
             size = os.lseek(self._fd, 0, _SEEK_END)
             end, stop = self._verify(self._fd, FILE_HEADER_SIZE, size, self._scan_view)
@@ -494,6 +587,43 @@ class FileLog(Log):
             self._seen = min(self._seen, end)
             self._walked = True
             return size - end
+
+    def check(self) -> int:
+        """Verify every frame from the start to the end of the file now (checksums too,
+        trusting nothing this handle has seen); return where the valid records end.
+        Damage before the tail raises CorruptLogError naming the byte offset. Writes
+        nothing (a torn tail is left to the next append)."""
+        if self._stale:
+            self._revive()
+        try:
+            size = os.lseek(self._rfd, 0, _SEEK_END)
+            end, _ = self._verify(self._rfd, FILE_HEADER_SIZE, size, self._scan_view)
+        except CorruptLogError:  # as in read(): decide again with the writers held off
+            self._lock.acquire_shared()
+            try:
+                size = os.lseek(self._rfd, 0, _SEEK_END)
+                end, _ = self._verify(self._rfd, FILE_HEADER_SIZE, size, self._scan_view)
+            finally:
+                self._lock.release()
+        return end
+
+    def checksum(self, start: int, end: int, seed: int = 0) -> int:
+        """crc32 of the file's bytes from `start` to `end` (frame headers included), from
+        `seed`: what a checkpoint keeps of the prefix it covers. About 1 GB/s."""
+        if self._stale:
+            self._revive()
+        crc = seed
+        pos = start
+        while pos < end:
+            chunk = os.pread(self._rfd, min(BIG_READ, end - pos), pos)
+            if not chunk:
+                raise IdentityError(
+                    f"{self.name} ends at byte {pos}, before byte {end} that was read before: "
+                    "the log was cut short outside qw"
+                )
+            crc = crc32(chunk, crc)
+            pos += len(chunk)
+        return crc
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -663,27 +793,38 @@ class FileLog(Log):
         return f"FileLog({self.path!r}, durability={self.durability.value})"
 
 
-def _read_header(path: str) -> int | None:
-    """The max_record of the log at `path`; None if there is no file or it is empty."""
+def _read_header(path: str) -> framing.FileHeader | None:
+    """The header of the log at `path`; None if there is no file or it is empty."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:
         return None
+    except OSError as exc:
+        raise ForeignFileError(f"{path}: cannot be read: {exc.strerror or exc}") from exc
     try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ForeignFileError(f"{path} is not a log file (a directory or a device)")
         raw = os.pread(fd, FILE_HEADER_SIZE, 0)
     finally:
         os.close(fd)
     return framing.decode_file_header(raw, path) if raw else None
 
 
-def _create(path: str, max_record: int) -> int:
-    """Under the maintenance lock: write the header of a new (or empty) log; return its max."""
+def _default_topic(path: str) -> str:
+    """A topic name for a log opened without an identity: the file's stem, cut to fit."""
+    name = Path(path).stem.encode()[: framing.TOPIC_SIZE].replace(b"\0", b"")
+    return name.decode(errors="ignore")
+
+
+def _create(path: str, max_record: int, identity: LogIdentity) -> framing.FileHeader:
+    """Under the maintenance lock: write the header of a new (or empty) log; return it."""
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
     try:
         raw = os.pread(fd, FILE_HEADER_SIZE, 0)
         if raw:  # another process created it first (or it is not ours: decoding says so)
             return framing.decode_file_header(raw, path)
-        os.pwrite(fd, framing.encode_file_header(max_record), 0)
+        header = framing.encode_file_header(max_record, identity.queue, identity.topic)
+        os.pwrite(fd, header, 0)
         os.fsync(fd)
     finally:
         os.close(fd)
@@ -692,4 +833,4 @@ def _create(path: str, max_record: int) -> int:
         os.fsync(directory)  # the new name must survive a power cut too
     finally:
         os.close(directory)
-    return max_record
+    return framing.FileHeader(max_record, identity.queue, identity.topic)

@@ -2,19 +2,27 @@
 
 Layout of a log file (all integers little-endian)::
 
-    file header, 16 bytes
+    file header, 48 bytes
         0   5 bytes  magic b"QWLOG"
-        5   u8       format version (1)
+        5   u8       format version (2)
         6   u16      flags (0; reserved)
         8   u32      max_record: the largest payload a frame of this file may carry
-        12  u32      crc32 of bytes 0..12
+        12  16 bytes queue id: random, chosen when the queue's first log was created; every
+                     log of one queue (one data directory) carries the same one
+        28  16 bytes topic name, UTF-8, zero-padded ("tasks", "claims", …)
+        44  u32      crc32 of bytes 0..44
     then frames, back to back, each:
         0   u32      word: bits 0..30 payload length, bit 31 CONTINUED
         4   u32      check: word XOR 0xFFFFFFFF
         8   u32      crc32 of the payload, started from `word` instead of 0
         12  payload  `length` bytes, opaque
 
-A record's position is the byte offset of its frame; the first record is at offset 16.
+A record's position is the byte offset of its frame; the first record is at offset 48.
+
+The queue id and topic name are the log's identity (`logstore.identity`): a reader that
+opens a topic of a queue checks both, so another queue's log, or two swapped logs, are
+refused at open instead of folded. Version 1 (a 16-byte header without them) is refused
+with a message naming the version found; it is not read.
 CONTINUED marks a frame whose batch goes on in the next frame: `append_many` writes its
 records as one batch, and a reader returns a batch only once every frame of it is whole and
 valid, so a writer killed in the middle of a batch leaves nothing of it visible.
@@ -23,12 +31,16 @@ The check word makes a damaged length detectable before its payload is read, and
 all-zero header (a hole left by a power cut) invalid, so that an empty record is allowed.
 Seeding the crc with `word` makes it cover the length and flag too, at no extra cost.
 
-Worked example: a log created with max_record = 16 MiB holding one record b"hi"::
+Worked example: a log of queue 00 01 … 0f, topic "tasks", created with max_record = 16 MiB,
+holding one record b"hi"::
 
-    51 57 4c 4f 47 01 00 00 00 00 00 01 85 c3 0b fa     "QWLOG", v1, flags 0, 0x01000000, crc
+    51 57 4c 4f 47 02 00 00 00 00 00 01                 "QWLOG", v2, flags 0, 0x01000000
+    00 01 02 03 04 05 06 07 08 09 0a 0b 0c 0d 0e 0f     queue id
+    74 61 73 6b 73 00 00 00 00 00 00 00 00 00 00 00     "tasks", zero-padded
+    88 93 b7 31                                         crc32 of the 44 bytes before
     02 00 00 00 fd ff ff ff 2e 48 a5 ea 68 69           length 2, check, crc32(b"hi", 2), "hi"
 
-The record's position is 16, the next one starts at 16 + 12 + 2 = 30.
+The record's position is 48, the next one starts at 48 + 12 + 2 = 62.
 
 Decoding rules (`decode_frames`), for a buffer that starts at a frame boundary:
 
@@ -63,11 +75,15 @@ from logstore.base import CorruptLogError, Entry, ForeignFileError
 Buffer = bytes | bytearray | memoryview
 
 MAGIC = b"QWLOG"
-VERSION = 1
-#: magic, version, flags, max_record — followed by the crc32 of these 12 bytes
-FILE_HEADER_BODY = struct.Struct("<5sBHI")
+VERSION = 2
+#: magic, version, flags, max_record, queue id, topic — followed by the crc32 of these 44 bytes
+FILE_HEADER_BODY = struct.Struct("<5sBHI16s16s")
 _U32 = struct.Struct("<I")
-FILE_HEADER_SIZE = FILE_HEADER_BODY.size + _U32.size  # 16
+FILE_HEADER_SIZE = FILE_HEADER_BODY.size + _U32.size  # 48
+#: the first bytes every version's header starts with: magic, version
+_PREFIX = struct.Struct("<5sB")
+QUEUE_ID_SIZE = 16
+TOPIC_SIZE = 16
 
 #: word (length | CONTINUED), check (word XOR ALL_ONES), crc32(payload, word)
 FRAME_HEADER = struct.Struct("<III")
@@ -116,32 +132,55 @@ class Decoded(NamedTuple):
 # -- the file header -------------------------------------------------------------------------
 
 
-def encode_file_header(max_record: int = MAX_RECORD) -> bytes:
+class FileHeader(NamedTuple):
+    """What a log file's header says: its records' size limit and its identity."""
+
+    max_record: int
+    queue: bytes  # QUEUE_ID_SIZE bytes
+    topic: str
+
+
+def encode_file_header(
+    max_record: int = MAX_RECORD, queue: bytes = bytes(QUEUE_ID_SIZE), topic: str = ""
+) -> bytes:
     if not 0 <= max_record <= MAX_RECORD_LIMIT:
         raise ValueError(f"max_record {max_record} is out of range 0..{MAX_RECORD_LIMIT}")
-    body = FILE_HEADER_BODY.pack(MAGIC, VERSION, 0, max_record)
+    if len(queue) != QUEUE_ID_SIZE:
+        raise ValueError(f"a queue id is {QUEUE_ID_SIZE} bytes, not {len(queue)}")
+    name = topic.encode()
+    if len(name) > TOPIC_SIZE or b"\0" in name:
+        raise ValueError(f"topic name {topic!r} must be at most {TOPIC_SIZE} bytes, without NUL")
+    body = FILE_HEADER_BODY.pack(MAGIC, VERSION, 0, max_record, queue, name)
     return body + _U32.pack(_crc32(body))
 
 
-def decode_file_header(raw: bytes, path: str) -> int:
-    """Check a file header and return the file's max_record; ForeignFileError if it is not ours."""
+def decode_file_header(raw: bytes, path: str) -> FileHeader:
+    """Check a file header and return what it says; ForeignFileError if it is not ours (or
+    of another format version: the message names the version found and the one expected)."""
+    if len(raw) >= _PREFIX.size:
+        magic, version = _PREFIX.unpack_from(raw)
+        if magic == MAGIC and version != VERSION:
+            older = " (a log without a queue identity, from an older qw)" if version < 2 else ""
+            raise ForeignFileError(
+                f"{path}: qw log format version {version}{older}; this code reads version {VERSION}"
+            )
     if len(raw) < FILE_HEADER_SIZE:
         raise ForeignFileError(
             f"{path} is not a qw log: {len(raw)} bytes is shorter than the "
             f"{FILE_HEADER_SIZE}-byte header"
         )
     body = raw[: FILE_HEADER_BODY.size]
-    magic, version, _flags, max_record = FILE_HEADER_BODY.unpack(body)
+    magic, version, _flags, max_record, queue, name = FILE_HEADER_BODY.unpack(body)
     if magic != MAGIC:
         raise ForeignFileError(f"{path} is not a qw log: it starts with {magic!r}, not {MAGIC!r}")
     (crc,) = _U32.unpack_from(raw, FILE_HEADER_BODY.size)
     if crc != _crc32(body):
         raise ForeignFileError(f"{path} is not a qw log: its header checksum does not match")
-    if version != VERSION:
-        raise ForeignFileError(
-            f"{path}: qw log format version {version}; this code reads {VERSION}"
-        )
-    return int(max_record)
+    try:
+        topic = name.rstrip(b"\0").decode()
+    except UnicodeDecodeError:
+        raise ForeignFileError(f"{path} is not a qw log: its topic name is not UTF-8") from None
+    return FileHeader(int(max_record), bytes(queue), topic)
 
 
 # -- encoding --------------------------------------------------------------------------------

@@ -75,6 +75,47 @@ class FallbackLock:
             self._lock.release(force=True)
 
 
+class ReadFlockLock(FlockLock):
+    """flock on a read-only descriptor of an existing lock file (flock needs no write
+    access): a read-only handle can still wait for writers to finish a cut."""
+
+    def __init__(self, path: str) -> None:  # (does not call FlockLock's: no O_CREAT)
+        self.path = path
+        self.fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        self.acquire = partial(fcntl.flock, self.fd, fcntl.LOCK_SH)  # never exclusive
+        self.acquire_shared = partial(fcntl.flock, self.fd, fcntl.LOCK_SH)
+        self.release = partial(fcntl.flock, self.fd, fcntl.LOCK_UN)
+
+
+class NoLock:
+    """No lock at all: a read-only handle on a log with no lock file (nobody ever wrote it
+    through qw here, so there is no writer to exclude)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.acquire: Callable[[], object] = _nothing
+        self.acquire_shared: Callable[[], object] = _nothing
+        self.release: Callable[[], object] = _nothing
+
+    def close(self) -> None:
+        pass
+
+
+def _nothing() -> None:
+    return None
+
+
+def open_read_lock(path: str) -> HeldLock:
+    """The lock of a read-only handle: the existing lock file opened read-only, shared only;
+    no lock when the file is missing (nothing is created)."""
+    if HAVE_FLOCK:
+        try:
+            return ReadFlockLock(path)
+        except (FileNotFoundError, PermissionError):
+            pass
+    return NoLock(path)
+
+
 def open_lock(path: str) -> HeldLock:
     """The hot-path lock on `path`: flock where available, else filelock."""
     return FlockLock(path) if HAVE_FLOCK else FallbackLock(path)

@@ -92,8 +92,9 @@ import os
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import TypeVar, cast
-from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 try:
     import redis
@@ -114,6 +115,8 @@ from logstore.base import (
     LogError,
     RecordTooLargeError,
 )
+from logstore.identity import QUEUE_ID_SIZE, IdentityError, LogIdentity, new_queue_id
+from logstore.location import redact_url as _redact
 
 __all__ = [
     "DEFAULT_MAX_RECORD",
@@ -270,21 +273,6 @@ def _int_param(params: dict[str, str], key: str, default: int, url: str) -> int:
         raise ValueError(f"{key}={params[key]!r} in {_redact(url)} is not an integer") from None
 
 
-def _redact(url: str) -> str:
-    """The URL with its password replaced by ``***``."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    user = quote(parts.username or "", safe="")
-    host = parts.hostname or ""
-    if ":" in host:
-        host = f"[{host}]"
-    netloc = f"{user}:***@{host}"
-    if parts.port is not None:
-        netloc += f":{parts.port}"
-    return urlunsplit(parts._replace(netloc=netloc))
-
-
 def _reason(exc: BaseException) -> str:
     """The root cause of a connection error in a few words ("Connection refused")."""
     seen: set[int] = set()
@@ -330,6 +318,12 @@ class RedisLog(Log):
         settings = _Settings(url)
         self.url = settings.display_url
         self.key = f"{settings.prefix}:qw:{topic}" if settings.prefix else f"qw:{topic}"
+        #: the queue's identity (`logstore.identity`): 16 random bytes, set with its first log
+        self.id_key = f"{settings.prefix}:qw:queue" if settings.prefix else "qw:queue"
+        #: the queue and topic this handle was opened as (None: opened without a family)
+        self.identity: LogIdentity | None = None
+        #: opened for reading only (`open(read_only=True)`): appends raise LogError
+        self.read_only = False
         self.name = f"{self.url} {self.key}"
         self.topic = topic
         #: kept for symmetry with the file log: on Redis the server's AOF policy decides
@@ -346,6 +340,9 @@ class RedisLog(Log):
             "socket_connect_timeout": DEFAULT_CONNECT_TIMEOUT,
             "socket_keepalive": True,
             "retry": Retry(NoBackoff(), 0),  # ours is the one retry layer
+            # redis-py reconnects a dropped connection by itself, silently: every new
+            # connection checks the queue identity before it is used (see _on_connect)
+            "redis_connect_func": self._on_connect,
         }
         try:
             self._client = redis.Redis.from_url(
@@ -374,9 +371,17 @@ class RedisLog(Log):
         durability: Durability | None = None,
         max_record: int | None = None,
         retries: int | None = None,
+        family: Sequence[str] = (),
+        read_only: bool = False,
     ) -> RedisLog:
         """Open the log of `topic` at `url`, checking that the server answers and that the
-        key is a stream (or absent: the first append creates it)."""
+        key is a stream (or absent: the first append creates it).
+
+        With a `family` (the queue's topics), the queue's identity key is read (and set, if
+        no stream of the family holds anything yet and not `read_only`); streams without
+        it are refused. The handle then checks the key again after every reconnection and
+        every idle wait: a server reset under a running worker (restarted without
+        persistence, flushed) raises IdentityError instead of mixing two queues' records."""
         log = cls(url, topic, durability=durability, max_record=max_record, retries=retries)
         try:
             kind = log._call("open", lambda: _text(log._client.type(log.key)))
@@ -385,10 +390,66 @@ class RedisLog(Log):
                     f"{log.name}: the key holds a Redis {kind}, not a stream; it is not a "
                     "qw log (choose another topic or a ?prefix=)"
                 )
+            log.read_only = read_only
+            if family:
+                log._adopt_identity(family, read_only)
         except BaseException:
             log.close()
             raise
         return log
+
+    def _adopt_identity(self, family: Sequence[str], read_only: bool) -> None:
+        client = self._client
+        queue = self._call("read the identity", lambda: client.get(self.id_key))
+        if queue is None:
+            keys = [self.key.removesuffix(self.topic) + t for t in family]
+            used = [k for k in keys if self._call("look at", partial(client.xlen, k))]
+            if used:
+                raise IdentityError(
+                    f"{self.url}: the streams {', '.join(used)} hold records but the queue "
+                    f"identity {self.id_key} is missing: the server lost part of its data, "
+                    "or they were written by an older qw"
+                )
+            if read_only:
+                return
+            new = new_queue_id()
+            self._call("set the identity", lambda: client.set(self.id_key, new, nx=True))
+            queue = self._call("read the identity", lambda: client.get(self.id_key))
+        if not isinstance(queue, bytes) or len(queue) != QUEUE_ID_SIZE:
+            raise IdentityError(f"{self.url}: {self.id_key} is not a qw queue identity")
+        self.identity = LogIdentity(queue, self.topic)
+
+    def _on_connect(self, connection: redis.connection.AbstractConnection) -> None:
+        """A new connection: once this handle knows its queue, the server must still hold
+        it. A server restarted without persistence (or flushed) has lost it: refuse the
+        connection before any command runs on it, so that no record of the old fold goes
+        to the new server and no record of the new server is folded into the old fold."""
+        connection.on_connect()  # type: ignore[no-untyped-call]
+        identity = self.identity
+        if identity is None:
+            return
+        connection.send_command("GET", self.id_key)  # type: ignore[no-untyped-call]
+        found = connection.read_response()
+        if found != identity.queue:
+            connection.disconnect()  # type: ignore[no-untyped-call]
+            raise self._reset_error(found)
+
+    def _reset_error(self, found: object) -> IdentityError:
+        what = "is missing" if found is None else "has changed"
+        return IdentityError(
+            f"{self.name}: the queue identity {self.id_key} {what}: the server was reset "
+            "(restarted without persistence, or flushed) since this log was opened, and "
+            "what this process read of the queue is gone; start again"
+        )
+
+    def _check_identity(self) -> None:
+        """Raise IdentityError when the queue identity on the server is not ours any more."""
+        identity = self.identity
+        if identity is None:
+            return
+        found = self._client.get(self.id_key)
+        if found != identity.queue:
+            raise self._reset_error(found)
 
     # -- plumbing
 
@@ -400,8 +461,14 @@ class RedisLog(Log):
         """Run `fn` with retries; turn what redis raises into `error` with a clear message."""
         self._check_open()
         failures: list[Exception] = []
+
+        def attempt() -> T:
+            if failures:  # reconnecting: the server may have been reset meanwhile
+                self._check_identity()
+            return fn()
+
         try:
-            return self._retry.call_with_retry(fn, failures.append, is_retryable=_retryable)
+            return self._retry.call_with_retry(attempt, failures.append, is_retryable=_retryable)
         except (rex.ConnectionError, rex.TimeoutError, TimeoutError) as exc:
             tried = f", {len(failures)} attempts" if len(failures) > 1 else ""
             message = f"cannot reach redis at {self.url}: {_reason(exc)} ({what} {self.key}{tried})"
@@ -449,6 +516,8 @@ class RedisLog(Log):
     def append_many(self, records: Sequence[bytes], *, durable: bool = False) -> list[int]:
         """Append records as one contiguous, all-or-nothing run (one script call)."""
         self._check_open()
+        if self.read_only:
+            raise LogError(f"{self.name} is opened read-only: nothing may be appended")
         total = 0
         for data in records:
             if len(data) > self.max_record:
@@ -512,6 +581,8 @@ class RedisLog(Log):
             if self._call("wait on", poll):
                 return True
             if time.monotonic() >= deadline:
+                # idle: a cheap moment to notice a reset server that never dropped us
+                self._call("check the identity of", self._check_identity)
                 return False
 
     @property

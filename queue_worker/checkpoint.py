@@ -8,7 +8,7 @@ the two logs. It is a cache: losing it, or refusing it, only costs a full replay
 The file: ``<data directory>/fold.checkpoint`` (file-log data directories only; a Redis
 location has none). One msgpack map::
 
-    {"format": "qw-fold-checkpoint", "version": 1, "crc32": crc32(body), "body": bytes}
+    {"format": "qw-fold-checkpoint", "version": 2, "crc32": crc32(body), "body": bytes}
 
 `body` is a msgpack map with one entry per topic::
 
@@ -18,7 +18,8 @@ location has none). One msgpack map::
                "state": {"position", "done_count", "dead_count", "unknown_count",
                          "watermark": int, "closed_above": [task], "dead": [[task, error]],
                          "open": [[task, HOLDER|nil, attempts, retry_at|nil, last_error|nil]]}}
-    LOG     {"start": log.start, "first": RECORD|nil, "last": RECORD|nil}
+    LOG     {"start": log.start, "first": RECORD|nil, "last": RECORD|nil,
+             "identity": "<queue id hex>/<topic>"|nil, "prefix_crc": int}
     RECORD  [position, next position, length, crc32 of its bytes]
     HOLDER  [claim, worker, at, expiry]
 
@@ -29,10 +30,16 @@ others would give verdicts no replay gives (a task run twice, or never). The log
 been deleted and re-created, replaced by another directory's, or cut short (a power cut
 under a lax fsync policy can lose records the checkpoint covered). So for each topic the
 first record and the last record folded (the one just before `next_position`) must still
-be there with the same position, next position, length and crc32, and the log's `start`
-must be the same. An empty prefix records no records. Records between the two are not
-read again: they are immutable once appended, and reading them is what the checkpoint
-saves. The crc32 of the body catches a torn or damaged file; the snapshots are checked
+be there with the same position, next position, length and crc32, the log's `start` must
+be the same, and the log must be the one named by `identity` (its queue and topic, see
+`logstore.identity`). An empty prefix records no records. The records between are not
+folded again (that is what the checkpoint saves), but `prefix_crc`, the log's checksum of
+everything from its start to `next_position` (`Log.checksum`: the raw bytes of a file
+log), must still match: a byte damaged or rewritten anywhere in what the checkpoint covers
+refuses it, and the replay from the start then meets the damage itself. A save extends
+the checksum its handle took last time, so it reads only what was appended since; a
+restore reads the covered prefix once (crc32 only, no decoding: see the README for the
+figure). The crc32 of the body catches a torn or damaged file; the snapshots are checked
 for consistency (`ClaimState.restore`, `TaskIndex.restore`). Anything wrong means "no
 checkpoint": `load_checkpoint` returns None and the worker replays from the start.
 
@@ -51,6 +58,7 @@ import functools
 import os
 import secrets
 import sys
+import weakref
 import zlib
 from array import array
 from pathlib import Path
@@ -58,13 +66,13 @@ from typing import Any, Final, NamedTuple
 
 import msgpack
 
-from logstore import Log, LogClosedError, LogError
+from logstore import Log, LogClosedError, LogError, LogIdentity
 from queue_worker.state import ClaimSnapshot, ClaimState, Lease, OpenTask
 from queue_worker.topics import ClaimsFollower, TaskIndex, TaskIndexSnapshot
 
 CHECKPOINT_NAME: Final = "fold.checkpoint"
 FORMAT: Final = "qw-fold-checkpoint"
-VERSION: Final = 1
+VERSION: Final = 2
 
 #: temporary files: ``.fold.checkpoint.<pid>.<random>.tmp`` (the pid lets a later save
 #: remove what a killed saver left behind)
@@ -180,13 +188,48 @@ def _log_plain(
     if last is None:
         if next_position != start:
             raise ValueError(f"{log.name}: a fold of no records is not at the log's start")
-        return {"start": start, "first": None, "last": None}
+        return {
+            "start": start,
+            "first": None,
+            "last": None,
+            "identity": _identity_of(log),
+            "prefix_crc": 0,
+        }
     first, seen = _record_at(log, start), _record_at(log, last)
     if first is None or seen is None or seen.next != next_position:
         raise ValueError(f"{log.name}: the fold does not match the log at position {last}")
     if first_folded is not None and first_folded != first.position:
         raise ValueError(f"{log.name}: the fold did not begin at the log's first record")
-    return {"start": start, "first": list(first), "last": list(seen)}
+    return {
+        "start": start,
+        "first": list(first),
+        "last": list(seen),
+        "identity": _identity_of(log),
+        "prefix_crc": _prefix_crc(log, next_position),
+    }
+
+
+def _identity_of(log: Log) -> str | None:
+    """The log's identity as the checkpoint names it: "<queue id hex>/<topic>"."""
+    identity: LogIdentity | None = getattr(log, "identity", None)
+    return None if identity is None else f"{identity.queue_hex}/{identity.topic}"
+
+
+#: per log handle, the checksum of its prefix up to some position (what the last save
+#: computed), so that the next save checksums only what was appended since
+_PREFIX_CRCS: weakref.WeakKeyDictionary[Log, tuple[int, int]] = weakref.WeakKeyDictionary()
+
+
+def _prefix_crc(log: Log, end: int, *, remember: bool = True) -> int:
+    """`log.checksum` of everything from its start to `end`, extending the last one taken
+    through this handle when it covers less (a save reads only the new part)."""
+    at, crc = _PREFIX_CRCS.get(log, (log.start, 0))
+    if at > end:
+        at, crc = log.start, 0
+    crc = log.checksum(at, end, crc)
+    if remember:
+        _PREFIX_CRCS[log] = (end, crc)
+    return crc
 
 
 def _positions_bytes(positions: array[int]) -> bytes:
@@ -306,6 +349,8 @@ def restore_checkpoint(
         _check_log(_map(tasks, "log"), tasks_log, first_task, last_task, index.next_position)
         last_claim = follower.state.position if follower.state.position >= 0 else None
         _check_log(_map(claims, "log"), claims_log, None, last_claim, follower.next_position)
+        _check_whole(_map(tasks, "log"), tasks_log, index.next_position)
+        _check_whole(_map(claims, "log"), claims_log, follower.next_position)
         return TaskIndex.restore(index), follower
     except CheckpointRefused as e:
         raise CheckpointRefused(f"{path}: {e}") from None
@@ -367,6 +412,24 @@ def _check_log(
                 f"{log.name}: the record at position {want.position} is missing or differs "
                 "(the log was replaced, cut short or rewritten)"
             )
+
+
+def _check_whole(plain: dict[str, Any], log: Log, next_position: int) -> None:
+    """Refuse the checkpoint unless it names `log`'s identity and every byte it covers is
+    still as it was (after `_check_log` of both logs: a log whose records differ is named
+    by that check first)."""
+    if plain.get("identity") != _identity_of(log):
+        raise CheckpointRefused(
+            f"{log.name}: taken of the log {plain.get('identity')!r}, not of this one "
+            f"({_identity_of(log)!r})"
+        )
+    # Every byte the checkpoint covers, not just its ends: a record damaged or rewritten in
+    # between would otherwise be trusted for ever (the fold never reads it again).
+    if _prefix_crc(log, next_position, remember=False) != plain.get("prefix_crc"):
+        raise CheckpointRefused(
+            f"{log.name}: the records the checkpoint covers (up to position {next_position}) "
+            "have changed since it was taken (damaged or rewritten)"
+        )
 
 
 def _tasks_from(plain: dict[str, Any]) -> TaskIndexSnapshot:

@@ -22,7 +22,9 @@ DEFAULT_LEASE_S: Final = 5.0
 #: worker shutdown timeout is 10 minutes too)
 DEFAULT_DRAIN_TIMEOUT_S: Final = 600.0
 
+#: the choices of `pick` and `fsync`, defined here once (the CLI's parsers and help use them)
 PICK_STRATEGIES: Final = ("first", "random", "spread")
+FSYNC_POLICIES: Final = tuple(d.value for d in Durability)  # none, commit, always
 
 # A worker id is "<name>-<pid>-<hex>" (or "<name>@<host>-<pid>-<hex>") and names the stats
 # file, so the name and the host must be safe in a file name and readable in a table.

@@ -12,9 +12,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from queue_worker.names import printable, worker_label
+from queue_worker.ops import DEATH, OpRecord, held_by
 from queue_worker.records import Claim, ClaimsRecord, Done, Fail, Renew, TaskRecord, Unknown
-from queue_worker.report import clock_text, duration_text
 from queue_worker.state import ClaimState, Lease, Outcome, Verdict
+from queue_worker.times import ago_text, clock_text, duration_text
 from queue_worker.values import value_text
 
 
@@ -48,6 +50,7 @@ class TaskStory:
                     "position": s.position,
                     "kind": s.kind,
                     "worker": s.worker,
+                    "label": None if s.worker is None else worker_label(s.worker),
                     "at": s.at,
                     "verdict": s.verdict,
                     "why": s.why,
@@ -58,8 +61,23 @@ class TaskStory:
         }
 
 
+_ENDS = (Verdict.DONE, Verdict.RELEASED, Verdict.DEAD)
+_VERBS = {"kill": "killed", "pause": "paused", "resume": "resumed", "restart": "restarted"}
+
+
+def _op_text(op: OpRecord, worker: str, holding: str) -> str:
+    """ "w6·6975 killed by the operator at 03:31:52.103, holding this task" """
+    who = worker_label(worker)
+    when = clock_text(op.at)
+    if op.kind == DEATH:
+        return f"{who} died ({op.detail}), seen by the {op.by} at {when}, {holding}"
+    verb = _VERBS.get(op.kind, op.kind)
+    detail = f" ({op.detail})" if op.detail and op.kind not in _VERBS else ""
+    return f"{who} {verb}{detail} by the {op.by} at {when}, {holding}"
+
+
 def _lease_text(lease: Lease) -> str:
-    return f"{lease.worker} (claim @{lease.claim})"
+    return f"{worker_label(lease.worker)} (claim @{lease.claim})"
 
 
 @dataclass
@@ -73,6 +91,9 @@ class _Teller:
     closed_at: int | None = None  # the position of the DONE or dead FAIL
     released: bool = False
     steps: list[Step] = field(default_factory=list)
+    # winning claim -> [worker, won at, ended at (None: still held), its holder's last record
+    # under it, refused or not]: who held the task when, and who worked on past losing it
+    spans: dict[int, list[Any]] = field(default_factory=dict)
 
     def apply(self, record: ClaimsRecord, position: int) -> None:
         if isinstance(record, Unknown) or record.task != self.task:
@@ -88,7 +109,34 @@ class _Teller:
             step = self._done(record, outcome)
         else:
             step = self._fail(record, outcome)
+        self._span(record, outcome)
         self.steps.append(step)
+
+    def _span(self, r: Claim | Renew | Done | Fail, o: Outcome) -> None:
+        if isinstance(r, Claim) and o.verdict.won:
+            if o.previous is not None and o.previous.claim in self.spans:
+                self.spans[o.previous.claim][2] = r.at
+            self.spans[o.position] = [r.worker, r.at, None, r.at]
+        elif not isinstance(r, Claim) and r.claim in self.spans:
+            span = self.spans[r.claim]
+            if o.verdict in _ENDS:
+                span[2] = r.at
+            if span[0] == r.worker:
+                span[3] = max(span[3], r.at)
+
+    def cite(self, op: OpRecord) -> Step | None:
+        """The op as a step of this task's story, when its process held the task then."""
+        for claim, (worker, start, end, last) in self.spans.items():
+            if not held_by(op, worker) or op.at < start:
+                continue
+            if end is None or op.at <= end:
+                text = _op_text(op, worker, "holding this task")
+            elif op.at <= last:  # it wrote again under this claim later: worth telling
+                text = _op_text(op, worker, f"after losing this task (claim @{claim})")
+            else:
+                continue
+            return Step(claim, "OP", worker, op.at, op.kind, text, claim)
+        return None
 
     def _step(self, kind: str, r: Claim | Renew | Done | Fail, o: Outcome, why: str) -> Step:
         claim = None if isinstance(r, Claim) else r.claim
@@ -176,21 +224,29 @@ class _Teller:
         v = o.verdict
         if v is Verdict.DEAD:
             self.closed_at = o.position
-            why = f"dead: attempts used up; last error: {r.error}"
+            why = f"dead: attempts used up; last error: {printable(r.error)}"
         elif v is Verdict.RELEASED:
             assert r.retry_at is not None
             self.released = True
-            why = f"released after error: {r.error}; retry at {clock_text(r.retry_at)}"
+            why = f"released after error: {printable(r.error)}; retry at {clock_text(r.retry_at)}"
         else:
             why = f"stale fail: claim @{r.claim} is not the holder; {self._refused(o)}"
         return self._step("FAIL", r, o, why)
 
-    def final_state(self, published: bool) -> str:
+    def final_state(self, published: bool, now_us: int | None) -> str:
         if self.state.is_done(self.task):
             return f"done (@{self.closed_at})"
         if self.state.is_dead(self.task):
-            return f"dead: {self.state.dead_error(self.task)}"
+            return f"dead: {printable(self.state.dead_error(self.task) or '')}"
         holder = self.state.holder(self.task)
+        if holder is not None and now_us is not None and holder.expiry <= now_us:
+            # The fold still names this claim the holder (no record has replaced it); that
+            # the lease has run out is this machine's clock speaking, for the reader.
+            return (
+                f"held by {_lease_text(holder)}, but its lease expired at "
+                f"{clock_text(holder.expiry)}, {ago_text(holder.expiry, now_us)} by this "
+                "machine's clock: a live worker may take it over"
+            )
         if holder is not None:
             return f"held by {_lease_text(holder)} until {clock_text(holder.expiry)}"
         if self.released:
@@ -202,19 +258,30 @@ def explain_task(
     task: int,
     task_record: TaskRecord | str | None,
     claims: Iterable[tuple[int, ClaimsRecord]],
+    ops: Iterable[OpRecord] = (),
+    now_us: int | None = None,
 ) -> TaskStory:
     """The story of `task`: its TASK record (a string when it cannot be read, None when the
     tasks topic lacks it) and every claims record about it, each with why the fold decided
-    what it did."""
+    what it did; and the ops records (kills, pauses, deaths) of a process while it held the
+    task, placed by time among the others (kind "OP"). With `now_us` (the reader's clock),
+    a held task whose lease has run out by then is said to be expired."""
     teller = _Teller(task)
     for position, record in claims:
         teller.apply(record, position)
     steps = list(teller.steps)
+    for op in ops:
+        cited = teller.cite(op)
+        if cited is not None:
+            # after the records written before it (the log's order is close to time order)
+            where = next((i for i, s in enumerate(steps) if s.at > op.at), len(steps))
+            steps.insert(where, cited)
     if isinstance(task_record, TaskRecord):
         payload = value_text(task_record.payload, 60)  # JSON, as everywhere else
         first = Step(task, "TASK", None, task_record.enqueued_at, "published", f"payload {payload}")
         steps.insert(0, first)
     elif task_record is not None:
-        steps.insert(0, Step(task, "TASK", None, 0, "published", f"unreadable: {task_record}"))
+        why = f"unreadable: {printable(task_record)}"
+        steps.insert(0, Step(task, "TASK", None, 0, "published", why))
     published = task_record is not None
-    return TaskStory(task, published, tuple(steps), teller.final_state(published))
+    return TaskStory(task, published, tuple(steps), teller.final_state(published, now_us))

@@ -25,12 +25,15 @@ Attempts and failures. Every winning claim of a task is one attempt (the fold co
   that the earlier attempts' workers died (`attempts_used_up`). So a task whose handler
   kills its worker is run at most `max_attempts` times, like one that raises.
 
-Cancellation: when the worker loses the lease (a renewal refused, or another worker took
-the task over after the lease lapsed), it sets `ctx.cancelled`. A handler that honours it
-stops by raising `TaskCancelled` (`ctx.raise_if_cancelled()`, `ctx.sleep(s)`): the worker
-then writes nothing, since the task belongs to someone else now. A handler that returns
-normally has completed, cancelled or not: its DONE is written, and the fold judges it (a
-stale DONE is refused and stays in the log as evidence of work done twice).
+Cancellation: when the worker loses the lease (a renewal refused, another worker took the
+task over, or the worker's own clock passed the lease's expiry: it was frozen or starved
+past it), it sets `ctx.cancelled`. A handler that honours it stops by raising
+`TaskCancelled` (`ctx.raise_if_cancelled()`, `ctx.sleep(s)`; both also ask whether the
+lease has lapsed by the clock, so a `ctx.sleep` whose time ran out while the process was
+stopped raises rather than returns): the worker then writes nothing, since the task belongs
+to someone else now. A handler that returns normally has completed, cancelled or not: its
+DONE is written, and the fold judges it (a stale DONE is refused and stays in the log as
+evidence of work done twice).
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ import inspect
 import random
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final, Literal, TypeVar
 
 from queue_worker.clock import seconds_to_us
@@ -57,6 +60,10 @@ class HandlerLoadError(ValueError):
     """A handler spec that does not name a usable function."""
 
 
+def _never() -> bool:
+    return False
+
+
 @dataclass(frozen=True)
 class TaskContext:
     """What a handler may know about the attempt it runs in."""
@@ -66,15 +73,22 @@ class TaskContext:
     cancelled: threading.Event  # set when the lease is lost: stop and raise TaskCancelled
     worker_id: str
     work_ms: int = 400  # the worker's configured work time (the demo handler uses it)
+    # Has the lease lapsed by the worker's clock? (Sets `cancelled` when it has: the
+    # worker's `LeaseKeeper.check_lapse`.) Asked before sleep/raise_if_cancelled return.
+    lease_lapsed: Callable[[], bool] = field(default=_never, compare=False, repr=False)
 
     def raise_if_cancelled(self) -> None:
-        if self.cancelled.is_set():
-            raise TaskCancelled(f"task {self.task_id}: the lease was lost")
+        if self.cancelled.is_set() or self.lease_lapsed():
+            raise TaskCancelled(self._why())
 
     def sleep(self, seconds: float) -> None:
-        """Wait `seconds`, or raise TaskCancelled as soon as the lease is lost."""
-        if self.cancelled.wait(seconds):
-            raise TaskCancelled(f"task {self.task_id}: the lease was lost")
+        """Wait `seconds`, or raise TaskCancelled as soon as the lease is lost — also when
+        the wait ends after the lease lapsed (the process was stopped meanwhile)."""
+        if self.cancelled.wait(seconds) or self.lease_lapsed():
+            raise TaskCancelled(self._why())
+
+    def _why(self) -> str:
+        return f"task {self.task_id}: the lease was lost"
 
 
 CtxMode = Literal["none", "positional", "keyword"]

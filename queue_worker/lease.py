@@ -13,15 +13,27 @@ the log, in which case no RENEW is written — sets the cancellation flag (a
 `threading.Event` the handler sees as `ctx.cancelled`) and stops the renewals. Renewal also
 stops when the handler returns (`stop()`, or leaving the `with` block).
 
+A lapse by our own clock is a loss too. The keeper remembers the expiry it last secured (the
+CLAIM's, then each accepted RENEW's). A worker that was frozen (SIGSTOP, a laptop lid, a VM
+paused) or starved past that expiry wakes with a lease it cannot vouch for: another worker
+may already have taken the task over, or may do so at any moment. So once the worker's clock
+(on the fold's clock) reaches that expiry, the lease is lost (`LeaseKeeper.check_lapse`):
+the flag is set and no RENEW is written — whichever thread notices first, the renewal
+thread or the handler's own `ctx.sleep` / `ctx.raise_if_cancelled`, which ask the keeper
+before they return. Without this the default handler's `ctx.sleep`, whose time ran out
+during the freeze, returned normally, and the worker wrote a DONE the fold refused.
+
 What a lost lease means for the completion
 ------------------------------------------
 A handler that honours the flag raises `TaskCancelled`: the worker writes no DONE (and no
-FAIL) — the task belongs to the claim that took it over. A handler that ignores the flag and
-completes anyway still gets its DONE written: the fold refuses it (STALE_DONE, because the
-DONE names a claim that no longer holds the task), the result is discarded, and the log
-keeps the evidence: the report counts that task as worked twice. The worker does not
-swallow the DONE, because only the log, not the worker, can say for certain whether the
-lease was lost (a renewal may lose a race it could not yet see).
+FAIL) — the task belongs to the claim that took it over (or, after a lapse nobody has acted
+on yet, to whoever claims it next: it is an orphan, tried first by every worker). A handler
+that ignores the flag and completes anyway still gets its DONE written, as evidence: its work
+was done, side effects and all. If the task was taken over, the fold refuses that DONE
+(STALE_DONE: it names a claim that no longer holds the task), the result is discarded, and
+the report counts the task as worked twice; if nobody took it over, the DONE is accepted
+and the work is not wasted. The worker cannot know which before it writes (a takeover may
+land just before its DONE), so only the log decides.
 
 Timing is by the local monotonic clock (renew every `lease/2` seconds of real time); the
 records' `at` comes from the worker's clock (injectable), and expiry is judged, as always,
@@ -114,6 +126,8 @@ class LeaseListener(Protocol):
 
     def lease_error(self, error: str) -> None: ...
 
+    def lease_lapsed(self, overdue_us: int) -> None: ...
+
     def lease_tick(self) -> None: ...
 
 
@@ -137,7 +151,10 @@ class LeaseKeeper:
         listener: LeaseListener | None = None,
         renew_every_s: float | None = None,
         renewer: RenewalThread | None = None,
+        fold_clock: Callable[[], int] | None = None,
     ) -> None:
+        """`fold_clock`: now on the clock the fold judges by (the server's, on a log that
+        stamps records), for judging a lapse; `clock` stamps the RENEW records."""
         self.log = log
         self.claim = claim
         self.lease_us = lease_us
@@ -149,8 +166,13 @@ class LeaseKeeper:
         self.listener = listener
         self.renew_every_s = renew_every_s if renew_every_s is not None else lease_us / 2e6
         self.renewals = 0
+        self.fold_clock = fold_clock if fold_clock is not None else clock
+        # the expiry (fold clock) of the CLAIM as folded, then of each accepted RENEW
+        self.secured_expiry = claim.at + claim.lease
         self.lost = False
+        self.lapsed = False  # lost because our own clock passed `secured_expiry`
         self.lost_to: Lease | None = None  # who holds the task after we lost it, if anyone
+        self._lose_lock = threading.Lock()  # the renewal thread and the handler's may race
         self.last_error: str | None = None
         self.next_renewal = float("inf")  # monotonic seconds; set by start()
         self._renewer = renewer
@@ -176,6 +198,21 @@ class LeaseKeeper:
 
     # -- one renewal -------------------------------------------------------------------------
 
+    def check_lapse(self) -> bool:
+        """Has the lease been lost, or has our clock reached the expiry we last secured? A
+        lapse is a loss: the flag is set, and no renewal follows. Safe from any thread."""
+        if self.lost:
+            return True
+        overdue = self.fold_clock() - self.secured_expiry
+        if overdue < 0:
+            return False
+        with self._lose_lock:
+            first = self._lose_locked(None)  # not if another thread lost it meanwhile
+            self.lapsed = self.lapsed or first
+        if first and self.listener is not None:
+            self.listener.lease_lapsed(overdue)
+        return True
+
     def renew_once(self) -> Verdict:
         """Renew now: RENEWED, or LEASE_LOST (the cancellation flag is then set)."""
         if self.lost:
@@ -184,6 +221,8 @@ class LeaseKeeper:
         self.fold.catch_up(self.log)
         if not self.fold.held:
             self._lose(self.fold.holder)
+            return Verdict.LEASE_LOST
+        if self.check_lapse():  # nobody has taken it yet, but we cannot vouch for it
             return Verdict.LEASE_LOST
         renew = Renew(
             self.task, self.claim.worker, self.clock(), self.fold.claim_position, self.lease_us
@@ -194,16 +233,26 @@ class LeaseKeeper:
             self._lose(outcome.holder)
             return Verdict.LEASE_LOST
         self.renewals += 1
-        if self.listener is not None and outcome.holder is not None:
-            self.listener.lease_renewed(outcome.holder.expiry)
+        if outcome.holder is not None:
+            self.secured_expiry = outcome.holder.expiry
+            if self.listener is not None:
+                self.listener.lease_renewed(outcome.holder.expiry)
         return Verdict.RENEWED
 
     def _lose(self, holder: Lease | None) -> None:
+        with self._lose_lock:
+            first = self._lose_locked(holder)
+        if first and self.listener is not None:
+            self.listener.lease_lost(holder)
+
+    def _lose_locked(self, holder: Lease | None) -> bool:
+        """Mark the lease lost (under `_lose_lock`); False if it already was."""
+        if self.lost:
+            return False
         self.lost = True
         self.lost_to = holder
         self.cancelled.set()
-        if self.listener is not None:
-            self.listener.lease_lost(holder)
+        return True
 
     # -- driven by the renewal thread --------------------------------------------------------
 

@@ -19,10 +19,10 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from logstore import Durability, Log, LogError, open_log
+from logstore import Durability, Log, LogError
 from queue_worker.clock import Clock, now_us
 from queue_worker.records import RecordEncodeError, TaskRecord, encode
-from queue_worker.topics import READ_BATCH, TASKS_TOPIC
+from queue_worker.topics import READ_BATCH, TASKS_TOPIC, open_topic
 
 
 class Queue:
@@ -41,7 +41,7 @@ class Queue:
         durability = Durability.parse(fsync)
         self._owns_log = tasks_log is None
         self.log = (
-            tasks_log if tasks_log is not None else open_log(location, TASKS_TOPIC, durability)
+            tasks_log if tasks_log is not None else open_topic(location, TASKS_TOPIC, durability)
         )
         self._clock = clock
         # How far this producer has counted: the record at `_counted_position` is task

@@ -17,7 +17,13 @@ a one-letter type code; the rest are the type's fields in the order of the datac
     TASK   [1, "T", payload, enqueued_at]
 
 Times are integer microseconds since the Unix epoch (the writer's wall clock). `claim` is the
-log position of the CLAIM that the record acts under: the fencing token.
+log position of the CLAIM that the record acts under: the fencing token. A task id is an
+index in the tasks log: an integer from 0 to `MAX_TASK_ID`. A claims record naming any other
+task (−1, 2^64 − 1) is malformed: it decodes as an error, so every reader skips it as it
+skips any malformed record (the fold never sees it, and no task can be held by it). The encoder
+writes such an id as given (tools and tests write hostile records with it). Times and
+leases are not range-checked: the fold only compares and adds them, and readers show an
+absurd one as such (`queue_worker.times`).
 
 Forward compatibility: a later schema may append fields (they are ignored here) or add
 types (decoded as `Unknown` and skipped by the fold). Decoding bytes read from a log is
@@ -40,8 +46,17 @@ DONE: Final = "D"
 FAIL: Final = "F"
 
 
+#: the largest task id: a tasks log of 2^63 records is beyond any disk, and every id up to
+#: here fits msgpack's signed 64-bit integers
+MAX_TASK_ID: Final = 2**63 - 1
+
+
 class RecordDecodeError(ValueError):
     """Bytes from a log that are not a valid qw record."""
+
+
+class TaskIdRangeError(RecordDecodeError):
+    """A claims record naming a task id outside 0..MAX_TASK_ID: malformed."""
 
 
 class RecordEncodeError(ValueError):
@@ -127,6 +142,8 @@ def _pack(items: list[Any], *, free_form: bool) -> bytes:
     if free_form:
         try:
             decode(data)
+        except TaskIdRangeError:
+            pass  # written as given, as in a record without a free-form value (see above)
         except RecordDecodeError as e:
             raise RecordEncodeError(f"encodes to bytes that do not decode: {e}") from e
     return data
@@ -182,6 +199,13 @@ def _int(value: Any, field: str) -> int:
     return value
 
 
+def _task(value: Any) -> int:
+    task = _int(value, "task")
+    if not 0 <= task <= MAX_TASK_ID:
+        raise TaskIdRangeError(f"field 'task' is {task}; expected a task id from 0 to 2^63-1")
+    return task
+
+
 def _str(value: Any, field: str) -> str:
     if not isinstance(value, str):
         raise RecordDecodeError(f"field {field!r} is {_quote(value)}; expected a string")
@@ -219,6 +243,7 @@ def decode(data: bytes) -> Record:
             type(version) is int
             and version >= 1
             and type(task) is int
+            and 0 <= task <= MAX_TASK_ID
             and type(worker) is str
             and type(at) is int
             and type(fifth) is int
@@ -253,17 +278,27 @@ def _decode_checked(items: Any) -> Record:
     # falls back to the per-field checks only to name what is wrong.
     if code == CLAIM:
         task, worker, at, lease = items[2], items[3], items[4], items[5]
-        if type(task) is int and type(worker) is str and type(at) is int and type(lease) is int:
+        if (
+            type(task) is int
+            and 0 <= task <= MAX_TASK_ID
+            and type(worker) is str
+            and type(at) is int
+            and type(lease) is int
+        ):
             return Claim(task, worker, at, lease)
-        return Claim(
-            _int(task, "task"), _str(worker, "worker"), _int(at, "at"), _int(lease, "lease")
-        )
+        return Claim(_task(task), _str(worker, "worker"), _int(at, "at"), _int(lease, "lease"))
     if code == DONE:
         task, worker, at, claim = items[2], items[3], items[4], items[5]
-        if type(task) is int and type(worker) is str and type(at) is int and type(claim) is int:
+        if (
+            type(task) is int
+            and 0 <= task <= MAX_TASK_ID
+            and type(worker) is str
+            and type(at) is int
+            and type(claim) is int
+        ):
             return Done(task, worker, at, claim, items[6])
         return Done(
-            _int(task, "task"),
+            _task(task),
             _str(worker, "worker"),
             _int(at, "at"),
             _int(claim, "claim"),
@@ -271,7 +306,7 @@ def _decode_checked(items: Any) -> Record:
         )
     if code == RENEW:
         return Renew(
-            _int(items[2], "task"),
+            _task(items[2]),
             _str(items[3], "worker"),
             _int(items[4], "at"),
             _int(items[5], "claim"),
@@ -280,7 +315,7 @@ def _decode_checked(items: Any) -> Record:
     if code == FAIL:
         retry_at = items[7]
         return Fail(
-            _int(items[2], "task"),
+            _task(items[2]),
             _str(items[3], "worker"),
             _int(items[4], "at"),
             _int(items[5], "claim"),

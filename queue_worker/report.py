@@ -21,12 +21,13 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, fields, is_dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import Any, Final
 
 from logstore import Log, is_redis_url, open_log
 from logstore.base import LogError
+from queue_worker.checker import QueueChecker, QueueChecks
+from queue_worker.names import worker_label
 from queue_worker.records import (
     Claim,
     ClaimsRecord,
@@ -40,7 +41,15 @@ from queue_worker.records import (
 )
 from queue_worker.state import ClaimState, Lease, Outcome, Verdict
 from queue_worker.stats import percentile
-from queue_worker.topics import CLAIMS_TOPIC, MALFORMED, TASKS_TOPIC, decode_claims_entry
+from queue_worker.times import clock_text, duration_text, is_date
+from queue_worker.topics import (
+    CLAIMS_TOPIC,
+    MALFORMED,
+    TASKS_TOPIC,
+    decode_claims_entry,
+    open_topic,
+    open_topics,
+)
 
 #: exit codes of `qw report` (and the checks built on it)
 EXIT_OK: Final = 0  # every finished task completed exactly once, none worked twice
@@ -72,7 +81,7 @@ __all__ = [
     "EXIT_OK",
     "EXIT_WORKED_TWICE",
     "ReportInputError",
-    # how times read
+    # how times read (queue_worker.times, re-exported)
     "clock_text",
     "duration_text",
     "json_safe",
@@ -227,6 +236,12 @@ class Report:
     unpublished_tasks: tuple[int, ...]  # task ids the claims name but tasks.log lacks
     unknown_records: int  # records of a type this version does not know (skipped)
     malformed: tuple[int, ...]  # positions of claims records that do not decode (skipped)
+    # positions of records whose time (at, its lease's end, retry_at) is no date: hostile or
+    # broken writers; the fold still applies them as written (they decode)
+    impossible_times: tuple[int, ...] = ()
+    checks: QueueChecks = field(
+        default_factory=QueueChecks
+    )  # the total-queue classes (queue_worker.checker)
 
     @property
     def completions_stale(self) -> int:
@@ -301,8 +316,9 @@ class Report:
                 for t in self.takeovers
             ],
             stale_completions=json_safe(self.stale_completions),
-            workers=json_safe(self.workers),
+            workers=[json_safe(w) | {"label": worker_label(w.worker)} for w in self.workers],
             accounting_errors=self.accounting_errors(),
+            checks=self.checks.to_json(),
         )
         return data
 
@@ -344,6 +360,8 @@ class _Replay:
     renew_margins: list[int] = field(default_factory=list)
     done_margins: list[int] = field(default_factory=list)
     malformed: list[int] = field(default_factory=list)
+    impossible_times: list[int] = field(default_factory=list)
+    checker: QueueChecker = field(default_factory=QueueChecker)
     records: int = 0
     attempts: int = 0
     wins: int = 0
@@ -371,6 +389,7 @@ class _Replay:
         # extends, which the fold replaces as it applies the record.
         before = None if isinstance(record, Unknown) else self.state.holder(record.task)
         outcome = self.state.apply(record, position)
+        self.checker.apply(record, outcome)
         if isinstance(record, Claim):
             self._claim(record, outcome)
         elif isinstance(record, Renew):
@@ -381,6 +400,8 @@ class _Replay:
             self._fail(record, outcome)
         elif record.code == MALFORMED:
             self.malformed.append(position)
+        if not isinstance(record, Unknown) and not _times_are_dates(record):
+            self.impossible_times.append(position)
         return outcome
 
     def _claim(self, r: Claim, outcome: Outcome) -> None:
@@ -519,7 +540,19 @@ class _Replay:
             unpublished_tasks=unpublished,
             unknown_records=st.unknown_count - len(self.malformed),
             malformed=tuple(self.malformed),
+            impossible_times=tuple(self.impossible_times),
+            checks=self.checker.result(tasks_published),
         )
+
+
+def _times_are_dates(r: Claim | Renew | Done | Fail) -> bool:
+    if not is_date(r.at):
+        return False
+    if isinstance(r, Claim | Renew):
+        return is_date(r.at + r.lease)
+    if isinstance(r, Fail) and r.retry_at is not None:
+        return is_date(r.retry_at)
+    return True
 
 
 def build_report(tasks_published: int, claims: Iterable[tuple[int, ClaimsRecord]]) -> Report:
@@ -566,12 +599,19 @@ def missing_logs_text(location: str | Path) -> str:
     return f"no qw logs at {text} (expected tasks.log and claims.log)"
 
 
+def _check_pair(location: str | Path) -> None:
+    """Raise LogError unless `location` holds the tasks and the claims log of one queue."""
+    tasks, claims = open_topics(location, read_only=True)
+    tasks.close()
+    claims.close()
+
+
 def _open_existing(location: str | Path, topic: str) -> Log | None:
     """The topic's log, or None for a data directory that lacks it (never creates files)."""
     text = str(location)
-    if not is_redis_url(text) and not (Path(text) / f"{topic}.log").is_file():
+    if not is_redis_url(text) and not (Path(text) / f"{topic}.log").exists():
         return None
-    return open_log(location, topic)
+    return open_topic(location, topic, read_only=True)
 
 
 def count_tasks(location: str | Path) -> int:
@@ -632,26 +672,18 @@ def load_report(location: str | Path, up_to: int | None = None) -> Report:
     try:
         if not has_logs(location):
             raise ReportInputError(missing_logs_text(location))
-        return build_report(count_tasks(location), read_claims(location, up_to))
+        # Both logs, of one queue (their identity is checked as they open), or nothing.
+        _check_pair(location)
+        replay = _Replay()
+        for position, record in read_claims(location, up_to):
+            replay.apply(record, position)
+        published = count_tasks(location)  # after the claims: a live queue only grows
+        highest = replay.state.highest_closed()
+        if highest is not None and highest >= published:
+            raise ReportInputError(
+                f"the tasks log at {location} holds {published} tasks, but its claims log "
+                f"closed task {highest}: the tasks log was cut short or replaced"
+            )
+        return replay.report(published)
     except (LogError, OSError) as e:  # a damaged or foreign log; a file we may not read
         raise ReportInputError(str(e)) from e
-
-
-# -- how times read --------------------------------------------------------------------------
-
-
-def clock_text(at_us: int) -> str:
-    """A record's wall-clock time as people read it: 12:00:01.234 (local time)."""
-    moment = datetime.fromtimestamp(at_us / 1_000_000)
-    return moment.strftime("%H:%M:%S.") + f"{moment.microsecond // 1000:03d}"
-
-
-def duration_text(us: int) -> str:
-    """A span of µs as people read it: 850 µs, 12.3 ms, 4.20 s (negative keeps its sign)."""
-    sign = "-" if us < 0 else ""
-    us = abs(us)
-    if us < 1000:
-        return f"{sign}{us} µs"
-    if us < 1_000_000:
-        return f"{sign}{us / 1000:.1f} ms"
-    return f"{sign}{us / 1_000_000:.2f} s"

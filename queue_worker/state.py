@@ -37,7 +37,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Final, NamedTuple
 
-from queue_worker.records import Claim, ClaimsRecord, Done, Fail, Renew, Unknown
+from queue_worker.records import MAX_TASK_ID, Claim, ClaimsRecord, Done, Fail, Renew, Unknown
 
 
 class Verdict(enum.Enum):
@@ -281,6 +281,12 @@ class ClaimState:
         state = cls(
             snap.position, snap.done_count, snap.dead_count, snap.unknown_count, snap.watermark
         )
+        # A task id no record can name (records.py decodes one as malformed) means the
+        # snapshot was taken by a fold that read such records: refused, so that its reader
+        # replays the log and agrees with every other reader.
+        ids = [*snap.closed_above, *(t for t, _ in snap.dead), *(o.task for o in snap.open)]
+        if any(not 0 <= t <= MAX_TASK_ID for t in ids):
+            raise ValueError(f"a task id outside 0..{MAX_TASK_ID}")
         state._closed_above = set(snap.closed_above)
         if len(state._closed_above) != len(snap.closed_above):
             raise ValueError("a task closed twice")
@@ -311,6 +317,18 @@ class ClaimState:
     def is_closed(self, task: int) -> bool:
         """Done or dead: never claimable again."""
         return (0 <= task < self.watermark) or task in self._closed_above
+
+    def highest_closed(self) -> int | None:
+        """The largest id of a closed (done or dead) task; None when none is closed."""
+        above = max(self._closed_above, default=-1)
+        highest = max(self.watermark - 1, above)
+        return highest if highest >= 0 else None
+
+    def closed_from(self, first: int) -> int:
+        """How many closed tasks have an id >= `first` (a query, for readers that count only
+        the tasks published so far: the fold itself does not know the tasks log)."""
+        below_watermark = max(0, self.watermark - max(first, 0))
+        return below_watermark + sum(1 for t in self._closed_above if t >= first)
 
     def is_dead(self, task: int) -> bool:
         return task in self._dead

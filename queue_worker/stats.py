@@ -15,16 +15,15 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from queue_worker.percentile import nearest_rank
+
 #: how many recent claim latencies the percentiles are computed over
 LATENCY_WINDOW = 2048
 
 
 def percentile(sorted_values: list[int], q: float) -> int:
     """Nearest-rank percentile of an ascending list (0 for an empty one)."""
-    if not sorted_values:
-        return 0
-    rank = max(0, min(len(sorted_values) - 1, round(q * (len(sorted_values) - 1))))
-    return sorted_values[rank]
+    return nearest_rank(sorted_values, q) if sorted_values else 0
 
 
 @dataclass
@@ -47,6 +46,7 @@ class WorkerStats:
     timeouts: int = 0  # the original's name: leases that lapsed under this worker
     renewals: int = 0
     leases_lost: int = 0
+    leases_lapsed: int = 0  # of leases_lost: our clock passed the expiry (paused, stalled)
     cancelled: int = 0  # handlers cancelled after a lost lease
     current_task: int | None = None
     current_since: float | None = None  # wall clock, seconds
@@ -58,6 +58,9 @@ class WorkerStats:
     done_tasks: int = 0  # as this worker's fold sees the queue
     held_by_anyone: int = 0
     last_error: str | None = None
+    #: the log failing under this worker now (a full disk, a server out of reach): the
+    #: error, naming the file or URL; None once an append lands again
+    log_error: str | None = None
     updated_at: float = 0.0
     exit_reason: str | None = None
     _latencies: deque[int] = field(default_factory=lambda: deque(maxlen=LATENCY_WINDOW))

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, NamedTuple
 
-from logstore import Durability, Entry, Log, LogError, open_log
+from logstore import Durability, Entry, IdentityError, Log, LogError, open_log
 from queue_worker.records import (
     ClaimsRecord,
     Fail,
@@ -51,6 +51,12 @@ from queue_worker.state import ClaimState, Outcome
 
 TASKS_TOPIC: Final = "tasks"
 CLAIMS_TOPIC: Final = "claims"
+#: operator actions and worker deaths (queue_worker.ops): never read by the fold
+OPS_TOPIC: Final = "ops"
+
+#: every topic of a queue: its logs share one identity (`logstore.identity`), checked by
+#: every open through `open_topic`. Adding a topic is adding its name here.
+TOPICS: Final[tuple[str, ...]] = (TASKS_TOPIC, CLAIMS_TOPIC, OPS_TOPIC)
 
 #: the type code a claims record that does not decode is folded as
 MALFORMED: Final = "?malformed"
@@ -70,17 +76,54 @@ class SettleError(LogError):
     """A record this process appended did not show up in the log where it should."""
 
 
+def open_topic(
+    location: str | Path,
+    topic: str,
+    durability: Durability = Durability.COMMIT,
+    *,
+    read_only: bool = False,
+) -> Log:
+    """Open one topic of the queue at `location`: refused (IdentityError) when it is not a
+    log of the same queue as the queue's other logs there, or is another topic's log.
+    `read_only`: create and write nothing (for the commands that only look)."""
+    return open_log(location, topic, durability, family=TOPICS, read_only=read_only)
+
+
 def open_topics(
-    location: str | Path, durability: Durability = Durability.COMMIT
+    location: str | Path, durability: Durability = Durability.COMMIT, *, read_only: bool = False
 ) -> tuple[Log, Log]:
-    """Open (creating if needed) the tasks and claims logs at `location`."""
-    tasks = open_log(location, TASKS_TOPIC, durability)
+    """Open (creating if needed, unless `read_only`) the tasks and claims logs at
+    `location`, as one queue's."""
+    tasks = open_topic(location, TASKS_TOPIC, durability, read_only=read_only)
     try:
-        claims = open_log(location, CLAIMS_TOPIC, durability)
+        claims = open_topic(location, CLAIMS_TOPIC, durability, read_only=read_only)
     except BaseException:
         tasks.close()
         raise
     return tasks, claims
+
+
+def open_ops(
+    location: str | Path, durability: Durability = Durability.COMMIT, *, read_only: bool = False
+) -> Log:
+    """Open the ops log at `location` (see queue_worker.ops): a topic of the queue like the
+    others, so it carries the queue's identity."""
+    return open_topic(location, OPS_TOPIC, durability, read_only=read_only)
+
+
+def check_tasks_cover(tasks_log: Log, known_tasks: int, claims_log: Log, state: ClaimState) -> None:
+    """Raise IdentityError when the claims fold closed a task the tasks log does not have.
+
+    A worker claims only tasks it has read, so the tasks log always holds every task the
+    claims log closes; a tasks log shorter than that was cut or replaced, and tasks enqueued
+    now would get the ids of tasks already done. Call it with `known_tasks` read *after*
+    the claims were folded."""
+    highest = state.highest_closed()
+    if highest is not None and highest >= known_tasks:
+        raise IdentityError(
+            f"{tasks_log.name} holds {known_tasks} task{'s' * (known_tasks != 1)}, but "
+            f"{claims_log.name} closed task {highest}: the tasks log was cut short or replaced"
+        )
 
 
 def on_server_clock(record: ClaimsRecord, server_time_us: int) -> ClaimsRecord:

@@ -52,8 +52,10 @@ from pathlib import Path
 from typing import Any, Final
 
 from logstore import (
+    AppendError,
     CorruptLogError,
     ForeignFileError,
+    IdentityError,
     Log,
     LogClosedError,
     LogError,
@@ -81,7 +83,7 @@ from queue_worker.handlers import (
 )
 from queue_worker.lease import LeaseKeeper, RenewalThread
 from queue_worker.names import worker_label
-from queue_worker.pick import FreshTasks, pick_task
+from queue_worker.pick import FreshTasks, Orphans, pick_task
 from queue_worker.publisher import SnapshotPublisher
 from queue_worker.records import (
     Claim,
@@ -95,7 +97,14 @@ from queue_worker.records import (
 from queue_worker.state import Lease, Verdict
 from queue_worker.stats import WorkerStats
 from queue_worker.time_limit import TimeLimits
-from queue_worker.topics import READ_BATCH, ClaimsFollower, Settled, TaskIndex, open_topics
+from queue_worker.topics import (
+    READ_BATCH,
+    ClaimsFollower,
+    Settled,
+    TaskIndex,
+    check_tasks_cover,
+    open_topics,
+)
 
 #: spread: an idle worker woken when the next task id is another slot's steps aside this
 #: long first, so that the task's own worker (woken by the same append) gets one of the
@@ -112,7 +121,7 @@ CHECKPOINT_EVERY_BYTES: Final = 8 << 20
 
 # Errors after which a log handle cannot be used again: the worker exits. Other LogErrors
 # (an append that did not land, a server out of reach) are retried after a pause.
-_FATAL_LOG_ERRORS: Final = (CorruptLogError, ForeignFileError, LogClosedError)
+_FATAL_LOG_ERRORS: Final = (CorruptLogError, ForeignFileError, IdentityError, LogClosedError)
 
 
 class StepKind(enum.Enum):
@@ -204,9 +213,12 @@ class Worker:
         self.tasks = TaskIndex(tasks_log.start)
         self._fresh = FreshTasks()
         self._own_from = 0  # spread: every id of our slot below this is closed
+        # orphans first; a predecessor's lapsed tasks are left to the others for one lease
+        self._orphans = Orphans(self.worker_id, config.lease_us, heir_rule=config.slots > 1)
         self.claims = ClaimsFollower(claims_log.start)
         self._checkpoint_dir = Path(config.location) if checkpoints else None
         checkpoint_note = self._load_checkpoint()
+        self._covered = False  # whether the claims fold was checked against the tasks log
         self.tasks.keep_payloads(config.slot, config.slots)  # the tasks spread gives us
         # server clock − our clock, µs (0 unless the backend stamps records: see topics.py)
         self.clock_offset_us = 0
@@ -300,6 +312,14 @@ class Worker:
         if self.tasks.known > before:
             self._fresh.saw(before, self._clock())
         self.claims.catch_up(self.claims_log)
+        if not self._covered:
+            # Once, at the start: the claims fold must not have closed a task the tasks log
+            # does not hold (a tasks log cut short or replaced: see check_tasks_cover).
+            known = self.tasks.known
+            if self.tasks.catch_up(self.tasks_log):
+                self._fresh.saw(known, self._clock())
+            check_tasks_cover(self.tasks_log, self.tasks.known, self.claims_log, self.claims.state)
+            self._covered = True
         self._refresh_fold_stats()
 
     def pick(self, now: int) -> int | None:
@@ -309,7 +329,7 @@ class Worker:
         excluded: Container[int] = self.tasks.foreign
         if cfg.pick == "spread" and cfg.slots > 1:
             self._fresh.forget_below(state.watermark)
-            excluded = self._fresh.held_back(now, cfg.slot, cfg.slots, self.tasks.foreign)
+            excluded = self._fresh.held_back(state, now, cfg.slot, cfg.slots, self.tasks.foreign)
             # Closed is for good: step the cursor over this slot's closed ids once, instead
             # of probing them from the watermark at every pick.
             own = max(self._own_from, cfg.slot)
@@ -327,6 +347,7 @@ class Worker:
             slots=cfg.slots,
             excluded=excluded,
             own_from=self._own_from,
+            orphans=self._orphans,
         )
 
     def attempt(self, task: int, now: int) -> StepResult:
@@ -406,7 +427,10 @@ class Worker:
     def is_drained(self) -> bool:
         """Nothing pending or held: every known task (that this version can run) is closed."""
         state = self.claims.state
-        if state.held_count:
+        known = self.tasks.known
+        # A claim for an id the tasks log lacks (a foreign or hostile writer's) holds no task
+        # of this queue: it must not keep `--exit-when-drained` from ever exiting.
+        if state.held_count and any(t < known for t, _ in state.held_tasks()):
             return False
         return all(
             state.is_closed(t) or t in self.tasks.foreign
@@ -420,6 +444,9 @@ class Worker:
         if recheck is not None:  # a fresh task of another slot becomes ours to take then
             recheck = self.fold_time(recheck)
             next_change = recheck if next_change is None else min(next_change, recheck)
+        heir = self._orphans.recheck_at  # a predecessor's task becomes ours to take then
+        if heir is not None:
+            next_change = heir if next_change is None else min(next_change, heir)
         return StepResult(StepKind.IDLE, drained=self.is_drained(), next_change=next_change)
 
     # -- running a won task --------------------------------------------------------------------
@@ -449,6 +476,7 @@ class Worker:
                 clock=self._clock,
                 listener=self,
                 renewer=self._renewer,
+                fold_clock=lambda: self.fold_time(self._clock()),
             )
             ctx = TaskContext(
                 task_id=task,
@@ -456,6 +484,7 @@ class Worker:
                 cancelled=keeper.cancelled,
                 worker_id=self.worker_id,
                 work_ms=self.config.work_ms,
+                lease_lapsed=keeper.check_lapse,
             )
             limit_s = self.handler.time_limit_s or self.config.task_timeout_s
 
@@ -476,7 +505,8 @@ class Worker:
                 # The handler stopped because the lease was lost: the task is someone else's.
                 with self._stats_lock:
                     self.stats.cancelled += 1
-                    self.stats.last_error = f"task {task}: cancelled: {outcome.error}"
+                    why = "the lease lapsed while paused or stalled" if keeper.lapsed else None
+                    self.stats.last_error = f"task {task}: cancelled: {why or outcome.error}"
                 return StepResult(
                     StepKind.CANCELLED,
                     task,
@@ -686,6 +716,16 @@ class Worker:
     def _append_and_settle(
         self, record: Claim | Done | Fail, ahead: Claim | None = None
     ) -> Settled | None:
+        """`_append_and_settle_retrying`; a record that landed clears `stats.log_error`."""
+        settled = self._append_and_settle_retrying(record, ahead)
+        if settled is not None and self.stats.log_error is not None:
+            with self._stats_lock:
+                self.stats.log_error = None
+        return settled
+
+    def _append_and_settle_retrying(
+        self, record: Claim | Done | Fail, ahead: Claim | None = None
+    ) -> Settled | None:
         """Append one of our records (a DONE or FAIL durably) and settle it. With `ahead`
         (a CLAIM, after a DONE or FAIL only), both are appended as one batch and the CLAIM
         is left in `_ahead` for the next step.
@@ -723,9 +763,24 @@ class Worker:
         while True:
             with self._stats_lock:
                 self.stats.last_error = f"task {record.task}: {kind} not settled, retrying: {error}"
+                self._note_log_error(error)
             self.publisher.publish()
             if isinstance(record, Claim) and self._draining.is_set():
                 raise error
+            if (
+                not isinstance(record, Claim)
+                and self._draining.is_set()
+                and self._lease_lapsed(record.task, record.claim)
+            ):
+                # Draining, and our lease has run out by the fold's clock: the task is
+                # another worker's to take over now, and a drain must end (a full disk
+                # would otherwise hold it for ever). Nothing of ours is recorded.
+                with self._stats_lock:
+                    self.stats.last_error = (
+                        f"task {record.task}: {kind} given up while draining (the lease "
+                        f"lapsed): {error}"
+                    )
+                return None
             time.sleep(self.config.idle_poll_s)
             try:
                 found, found_ahead = self._fold_to_end_finding(record, ahead)
@@ -745,6 +800,21 @@ class Worker:
                 raise
             except LogError as e:
                 error = e
+
+    def _note_log_error(self, error: LogError) -> None:
+        """Keep `error` as `stats.log_error` (under the stats lock): an append that failed
+        always (it names the file and the cause: a full disk), another error only when
+        none is noted (a CLAIM "not in the log" after a failed append is a consequence)."""
+        if isinstance(error, AppendError) or self.stats.log_error is None:
+            self.stats.log_error = str(error)
+
+    def _lease_lapsed(self, task: int, claim: int) -> bool:
+        """Whether our claim `claim` on `task` no longer holds it, or its lease has run out
+        by the fold's clock (our clock, shifted to the server's where there is one)."""
+        holder = self.claims.state.holder(task)
+        if holder is None or holder.claim != claim:
+            return True
+        return holder.expiry <= self.fold_time(self._clock())
 
     def _fold_to_end_finding(
         self, record: Claim | Done | Fail, ahead: Claim | None = None
@@ -779,6 +849,20 @@ class Worker:
             self.stats.lease_expiry = None
             taken = f" (taken over by {holder.worker})" if holder is not None else ""
             self.stats.last_error = f"task {self.stats.current_task}: lease lost{taken}"
+        self.publisher.publish()
+
+    def lease_lapsed(self, overdue_us: int) -> None:
+        """Our clock passed the lease's expiry before a renewal (the process was stopped or
+        starved): the lease is treated as lost, and the handler is cancelled."""
+        with self._stats_lock:
+            self.stats.leases_lapsed += 1
+            self.stats.leases_lost += 1
+            self.stats.timeouts += 1
+            self.stats.lease_expiry = None
+            self.stats.last_error = (
+                f"task {self.stats.current_task}: lease lapsed while paused or stalled "
+                f"({us_to_seconds(overdue_us):.1f} s past its expiry); handler cancelled"
+            )
         self.publisher.publish()
 
     def lease_error(self, error: str) -> None:
@@ -826,6 +910,7 @@ class Worker:
                 except LogError as e:  # may pass (disk full, server restarting): retry
                     with self._stats_lock:
                         self.stats.last_error = str(e)
+                        self._note_log_error(e)
                     self.publisher.publish()
                     if stop.is_set() or self._draining.is_set():
                         # Asked to stop, and the log does not answer: let go of a claim in

@@ -11,16 +11,16 @@ with exit code 2 (typer's own usage errors are reshaped the same way by `main`).
 
 from __future__ import annotations
 
-import json
 import os
 import sys
+import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Final
+from typing import TYPE_CHECKING, Annotated, Final
 
 import typer
 
 from queue_worker.config import DEFAULT_DRAIN_TIMEOUT_S, DEFAULT_LEASE_S
-from supervisor import inspect_cli, report_cli
+from supervisor import enqueue_input, inspect_cli, report_cli
 from supervisor.cli_options import (
     DEFAULT_DIR,
     FSYNCS,
@@ -38,6 +38,7 @@ from supervisor.cli_options import (
     whole,
 )
 from supervisor.help_format import WholeHelpGroup
+from supervisor.timeline import cli as timeline_cli
 
 if TYPE_CHECKING:
     from supervisor.http_api import StatsServer
@@ -287,6 +288,7 @@ def _parse_http(text: str | None) -> tuple[str, int] | None:
 def _run(supervisor: Supervisor, server: StatsServer | None, *, tui: bool) -> int:
     """Start, watch until the supervisor ends, and say how it ended; returns the exit code."""
     from logstore import LogError
+    from supervisor.end_state import left_text
     from supervisor.progress import run_progress
     from supervisor.signals import stop_on_signals
     from supervisor.supervisor import EXIT_FORCED, EXIT_NO_WORKERS
@@ -318,10 +320,15 @@ def _run(supervisor: Supervisor, server: StatsServer | None, *, tui: bool) -> in
     assert code is not None  # wait() returned: the supervisor finished
     q = supervisor.snapshot().queue
     counts = f"published {q.published}, done {q.done}, dead {q.dead}, pending {q.pending}"
-    if code == EXIT_FORCED:
+    left = left_text(q, supervisor.held_leases(), time.time_ns() // 1000)
+    if supervisor.log_failure is not None:
+        typer.echo(f"qw: error: stopped on a log: {supervisor.log_failure} ({counts})", err=True)
+    elif code == EXIT_FORCED:
         typer.echo(f"qw: stopped: workers killed mid-task ({counts})", err=True)
     elif code == EXIT_NO_WORKERS:
         typer.echo(f"qw: every worker died and none will be restarted ({counts})", err=True)
+    elif left is not None:  # the workers stopped, but the queue is not drained
+        typer.echo(f"qw: stopped with {left} ({counts})")
     else:
         typer.echo(f"qw: drained ({counts})")
     return code
@@ -338,7 +345,7 @@ def enqueue(
     count: Annotated[
         int | None,
         typer.Option(
-            parser=whole("a number of tasks", 1),
+            parser=whole("a number of tasks", 1, enqueue_input.MAX_ENQUEUE),
             metavar="N",
             help="How many tasks (of --payload, or demo tasks).",
         ),
@@ -366,32 +373,27 @@ def enqueue(
     Without --payload or --file, demo tasks ({"n": 0}, {"n": 1}, …) are added. Prints the
     new task ids.
     """
-    from logstore import LogError
+    from logstore import LogError, RecordTooLargeError
     from queue_worker.records import RecordEncodeError
 
     location = location_of(directory, log)
     if file is not None and (payload is not None or count is not None):
         bad("--file", str(file), "--file alone (without --payload or --count)")
     if file is not None:
-        payloads = _payloads_from_file(file)
+        payloads = enqueue_input.from_file(file)
     elif payload is not None:
-        try:
-            value = json.loads(payload)
-        except ValueError as e:
-            bad("--payload", payload, f"one JSON value ({e})")
-        _check_encodable(value, "--payload")
-        payloads = [value] * (count or 1)
+        payloads = enqueue_input.repeated(payload, count or 1)
     else:
         from supervisor.supervisor import demo_payloads
 
         payloads = list(demo_payloads(0, count or 1))
-    if not payloads:
-        fail(f"{file} holds no tasks; expected one JSON payload per line")
     from queue_worker.producer import Queue
 
     try:
         with Queue(location, fsync) as queue:
             ids = queue.enqueue_many(payloads)
+    except RecordTooLargeError as e:  # refused before anything was written
+        fail(f"{'--file' if file is not None else '--payload'}: {e}")
     except (LogError, RecordEncodeError) as e:
         fail(str(e))
     where = str(directory) if log is None else shown(log)
@@ -401,35 +403,9 @@ def enqueue(
         typer.echo(f"enqueued {len(ids)} tasks ({ids[0]}–{ids[-1]}) on {where}")
 
 
-def _check_encodable(value: Any, where: str) -> None:
-    from queue_worker.records import RecordEncodeError, TaskRecord, encode
-
-    try:
-        encode(TaskRecord(value, 0))
-    except RecordEncodeError as e:
-        fail(f"{where}: {e}")
-
-
-def _payloads_from_file(path: Path) -> list[Any]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        bad("--file", str(path), f"a readable UTF-8 file ({e})")
-    payloads = []
-    for number, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue  # blank lines separate nothing; skipping them is what people expect
-        try:
-            value = json.loads(line)
-        except ValueError as e:
-            fail(f"{path} line {number}: not JSON ({e}); expected one JSON value per line")
-        _check_encodable(value, f"{path} line {number}")
-        payloads.append(value)
-    return payloads
-
-
 inspect_cli.register(app)
 report_cli.register(app)
+timeline_cli.register(app)
 
 
 # -- the entry point ---------------------------------------------------------------------------

@@ -15,19 +15,25 @@ from typing import Annotated, Final, NoReturn
 import typer
 
 from logstore import LogError, is_redis_url
-from queue_worker.config import check_host
+from logstore.location import shown as shown  # re-exported: the commands import it from here
+from queue_worker.config import FSYNC_POLICIES, PICK_STRATEGIES, check_host
 from queue_worker.topics import CLAIMS_TOPIC, TASKS_TOPIC
 
 EXIT_USAGE: Final = 2  # a bad option value, a bad input file, no data where one was named
 MAX_WORKERS: Final = 256
 DEFAULT_DIR: Final = Path(".qw")
 
-PICKS: Final = ("first", "random", "spread")
-FSYNCS: Final = ("none", "commit", "always")
+PICKS: Final = PICK_STRATEGIES  # the choices are queue_worker.config's
+FSYNCS: Final = FSYNC_POLICIES
 TOPICS: Final = (CLAIMS_TOPIC, TASKS_TOPIC)
 
 
 # -- option parsers: each names the bad value and what was expected ----------------------------
+
+
+def _given(text: str) -> str:
+    """The value as a message quotes it: cut short (a count may be typed with 5000 digits)."""
+    return repr(text) if len(text) <= 40 else repr(text[:39] + "…")
 
 
 def whole(what: str, low: int, high: int | None = None) -> Callable[[str], int]:
@@ -37,9 +43,9 @@ def whole(what: str, low: int, high: int | None = None) -> Callable[[str], int]:
         try:
             value = int(text)
         except (TypeError, ValueError):
-            raise typer.BadParameter(f"got {text!r}; expected {expected}") from None
+            raise typer.BadParameter(f"got {_given(text)}; expected {expected}") from None
         if value < low or (high is not None and value > high):
-            raise typer.BadParameter(f"got {text!r}; expected {expected}")
+            raise typer.BadParameter(f"got {_given(text)}; expected {expected}")
         return value
 
     return parse
@@ -52,10 +58,10 @@ def real(what: str, low: float, high: float, *, low_open: bool = False) -> Calla
         try:
             value = float(text)
         except (TypeError, ValueError):
-            raise typer.BadParameter(f"got {text!r}; expected {expected}") from None
+            raise typer.BadParameter(f"got {_given(text)}; expected {expected}") from None
         too_low = value <= low if low_open else value < low
         if not math.isfinite(value) or too_low or value > high:
-            raise typer.BadParameter(f"got {text!r}; expected {expected}")
+            raise typer.BadParameter(f"got {_given(text)}; expected {expected}")
         return value
 
     return parse
@@ -64,7 +70,7 @@ def real(what: str, low: float, high: float, *, low_open: bool = False) -> Calla
 def one_of(*choices: str) -> Callable[[str], str]:
     def parse(text: str) -> str:
         if text not in choices:
-            raise typer.BadParameter(f"got {text!r}; expected one of {', '.join(choices)}")
+            raise typer.BadParameter(f"got {_given(text)}; expected one of {', '.join(choices)}")
         return text
 
     return parse
@@ -126,20 +132,6 @@ def check_log_url(url: str) -> None:
         RedisLog(url, TASKS_TOPIC).close()  # a handle that never connected
     except ValueError as e:  # its messages never show a password
         fail(f"--log: {e}")
-
-
-def shown(location: str) -> str:
-    """A location as a message shows it: a redis URL without its password."""
-    if not is_redis_url(location):
-        return location
-    from logstore.redis_log import RedisLog
-
-    try:
-        log = RedisLog(location, TASKS_TOPIC)
-    except ValueError:
-        return "redis://…"
-    log.close()
-    return log.url
 
 
 def require_logs(location: str) -> None:

@@ -284,7 +284,7 @@ def header(snapshot: SupervisorSnapshot, *, now: float) -> Spread:
     workers = snapshot.workers
     dead = sum(1 for w in workers if w.state == "dead")
     paused = sum(1 for w in workers if w.state == "paused")
-    alive = sum(1 for w in workers if w.state not in ("dead", "exited"))
+    alive = sum(1 for w in workers if not w.ended)
 
     right = Text()
     if snapshot.started_at > 0:

@@ -1,13 +1,15 @@
 """The stats endpoint of `qw up --http HOST:PORT`: a stdlib HTTP server in a daemon thread.
 
-    /health      "ok"
+    /health      "ok"; 503 and one line per worker whose log is failing (`log_error`: a
+                 full disk, a server out of reach), naming the file and the error
     /stats       JSON: the supervisor, the queue, and one object per worker slot with the
                  original's field names (attempts, won, lost, finished, timeouts, current,
                  knownTasks, consumedUpTo, doneTasks, heldByAnyone, claimLatencyMicros
                  {p50, p90, p99, samples}) and ours after them
     /task/{id}   JSON: done, heldBy, heldAt (ms), known, and ours (dead, state, attempts,
-                 payload, result, and the history of its records with their verdicts);
-                 404 for an id that no record names
+                 payload, result, and the history of its records with their verdicts;
+                 heldByLabel, leaseExpired by this machine's clock); 404 for an id that no
+                 record names, 400 for one that is no task id (0 … 2^63 − 1)
     /metrics     the Prometheus text exposition format (version 0.0.4)
 
 Every answer is built from `snapshot()` and `task_info()`, which copy what the supervisor's
@@ -21,12 +23,16 @@ import ipaddress
 import json
 import socket
 import threading
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import asdict
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
 
-from logstore import LogError
+from logstore import LogError, space_problem
+from queue_worker.names import worker_label
+from queue_worker.records import MAX_TASK_ID
+from queue_worker.snapshot import WorkerSnapshot
 from supervisor.model import SupervisorSnapshot, WorkerView
 from supervisor.monitor import TaskInfo
 from supervisor.task_history import TaskHistory, read_task_history
@@ -52,6 +58,16 @@ def parse_address(text: str) -> tuple[str, int]:
     return host, int(port_text)
 
 
+def parse_task_id(text: str) -> int | None:
+    """The task id in /task/ID, or None: ASCII digits only (int() takes "٣" and refuses
+    "²", both of which isdigit() passes), and no more than 19 of them (int() refuses
+    more than 4300 digits with a ValueError)."""
+    if not (text.isascii() and text.isdigit() and len(text) <= len(str(MAX_TASK_ID))):
+        return None
+    task = int(text)
+    return task if task <= MAX_TASK_ID else None
+
+
 def is_loopback(host: str) -> bool:
     if host == "localhost":
         return True
@@ -64,48 +80,57 @@ def is_loopback(host: str) -> bool:
 # -- the JSON bodies -------------------------------------------------------------------------
 
 
-def _number(stats: Mapping[str, Any], key: str) -> int | float:
-    """A number from a worker's JSON snapshot (another process's file: trust no type)."""
-    value = stats.get(key)
-    return value if isinstance(value, int | float) and not isinstance(value, bool) else 0
-
-
 def worker_json(w: WorkerView) -> dict[str, Any]:
     """One worker: the original's field names first, then ours."""
     s = w.stats
-    lost_by = s.get("lost") if isinstance(s.get("lost"), dict) else {}
-    latency = s.get("claim_latency_micros")
-    latency = latency if isinstance(latency, dict) else {}
+    latency = s.claim_latency_micros
     return {
         "name": w.name,
-        "attempts": _number(s, "attempts"),
-        "won": _number(s, "won"),
-        "lost": _number(s, "lost_total"),
-        "finished": _number(s, "finished"),
-        "timeouts": _number(s, "timeouts"),
-        "current": s.get("current_task"),
-        "knownTasks": _number(s, "known_tasks"),
-        "consumedUpTo": _number(s, "consumed_up_to"),
-        "doneTasks": _number(s, "done_tasks"),
-        "heldByAnyone": _number(s, "held_by_anyone"),
-        "claimLatencyMicros": {k: _number(latency, k) for k in ("p50", "p90", "p99", "samples")},
+        "attempts": s.attempts,
+        "won": s.won,
+        "lost": s.lost_total,
+        "finished": s.finished,
+        "timeouts": s.timeouts,
+        "current": s.current_task,
+        "knownTasks": s.known_tasks,
+        "consumedUpTo": s.consumed_up_to,
+        "doneTasks": s.done_tasks,
+        "heldByAnyone": s.held_by_anyone,
+        "claimLatencyMicros": {
+            "p50": latency.p50,
+            "p90": latency.p90,
+            "p99": latency.p99,
+            "samples": latency.samples,
+        },
         # ours
         "slot": w.slot,
         "worker": w.worker_id,
+        "label": None if w.worker_id is None else worker_label(w.worker_id),
         "pid": w.pid,
         "state": w.state,
-        "lostByVerdict": lost_by,
-        "takeovers": _number(s, "takeovers"),
-        "stale": _number(s, "stale"),
-        "failed": _number(s, "failed"),
-        "renewals": _number(s, "renewals"),
-        "leasesLost": _number(s, "leases_lost"),
+        "lostByVerdict": dict(s.lost),
+        "takeovers": s.takeovers,
+        "stale": s.stale,
+        "failed": s.failed,
+        "renewals": s.renewals,
+        "leasesLost": s.leases_lost,
         "cpuPercent": w.cpu_percent,
         "rssBytes": w.rss_bytes,
         "restarts": w.restarts,
         "exitCode": w.exit_code,
         "diedAt": w.died_at,
+        "logError": s.log_error,
     }
+
+
+def health_problems(snap: SupervisorSnapshot) -> list[str]:
+    """Why the run is not healthy: each live worker whose log is failing (its `log_error`:
+    a full disk, a server out of reach), one line each; empty when healthy."""
+    problems = [
+        f"{w.name}: {w.stats.log_error}" for w in snap.workers if not w.ended and w.stats.log_error
+    ]
+    full = space_problem(snap.location)  # a full disk stops the snapshots too: ask it
+    return [*problems, full] if full else problems
 
 
 def stats_json(snap: SupervisorSnapshot) -> dict[str, Any]:
@@ -118,10 +143,17 @@ def stats_json(snap: SupervisorSnapshot) -> dict[str, Any]:
     }
 
 
-def task_json(info: TaskInfo, history: TaskHistory | None = None) -> dict[str, Any]:
+def task_json(
+    info: TaskInfo, history: TaskHistory | None = None, now_us: int | None = None
+) -> dict[str, Any]:
     """The fold's view of the task now and, with `history`, its whole story from the logs
-    (the live fold forgets a finished task's attempts; the history has them)."""
+    (the live fold forgets a finished task's attempts; the history has them).
+
+    `leaseExpired`: the holder's lease has run out by `now_us` (default: this machine's
+    clock). It is what a reader sees, not a verdict: the task stays held until a claim
+    takes it over."""
     holder = info.holder
+    now = time.time_ns() // 1000 if now_us is None else now_us
     body = {
         "task": info.task,
         "done": info.done,
@@ -131,6 +163,8 @@ def task_json(info: TaskInfo, history: TaskHistory | None = None) -> dict[str, A
         # ours
         "dead": info.dead,
         "heldByWorker": None if holder is None else holder.worker,
+        "heldByLabel": None if holder is None else worker_label(holder.worker),
+        "leaseExpired": None if holder is None else holder.expiry <= now,
         "claim": None if holder is None else holder.claim,
         "expiresAt": None if holder is None else holder.expiry // 1000,
         "attempts": info.attempts,
@@ -159,17 +193,25 @@ def _family(name: str, kind: str, help_text: str, samples: Iterable[Sample]) -> 
     return lines
 
 
-#: per-worker counters: (metric name, stats key, help)
-_WORKER_COUNTERS = (
-    ("qw_worker_attempts_total", "attempts", "CLAIM records appended."),
-    ("qw_worker_won_total", "won", "Claims won (takeovers included)."),
-    ("qw_worker_lost_total", "lost_total", "Claims lost to another holder, done or backoff."),
-    ("qw_worker_finished_total", "finished", "DONE records accepted."),
-    ("qw_worker_takeovers_total", "takeovers", "Wins over an expired holder."),
-    ("qw_worker_stale_total", "stale", "DONE records refused: the lease had been lost."),
-    ("qw_worker_failed_total", "failed", "FAIL records accepted."),
-    ("qw_worker_timeouts_total", "timeouts", "Leases that lapsed under this worker."),
-    ("qw_worker_renewals_total", "renewals", "Leases renewed."),
+#: per-worker counters: (metric name, the count, help)
+_WORKER_COUNTERS: tuple[tuple[str, Callable[[WorkerSnapshot], int], str], ...] = (
+    ("qw_worker_attempts_total", lambda s: s.attempts, "CLAIM records appended."),
+    ("qw_worker_won_total", lambda s: s.won, "Claims won (takeovers included)."),
+    (
+        "qw_worker_lost_total",
+        lambda s: s.lost_total,
+        "Claims lost to another holder, done or backoff.",
+    ),
+    ("qw_worker_finished_total", lambda s: s.finished, "DONE records accepted."),
+    ("qw_worker_takeovers_total", lambda s: s.takeovers, "Wins over an expired holder."),
+    (
+        "qw_worker_stale_total",
+        lambda s: s.stale,
+        "DONE records refused: the lease had been lost.",
+    ),
+    ("qw_worker_failed_total", lambda s: s.failed, "FAIL records accepted."),
+    ("qw_worker_timeouts_total", lambda s: s.timeouts, "Leases that lapsed under this worker."),
+    ("qw_worker_renewals_total", lambda s: s.renewals, "Leases renewed."),
 )
 
 
@@ -193,10 +235,10 @@ def metrics_text(snap: SupervisorSnapshot) -> str:
     lines += _family("qw_log_bytes", "gauge", "Bytes in both log files.", [("", {}, q.log_bytes)])
     lines += _family("qw_log_records", "gauge", "Records in both logs.", [("", {}, q.record_count)])
     workers = snap.workers
-    alive = [("", {"worker": w.name}, 0 if w.state in ("dead", "exited") else 1) for w in workers]
+    alive = [("", {"worker": w.name}, 0 if w.ended else 1) for w in workers]
     lines += _family("qw_worker_up", "gauge", "1 while the worker process runs.", alive)
-    for name, key, help_text in _WORKER_COUNTERS:
-        samples = [("", {"worker": w.name}, _number(w.stats, key)) for w in workers]
+    for name, count, help_text in _WORKER_COUNTERS:
+        samples = [("", {"worker": w.name}, count(w.stats)) for w in workers]
         lines += _family(name, "counter", help_text, samples)
     lines += _family(
         "qw_worker_restarts_total",
@@ -218,11 +260,10 @@ def metrics_text(snap: SupervisorSnapshot) -> str:
     )
     latency: list[Sample] = []
     for w in workers:
-        lat = w.stats.get("claim_latency_micros")
-        lat = lat if isinstance(lat, dict) else {}
-        for quantile, key in (("0.5", "p50"), ("0.9", "p90"), ("0.99", "p99")):
-            latency.append(("", {"worker": w.name, "quantile": quantile}, _number(lat, key)))
-        latency.append(("_count", {"worker": w.name}, _number(lat, "samples")))
+        lat = w.stats.claim_latency_micros
+        for quantile, value in (("0.5", lat.p50), ("0.9", lat.p90), ("0.99", lat.p99)):
+            latency.append(("", {"worker": w.name, "quantile": quantile}, value))
+        latency.append(("_count", {"worker": w.name}, lat.samples))
     lines += _family(
         "qw_claim_latency_microseconds",
         "summary",
@@ -242,7 +283,11 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         path = self.path.split("?", 1)[0].rstrip("/") or "/"
         if path == "/health":
-            self._send(200, "text/plain; charset=utf-8", "ok\n")
+            trouble = health_problems(self.source.snapshot())
+            if trouble:  # a log failing under a worker (a full disk): not healthy
+                self._send(503, "text/plain; charset=utf-8", "".join(f"{t}\n" for t in trouble))
+            else:
+                self._send(200, "text/plain; charset=utf-8", "ok\n")
         elif path == "/stats":
             self._json(200, stats_json(self.source.snapshot()))
         elif path == "/metrics":
@@ -253,10 +298,17 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(404, {"error": f"no such path {path}; try /health /stats /task/ID /metrics"})
 
     def _task(self, text: str) -> None:
-        if not text.isdigit():
-            self._json(400, {"error": f"task id {text!r} is not a number; expected /task/ID"})
+        task = parse_task_id(text)
+        if task is None:
+            shown = text if len(text) <= 40 else text[:39] + "…"
+            self._json(
+                400,
+                {
+                    "error": f"task id {shown!r} is not a task id; expected /task/ID, "
+                    f"ID from 0 to {MAX_TASK_ID}"
+                },
+            )
             return
-        task = int(text)
         info = self.source.task_info(task)
         if info is None:
             self._json(503, {"error": "the supervisor has not started"})

@@ -9,12 +9,33 @@ from __future__ import annotations
 import json
 import os
 import signal
+import time
 from collections import deque
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any, Final
 
 import typer
 
-from queue_worker.topics import CLAIMS_TOPIC, ClaimsFollower
+from logstore import LogError, space_problem
+from logstore.location import shown
+from queue_worker.explain import explain_task
+from queue_worker.names import printable, worker_label
+from queue_worker.records import (
+    MAX_TASK_ID,
+    Claim,
+    ClaimsRecord,
+    Done,
+    Fail,
+    RecordDecodeError,
+    Renew,
+    Unknown,
+    decode_task,
+)
+from queue_worker.report import ReportInputError, read_claims, read_task
+from queue_worker.snapshot import read_snapshots
+from queue_worker.state import Lease, Outcome, Verdict
+from queue_worker.times import clock_text, duration_text
+from queue_worker.topics import CLAIMS_TOPIC, MALFORMED, ClaimsFollower, open_topic
+from queue_worker.values import value_text
 from supervisor.cli_options import (
     DEFAULT_DIR,
     TOPICS,
@@ -25,16 +46,19 @@ from supervisor.cli_options import (
     location_of,
     one_of,
     require_logs,
-    shown,
     whole,
 )
+from supervisor.end_state import held_text
+from supervisor.model import QueueView
+from supervisor.ops_recorder import now_us, record_kill
 
-if TYPE_CHECKING:
-    from queue_worker.records import ClaimsRecord
-    from queue_worker.state import Outcome
-    from supervisor.model import QueueView
+# The monitor and the supervisor are imported by the commands that use them: importing
+# them here would make every `qw` command (and `qw --help`) pay for them.
 
-# Each command imports what it needs when it runs (`qw --help` imports this module).
+#: `qw status`: held tasks named one per line (--json lists them all)
+MAX_HELD_SHOWN: Final = 10
+#: `qw tail -n`: more than this many records would be kept in memory before printing
+MAX_TAIL_LINES: Final = 10_000_000
 
 
 def register(app: typer.Typer) -> None:
@@ -56,30 +80,47 @@ def status(
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
 ) -> None:
     """What runs on a data directory: supervisors, workers alive and dead, queue counts."""
-    from logstore import LogError
-    from queue_worker.stats import read_all
     from supervisor.supervisor import is_running_worker, read_status_files
 
     location = location_of(directory, log)
     require_logs(location)
     run_dir = directory / "run"
     supervisors = read_status_files(run_dir)
-    snapshots = read_all(run_dir)
+    snapshots = read_snapshots(run_dir)
     running = [s for s in snapshots if is_running_worker(s)]
     try:
-        queue = _queue_counts(location)
+        queue, held = _queue_counts(location)
     except LogError as e:
         fail(str(e))
+    disk = space_problem(location)
+    now_us = time.time_ns() // 1000  # which held leases read as expired: this clock's view
     if as_json:
         body = {
+            "disk": disk,
             "location": shown(location),
             "supervisors": supervisors,
-            "workers": {"running": running, "stopped": len(snapshots) - len(running)},
+            "workers": {
+                "running": [s.to_dict() for s in running],
+                "stopped": len(snapshots) - len(running),
+            },
             "queue": {k: v for k, v in vars(queue).items() if k != "throughput_history"},
+            "held": [
+                {
+                    "task": task,
+                    "worker": lease.worker,
+                    "label": worker_label(lease.worker),
+                    "claim": lease.claim,
+                    "expiry": lease.expiry,
+                    "expired": lease.expiry <= now_us,
+                }
+                for task, lease, _ in held
+            ],
         }
         typer.echo(json.dumps(body, indent=2))
         return
     typer.echo(f"qw on {shown(location)}")
+    if disk is not None:
+        typer.echo(f"disk         {disk}")
     typer.echo(f"supervisors  {len(supervisors)} running")
     for sup in supervisors:
         alive = sum(1 for w in sup.get("workers", []) if w.get("alive"))
@@ -88,29 +129,40 @@ def status(
         typer.echo(f"  pid {sup.get('pid')}  {alive} workers alive{http}{draining}")
     typer.echo(f"workers      {len(running)} running, {len(snapshots) - len(running)} stopped")
     for snap in running:
-        task = snap.get("current_task")
-        doing = f"{snap.get('state')} task {task}" if task is not None else snap.get("state")
-        typer.echo(
-            f"  {snap.get('name')}  pid {snap.get('pid')}  {doing}  "
-            f"finished {snap.get('finished', 0)}  id {snap.get('worker')}"
-        )
+        task = snap.current_task
+        state = None if snap.state is None else snap.state.value
+        doing = f"{state} task {task}" if task is not None else str(state)
+        label = worker_label(snap.worker) if snap.worker is not None else snap.name
+        typer.echo(f"  {label}  {printable(doing)}  finished {snap.finished}")
+        if snap.log_error:  # a full disk, a server out of reach: say it, and where
+            typer.echo(f"    log error: {printable(snap.log_error)}")
+    expired = sum(1 for _, lease, _ in held if lease.expiry <= now_us)
+    expired_text = f" ({expired} expired)" if expired else ""
     typer.echo(
         f"queue        published {queue.published}  pending {queue.pending}  "
-        f"held {queue.held}  done {queue.done}  dead {queue.dead}  "
+        f"held {queue.held}{expired_text}  done {queue.done}  dead {queue.dead}  "
         f"failed attempts {queue.failed}"  # FAIL records: one task may fail several times
     )
+    # workers on this directory's run dir; a holder elsewhere (another host on --log) is
+    # not seen here, hence "here"
+    here = {snap.worker for snap in running}
+    for task, lease, died in held[:MAX_HELD_SHOWN]:
+        gone = None if lease.worker in here else "not running here"
+        typer.echo(f"  held: {held_text(task, lease, died, now_us, gone=gone)}")
+    if len(held) > MAX_HELD_SHOWN:
+        typer.echo(f"  … and {len(held) - MAX_HELD_SHOWN} more held (qw status --json lists all)")
+    if expired:
+        typer.echo("  (expired: by this machine's clock; a live worker may take the task over)")
 
 
-def _queue_counts(location: str) -> QueueView:
-    """The queue as a fold of the whole claims log says it is now."""
+def _queue_counts(location: str) -> tuple[QueueView, list[tuple[int, Lease, float | None]]]:
+    """The queue as a fold of the whole claims log says it is now, and its held tasks."""
     from supervisor.monitor import Monitor
 
-    monitor = Monitor(location)
+    monitor = Monitor(location, read_only=True)
     try:
-        while True:
-            monitor.poll()
-            if monitor.caught_up:
-                return monitor.queue_view()
+        monitor.check_start()  # damage anywhere is an error, not a count that stops short
+        return monitor.queue_view(), monitor.held_leases()
     finally:
         monitor.close()
 
@@ -131,7 +183,7 @@ def tail(
         typer.Option(
             "--lines",
             "-n",
-            parser=whole("a number of records", 0),
+            parser=whole("a number of records", 0, MAX_TAIL_LINES),
             metavar="N",
             help="How many of the last records to print first.",
         ),
@@ -141,12 +193,10 @@ def tail(
 ) -> None:
     """Print the last records of a log, readable: positions, times, workers, and for the
     claims log the verdict of each record (from a fold of the whole log)."""
-    from logstore import LogError, open_log
-
     location = location_of(directory, log)
     require_logs(location)
     try:
-        with open_log(location, topic) as topic_log:
+        with open_topic(location, topic, read_only=True) as topic_log:
             printer = _ClaimsPrinter() if topic == CLAIMS_TOPIC else _TasksPrinter()
             position = topic_log.start
             recent: deque[str] = deque(maxlen=lines)
@@ -172,16 +222,13 @@ class _TasksPrinter:
 
     def line(self, entry: Any) -> str:
         task, self.index = self.index, self.index + 1
-        from queue_worker.records import RecordDecodeError, Unknown, decode_task
-        from queue_worker.report import clock_text
-
         head = f"#{task}  @{entry.position}"
         try:
             record = decode_task(entry.data)
         except RecordDecodeError as e:
             return f"{head}  malformed: {e}"
         if isinstance(record, Unknown):
-            return f"{head}  a record of unknown type {record.code!r}"
+            return f"{head}  a record of unknown type {_short(record.code, 40)}"
         return f"{head}  {clock_text(record.enqueued_at)}  {_short(record.payload)}"
 
 
@@ -191,22 +238,21 @@ class _ClaimsPrinter:
 
     def line(self, entry: Any) -> str:
         outcome, record = self.follower.apply(entry)
+        if isinstance(record, Unknown) and record.code == MALFORMED:
+            why = self.follower.last_malformed or "does not decode"
+            return f"@{entry.position}  malformed, skipped by every reader: {printable(why)}"
         return f"@{entry.position}  {_record_text(record)}  → {_verdict_text(outcome)}"
 
 
 def _short(value: Any, limit: int = 80) -> str:
-    from queue_worker.values import value_text
-
     return value_text(value, limit)  # payloads and results read as JSON everywhere
 
 
 def _record_text(r: ClaimsRecord) -> str:
-    from queue_worker.records import Claim, Done, Fail, Renew, Unknown
-    from queue_worker.report import clock_text, duration_text
-
     if isinstance(r, Unknown):
-        return f"a record of unknown type {r.code!r}"
-    head = f"{clock_text(r.at)}  {type(r).__name__.upper():5}  task {r.task}  by {r.worker}"
+        return f"a record of unknown type {_short(r.code, 40)}"
+    who = worker_label(r.worker)
+    head = f"{clock_text(r.at)}  {type(r).__name__.upper():5}  task {r.task}  by {who}"
     if isinstance(r, Claim):
         return f"{head}  lease {duration_text(r.lease)}"
     if isinstance(r, Renew):
@@ -219,14 +265,11 @@ def _record_text(r: ClaimsRecord) -> str:
 
 
 def _verdict_text(o: Outcome) -> str:
-    from queue_worker.report import clock_text
-    from queue_worker.state import Verdict
-
     text = o.verdict.value
     if o.verdict is Verdict.TAKEOVER and o.previous is not None:
-        return f"{text} from {o.previous.worker}"
+        return f"{text} from {worker_label(o.previous.worker)}"
     if o.verdict is Verdict.LOST_HELD and o.holder is not None:
-        return f"{text} by {o.holder.worker} until {clock_text(o.holder.expiry)}"
+        return f"{text} by {worker_label(o.holder.worker)} until {clock_text(o.holder.expiry)}"
     return text
 
 
@@ -234,17 +277,19 @@ def _verdict_text(o: Outcome) -> str:
 
 
 def task_command(
-    task_id: Annotated[int, typer.Argument(metavar="ID", help="The task id (its index).")],
+    task_id: Annotated[
+        int,
+        typer.Argument(
+            parser=whole("a task id", 0, MAX_TASK_ID),
+            metavar="ID",
+            help="The task id (its index in the tasks log).",
+        ),
+    ],
     directory: DirOption = DEFAULT_DIR,
     log: LogOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
 ) -> None:
     """One task: its state, payload, result or error, and every record about it."""
-    from logstore import LogError
-    from queue_worker.explain import explain_task
-    from queue_worker.records import Done
-    from queue_worker.report import ReportInputError, clock_text, read_claims, read_task
-
     location = location_of(directory, log)
     require_logs(location)
     results: dict[int, Any] = {}
@@ -256,7 +301,8 @@ def task_command(
             yield position, record
 
     try:
-        story = explain_task(task_id, read_task(location, task_id), claims())
+        now_us = time.time_ns() // 1000  # a lease that ran out by now reads as expired
+        story = explain_task(task_id, read_task(location, task_id), claims(), now_us=now_us)
     except (ReportInputError, LogError) as e:
         fail(str(e))
     if not story.steps:
@@ -266,18 +312,22 @@ def task_command(
     if as_json:
         body = story.to_json()
         body["result"] = result
-        typer.echo(json.dumps(body, indent=2, default=repr))
+        try:
+            text = json.dumps(body, indent=2, default=repr)
+        except (ValueError, RecursionError):  # a result nested too deep for JSON
+            body["result"] = _short(result, 200)
+            text = json.dumps(body, indent=2, default=repr)
+        typer.echo(text)
         return
-    typer.echo(f"task {task_id}: {story.state}")
+    typer.echo(f"task {task_id}: {printable(story.state)}")
     if accepted:
         typer.echo(f"  result  {_short(result)}")
     for step in story.steps:
         where = f"#{step.position}" if step.kind == "TASK" else f"@{step.position}"
         when = clock_text(step.at) if step.at else "?"
-        extra = f"  {step.why}" if step.kind == "TASK" or step.kind == "FAIL" else ""
-        typer.echo(
-            f"  {where:>8}  {when}  {step.kind:5}  {step.worker or '':24}  {step.verdict}{extra}"
-        )
+        extra = f"  {printable(step.why)}" if step.kind in ("TASK", "FAIL") else ""
+        who = worker_label(step.worker) if step.worker is not None else ""
+        typer.echo(f"  {where:>8}  {when}  {step.kind:5}  {who:16}  {step.verdict}{extra}")
 
 
 # -- qw kill -----------------------------------------------------------------------------------
@@ -291,24 +341,23 @@ def kill(
 ) -> None:
     """kill -9 a running worker of this directory (its supervisor restarts it, and a
     survivor takes over its task once the lease lapses)."""
-    from queue_worker.stats import read_all
     from supervisor.supervisor import is_running_worker
 
-    running = [s for s in read_all(directory / "run") if is_running_worker(s)]
-    matches = [
-        s
-        for s in running
-        if worker in (s.get("name"), s.get("worker")) or worker == str(s.get("pid"))
-    ]
+    running = [s for s in read_snapshots(directory / "run") if is_running_worker(s)]
+    matches = [s for s in running if worker in (s.name, s.worker) or worker == str(s.pid)]
     if not matches:
-        names = ", ".join(f"{s.get('name')} (pid {s.get('pid')})" for s in running) or "none"
+        names = ", ".join(f"{s.name} (pid {s.pid})" for s in running) or "none"
         bad("WORKER", worker, f"a running worker on {directory}; running: {names}")
     if len(matches) > 1:
-        pids = ", ".join(str(s.get("pid")) for s in matches)
+        pids = ", ".join(str(s.pid) for s in matches)
         bad("WORKER", worker, f"one worker, but {len(matches)} match (pids {pids}): name a pid")
     target = matches[0]
+    pid = target.pid
+    assert pid is not None  # is_running_worker: a running worker has a pid
+    at = now_us()
     try:
-        os.kill(int(target["pid"]), signal.SIGKILL)
+        os.kill(pid, signal.SIGKILL)
     except ProcessLookupError:
-        fail(f"worker {target.get('worker')} (pid {target['pid']}) has already exited")
-    typer.echo(f"kill -9 {target.get('name')} (pid {target['pid']}, id {target.get('worker')})")
+        fail(f"worker {target.worker} (pid {pid}) has already exited")
+    record_kill(directory, target.name or "", target.worker, pid, at)
+    typer.echo(f"kill -9 {target.name} (pid {pid}, id {target.worker})")

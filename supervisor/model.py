@@ -7,9 +7,13 @@ functions of it. `Controls` is what the dashboard's keys may ask the supervisor 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Final, Protocol
 
 from queue_worker.names import printable, worker_label
+from queue_worker.snapshot import WorkerSnapshot
+
+#: the states of a slot whose process has ended
+ENDED_STATES: Final = ("dead", "exited")
 
 
 @dataclass
@@ -21,12 +25,17 @@ class WorkerView:
     worker_id: str | None  # the protocol id of the current (or last) process in this slot
     pid: int | None
     state: str  # starting | idle | claiming | working | paused | draining | dead | exited
-    stats: dict[str, Any] = field(default_factory=dict)  # queue_worker.stats snapshot
+    stats: WorkerSnapshot = field(default_factory=WorkerSnapshot)  # what the worker last published
     cpu_percent: float = 0.0
     rss_bytes: int = 0
     exit_code: int | None = None  # negative: killed by that signal
     died_at: float | None = None  # wall clock, seconds
     restarts: int = 0
+
+    @property
+    def ended(self) -> bool:
+        """Has the slot's process ended (dead, or exited as asked)? Its figures are its last."""
+        return self.state in ENDED_STATES
 
     @property
     def label(self) -> str:

@@ -28,15 +28,30 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Final
 
-from logstore import Entry, Log, is_redis_url, open_log
+from logstore import Entry, Log
 from logstore.base import Durability
+from logstore.location import log_file
 from queue_worker.names import worker_label
-from queue_worker.records import Claim, ClaimsRecord, Done, RecordDecodeError, Unknown
+from queue_worker.records import (
+    Claim,
+    ClaimsRecord,
+    Done,
+    RecordDecodeError,
+    Unknown,
+    decode_task,
+)
 from queue_worker.state import ClaimState, Lease, Outcome, Verdict
-from queue_worker.topics import CLAIMS_TOPIC, TASKS_TOPIC, ClaimsFollower, decode_claims_entry
+from queue_worker.topics import (
+    _TASK_PREFIX,
+    CLAIMS_TOPIC,
+    TASKS_TOPIC,
+    ClaimsFollower,
+    check_tasks_cover,
+    decode_claims_entry,
+    open_topics,
+)
 from supervisor.model import Event, QueueView
 
 #: records read from each log by one `poll` (catching up on a long log takes several polls)
@@ -78,12 +93,15 @@ class TaskInfo:
 class Monitor:
     """Tails the tasks and claims logs of one location; thread-safe."""
 
-    def __init__(self, location: str, *, batch: int = POLL_BATCH) -> None:
+    def __init__(self, location: str, *, batch: int = POLL_BATCH, read_only: bool = False) -> None:
+        """`read_only`: create and write nothing (`qw status`); otherwise the queue's logs
+        are created if missing (the supervisor of a new queue)."""
         self.location = location
         self._batch = batch
         # Durability only matters to writers; the monitor never appends.
-        self._tasks: Log = open_log(location, TASKS_TOPIC, Durability.NONE)
-        self._claims: Log = open_log(location, CLAIMS_TOPIC, Durability.NONE)
+        self._tasks: Log
+        self._claims: Log
+        self._tasks, self._claims = open_topics(location, Durability.NONE, read_only=read_only)
         self._tasks_pos = self._tasks.start
         # The workers' own fold (same decoding, same server clock, same malformed records).
         self._follower = ClaimsFollower(self._claims.start)
@@ -91,6 +109,9 @@ class Monitor:
         # Records before this position are history: folded, never turned into events.
         self._events_from = self._claims.end()
         self._published = 0
+        # task ids whose record is of a type this version does not know: no worker of ours
+        # will run them, so they are neither pending nor in the way of "drained"
+        self._foreign: set[int] = set()
         self._records = 0
         self._failed = 0
         self._done_per_second: Counter[int] = Counter()
@@ -98,6 +119,21 @@ class Monitor:
         self._takeovers: dict[int, Takeover] = {}  # insertion order: the oldest first
         self._caught_up = False
         self._lock = threading.Lock()
+
+    def check_start(self) -> None:
+        """Verify every record of both logs (damage raises CorruptLogError naming the file
+        and byte offset) and fold them to their end; then refuse a claims log that closed a
+        task the tasks log lacks (IdentityError). What a supervisor does before any worker
+        starts, and `qw status` before it counts."""
+        self._tasks.check()
+        self._claims.check()
+        while True:
+            self.poll()
+            if self.caught_up:
+                break
+        with self._lock:
+            self._read_tasks()  # after the claims: every task they name is there by now
+            check_tasks_cover(self._tasks, self._published, self._claims, self._state)
 
     # -- what the supervisor tells it --------------------------------------------------------
 
@@ -116,10 +152,14 @@ class Monitor:
             return events
 
     def _read_tasks(self) -> int:
-        # A task's id is its index in the tasks log, whatever the record holds: counting
-        # is all the monitor needs (the workers decide what a bad record means).
+        # A task's id is its index in the tasks log, whatever the record holds. Counting is
+        # nearly all the monitor needs (the workers decide what a bad record means); a
+        # record of an unknown type is set apart, as the workers leave it alone.
         entries = self._tasks.read(self._tasks_pos, self._batch)
         if entries:
+            for index, entry in enumerate(entries, self._published):
+                if not entry.data.startswith(_TASK_PREFIX) and _is_foreign(entry):
+                    self._foreign.add(index)
             self._published += len(entries)
             self._tasks_pos = entries[-1].next
             self._records += len(entries)
@@ -225,11 +265,39 @@ class Monitor:
 
     def is_drained(self) -> bool:
         """Caught up, and every published task is closed (done or dead): none pending or
-        held."""
+        held. Only published ids count: a claim for an id the tasks log lacks (a hostile or
+        foreign writer's) never keeps the queue from draining, nor does a task of a type no
+        worker here can run."""
         with self._lock:
-            state = self._state
-            closed = state.done_count + state.dead_count
-            return self._caught_up and state.held_count == 0 and closed >= self._published
+            pending, held = self._open_counts()
+            return self._caught_up and pending == 0 and not held
+
+    def _held_published(self) -> list[tuple[int, Lease]]:
+        return sorted(
+            (task, lease)
+            for task, lease in self._state.held_tasks()
+            if task < self._published and task not in self._foreign
+        )
+
+    def _open_counts(self) -> tuple[int, list[tuple[int, Lease]]]:
+        """(pending, held) among the published tasks this version can run."""
+        state = self._state
+        held = self._held_published()
+        closed = state.done_count + state.dead_count - state.closed_from(self._published)
+        foreign_open = sum(
+            1 for t in self._foreign if not state.is_closed(t) and state.holder(t) is None
+        )
+        return max(0, self._published - closed - len(held) - foreign_open), held
+
+    def held_leases(self) -> list[tuple[int, Lease, float | None]]:
+        """The published tasks held now, by task id: (task, its lease, when the holder died
+        if it was one of this supervisor's workers, wall-clock seconds). An expired lease
+        is still held: the task waits for a survivor's claim."""
+        with self._lock:
+            return [
+                (task, lease, self._deaths.get(lease.worker))
+                for task, lease in self._held_published()
+            ]
 
     def queue_view(self, now: float | None = None) -> QueueView:
         with self._lock:
@@ -242,11 +310,11 @@ class Monitor:
             ]
             for s in [s for s in self._done_per_second if s < second - HISTORY_SECONDS]:
                 del self._done_per_second[s]
-            closed = state.done_count + state.dead_count
+            pending, held = self._open_counts()
             return QueueView(
                 published=self._published,
-                pending=max(0, self._published - closed - state.held_count),
-                held=state.held_count,
+                pending=pending,
+                held=len(held),
                 done=state.done_count,
                 failed=self._failed,
                 dead=state.dead_count,
@@ -257,12 +325,11 @@ class Monitor:
             )
 
     def _log_bytes(self) -> int:
-        if is_redis_url(self.location):
-            return 0
-        total = 0
+        total = 0  # a Redis location has no files: 0
         for topic in (TASKS_TOPIC, CLAIMS_TOPIC):
+            path = log_file(self.location, topic)
             with contextlib.suppress(OSError):  # not created yet
-                total += (Path(self.location) / f"{topic}.log").stat().st_size
+                total += path.stat().st_size if path is not None else 0
         return total
 
     def holdings(self) -> dict[str, int]:
@@ -316,3 +383,12 @@ class Monitor:
     def close(self) -> None:
         self._tasks.close()
         self._claims.close()
+
+
+def _is_foreign(entry: Entry) -> bool:
+    """A tasks-log record of a type this version does not know (a malformed one is not:
+    a worker wins it and fails it for good, so it closes)."""
+    try:
+        return isinstance(decode_task(entry.data), Unknown)
+    except RecordDecodeError:
+        return False

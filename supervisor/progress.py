@@ -46,7 +46,7 @@ def _uptime(seconds: float) -> str:
 
 def progress_line(snap: SupervisorSnapshot, now: float) -> str:
     """One status line: uptime, workers alive, the queue's counts and throughput."""
-    alive = sum(1 for w in snap.workers if w.state not in ("dead", "exited"))
+    alive = sum(1 for w in snap.workers if not w.ended)
     q = snap.queue
     parts = [
         f"{_clock(now)} up {_uptime(now - snap.started_at)}",

@@ -1,45 +1,41 @@
 """The `qw report`, `qw why` and `qw demo …` commands (registered on the main app).
 
-The builders here are pure (a Report or a TaskStory in, rich renderables out); the command
-bodies only read the logs, print, and exit with the report's code. On a terminal the tables
+The command bodies only read the logs, print, and exit with the report's code; the text is
+built by supervisor.report_text (pure builders the demos use too). On a terminal the tables
 are drawn and coloured; piped, they are plain aligned columns.
 """
 
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Annotated, Final
 
 import typer
-from rich import box
-from rich.console import Group, RenderableType
-from rich.table import Table
-from rich.text import Text
 
 from logstore import LogError, is_redis_url
-from queue_worker.explain import TaskStory, explain_task
+from logstore.location import shown
+from queue_worker.explain import explain_task
+from queue_worker.ops import read_ops
+from queue_worker.records import MAX_TASK_ID
 from queue_worker.report import (
     EXIT_BAD_INPUT,
-    Margin,
-    Report,
     ReportInputError,
-    clock_text,
-    duration_text,
     has_logs,
     load_report,
     missing_logs_text,
     read_claims,
     read_task,
 )
-from supervisor.cli_options import DirOption, LogOption, check_log_url, shown
+from supervisor.cli_options import DirOption, LogOption, check_log_url, whole
 from supervisor.demos import demo_app
 from supervisor.demos.common import stdout_console
+from supervisor.report_text import positions_note, render_report, render_story
 
 DEFAULT_DIR: Final = Path(".qw")
-#: rows of a long section (takeovers, stale completions …) shown before "… and N more"
-MAX_ROWS: Final = 20
-HISTOGRAM_BAR: Final = 40
+#: the largest log position: every backend's positions fit in a signed 64-bit integer
+MAX_POSITION: Final = 2**63 - 1
 
 JsonOption = Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")]
 
@@ -80,9 +76,17 @@ def report_command(
         int | None,
         typer.Option(
             "--at",
-            min=0,
+            parser=whole("a log position", 0, MAX_POSITION),
             metavar="POSITION",
             help="Replay the claims log only up to the record at this position (inclusive).",
+        ),
+    ] = None,
+    timeline: Annotated[
+        Path | None,
+        typer.Option(
+            "--timeline",
+            metavar="FILE",
+            help="Also write the run's picture (as `qw timeline --out FILE`).",
         ),
     ] = None,
 ) -> None:
@@ -99,16 +103,40 @@ def report_command(
         report = load_report(location, up_to=at)
     except ReportInputError as e:
         raise _fail(str(e)) from None
+    if timeline is not None:
+        _write_timeline(location, timeline)
     if as_json:
-        typer.echo(json.dumps(report.to_json(), indent=2))
+        body = report.to_json()
+        # by this machine's clock, for the reader (the report itself is a pure replay)
+        now_us = time.time_ns() // 1000
+        body["held_expired"] = [h.task for h in report.held if h.lease.expiry <= now_us]
+        typer.echo(json.dumps(body, indent=2))
     else:
         console = stdout_console()
         console.print(render_report(report, shown(location), plain=not console.is_terminal))
     raise typer.Exit(report.exit_code)
 
 
+def _write_timeline(location: str, out: Path) -> None:
+    """`--timeline`: the page, named on stderr (stdout may be the JSON)."""
+    from supervisor.timeline.cli import write_timeline
+
+    try:
+        write_timeline(location, out)
+    except (ReportInputError, OSError) as e:
+        raise _fail(f"--timeline {out}: {e}") from None
+    typer.echo(f"qw: timeline: {out}", err=True)
+
+
 def why_command(
-    task: Annotated[int, typer.Argument(help="The task id (its index in the tasks log).")],
+    task: Annotated[
+        int,
+        typer.Argument(
+            parser=whole("a task id", 0, MAX_TASK_ID),
+            metavar="ID",
+            help="The task id (its index in the tasks log).",
+        ),
+    ],
     directory: DirOption = DEFAULT_DIR,
     log: LogOption = None,
     as_json: JsonOption = False,
@@ -118,7 +146,10 @@ def why_command(
     try:
         if not has_logs(location):
             raise _fail(missing_logs_text(location))
-        story = explain_task(task, read_task(location, task), read_claims(location))
+        ops, _ = read_ops(location)
+        now_us = time.time_ns() // 1000  # a lease that ran out by now reads as expired
+        claims = read_claims(location)
+        story = explain_task(task, read_task(location, task), claims, ops, now_us=now_us)
     except (ReportInputError, LogError, OSError) as e:
         raise _fail(str(e)) from None
     if not story.steps:
@@ -131,267 +162,3 @@ def why_command(
         typer.echo(positions_note(location))
         console = stdout_console()
         console.print(render_story(story, plain=not console.is_terminal))
-
-
-def positions_note(location: str) -> str:
-    """What the numbers after @ and # are, said once at the top of `qw why`."""
-    if is_redis_url(location):
-        where = "its stream entry id MS-SEQ packed into one number, MS·2^20 + SEQ"
-    else:
-        where = f"its byte offset in {Path(location) / 'claims.log'}"
-    return (
-        f"@N      a record's position in the claims log: {where}\n"
-        "task #N a task's id: its index in the tasks log\n"
-    )
-
-
-# -- `qw report` as text ---------------------------------------------------------------------
-
-
-def _table(title: str, plain: bool, *columns: str) -> Table:
-    table = Table(
-        title=title,
-        title_justify="left",
-        box=None if plain else box.SIMPLE_HEAD,
-        show_edge=False,
-        pad_edge=False,
-        header_style="" if plain else "bold",
-        title_style="" if plain else "bold",
-    )
-    for column in columns:
-        table.add_column(column, justify="left" if column in ("worker", "error") else "right")
-    return table
-
-
-def _more(table: Table, total: int) -> None:
-    if total > MAX_ROWS:
-        table.caption = f"… and {total - MAX_ROWS} more (qw report --json lists them all)"
-
-
-def _margin_text(m: Margin) -> str:
-    if not m.samples or m.min is None or m.p50 is None:
-        return "none"
-    late = f", {m.late} after expiry" if m.late else ""
-    return f"min {duration_text(m.min)}, p50 {duration_text(m.p50)} ({m.samples}{late})"
-
-
-def summary_title(r: Report, location: str) -> str:
-    where = f"@{r.claims_position}" if r.claims_position is not None else "(empty)"
-    return (
-        f"qw report: {location}, claims log replayed through {where} ({r.claims_records} records)"
-    )
-
-
-def render_summary(r: Report, plain: bool) -> Table:
-    table = _table("", plain, "", "")
-    table.show_header = False
-    table.columns[0].justify = "left"
-    table.columns[1].justify = "left"
-    lost_reasons = ", ".join(f"{k} {v}" for k, v in sorted(r.lost_by_reason.items()))
-    rows = [
-        ("workers seen", f"{len(r.workers)}"),
-        ("tasks published", f"{r.tasks_published}"),
-        ("finished", f"{r.tasks_done}"),
-        ("held now", f"{r.tasks_held}"),
-        ("dead", f"{r.tasks_dead}"),
-        ("waiting to retry", f"{r.tasks_waiting}"),
-        ("claim attempts", f"{r.attempts}"),
-        ("wins", f"{r.wins} ({len(r.takeovers)} takeovers)"),
-        (
-            "lost attempts",
-            f"{r.lost} ({r.lost_percent:.1f}%)" + (f": {lost_reasons}" if lost_reasons else ""),
-        ),
-        (
-            "completions written",
-            f"{r.completions} ({r.completions_accepted} accepted, {r.completions_stale} stale)",
-        ),
-        ("renewals", f"{r.renewals} ({r.renewals_refused} refused)"),
-        ("failures", f"{r.fails_accepted} accepted, {r.fails_stale} stale"),
-        ("lease margin, renewals", _margin_text(r.renewal_margin)),
-        ("lease margin, completions", _margin_text(r.completion_margin)),
-    ]
-    if r.malformed:
-        shown = ", ".join(f"@{p}" for p in r.malformed[:5])
-        rows.append(("malformed records (skipped)", f"{len(r.malformed)}: {shown}"))
-    if r.unknown_records:
-        rows.append(("records of unknown types", f"{r.unknown_records}"))
-    if r.unpublished_tasks:
-        shown = ", ".join(str(t) for t in r.unpublished_tasks[:10])
-        rows.append(("claimed but not published", shown))
-    for label, value in rows:
-        table.add_row(label, value)
-    return table
-
-
-def render_histogram(r: Report, plain: bool) -> Table:
-    table = _table("claim attempts per task", plain, "attempts", "tasks", "")
-    table.columns[2].justify = "left"
-    peak = max(r.attempts_histogram.values(), default=0)
-    for attempts, tasks in sorted(r.attempts_histogram.items()):
-        bar = "#" * max(1, round(HISTOGRAM_BAR * tasks / peak)) if peak and tasks else ""
-        table.add_row(str(attempts), str(tasks), bar)
-    return table
-
-
-def render_takeovers(r: Report, plain: bool) -> Table:
-    table = _table(
-        "takeovers (redistribution)",
-        plain,
-        "task",
-        "claim",
-        "victim",
-        "new holder",
-        "after expiry",
-        "after victim's last record",
-    )
-    table.columns[2].justify = table.columns[3].justify = "left"
-    for t in r.takeovers[:MAX_ROWS]:
-        table.add_row(
-            str(t.task),
-            f"@{t.position}",
-            t.victim,
-            t.new_holder,
-            duration_text(t.gap_after_expiry),
-            duration_text(t.gap_after_last),
-        )
-    _more(table, len(r.takeovers))
-    return table
-
-
-def render_stale(r: Report, plain: bool) -> Table:
-    table = _table(
-        "stale completions (results discarded)",
-        plain,
-        "task",
-        "DONE",
-        "worker",
-        "its claim",
-        "claim had won",
-        "holder then",
-    )
-    table.columns[2].justify = table.columns[5].justify = "left"
-    for s in r.stale_completions[:MAX_ROWS]:
-        if s.holder is not None:
-            holder = f"{s.holder.worker} (claim @{s.holder.claim})"
-        elif s.done_position is not None:
-            holder = f"none: done @{s.done_position}"
-        else:
-            holder = "none"
-        table.add_row(
-            str(s.task),
-            f"@{s.position}",
-            s.worker,
-            f"@{s.claim}",
-            "yes" if s.claim_won else "no",
-            holder,
-        )
-    _more(table, len(r.stale_completions))
-    return table
-
-
-def render_dead(r: Report, plain: bool) -> Table:
-    table = _table("dead tasks", plain, "task", "FAIL", "worker", "last error")
-    table.columns[2].justify = table.columns[3].justify = "left"
-    for d in r.dead[:MAX_ROWS]:
-        table.add_row(str(d.task), f"@{d.position}", d.worker, d.error)
-    _more(table, len(r.dead))
-    return table
-
-
-#: the per-worker columns: (header, WorkerLine field, shown even when every value is 0)
-WORKER_COLUMNS: Final = (
-    ("attempts", "attempts", True),
-    ("won", "won", True),
-    ("takeovers", "takeovers", False),
-    ("lost", "lost", True),
-    ("renewals", "renewals", False),
-    ("leases lost", "leases_lost", False),
-    ("done", "done", True),
-    ("stale", "stale", False),
-    ("released", "released", False),
-    ("dead", "dead", False),
-)
-
-
-def render_workers(r: Report, plain: bool) -> Table:
-    """One row per worker; a column that is 0 for everyone is left out (it says nothing)."""
-    columns = [
-        (header, name)
-        for header, name, always in WORKER_COLUMNS
-        if always or any(getattr(w, name) for w in r.workers)
-    ]
-    table = _table("workers", plain, "worker", *(header for header, _ in columns))
-    for w in r.workers:
-        table.add_row(w.worker, *(str(getattr(w, name)) for _, name in columns))
-    return table
-
-
-def render_held(r: Report, plain: bool) -> Table:
-    table = _table("held now", plain, "task", "worker", "claim", "since", "lease until")
-    table.columns[1].justify = "left"
-    for h in r.held[:MAX_ROWS]:
-        lease = h.lease
-        table.add_row(
-            str(h.task),
-            lease.worker,
-            f"@{lease.claim}",
-            clock_text(lease.at),
-            clock_text(lease.expiry),
-        )
-    _more(table, len(r.held))
-    return table
-
-
-def worked_twice_lines(r: Report) -> list[str]:
-    """One line per task worked twice, naming its decisive records and their positions."""
-    lines = []
-    for w in r.worked_twice:
-        records = "; ".join(
-            f"{ref.kind} @{ref.position} by {ref.worker} ({ref.verdict.value})" for ref in w.records
-        )
-        lines.append(f"task {w.task} was worked twice: {records}")
-    return lines
-
-
-def render_report(r: Report, location: str, plain: bool = False) -> RenderableType:
-    title = Text(summary_title(r, location), style="" if plain else "bold")
-    parts: list[RenderableType] = [title, render_summary(r, plain), ""]
-    if r.attempts_histogram:
-        parts += [render_histogram(r, plain), ""]
-    if r.takeovers:
-        parts += [render_takeovers(r, plain), ""]
-    if r.stale_completions:
-        parts += [render_stale(r, plain), ""]
-    if r.dead:
-        parts += [render_dead(r, plain), ""]
-    if r.held:
-        parts += [render_held(r, plain), ""]
-    if r.workers:
-        parts += [render_workers(r, plain), ""]
-    style = "" if plain else ("bold green" if r.ok else "bold red")
-    for line in worked_twice_lines(r) + r.accounting_errors():
-        parts.append(Text(line, style="" if plain else "red"))
-    parts.append(Text(r.verdict, style=style))
-    return Group(*parts)
-
-
-# -- `qw why` as text ------------------------------------------------------------------------
-
-
-def render_story(story: TaskStory, plain: bool = False) -> RenderableType:
-    table = _table(
-        f"task {story.task}: {story.state}", plain, "position", "time", "record", "worker", "why"
-    )
-    for column in table.columns[2:]:
-        column.justify = "left"
-    table.columns[4].overflow = "fold"
-    for step in story.steps:
-        where = f"task #{step.position}" if step.kind == "TASK" else f"@{step.position}"
-        table.add_row(
-            where,
-            clock_text(step.at) if step.at else "",
-            step.kind,
-            step.worker or "",
-            step.why,
-        )
-    return table

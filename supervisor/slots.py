@@ -13,11 +13,12 @@ import signal
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import psutil
 
 from queue_worker.process import EXIT_TIME_LIMIT
+from queue_worker.snapshot import WorkerSnapshot, WorkerState
 from supervisor.model import WorkerView
 
 if TYPE_CHECKING:
@@ -71,7 +72,7 @@ class Slot:
     pid: int | None = None
     worker_id: str | None = None
     launched_at: float = 0.0  # monotonic
-    stats: dict[str, Any] = field(default_factory=dict)
+    stats: WorkerSnapshot = field(default_factory=WorkerSnapshot)
     stats_mtime: int = 0  # of the snapshot file last read (ns)
     ps: psutil.Process | None = None
     cpu_percent: float = 0.0
@@ -95,7 +96,7 @@ class Slot:
         """The slot for the dashboard: the worker's own state while it runs, unless paused or
         being drained; after it ends, "exited" when it was asked to, else "dead"."""
         if self.alive:
-            state = str(self.stats.get("state", "starting"))
+            state = (self.stats.state or WorkerState.STARTING).value
             if self.paused:
                 state = "paused"
             elif (draining or self.retiring) and state not in ("exited",):

@@ -38,20 +38,25 @@ from typing import Any, Final
 
 import psutil
 
+from logstore import LogError
 from queue_worker.config import DEFAULT_DRAIN_TIMEOUT_S, DEFAULT_LEASE_S, WorkerConfig
 from queue_worker.names import worker_label
 from queue_worker.process import EXIT_CONFIG as WORKER_EXIT_CONFIG
-from queue_worker.stats import read_snapshot
+from queue_worker.snapshot import WorkerSnapshot, WorkerState, read_snapshot_file
+from queue_worker.state import Lease
 from supervisor.forked import start_worker, stop_server
 from supervisor.model import Event, QueueView, SupervisorSnapshot
 from supervisor.monitor import MICROS, Monitor, TaskInfo
+from supervisor.ops_recorder import OpsRecorder, now_us
 from supervisor.orphans import OrphanBook
+from supervisor.pausing import stop_outside_appends
 from supervisor.slots import RestartPolicy, Slot, code_is_time_limit, describe_exit, last_line
 
 #: exit codes of `qw up`
 EXIT_OK: Final = 0  # drained: every worker finished what it held and exited
 EXIT_NO_WORKERS: Final = 1  # every worker died and none will be restarted
 EXIT_FORCED: Final = 130  # stopped by a second signal: workers were killed mid-task
+EXIT_LOG_ERROR: Final = 3  # a log could not be read on (damaged, or not this queue's)
 
 DEMO_HANDLER: Final = "queue_worker.handlers:demo"
 #: how often the watcher thread acts on requests (a worker's end wakes it at once)
@@ -66,6 +71,8 @@ DRAINED_IDLE_POLL_S: Final = 0.05
 SAMPLE_S: Final = 1.0
 #: events kept for the feed
 EVENTS_KEPT: Final = 200
+#: how long `p` may take to catch a worker outside its appends before it gives up
+PAUSE_PATIENCE_S: Final = 1.0
 
 
 @dataclass(frozen=True)
@@ -189,12 +196,15 @@ class Supervisor:
         self._forced = False
         self._exit_code: int | None = None
         self._finished = threading.Event()
+        #: why the run stopped on a log it could not read (the file and byte offset), if so
+        self.log_failure: str | None = None
         self._lock = threading.RLock()
         self._watcher = threading.Thread(target=self._watch, name="qw-watcher", daemon=True)
         self._next_sample = 0.0
         self._next_refresh = 0.0
         self._status_path = options.run_dir / "supervisors" / f"{os.getpid()}.json"
         self._logs_dir = options.run_dir / "logs"
+        self._ops = OpsRecorder(options.location)  # kills, pauses, deaths: the ops topic
 
     # -- life cycle ----------------------------------------------------------------------------
 
@@ -203,10 +213,22 @@ class Supervisor:
         from queue_worker.producer import Queue
 
         opts = self.options
-        for directory in (opts.run_dir, self._status_path.parent, self._logs_dir):
-            directory.mkdir(parents=True, exist_ok=True)
         self.started_at = time.time()
+        # The logs first: a data location that cannot be used is named by the LogError.
         self._monitor = Monitor(opts.location)
+        for directory in (opts.run_dir, self._status_path.parent, self._logs_dir):
+            try:
+                directory.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                self._monitor.close()
+                raise LogError(f"{directory}: cannot create it: {e.strerror or e}") from e
+        # Before anything appends: every record of both logs whole and valid, and a claims
+        # log that closes no task the tasks log lacks. Writing past damage would bury it.
+        try:
+            self._monitor.check_start()
+        except BaseException:
+            self._monitor.close()
+            raise
         if opts.tasks:
             with Queue(opts.location, opts.fsync) as queue:
                 ids = queue.enqueue_many(demo_payloads(0, opts.tasks))
@@ -290,7 +312,11 @@ class Supervisor:
             self._next_refresh = now + (
                 DRAINED_CHECK_S if self.options.exit_when_drained else REFRESH_S
             )
-            events = monitor.poll()  # outside the lock: catching up may take a while
+            try:
+                events = monitor.poll()  # outside the lock: catching up may take a while
+            except LogError as e:  # damage, a reset server: the run stops (_log_failed)
+                self._log_failed(e)
+                events = []
             queue = monitor.queue_view()
         with self._lock:
             if refresh:
@@ -318,30 +344,52 @@ class Supervisor:
                 self._write_status()
             self._check_finished()
 
+    def _log_failed(self, error: LogError) -> None:
+        """The monitor cannot read the logs on (damage, a reset server): stop the run. The
+        workers meet the same log; the drain restarts none of them, and the run ends with
+        EXIT_LOG_ERROR once they are gone (`_check_finished`); a second stop request still
+        kills them at once, as in any drain."""
+        with self._lock:
+            if self.log_failure is None:
+                self.log_failure = str(error)
+                self._event("info", f"stopping: {error}")
+                if not self._draining:
+                    self._begin_drain("a log cannot be read")
+
     def _check_finished(self) -> None:
         if any(slot.alive for slot in self._slots):
             return
-        if self._draining:
+        if self.log_failure is not None:
+            self._finish(EXIT_LOG_ERROR)
+        elif self._draining:
             self._finish(EXIT_FORCED if self._forced else EXIT_OK)
         elif any(s.lost for s in self._slots) and all(s.restart_due is None for s in self._slots):
             self._event("info", "every worker is gone and none will be restarted")
             self._finish(EXIT_NO_WORKERS)
 
     def _finish(self, code: int) -> None:
-        if self._publisher is not None:
-            self._publisher.stop()
-        self._exit_code = code
-        for slot in self._slots:
-            self._read_stats(slot)  # the last figures a drained worker published
-        if self._monitor is not None:
-            for event in self._monitor.poll():  # the last completions, for the final counts
-                self._add_event(event)
-            self._queue = self._monitor.queue_view()
-            self._monitor.close()  # its fold stays readable (task_info) for a last request
-        with contextlib.suppress(OSError):
-            self._status_path.unlink()
-        stop_server()  # every worker has exited: the fork server goes with us
-        self._finished.set()
+        try:
+            if self._publisher is not None:
+                self._publisher.stop()
+            self._exit_code = code
+            for slot in self._slots:
+                self._read_stats(slot)  # the last figures a drained worker published
+            if self._monitor is not None:
+                try:
+                    for event in self._monitor.poll():  # the last completions, for the counts
+                        self._add_event(event)
+                except LogError as e:  # a damaged log: the counts stay as last read
+                    if self.log_failure is None:
+                        self.log_failure = str(e)
+                        self._exit_code = EXIT_LOG_ERROR
+                self._queue = self._monitor.queue_view()
+                self._monitor.close()  # its fold stays readable (task_info) for a last request
+            with contextlib.suppress(OSError):
+                self._status_path.unlink()
+            self._ops.close()
+            stop_server()  # every worker has exited: the fork server goes with us
+        finally:
+            self._finished.set()  # whatever failed above, the run is over: wait() returns
 
     # -- processes -------------------------------------------------------------------------------
 
@@ -351,7 +399,7 @@ class Supervisor:
         config = self.options.worker_config(slot.name, slot.index, len(self._slots))
         process = start_worker(config, self._logs_dir / f"{slot.name}.log")
         slot.process, slot.pid = process, process.pid
-        slot.worker_id, slot.stats, slot.stats_mtime = None, {}, 0
+        slot.worker_id, slot.stats, slot.stats_mtime = None, WorkerSnapshot(), 0
         slot.exit_code, slot.died_at, slot.paused = None, None, False
         slot.launched_at = time.monotonic()
         slot.restart_due = None
@@ -387,6 +435,8 @@ class Supervisor:
             slot.restart_due = now + REFRESH_S
             return
         held = self._held_at_death(slot)
+        if not slot.clean_exit:
+            self._ops.died(slot, held[0][0] if held else None, describe_exit(code))
         self._orphans.died(slot.view(self._draining), held, now=time.time())
         self._event("death", self._death_text(slot, code, held), held[0][0] if held else None)
         if stopping:
@@ -451,7 +501,21 @@ class Supervisor:
         slot.restarts += 1
         old = _label(slot)
         self._spawn(slot)
+        self._ops.restarted(slot, old)
         self._event("restart", f"{slot.name} restarted as {_label(slot)} (was {old})")
+
+    def _stop(self, slot: Slot) -> bool:
+        """SIGSTOP a live worker, never inside an append (`supervisor.pausing`: stopped
+        holding a log's lock, it would stall every other worker until resumed)."""
+        if slot.process is None or slot.process.poll() is not None:
+            return False
+        try:
+            if stop_outside_appends(slot.process.pid, self.location, PAUSE_PATIENCE_S):
+                return True
+        except ProcessLookupError:
+            return False
+        self._event("pause", f"{slot.name} (pid {slot.pid}) not paused: it kept a log locked")
+        return False
 
     def _signal(self, slot: Slot, signum: int) -> bool:
         """Send `signum` to a live worker; False if it is already gone."""
@@ -512,7 +576,7 @@ class Supervisor:
             return  # being replaced: the next refresh reads it
         if mtime == slot.stats_mtime:
             return  # unchanged since the last read: a stat is cheaper than a parse
-        snapshot = read_snapshot(path)
+        snapshot = read_snapshot_file(path)
         if snapshot is not None:
             slot.stats, slot.stats_mtime = snapshot, mtime
 
@@ -568,6 +632,10 @@ class Supervisor:
     def task_info(self, task: int) -> TaskInfo | None:
         return None if self._monitor is None else self._monitor.task_info(task)
 
+    def held_leases(self) -> list[tuple[int, Lease, float | None]]:
+        """The published tasks held now (Monitor.held_leases): after the end, what is left."""
+        return [] if self._monitor is None else self._monitor.held_leases()
+
     # -- the controls (supervisor.model.Controls) -----------------------------------------------
 
     def kill_a_holder(self) -> str | None:
@@ -586,6 +654,7 @@ class Supervisor:
             if target is None or process is None or target.pid is None:
                 return None
             self._read_stats(target)  # its worker id, if not known yet
+            at = now_us()  # the kill's time is the signal's, not when its effect was read
             if not self._signal(target, signal.SIGKILL):
                 return None
             # What it held is read once the process can write no more (and the fold has
@@ -595,6 +664,7 @@ class Supervisor:
                 process.wait(timeout=2.0)
             held = self._held_at_death(target)
             self._killed_holding[target.pid] = held
+            self._ops.killed(target, held[0][0] if held else None, at)
             text = f"kill -9 {_label(target)}" + (f", {_holding(held)}" if held else "")
             self._event("info", text, held[0][0] if held else None)
             return text
@@ -604,10 +674,14 @@ class Supervisor:
             target = self._slot(slot)
             if target is None or self._draining:
                 return None
-            signum = signal.SIGCONT if target.paused else signal.SIGSTOP
-            if not self._signal(target, signum):
+            if target.paused:
+                if not self._signal(target, signal.SIGCONT):
+                    return None
+            elif not self._stop(target):
                 return None
             target.paused = not target.paused
+            task = self._holdings().get(target.worker_id or "")
+            (self._ops.paused if target.paused else self._ops.resumed)(target, task)
             verb = "paused" if target.paused else "resumed"
             text = f"{_label(target)} {verb}"
             self._event("pause", text)
@@ -650,6 +724,9 @@ class Supervisor:
     def select(self, slot: int | None) -> None:
         with self._lock:
             self._selected = slot
+
+    def _holdings(self) -> dict[str, int]:
+        return self._monitor.holdings() if self._monitor else {}
 
     def _slot(self, index: int) -> Slot | None:
         return self._slots[index] if 0 <= index < len(self._slots) else None
@@ -732,12 +809,11 @@ def _running_since(pid: int, started_at: object) -> bool:
     return not isinstance(started_at, (int, float)) or created <= started_at + 1.0
 
 
-def is_running_worker(snapshot: dict[str, Any]) -> bool:
+def is_running_worker(snapshot: WorkerSnapshot) -> bool:
     """Is the worker that published `snapshot` still running?"""
-    pid = snapshot.get("pid")
-    if not isinstance(pid, int) or snapshot.get("state") == "exited":
+    if snapshot.pid is None or snapshot.state == WorkerState.EXITED:
         return False
-    return _running_since(pid, snapshot.get("started_at"))
+    return _running_since(snapshot.pid, snapshot.started_at)
 
 
 __all__ = [

@@ -15,7 +15,7 @@ from __future__ import annotations
 import signal
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final
 
 from rich.cells import cell_len
 from rich.console import Console, ConsoleOptions, JustifyMethod, RenderResult
@@ -188,7 +188,7 @@ def _cells(
     departed: bool = False,
 ) -> list[Text]:
     s = w.stats
-    dead = w.state in ("dead", "exited")
+    dead = w.ended
     figures = "dim" if dead else ""  # a dead worker's figures are its last, not live ones
 
     name = Text(w.label, style="dim" if departed else "")
@@ -200,9 +200,7 @@ def _cells(
         state.append(f" {_exit_reason(w.exit_code)}", style="red")
 
     orphans = orphans_by_holder.get(w.worker_id or "", []) if dead else []
-    task = _int(s, "current_task")
-    since = _float(s, "current_since")
-    expiry = _float(s, "lease_expiry")
+    task, since, expiry = s.current_task, s.current_since, s.lease_expiry
     if orphans:
         # the log's word on what it held (its own stats may be a claim behind)
         task_cell = Text(" ".join(f"#{o.task}" for o in orphans), style="strike")
@@ -222,21 +220,10 @@ def _cells(
         held = Text(format_duration(now - since) if since is not None else "")
         lease = _lease_cell(expiry, now)
 
-    lost = _int(s, "lost_total")
-    if lost is None:
-        lost_by = s.get("lost")
-        lost = (
-            sum(v for v in lost_by.values() if isinstance(v, int))
-            if isinstance(lost_by, dict)
-            else 0
-        )
-    att_won_lost = f"{_n(s, 'attempts')}/{_n(s, 'won')}/{lost}"
+    att_won_lost = f"{s.attempts}/{s.won}/{s.lost_total}"
 
-    lat = s.get("claim_latency_micros")
-    if isinstance(lat, Mapping) and _int(lat, "samples"):
-        latency = f"{format_micros(_int(lat, 'p50') or 0)}/{format_micros(_int(lat, 'p99') or 0)}"
-    else:
-        latency = "—"
+    lat = s.claim_latency_micros
+    latency = f"{format_micros(lat.p50)}/{format_micros(lat.p99)}" if lat.samples else "—"
 
     return [
         Text(f"▶{w.slot}" if selected else str(w.slot), style="dim" if departed else ""),
@@ -245,7 +232,7 @@ def _cells(
         task_cell,
         lease,
         held,
-        Text(str(_n(s, "finished")), style=figures or "green"),
+        Text(str(s.finished), style=figures or "green"),
         Text(att_won_lost, style=figures),
         Text(latency, style=figures),
         Text(f"{w.cpu_percent:.1f}%" if not dead else "—", style=figures),
@@ -270,23 +257,3 @@ def _exit_reason(code: int) -> str:
         except ValueError:
             return f"sig {-code}"
     return f"exit {code}"
-
-
-# -- reading stats (a JSON dict from another process: trust no type) -----------------------
-
-
-def _int(data: Mapping[str, Any], key: str) -> int | None:
-    value = data.get(key)
-    # bool is an int subclass; True is not a task id
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _float(data: Mapping[str, Any], key: str) -> float | None:
-    value = data.get(key)
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    return None
-
-
-def _n(data: Mapping[str, Any], key: str) -> int:
-    return _int(data, key) or 0

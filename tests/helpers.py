@@ -5,12 +5,13 @@ from __future__ import annotations
 import os
 import shutil
 import socket
-import time
 from collections.abc import Callable, Sequence
 
 import pytest
 
 from logstore import MemoryLog
+from queue_worker.waiting import WaitTimeout
+from queue_worker.waiting import wait_until as _wait_until
 
 
 def wait_until(
@@ -18,18 +19,13 @@ def wait_until(
 ) -> object:
     """Poll `condition` until it returns something truthy; fail the test after `timeout`.
 
-    This is the suite's only way to wait for something: a condition with a deadline.
+    This is the suite's only way to wait for something: a condition with a deadline (the
+    poll loop is queue_worker.waiting's, which the demos and the benchmarks use too).
     """
-    deadline = time.monotonic() + timeout
-    delay = 0.001
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(delay)  # a poll interval, not a wait for an event
-        delay = min(delay * 2, 0.05)
+    try:
+        return _wait_until(condition, timeout, what)
+    except WaitTimeout:
+        pytest.fail(f"timed out after {timeout}s waiting for {what}")
 
 
 def free_port() -> int:

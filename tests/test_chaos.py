@@ -27,6 +27,7 @@ import pytest
 
 from queue_worker.records import Claim, ClaimsRecord, Done, Fail, Renew
 from queue_worker.report import load_report, read_claims
+from queue_worker.snapshot import parse_snapshot
 from queue_worker.state import ClaimState, Verdict
 from queue_worker.stats import read_all
 from supervisor.demos.fleet import ClaimsTail
@@ -70,7 +71,11 @@ class Chaos:
     def kill_a_holder(self, data_dir: Path, tail: ClaimsTail) -> str | None:
         """kill -9 a running worker that holds a task (as the log says): its task must be
         taken over. Returns the worker id, or None if no holder may be killed now."""
-        running = {str(s["worker"]): s for s in read_all(data_dir / "run") if is_running_worker(s)}
+        running = {
+            str(s["worker"]): s
+            for s in read_all(data_dir / "run")
+            if is_running_worker(parse_snapshot(s))
+        }
         self.views.update(
             (int(s["consumed_up_to"]), int(s["done_tasks"])) for s in running.values()
         )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -49,6 +50,8 @@ def test_a_killed_holders_task_is_finished_by_a_survivor(tmp_path: Path) -> None
 
     assert result.returncode == 0, result.stdout + result.stderr
     assert "check-redistribution: OK: task" in result.stdout
+    # named as people see workers (w1·11095), and the taker was running before the kill
+    assert re.search(r"redistributed from w\d+·\d+ to w\d+·\d+ \(a survivor\)", result.stdout)
     assert "kill -9" in result.stdout
     assert "OK: every finished task was completed exactly once" in result.stdout  # qw report
     # its fresh data directory (under TMPDIR) is removed after a pass

@@ -24,6 +24,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from logstore import Log
+from logstore.file_log import FileLog
+from logstore.framing import encode_frame
 from queue_worker.checkpoint import (
     CHECKPOINT_NAME,
     FORMAT,
@@ -410,6 +412,43 @@ def test_a_checkpoint_of_another_directory_is_refused(tmp_path: Path, variant: s
     shutil.copyfile(mine / CHECKPOINT_NAME, other / CHECKPOINT_NAME)
     assert "differs" in check_refused(other)  # ...mine is not
     check_loads(mine)
+
+
+def test_a_checkpoint_of_another_queue_with_the_same_records_is_refused(tmp_path: Path) -> None:
+    """Byte for byte the same records, but another queue: the checkpoint names its logs'
+    identity (queue id and topic), and that is what is refused."""
+    mine, other = tmp_path / "mine", tmp_path / "other"
+    build(mine)
+    build(other)
+    shutil.copyfile(mine / CHECKPOINT_NAME, other / CHECKPOINT_NAME)
+    assert "taken of the log" in check_refused(other)
+    check_loads(mine)
+
+
+@pytest.mark.parametrize("topic", ["claims", "tasks"])
+def test_a_record_changed_between_the_first_and_the_last_is_refused(
+    tmp_path: Path, topic: str
+) -> None:
+    """The checkpoint covers every byte up to its position, not only its two ends: a middle
+    record rewritten as a valid frame (its checksum recomputed: the log itself reads fine)
+    refuses it; a damaged one too."""
+    build(tmp_path)
+    path = tmp_path / f"{topic}.log"
+    with FileLog.open(path, read_only=True) as log:
+        entries = list(log.iter_from(log.start))
+    middle = entries[(TASK_CUT if topic == "tasks" else CUT) // 2]
+    image = bytearray(path.read_bytes())
+    continued = bool(image[middle.position + 3] & 0x80)
+    changed = bytes([middle.data[0] ^ 0x01]) + middle.data[1:]
+    image[middle.position : middle.next] = encode_frame(changed, continued)
+    path.write_bytes(bytes(image))
+    with FileLog.open(path, read_only=True) as log:
+        assert log.check() == len(image)  # a valid log, only different
+    assert "have changed since it was taken" in check_refused(tmp_path)
+    image[middle.next - 1] ^= 0x01  # and now damaged (a replay then names the offset)
+    path.write_bytes(bytes(image))
+    why = check_refused(tmp_path)
+    assert "have changed" in why or f"corrupt record at byte offset {middle.position}" in why
 
 
 def test_a_claims_log_cut_short_is_refused(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from rich.console import Console, RenderableType
 
+from queue_worker.snapshot import parse_snapshot
 from supervisor.dashboard import (
     View,
     event_feed,
@@ -75,6 +76,7 @@ def worker(slot: int, state: str = "idle", **over: Any) -> WorkerView:
         "rss_bytes": 31 * 1024 * 1024,
     }
     fields.update(over)
+    fields["stats"] = parse_snapshot(fields["stats"])  # as the supervisor reads the file
     return WorkerView(**fields)
 
 
@@ -629,7 +631,7 @@ def test_every_size_shows_every_worker_whole_and_the_keys_last(
         return
     for w in workers:
         row = row_of(text, f"w{w.slot}·{w.pid}")
-        task = w.stats.get("current_task")
+        task = w.stats.current_task
         if task is not None:
             assert re.search(rf"(?<!\d)#{task}(?!\d)", row), row
     assert "#105" in row_of(text, "w5·41005")  # the dead row, beneath the new process's

@@ -69,6 +69,7 @@ def test_redistribution_shows_a_survivor_taking_over_a_killed_holders_task(
         )
     )
     assert "kill -9" in out and "took task" in out and "qw report: exit 0" in out
+    assert "is restarted as pid" in out and "(a survivor;" in out
 
 
 def test_pause_shows_fencing_refuse_the_frozen_workers_done(tmp_path: Path) -> None:

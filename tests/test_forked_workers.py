@@ -79,7 +79,7 @@ def test_each_forked_worker_writes_to_its_own_log(supervisor: Any, tmp_path: Pat
     logs = tmp_path / "qw" / "run" / "logs"
     for view in sup.snapshot().workers:
         lines = (logs / f"{view.name}.log").read_text().splitlines()
-        if view.stats.get("finished", 0) == 0:
+        if view.stats.finished == 0:
             continue  # the other worker took every task
         assert f"out from {view.pid}" in lines and f"err from {view.pid}" in lines
         assert all(line.endswith(f" {view.pid}") for line in lines), lines
@@ -135,7 +135,7 @@ def test_exec_start_runs_plain_subprocesses(
         assert "queue_worker.worker" in process.cmdline()
     assert sup.wait(60)
     assert sup.exit_code == EXIT_OK
-    assert sup.snapshot().workers[0].stats.get("finished") == 20
+    assert sup.snapshot().workers[0].stats.finished == 20
 
 
 def test_the_cli_names_the_supervisors_demo_handler() -> None:

@@ -68,12 +68,16 @@ def frame_starts(batch_list: list[list[bytes]]) -> list[int]:
 
 
 def test_the_docstring_example_is_the_real_encoding() -> None:
-    image = encode_file_header(MAX_RECORD) + encode_frame(b"hi")
+    image = encode_file_header(MAX_RECORD, bytes(range(16)), "tasks") + encode_frame(b"hi")
     assert image == bytes.fromhex(
-        "51 57 4c 4f 47 01 00 00 00 00 00 01 85 c3 0b fa 02 00 00 00 fd ff ff ff 2e 48 a5 ea 68 69"
+        "51 57 4c 4f 47 02 00 00 00 00 00 01"
+        "00 01 02 03 04 05 06 07 08 09 0a 0b 0c 0d 0e 0f"
+        "74 61 73 6b 73 00 00 00 00 00 00 00 00 00 00 00"
+        "88 93 b7 31"
+        "02 00 00 00 fd ff ff ff 2e 48 a5 ea 68 69"
     )
-    found = decode_frames(image[16:], 16, at_eof=True, max_record=MAX_RECORD, path=PATH)
-    assert [(e.position, e.next, e.data) for e in found.entries] == [(16, 30, b"hi")]
+    found = decode_frames(image[48:], 48, at_eof=True, max_record=MAX_RECORD, path=PATH)
+    assert [(e.position, e.next, e.data) for e in found.entries] == [(48, 62, b"hi")]
 
 
 @given(batches)
@@ -174,7 +178,13 @@ def test_a_flipped_byte_before_the_last_frame_is_corruption_at_that_frame(
     assert caught.value.path == PATH
     assert f"{PATH}: corrupt record at byte offset {start}" in str(caught.value)
     with pytest.raises(CorruptLogError) as scanned:
-        scan_frames(bytes(image[16:]), 16, at_eof=True, max_record=MAX, path=PATH)
+        scan_frames(
+            bytes(image[FILE_HEADER_SIZE:]),
+            FILE_HEADER_SIZE,
+            at_eof=True,
+            max_record=MAX,
+            path=PATH,
+        )
     assert scanned.value.offset == start
 
 
@@ -248,11 +258,14 @@ def test_peek_and_walk_read_headers_only() -> None:
     assert peek_frame(frames, MAX) == (FRAME_HEADER_SIZE + 1, False)
     assert peek_frame(frames[13:], MAX) == (FRAME_HEADER_SIZE + 2, True)
     assert peek_frame(bytes(FRAME_HEADER_SIZE), MAX) is None
-    a, b, c, d = 16, 16 + 13, 16 + 13 + 14, 16 + 13 + 14 + 15  # frame starts
+    h = FILE_HEADER_SIZE
+    a, b, c, d = h, h + 13, h + 13 + 14, h + 13 + 14 + 15  # frame starts
     end = len(image)
 
     def walk(cut: int) -> Walk:
-        return walk_frames(image[16:cut], 16, MAX, 16, 16)
+        return walk_frames(
+            image[FILE_HEADER_SIZE:cut], FILE_HEADER_SIZE, MAX, FILE_HEADER_SIZE, FILE_HEADER_SIZE
+        )
 
     assert walk(end) == Walk(end=end, open_batch=end, last_batch=d)
     assert walk(end - 1) == Walk(end=d, open_batch=d, last_batch=b)  # inside the last frame
@@ -260,14 +273,28 @@ def test_peek_and_walk_read_headers_only() -> None:
     # a bad payload is not noticed: walking trusts whole frames with valid headers
     damaged = bytearray(image)
     damaged[-1] ^= 1
-    assert walk_frames(bytes(damaged[16:]), 16, MAX, 16, 16).end == end
+    assert (
+        walk_frames(
+            bytes(damaged[FILE_HEADER_SIZE:]),
+            FILE_HEADER_SIZE,
+            MAX,
+            FILE_HEADER_SIZE,
+            FILE_HEADER_SIZE,
+        ).end
+        == end
+    )
     # a walk resumed in the middle of a batch keeps the batch's start
     assert walk_frames(image[c:], c, MAX, b, a) == Walk(end=end, open_batch=end, last_batch=d)
     assert walk_frames(image[c:d], c, MAX, b, a) == Walk(end=d, open_batch=d, last_batch=b)
 
 
 def test_file_header_round_trip_and_foreign_files() -> None:
-    assert decode_file_header(encode_file_header(1234), PATH) == 1234
+    queue = bytes(range(16))
+    assert decode_file_header(encode_file_header(1234, queue, "claims"), PATH) == (
+        1234,
+        queue,
+        "claims",
+    )
     good = encode_file_header(MAX)
     with pytest.raises(ForeignFileError, match="is not a qw log"):
         decode_file_header(b"hello world, this is text", PATH)
@@ -275,10 +302,17 @@ def test_file_header_round_trip_and_foreign_files() -> None:
         decode_file_header(good[:10], PATH)
     with pytest.raises(ForeignFileError, match="checksum"):
         decode_file_header(good[:9] + b"\x77" + good[10:], PATH)
-    newer = bytearray(good[:12])
-    newer[5] = 2
-    with pytest.raises(ForeignFileError, match="version 2"):
+    newer = bytearray(good[:44])
+    newer[5] = 3
+    with pytest.raises(ForeignFileError, match="version 3; this code reads version 2"):
         decode_file_header(bytes(newer) + zlib.crc32(newer).to_bytes(4, "little"), PATH)
+    # the 16-byte header of version 1 (no identity): refused, naming both versions
+    older = bytearray(good[:12])
+    older[5] = 1
+    with pytest.raises(
+        ForeignFileError, match=f"{PATH}: qw log format version 1 .*reads version 2"
+    ):
+        decode_file_header(bytes(older) + zlib.crc32(older).to_bytes(4, "little"), PATH)
     with pytest.raises(ValueError, match="out of range"):
         encode_file_header(-1)
 
@@ -385,15 +419,40 @@ def test_a_damaged_frame_before_the_verified_offset_is_still_damage() -> None:
 
 def test_walk_with_check_stops_at_a_bad_checksum() -> None:
     image = bytearray(build([[b"a"], [b"bb", b"ccc"], [b"dddd"]]))
-    a, b, c, d = 16, 16 + 13, 16 + 13 + 14, 16 + 13 + 14 + 15
-    assert walk_frames(bytes(image[16:]), 16, MAX, 16, 16, check=True) == Walk(
-        end=len(image), open_batch=len(image), last_batch=d
-    )
+    h = FILE_HEADER_SIZE
+    a, b, c, d = h, h + 13, h + 13 + 14, h + 13 + 14 + 15
+    assert walk_frames(
+        bytes(image[FILE_HEADER_SIZE:]),
+        FILE_HEADER_SIZE,
+        MAX,
+        FILE_HEADER_SIZE,
+        FILE_HEADER_SIZE,
+        check=True,
+    ) == Walk(end=len(image), open_batch=len(image), last_batch=d)
     image[c + FRAME_HEADER_SIZE] ^= 1  # "ccc": the batch [bb, ccc] is not verified
-    walk = walk_frames(bytes(image[16:]), 16, MAX, 16, 16, check=True)
+    walk = walk_frames(
+        bytes(image[FILE_HEADER_SIZE:]),
+        FILE_HEADER_SIZE,
+        MAX,
+        FILE_HEADER_SIZE,
+        FILE_HEADER_SIZE,
+        check=True,
+    )
     assert walk == Walk(end=c, open_batch=b, last_batch=a)
-    assert walk_frames(memoryview(image)[16:], 16, MAX, 16, 16, check=True) == walk
-    assert walk_frames(bytes(image[16:]), 16, MAX, 16, 16).end == len(image)  # headers only
+    assert (
+        walk_frames(
+            memoryview(image)[FILE_HEADER_SIZE:],
+            FILE_HEADER_SIZE,
+            MAX,
+            FILE_HEADER_SIZE,
+            FILE_HEADER_SIZE,
+            check=True,
+        )
+        == walk
+    )
+    assert walk_frames(
+        bytes(image[FILE_HEADER_SIZE:]), FILE_HEADER_SIZE, MAX, FILE_HEADER_SIZE, FILE_HEADER_SIZE
+    ).end == len(image)  # headers only
 
 
 def test_decoded_entries_are_ordinary_entries() -> None:
@@ -416,8 +475,10 @@ def test_decoded_entries_are_ordinary_entries() -> None:
 
 def test_decoding_accepts_bytearray_and_memoryview() -> None:
     image = build([[b"one"], [b"two", b"three"]])
-    for buf in (bytearray(image[16:]), memoryview(image)[16:]):
-        found = decode_frames(buf, 16, at_eof=True, max_record=MAX, path=PATH)
+    for buf in (bytearray(image[FILE_HEADER_SIZE:]), memoryview(image)[FILE_HEADER_SIZE:]):
+        found = decode_frames(buf, FILE_HEADER_SIZE, at_eof=True, max_record=MAX, path=PATH)
         assert [e.data for e in found.entries] == [b"one", b"two", b"three"]
         assert all(type(e.data) is bytes for e in found.entries)
-        assert scan_frames(buf, 16, at_eof=True, max_record=MAX, path=PATH).consumed == len(buf)
+        assert scan_frames(
+            buf, FILE_HEADER_SIZE, at_eof=True, max_record=MAX, path=PATH
+        ).consumed == len(buf)

@@ -83,12 +83,36 @@ def test_a_takeover_seen_in_the_log_cancels_without_writing_a_renew() -> None:
 
 
 def test_a_refused_renewal_cancels() -> None:
+    # The rescuer's clock runs a second ahead of ours: by our clock the lease still holds
+    # (so a RENEW is written), by its own it had run out (so its CLAIM wins first).
     log = RacingLog()
-    keeper = keeper_for(log, Claim(0, "w", T0, 10 * SECOND), T0 + 11 * SECOND)
+    keeper = keeper_for(log, Claim(0, "w", T0, 10 * SECOND), T0 + 9 * SECOND)
     log.race = encode(Claim(0, "rescuer", T0 + 10 * SECOND, 10 * SECOND))
     assert keeper.renew_once() is Verdict.LEASE_LOST
     assert keeper.cancelled.is_set()
     assert [v for _, v in full_fold(log)] == [Verdict.WON, Verdict.TAKEOVER, Verdict.LEASE_LOST]
+
+
+def test_a_lease_lapsed_by_our_own_clock_is_lost_and_not_renewed() -> None:
+    """Frozen past the expiry it last secured, the keeper writes no RENEW (nobody took the
+    task yet, but it cannot vouch for the lease): it cancels, and says it lapsed."""
+    log = MemoryLog("claims")
+    keeper = keeper_for(log, Claim(0, "w", T0, 10 * SECOND), T0 + 10 * SECOND)
+    assert keeper.renew_once() is Verdict.LEASE_LOST
+    assert keeper.cancelled.is_set() and keeper.lapsed and keeper.lost_to is None
+    assert [v for _, v in full_fold(log)] == [Verdict.WON]  # no RENEW written
+
+
+def test_a_renewal_moves_the_expiry_a_lapse_is_judged_by() -> None:
+    log = MemoryLog("claims")
+    clock = [T0 + 6 * SECOND]
+    keeper = keeper_for(log, Claim(0, "w", T0, 10 * SECOND), T0)
+    keeper.clock = keeper.fold_clock = lambda: clock[0]
+    assert keeper.renew_once() is Verdict.RENEWED  # secured until T0 + 16 s
+    clock[0] = T0 + 12 * SECOND
+    assert not keeper.check_lapse()
+    clock[0] = T0 + 16 * SECOND
+    assert keeper.check_lapse() and keeper.lapsed and keeper.cancelled.is_set()
 
 
 @pytest.mark.parametrize("seed", range(20))

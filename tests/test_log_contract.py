@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from logstore import open_log
-from logstore.base import Entry, Log, LogClosedError, RecordTooLargeError
+from logstore.base import Entry, Log, LogClosedError, LogError, RecordTooLargeError
 from logstore.file_log import FileLog
 from logstore.framing import MAX_RECORD
 from logstore.memory import MemoryLog
@@ -251,3 +251,57 @@ def test_two_handles_see_the_same_records_in_the_same_order(backend: Backend) ->
     for tag in (b"a", b"b"):
         own = [data for _, data in seen_first if data.startswith(tag)]
         assert own == [tag + b"%d" % i for i in range(200)]  # each writer's order is kept
+
+
+# -- identity: the logs of one queue name it (file and Redis backends) ------------------------
+
+
+@pytest.fixture(params=["file", "redis"])
+def location(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "file":
+        return str(tmp_path / "queue")
+    return str(request.getfixturevalue("redis_url"))
+
+
+FAMILY = ("tasks", "claims")
+
+
+def test_the_logs_of_one_queue_share_its_identity_and_name_their_topic(location: str) -> None:
+    with (
+        open_log(location, "tasks", family=FAMILY) as tasks,
+        open_log(location, "claims", family=FAMILY) as claims,
+    ):
+        tasks_id = getattr(tasks, "identity", None)
+        claims_id = getattr(claims, "identity", None)
+        assert tasks_id is not None and claims_id is not None
+        assert (tasks_id.topic, claims_id.topic) == FAMILY
+        assert tasks_id.queue == claims_id.queue
+        tasks.append(b"t")
+    with open_log(location, "tasks", family=FAMILY) as again:  # reopened: the same queue
+        assert getattr(again, "identity", None) == tasks_id
+
+
+def test_a_read_only_handle_reads_and_never_appends(location: str) -> None:
+    with open_log(location, "tasks", family=FAMILY) as writer:
+        writer.append(b"one")
+    with open_log(location, "tasks", family=FAMILY, read_only=True) as reader:
+        assert datas(reader.read(reader.start)) == [b"one"]
+        with pytest.raises(LogError, match="read-only"):
+            reader.append(b"two")
+    with open_log(location, "tasks", family=FAMILY) as writer:
+        assert datas(writer.read(writer.start)) == [b"one"]
+
+
+def test_check_reads_to_the_end_and_checksum_follows_the_records(backend: Backend) -> None:
+    log, other = backend.log, backend.another()
+    assert log.check() == log.end() or not log.read(log.start)
+    empty = log.checksum(log.start, log.end())
+    log.append_many([b"a", b"bb"])
+    end = log.end()
+    assert log.check() >= end - 1
+    full = log.checksum(log.start, end)
+    assert full != empty
+    assert other.checksum(other.start, end) == full  # another handle: the same value
+    positions = [e.position for e in log.read(log.start)]
+    # extending a checksum taken to a record boundary gives the same value
+    assert log.checksum(positions[1], end, log.checksum(log.start, positions[1])) == full

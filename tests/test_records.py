@@ -75,13 +75,15 @@ msgpack_values: st.SearchStrategy[Any] = st.recursive(
 )
 
 workers = st.text(max_size=30)
+#: every task id a claims record may name (queue_worker.records.MAX_TASK_ID)
+task_ids = st.integers(min_value=0, max_value=2**63 - 1)
 
-claims = st.builds(Claim, task=ints, worker=workers, at=ints, lease=ints)
-renews = st.builds(Renew, task=ints, worker=workers, at=ints, claim=ints, lease=ints)
-dones = st.builds(Done, task=ints, worker=workers, at=ints, claim=ints, result=msgpack_values)
+claims = st.builds(Claim, task=task_ids, worker=workers, at=ints, lease=ints)
+renews = st.builds(Renew, task=task_ids, worker=workers, at=ints, claim=ints, lease=ints)
+dones = st.builds(Done, task=task_ids, worker=workers, at=ints, claim=ints, result=msgpack_values)
 fails = st.builds(
     Fail,
-    task=ints,
+    task=task_ids,
     worker=workers,
     at=ints,
     claim=ints,

@@ -29,7 +29,8 @@ from queue_worker.report import (
     load_report,
 )
 from queue_worker.topics import MALFORMED
-from supervisor.report_cli import register, render_report
+from supervisor.report_cli import register
+from supervisor.report_text import render_report
 
 LEASE = 1_000  # µs: every scripted claim's lease unless a test says otherwise
 

@@ -24,6 +24,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from queue_worker.snapshot import parse_snapshot
 from supervisor.model import Event, QueueView, SupervisorSnapshot, WorkerView
 from tests.helpers import wait_until
 
@@ -299,7 +300,10 @@ def test_qw_up_kill_orphan_takeover_keys_and_quit(sized_tmux: Tmux, tmp_path: Pa
     code = exit_status(tmux, "qw up to drain and exit")
     screen = tmux.screen()
     assert code == 0, screen
-    assert "qw: drained" in screen  # the CLI's last word, on the main screen
+    # the CLI's last word, on the main screen: q stopped a queue with tasks still to do, so
+    # it says what is left (never "drained": supervisor/end_state.py)
+    assert "qw: stopped with" in screen and " pending" in screen, screen
+    assert "qw: drained" not in screen, screen
     assert not tmux.children(), "a process outlived qw up"
     assert not any(_alive(pid) for pid in worker_pids)
     assert_terminal_restored(tmux)
@@ -395,16 +399,18 @@ class FakeSupervisor:
             worker_id=f"w{slot}-{50000 + slot}-{slot:04x}",
             pid=50000 + slot,
             state="working",
-            stats={
-                "attempts": 3,
-                "won": 2,
-                "lost_total": 1,
-                "finished": 1,
-                "current_task": slot if task is None else task,
-                "current_since": now,
-                "lease_expiry": now + 2.0,
-                "claim_latency_micros": {"p50": 450, "p90": 700, "p99": 1900, "samples": 3},
-            },
+            stats=parse_snapshot(
+                {
+                    "attempts": 3,
+                    "won": 2,
+                    "lost_total": 1,
+                    "finished": 1,
+                    "current_task": slot if task is None else task,
+                    "current_since": now,
+                    "lease_expiry": now + 2.0,
+                    "claim_latency_micros": {"p50": 450, "p90": 700, "p99": 1900, "samples": 3},
+                }
+            ),
             cpu_percent=4.0,
             rss_bytes=30 << 20,
         )
@@ -416,7 +422,7 @@ class FakeSupervisor:
         now = time.time()
         for i, view in enumerate(self.views):
             if view.state == "dead" and view.died_at is not None and now - view.died_at > 1.0:
-                task = view.stats["current_task"]
+                task = view.stats.current_task
                 heir = self.views[(i + 1) % len(self.views)].name
                 text = f"task {task}: {view.name} → {heir}, 1.0 s after {view.name} died"
                 self.events.append(Event(now, "takeover", text))
@@ -448,7 +454,7 @@ class FakeSupervisor:
         view = self.views[slot]
         if view.state == "dead":
             return None
-        task = view.stats["current_task"]
+        task = view.stats.current_task
         self.views[slot] = dataclasses.replace(
             view, state="dead", exit_code=-signal.SIGKILL, died_at=time.time()
         )

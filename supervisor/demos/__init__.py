@@ -16,6 +16,7 @@ from typing import Annotated, Any
 
 import typer
 
+from supervisor.cli_options import real, whole
 from supervisor.demos.common import stdout_console
 
 demo_app = typer.Typer(
@@ -37,19 +38,22 @@ KeepOption = Annotated[
 ]
 
 
+# Bounds go through cli_options' parsers rather than typer's min/max: typer words a value
+# out of range without quoting it ("Input should be less than or equal to 64").
 def _seconds(help: str) -> Any:  # typer.Option is typed as returning Any
-    return typer.Option(min=0.05, max=600.0, metavar="SECONDS", help=help)
+    return typer.Option(parser=real("seconds", 0.05, 600.0), metavar="SECONDS", help=help)
+
+
+def _count(what: str, low: int, high: int, help: str) -> Any:
+    metavar = "MS" if what == "milliseconds" else "N"
+    return typer.Option(parser=whole(what, low, high), metavar=metavar, help=help)
 
 
 @demo_app.command("collisions")
 def collisions_command(
-    workers: Annotated[
-        int, typer.Option(min=2, max=64, metavar="N", help="Workers in each run.")
-    ] = 8,
-    tasks: Annotated[int, typer.Option(min=1, max=100_000, metavar="N", help="The backlog.")] = 400,
-    work_ms: Annotated[
-        int, typer.Option(min=0, max=10_000, metavar="MS", help="Work per task.")
-    ] = 5,
+    workers: Annotated[int, _count("a number of workers", 2, 64, help="Workers in each run.")] = 8,
+    tasks: Annotated[int, _count("a number of tasks", 1, 100_000, help="The backlog.")] = 400,
+    work_ms: Annotated[int, _count("milliseconds", 0, 10_000, help="Work per task.")] = 5,
     directory: DirOption = None,
     keep: KeepOption = False,
 ) -> None:
@@ -62,12 +66,10 @@ def collisions_command(
 
 @demo_app.command("redistribution")
 def redistribution_command(
-    workers: Annotated[int, typer.Option(min=2, max=64, metavar="N", help="Worker processes.")] = 3,
-    tasks: Annotated[int, typer.Option(min=1, max=10_000, metavar="N", help="Tasks enqueued.")] = 6,
+    workers: Annotated[int, _count("a number of workers", 2, 64, help="Worker processes.")] = 3,
+    tasks: Annotated[int, _count("a number of tasks", 1, 10_000, help="Tasks enqueued.")] = 6,
     lease: Annotated[float, _seconds("Each claim's lease.")] = 2.0,
-    work_ms: Annotated[
-        int, typer.Option(min=1, max=600_000, metavar="MS", help="Work per task.")
-    ] = 1500,
+    work_ms: Annotated[int, _count("milliseconds", 1, 600_000, help="Work per task.")] = 1500,
     directory: DirOption = None,
     keep: KeepOption = False,
 ) -> None:
@@ -84,10 +86,7 @@ def redistribution_command(
 def pause_command(
     lease: Annotated[float, _seconds("Each claim's lease.")] = 1.0,
     work_ms: Annotated[
-        int,
-        typer.Option(
-            min=1, max=600_000, metavar="MS", help="Work per task (longer than the lease)."
-        ),
+        int, _count("milliseconds", 1, 600_000, help="Work per task (longer than the lease).")
     ] = 2500,
     directory: DirOption = None,
     keep: KeepOption = False,
@@ -106,7 +105,7 @@ def skew_command(
         float, _seconds("How far one clock runs ahead and one behind (more than the lease).")
     ] = 3.0,
     work_ms: Annotated[
-        int, typer.Option(min=1, max=600_000, metavar="MS", help="The robbed worker's work.")
+        int, _count("milliseconds", 1, 600_000, help="The robbed worker's work.")
     ] = 6000,
     directory: DirOption = None,
     keep: KeepOption = False,

@@ -22,7 +22,7 @@ from queue_worker.producer import Queue
 from queue_worker.records import Claim
 from queue_worker.report import Report, duration_text, load_report, read_claims
 from queue_worker.state import ClaimState, Verdict
-from supervisor.demos.common import DemoResult, Narrator, data_dir
+from supervisor.demos.common import DemoResult, Narrator, data_dir, write_demo_timeline
 from supervisor.demos.fleet import ClaimsTail, DemoFailed, Fleet, wait_for
 
 
@@ -71,7 +71,7 @@ def run(console: Console, options: CollisionOptions) -> DemoResult:
         f"{options.work_ms} ms of work each, under every pick strategy"
     )
     reports: dict[str, Report] = {}
-    with data_dir(options.directory, options.keep) as root:
+    with data_dir(options.directory, options.keep, say) as root:
         for pick in PICK_STRATEGIES:
             location = root / pick
             say.say(f"pick={pick}: {location}")
@@ -84,6 +84,8 @@ def run(console: Console, options: CollisionOptions) -> DemoResult:
                 f"{reports[pick].lost} of {reports[pick].attempts} attempts lost"
                 + (f"; the first: {example}" if example else "")
             )
+            kept = options.directory is not None or options.keep
+            write_demo_timeline(say, location, f"demo-collisions-{pick}", kept)
     console.print(collision_table(reports, plain=not console.is_terminal))
     return say.result(judge(reports, options.tasks))
 

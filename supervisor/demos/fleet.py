@@ -24,16 +24,22 @@ from typing import Any, Final, TypeVar
 
 from logstore import Log, open_log
 from queue_worker.config import WorkerConfig
+from queue_worker.ops import BY_DEMO
 from queue_worker.process import worker_command
 from queue_worker.records import ClaimsRecord
+from queue_worker.snapshot import WorkerState, read_snapshots
 from queue_worker.state import Outcome, Verdict
-from queue_worker.stats import read_all
 from queue_worker.topics import CLAIMS_TOPIC, ClaimsFollower
+from queue_worker.waiting import WaitTimeout, wait_until
+from supervisor.ops_recorder import OpsRecorder, ProcessRef
+from supervisor.pausing import stop_outside_appends
 
 #: how long a worker that was asked to drain (SIGTERM) may take before it is killed
 STOP_GRACE_S: Final = 5.0
 #: how often a wait looks at its condition again
 POLL_S: Final = 0.02
+#: how long `Fleet.pause` may keep trying to stop a worker outside its appends
+PAUSE_PATIENCE_S: Final = 20.0
 
 T = TypeVar("T")
 
@@ -44,14 +50,10 @@ class DemoFailed(Exception):
 
 def wait_for(condition: Callable[[], T | None], timeout: float, what: str) -> T:
     """Poll `condition` until it returns something truthy; DemoFailed after `timeout` s."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise DemoFailed(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(POLL_S)  # a poll interval: the condition itself is what is waited for
+    try:
+        return wait_until(condition, timeout, what, first_poll=POLL_S, max_poll=POLL_S)
+    except WaitTimeout as e:
+        raise DemoFailed(str(e)) from None
 
 
 @dataclass
@@ -77,6 +79,15 @@ class Fleet:
     location: Path
     defaults: dict[str, Any] = field(default_factory=dict)  # WorkerConfig fields for all
     workers: list[WorkerProcess] = field(default_factory=list)
+    ops: OpsRecorder = field(init=False)  # what the demo does to its workers: the ops topic
+
+    def __post_init__(self) -> None:
+        self.ops = OpsRecorder(self.location, by=BY_DEMO)
+
+    def ref(self, worker: WorkerProcess) -> ProcessRef:
+        """The worker as the ops topic names it (its id, once it has published one)."""
+        ids = {pid: worker_id for worker_id, pid in self.worker_ids().items()}
+        return ProcessRef(worker.name, ids.get(worker.pid), worker.pid)
 
     @property
     def run_dir(self) -> Path:
@@ -111,7 +122,8 @@ class Fleet:
 
     def worker_ids(self) -> dict[str, int]:
         """worker id -> pid, from the stats snapshots the workers publish."""
-        return {str(s["worker"]): int(s["pid"]) for s in read_all(self.run_dir) if "pid" in s}
+        snaps = read_snapshots(self.run_dir)
+        return {str(s.worker): s.pid for s in snaps if s.pid is not None}
 
     def process_of(self, worker_id: str) -> WorkerProcess | None:
         pid = self.worker_ids().get(worker_id)
@@ -119,22 +131,27 @@ class Fleet:
 
     def started(self) -> bool:
         """Has every worker published a snapshot in which it is past starting up?"""
-        snaps = {int(s["pid"]): s for s in read_all(self.run_dir) if "pid" in s}
-        return all(
-            w.pid in snaps and snaps[w.pid].get("state") not in (None, "starting")
-            for w in self.workers
-        )
+        states = {s.pid: s.state for s in read_snapshots(self.run_dir) if s.pid is not None}
+        return all(states.get(w.pid) not in (None, WorkerState.STARTING) for w in self.workers)
 
     def kill(self, worker: WorkerProcess) -> None:
         """kill -9: no goodbye, no DONE, no release; its lease must run out."""
+        self.ops.killed(self.ref(worker), None)
         worker.process.send_signal(signal.SIGKILL)
         worker.process.wait()
 
     def pause(self, worker: WorkerProcess) -> None:
-        worker.process.send_signal(signal.SIGSTOP)
+        """SIGSTOP, never inside an append (`supervisor.pausing`: a worker stopped holding a
+        log's lock would stall every other writer, and nobody could take its task over)."""
+        self.ops.paused(self.ref(worker), None)
+        if not stop_outside_appends(worker.pid, self.location, PAUSE_PATIENCE_S):
+            raise DemoFailed(
+                f"could not stop {worker.name} outside an append in {PAUSE_PATIENCE_S:g} s"
+            )
         worker.paused = True
 
     def resume(self, worker: WorkerProcess) -> None:
+        self.ops.resumed(self.ref(worker), None)
         worker.process.send_signal(signal.SIGCONT)
         worker.paused = False
 
@@ -153,6 +170,7 @@ class Fleet:
             except subprocess.TimeoutExpired:
                 w.process.kill()
                 w.process.wait()
+        self.ops.close()
 
     def __enter__(self) -> Fleet:
         return self

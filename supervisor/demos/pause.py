@@ -18,6 +18,7 @@ from typing import Any
 from rich.console import Console
 
 from queue_worker.explain import explain_task
+from queue_worker.names import worker_label
 from queue_worker.producer import Queue
 from queue_worker.records import Claim, Done
 from queue_worker.report import (
@@ -29,9 +30,9 @@ from queue_worker.report import (
     read_task,
 )
 from queue_worker.state import Verdict
-from supervisor.demos.common import DemoResult, Narrator, data_dir
+from supervisor.demos.common import DemoResult, Narrator, data_dir, write_demo_timeline
 from supervisor.demos.fleet import ClaimsTail, DemoFailed, Fleet, Seen, WorkerProcess, wait_for
-from supervisor.report_cli import render_story, worked_twice_lines
+from supervisor.report_text import render_story, worked_twice_lines
 
 #: the handler the demo's workers run (see `stubborn`)
 STUBBORN_HANDLER = "supervisor.demos.pause:stubborn"
@@ -91,11 +92,11 @@ def run_scenario(location: Path, options: PauseOptions, say: Narrator | None = N
                 continue
             if say:
                 say.say(
-                    f"{victim_id} won task {task} with its CLAIM @{won.position} at "
+                    f"{worker_label(victim_id)} won task {task} with its CLAIM @{won.position} at "
                     f"{clock_text(_at(won))}; lease {lease_s:g} s, renewed every "
                     f"{lease_s / 2:g} s while the handler works ({work_s:g} s)"
                 )
-                say.say(f"SIGSTOP {victim_id} (pid {first.pid}): it is frozen mid-task")
+                say.say(f"SIGSTOP {worker_label(victim_id)}: it is frozen mid-task")
             fleet.start("w2", work_ms=options.taker_work_ms, idle_poll_s=0.05)
             return _after_pause(fleet, tail, first, task, won, patience, say)
         raise DemoFailed(f"every one of {options.tries} pauses landed after the handler finished")
@@ -138,14 +139,16 @@ def _after_pause(
     previous = takeover.outcome.previous
     assert previous is not None
     if say:
+        taker = worker_label(takeover.outcome.worker or "")
         say.say(
-            f"its lease expired at {clock_text(previous.expiry)}; {takeover.outcome.worker} "
+            f"its lease expired at {clock_text(previous.expiry)}; {taker} "
             f"took task {task} over with CLAIM @{takeover.position}, "
             f"{duration_text(_at(takeover) - previous.expiry)} later (a takeover)"
         )
     fleet.resume(victim)
     if say:
-        say.say(f"SIGCONT {won.outcome.worker}: it wakes up; its handler completes")
+        woken = worker_label(won.outcome.worker or "")
+        say.say(f"SIGCONT {woken}: it wakes up; its handler completes")
     stale = wait_for(
         lambda: tail.find(lambda s: isinstance(s.record, Done) and s.record.claim == won.position),
         patience,
@@ -163,7 +166,7 @@ def _after_pause(
             f"@{takeover.position}): its result is discarded"
         )
         say.say(
-            f"{takeover.outcome.worker}'s DONE @{taker_done.position}: verdict "
+            f"{worker_label(takeover.outcome.worker or '')}'s DONE @{taker_done.position}: verdict "
             f"'{taker_done.verdict.value}'"
         )
     return PauseRun(task, won.outcome.worker or "", won, takeover, stale, taker_done)
@@ -172,7 +175,7 @@ def _after_pause(
 def run(console: Console, options: PauseOptions) -> DemoResult:
     say = Narrator(console)
     say.title("qw demo pause: fencing a holder that froze while it worked")
-    with data_dir(options.directory, options.keep) as location:
+    with data_dir(options.directory, options.keep, say) as location:
         say.note(f"data directory: {location}")
         try:
             story = run_scenario(location, options, say)
@@ -189,6 +192,9 @@ def run(console: Console, options: PauseOptions) -> DemoResult:
         say.say(f"qw report: exit {report.exit_code}: {report.verdict}")
         for line in worked_twice_lines(report):
             say.note(line)
+        write_demo_timeline(
+            say, location, "demo-pause", options.directory is not None or options.keep
+        )
         shown = (
             story.stale_done.verdict is Verdict.STALE_DONE
             and [w.task for w in report.worked_twice] == [story.task]

@@ -2,9 +2,13 @@
 
 A killed worker writes nothing more: no DONE, no release. Its task is not lost, because its
 claim carries a lease: once the lease has run out by the records' timestamps, the next
-CLAIM for the task wins (a takeover) and a survivor runs it. The demo kills a holder, waits
-for the takeover and the completion in the log, and replays the log to show every task
-done exactly once.
+CLAIM for the task wins (a takeover) and a survivor runs it. The demo kills a holder,
+restarts its slot at once as `qw up` does (a new worker id), waits for the takeover and the
+completion in the log, and replays the log to show every task done exactly once.
+
+The taker must be a survivor — a worker that was running when the victim was killed — not
+the victim's replacement: the pick rules leave a predecessor's lapsed task to the others
+("not by the heir", queue_worker/pick.py). A replacement taking it is a failed demo.
 """
 
 from __future__ import annotations
@@ -14,11 +18,12 @@ from pathlib import Path
 
 from rich.console import Console
 
+from queue_worker.names import worker_label
 from queue_worker.producer import Queue
 from queue_worker.records import Claim, Done
 from queue_worker.report import clock_text, duration_text, load_report
 from queue_worker.state import Lease, Verdict
-from supervisor.demos.common import DemoResult, Narrator, data_dir
+from supervisor.demos.common import DemoResult, Narrator, data_dir, write_demo_timeline
 from supervisor.demos.fleet import (
     ClaimsTail,
     DemoFailed,
@@ -47,6 +52,8 @@ class Redistribution:
     victim_claim: Seen
     takeover: Seen
     done: Seen
+    survivors: frozenset[str]  # the worker ids running when the victim was killed
+    replacement: str | None  # the victim's replacement's id, once it published one
 
 
 def _done_under(tail: ClaimsTail, claim: int) -> Seen | None:
@@ -87,10 +94,15 @@ def run_scenario(
         queue.enqueue_many({"n": n} for n in range(options.tasks))
         killed: set[str] = set()
         for _ in range(options.tries):
+            # Every worker has published its id, so the survivors are known by id.
+            wait_for(fleet.started, patience, "every worker to start")
             lease = wait_for(lambda: _a_holder(tail, killed), patience, "a worker to hold a task")
             victim = _process_of(fleet, lease.worker, patience)
+            survivors = frozenset(set(fleet.worker_ids()) - killed - {lease.worker})
             fleet.kill(victim)
             killed.add(lease.worker)
+            # As `qw up` restarts a dead slot: the same name and slot, a new worker id.
+            heir = fleet.start(victim.name, slot=victim.config.slot, slots=victim.config.slots)
             if _done_under(tail, lease.claim) is not None:
                 continue  # it finished before the kill landed: kill another holder
             won = _record_at(tail, lease.claim)
@@ -98,30 +110,38 @@ def run_scenario(
             assert won is not None and task is not None and isinstance(won.record, Claim)
             if say:
                 say.say(
-                    f"{lease.worker} holds task {task} (CLAIM @{won.position} at "
+                    f"{worker_label(lease.worker)} holds task {task} (CLAIM @{won.position} at "
                     f"{clock_text(won.record.at)}, lease {options.lease_s:g} s, renewed "
                     f"every {options.lease_s / 2:g} s)"
                 )
-                say.say(f"kill -9 {victim.pid} ({lease.worker}): it writes nothing more")
-            return _after_kill(tail, task, lease.worker, won, patience, say)
+                say.say(
+                    f"kill -9 {victim.pid} ({worker_label(lease.worker)}): it writes nothing "
+                    f"more; its slot {victim.name} is restarted as pid {heir.pid}, as qw up does"
+                )
+            takeover, done = _after_kill(tail, task, won, patience, say)
+            replacement = next(
+                (w for w, pid in fleet.worker_ids().items() if pid == heir.pid), None
+            )
+            return Redistribution(task, lease.worker, won, takeover, done, survivors, replacement)
         raise DemoFailed(f"every one of {options.tries} kills landed after its task finished")
 
 
 def _after_kill(
     tail: ClaimsTail,
     task: int,
-    victim_id: str,
     won: Seen,
     patience: float,
     say: Narrator | None,
-) -> Redistribution:
+) -> tuple[Seen, Seen]:
+    """Wait for the takeover of the victim's claim `won`, and for its DONE."""
     takeover = tail.wait_for_takeover(won, patience, f"a survivor to take task {task} over")
     previous = takeover.outcome.previous
     assert previous is not None and isinstance(takeover.record, Claim)
     if say:
         say.say(
             f"the victim's lease ran out at {clock_text(previous.expiry)} (by its own records); "
-            f"{takeover.outcome.worker} took task {task} over with CLAIM @{takeover.position}, "
+            f"{worker_label(takeover.outcome.worker or '')} took task {task} over with CLAIM "
+            f"@{takeover.position}, "
             f"{duration_text(takeover.record.at - previous.expiry)} after it expired"
         )
     done = wait_for(
@@ -129,10 +149,10 @@ def _after_kill(
     )
     if say:
         say.say(
-            f"{done.outcome.worker} finished task {task}: DONE @{done.position}, verdict "
-            f"'{done.verdict.value}'"
+            f"{worker_label(done.outcome.worker or '')} finished task {task}: "
+            f"DONE @{done.position}, verdict '{done.verdict.value}'"
         )
-    return Redistribution(task, victim_id, won, takeover, done)
+    return takeover, done
 
 
 def run(console: Console, options: RedistributionOptions) -> DemoResult:
@@ -141,7 +161,7 @@ def run(console: Console, options: RedistributionOptions) -> DemoResult:
         f"qw demo redistribution: {options.workers} workers, {options.tasks} tasks of "
         f"{options.work_ms} ms, lease {options.lease_s:g} s; one holder is killed with -9"
     )
-    with data_dir(options.directory, options.keep) as location:
+    with data_dir(options.directory, options.keep, say) as location:
         say.note(f"data directory: {location}")
         try:
             story = run_scenario(location, options, say)
@@ -151,12 +171,28 @@ def run(console: Console, options: RedistributionOptions) -> DemoResult:
         say.say(f"qw report: exit {report.exit_code}: {report.verdict}")
         for t in report.takeovers:
             say.note(
-                f"takeover of task {t.task} @{t.position}: {t.victim} -> {t.new_holder}, "
+                f"takeover of task {t.task} @{t.position}: {worker_label(t.victim)} -> "
+                f"{worker_label(t.new_holder)}, "
                 f"{duration_text(t.gap_after_last)} after the victim's last record"
             )
-    new_holder = story.takeover.outcome.worker
+        write_demo_timeline(
+            say, location, "demo-redistribution", options.directory is not None or options.keep
+        )
+    new_holder = story.takeover.outcome.worker or ""
+    victim, taker = worker_label(story.victim), worker_label(new_holder)
     if new_holder == story.victim:
         return say.result(DemoResult(False, f"the new holder of task {story.task} is the victim"))
+    if new_holder not in story.survivors:
+        who = (
+            "the victim's own replacement" if new_holder == story.replacement else "not a survivor"
+        )
+        return say.result(
+            DemoResult(
+                False,
+                f"task {story.task} was taken from {victim} by {taker}, which was not running "
+                f"when {victim} was killed ({who})",
+            )
+        )
     if story.done.verdict is not Verdict.DONE or not report.ok:
         return say.result(
             DemoResult(False, f"task {story.task}: {story.done.verdict.value}; {report.verdict}")
@@ -164,8 +200,8 @@ def run(console: Console, options: RedistributionOptions) -> DemoResult:
     return say.result(
         DemoResult(
             True,
-            f"task {story.task} was redistributed from the killed {story.victim} to "
-            f"{new_holder} (takeover @{story.takeover.position}, DONE @{story.done.position}) "
+            f"task {story.task} was redistributed from the killed {victim} to {taker} (a "
+            f"survivor; takeover @{story.takeover.position}, DONE @{story.done.position}) "
             "and no task was worked twice",
         )
     )

@@ -35,7 +35,13 @@ from queue_worker.report import clock_text, duration_text, load_report
 from queue_worker.state import ClaimState, Verdict
 from queue_worker.topics import CLAIMS_TOPIC, decode_claims_entry
 from queue_worker.worker import StepKind, StepResult, Worker
-from supervisor.demos.common import DemoResult, Narrator, data_dir
+from supervisor.demos.common import (
+    DemoResult,
+    Narrator,
+    data_dir,
+    record_skew,
+    write_demo_timeline,
+)
 from supervisor.demos.fleet import ClaimsTail, DemoFailed, wait_for
 
 
@@ -101,6 +107,7 @@ def act_fast_clock(
         _worker(location, "honest", options, OffsetClock(0), options.work_ms) as honest,
         _worker(location, "fast", options, fast_clock, SHORT_WORK_MS) as fast,
     ):
+        record_skew(location, "fast", fast.worker_id, options.skew_s)
         task = queue.enqueue({"demo": "skew", "act": 1})
         results: list[StepResult] = []
         runner = threading.Thread(target=lambda: results.append(honest.step()), daemon=True)
@@ -163,6 +170,7 @@ def act_slow_clock(location: Path, options: SkewOptions, tail: ClaimsTail, say: 
         _worker(location, "honest2", options, OffsetClock(0), SHORT_WORK_MS) as honest,
         _worker(location, "slow", options, slow_clock, SHORT_WORK_MS) as slow,
     ):
+        record_skew(location, "slow", slow.worker_id, -options.skew_s)
         task = queue.enqueue({"demo": "skew", "act": 3})
         # What a worker killed right after its claim leaves behind: one CLAIM, nothing more.
         ghost_at = now_us()
@@ -202,7 +210,7 @@ def run(console: Console, options: SkewOptions) -> DemoResult:
     )
     if options.skew_s <= options.lease_s:
         return say.result(DemoResult(False, "--skew must exceed --lease for a clock to steal"))
-    with data_dir(options.directory, options.keep) as location, ClaimsTail(location) as tail:
+    with data_dir(options.directory, options.keep, say) as location, ClaimsTail(location) as tail:
         say.note(f"data directory: {location}")
         try:
             honest, takeover = act_fast_clock(location, options, tail, say)
@@ -214,6 +222,9 @@ def run(console: Console, options: SkewOptions) -> DemoResult:
         report = load_report(location)
         # the report counts completions: act 1's overlap wrote one DONE, not two
         say.say(f"qw report (it counts completions): exit {report.exit_code}: {report.verdict}")
+        write_demo_timeline(
+            say, location, "demo-skew", options.directory is not None or options.keep
+        )
     if honest.kind is not StepKind.CANCELLED:
         return say.result(
             DemoResult(False, f"the robbed worker's step was {honest.kind.value}, not cancelled")

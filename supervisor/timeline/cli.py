@@ -1,0 +1,108 @@
+"""The `qw timeline` command: read the logs, narrow, write the page (or draw in the terminal)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Final
+
+import typer
+
+from queue_worker.report import ReportInputError
+from supervisor.cli_options import DEFAULT_DIR, DirOption, LogOption, fail, location_of, shown
+from supervisor.timeline.load import load_model
+from supervisor.timeline.page import render_page
+from supervisor.timeline.view import BoundError, View, parse_bound, parse_tasks, select
+
+#: the page's name when --out is not given (in the data directory, or here for --log)
+DEFAULT_NAME: Final = "timeline.html"
+
+
+def register(app: typer.Typer) -> None:
+    """Add `timeline` to the `qw` app."""
+    app.command(
+        epilog="Examples:  qw timeline  ·  qw timeline --tasks 3,10-12  ·  "
+        "qw timeline --from +2s --to +6s --text"
+    )(timeline)
+
+
+def default_out(directory: Path, log: str | None) -> Path:
+    return Path(DEFAULT_NAME) if log is not None else directory / DEFAULT_NAME
+
+
+def write_timeline(location: str, out: Path, view_of: View | None = None) -> View:
+    """Write the page of the whole run at `location` (or of `view_of`) to `out`."""
+    view = view_of if view_of is not None else select(load_model(location))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(render_page(view, shown(location)), encoding="utf-8")
+    return view
+
+
+def timeline(
+    directory: DirOption = DEFAULT_DIR,
+    log: LogOption = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out", "-o", metavar="FILE", help="Write the page here (default: DIR/timeline.html)."
+        ),
+    ] = None,
+    start: Annotated[
+        str | None,
+        typer.Option(
+            "--from",
+            metavar="POSITION|TIME",
+            help="Begin at a claims-log position (@120), a time (12:00:01.5) or +SECONDS "
+            "after the run's first record.",
+        ),
+    ] = None,
+    end: Annotated[
+        str | None, typer.Option("--to", metavar="POSITION|TIME", help="End there (as --from).")
+    ] = None,
+    tasks: Annotated[
+        str | None, typer.Option("--tasks", metavar="IDS", help="Only these tasks: 3,5,10-20.")
+    ] = None,
+    text: Annotated[
+        bool, typer.Option("--text", help="Draw the lanes in the terminal instead.")
+    ] = False,
+) -> None:
+    """Draw the run as a picture: one lane per worker process, each claim a bar from CLAIM to
+    DONE with its lease, takeovers as arrows, kills and pauses as windows, and charts.
+
+    Writes one self-contained HTML file (no script, nothing from the network) and prints its
+    path. A large run is narrowed to a readable window (the page says what it left out).
+    """
+    location = location_of(directory, log)
+    try:
+        model = load_model(location)
+    except ReportInputError as e:
+        fail(str(e))
+    try:
+        wanted = parse_tasks(tasks) if tasks is not None else None
+    except BoundError as e:
+        fail(f"--tasks: {e}")
+    bounds: list[int | None] = []
+    for option, value in (("--from", start), ("--to", end)):
+        try:
+            bounds.append(parse_bound(value, model) if value is not None else None)
+        except BoundError as e:
+            fail(f"{option}: {e}")
+    try:
+        view = select(model, wanted, *bounds)
+    except BoundError as e:
+        fail(f"--from/--to: {e}")
+    if text:
+        from supervisor.timeline.text import print_lanes
+
+        print_lanes(view)
+        return
+    target = out if out is not None else default_out(directory, log)
+    try:
+        write_timeline(location, target, view)
+    except OSError as e:
+        fail(f"cannot write {target}: {e.strerror or e}")
+    for note in view.notes:
+        typer.echo(f"qw: {note}", err=True)
+    typer.echo(str(target))
+
+
+__all__ = ["default_out", "register", "write_timeline"]

@@ -1,0 +1,42 @@
+"""Reading a run for its timeline: the three topics at a location, into a `Model`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from logstore import LogError, open_log
+from queue_worker.ops import read_ops
+from queue_worker.records import RecordDecodeError, TaskRecord, decode_task
+from queue_worker.report import ReportInputError, has_logs, missing_logs_text, read_claims
+from queue_worker.topics import TASKS_TOPIC
+from supervisor.timeline.model import Model, build_model
+
+
+def enqueue_times(location: str | Path) -> list[int]:
+    """Each published task's enqueue time, by task id (-1 for a record that cannot be
+    read). A data directory without a tasks log has none (nothing is created)."""
+    text = str(location)
+    if "://" not in text and not (Path(text) / f"{TASKS_TOPIC}.log").is_file():
+        return []
+    times: list[int] = []
+    with open_log(location, TASKS_TOPIC) as log:
+        for entry in log.iter_from(log.start):
+            try:
+                record = decode_task(entry.data)
+            except RecordDecodeError:
+                times.append(-1)
+                continue
+            times.append(record.enqueued_at if isinstance(record, TaskRecord) else -1)
+    return times
+
+
+def load_model(location: str | Path) -> Model:
+    """The model of the run at `location`; ReportInputError for no logs or a damaged one."""
+    try:
+        if not has_logs(location):
+            raise ReportInputError(missing_logs_text(location))
+        enqueued = enqueue_times(location)
+        ops, _ = read_ops(location)
+        return build_model(read_claims(location), enqueued, ops)
+    except (LogError, OSError) as e:
+        raise ReportInputError(str(e)) from e

@@ -1,0 +1,112 @@
+"""`qw timeline --text`: the same lanes drawn in the terminal with rich.
+
+Each lane is one row of cells, each cell a slice of the window: a claim's bar is drawn in
+its outcome's colour (the task's last digit inside it), a takeover's new bar starts with ↷,
+its lapsed lease ends with ⌁, a lost claim is ·, a stale DONE !, a pause ░, a kill or a
+death ✕, a restart ↺. Pure: `render_lanes` returns a rich Table; `print_lanes` prints it.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from rich.console import Console, Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from queue_worker.names import printable
+from queue_worker.ops import PAUSE, RESTART, SKEW
+from queue_worker.report import clock_text, duration_text
+from supervisor.timeline.model import DEAD, DONE, HELD, LOST, RELEASED, STALE, TAKEN_OVER
+from supervisor.timeline.view import View
+
+STYLE: Final = {
+    DONE: "green",
+    RELEASED: "yellow",
+    DEAD: "red",
+    TAKEN_OVER: "magenta",
+    HELD: "blue",
+}
+
+
+def render_lanes(view: View, width: int = 100) -> RenderableType:
+    """The lanes of `view` as a table `width` cells wide (plus the labels)."""
+    span = max(1, view.end - view.start)
+    cells = max(10, width)
+
+    def col(t: int) -> int:
+        return min(cells - 1, max(0, (t - view.start) * cells // span))
+
+    rows: dict[str, list[tuple[str, str]]] = {
+        lane.worker: [(" ", "")] * cells for lane in view.lanes
+    }
+    for o in view.ops:
+        if o.lane in rows and o.kind in (PAUSE, SKEW):
+            last = col(o.end if o.end is not None else view.end)
+            for c in range(col(o.at), last + 1):
+                rows[o.lane][c] = ("░", "yellow")
+    for b in view.bars:
+        row = rows.get(b.worker)
+        if row is None:
+            continue
+        style = STYLE[b.end_kind]
+        first, last = col(b.start), col(b.end)
+        for c in range(first, last + 1):
+            row[c] = ("━", style)
+        row[first] = ("↷" if b.takeover else str(b.task % 10), f"bold {style}")
+        if b.end_kind == TAKEN_OVER:
+            row[last] = ("⌁", "bold red")
+        if b.late is not None:
+            for c in range(last + 1, col(b.late) + 1):
+                row[c] = ("╌", "red")
+    for m in view.marks:
+        row = rows.get(m.worker)
+        if row is not None:
+            c = col(m.at)
+            if m.kind == LOST:
+                if row[c][0] == " ":
+                    row[c] = ("·", "dim")
+            else:
+                row[c] = ("!", "bold red" if m.kind == STALE else "red")
+    for o in view.ops:
+        if o.lane in rows and o.kind not in (PAUSE, SKEW):
+            restart = o.kind == RESTART
+            rows[o.lane][col(o.at)] = ("↺", "bold green") if restart else ("✕", "bold red")
+    table = Table(box=None, show_header=True, pad_edge=False, header_style="bold")
+    table.add_column("worker", no_wrap=True)
+    table.add_column(
+        f"{clock_text(view.start)} → {clock_text(view.end)} ({duration_text(span)})",
+        no_wrap=True,
+    )
+    for lane in view.lanes:
+        line = Text()
+        for char, style in rows[lane.worker]:
+            line.append(char, style=style)
+        table.add_row(printable(lane.label), line)
+    parts: list[RenderableType] = [table]
+    for a in view.arrows:
+        parts.append(
+            Text(
+                f"↷ takeover of task {a.task}: claim @{a.from_claim} "
+                f"({printable(a.from_worker)}) lapsed at {clock_text(a.from_expiry)} → "
+                f"CLAIM @{a.to_claim} ({printable(a.to_worker)}), "
+                f"{duration_text(a.to_at - a.from_expiry)} later",
+                style="magenta",
+            )
+        )
+    parts.append(
+        Text(
+            "━ claim (green done, yellow released, red dead, magenta taken over, blue held) "
+            "· lost claim  ! stale DONE  ⌁ lease lapsed  ╌ worked past its lease  "
+            "░ paused  ✕ kill/death  ↺ restart",
+            style="dim",
+        )
+    )
+    parts += [Text(f"note: {n}", style="yellow") for n in view.notes]
+    return Group(*parts)
+
+
+def print_lanes(view: View, console: Console | None = None) -> None:
+    console = console or Console(highlight=False)
+    width = max(20, console.width - 16)
+    console.print(render_lanes(view, width))
