@@ -15,7 +15,6 @@ import signal
 import socket
 import statistics
 import subprocess
-import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -27,6 +26,7 @@ from typing import Any, TypeVar
 from logstore import open_log
 from queue_worker.config import WorkerConfig
 from queue_worker.percentile import nearest_rank
+from queue_worker.process import worker_command
 from queue_worker.producer import Queue
 from queue_worker.records import Claim, Done, TaskRecord, decode_task
 from queue_worker.snapshot import WorkerSnapshot, read_snapshots
@@ -164,11 +164,12 @@ class Fleet:
     def start(self, config: WorkerConfig) -> subprocess.Popen[bytes]:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         with open(self.log_dir / f"{config.name}.{len(self.procs)}.stderr", "wb") as err:
+            command, env = worker_command(config)
             proc = subprocess.Popen(
-                [sys.executable, "-m", "queue_worker.worker", config.to_json()],
+                command,
                 stdout=subprocess.DEVNULL,
                 stderr=err,
-                env=ENV,
+                env={**ENV, **(env or {})},
                 cwd=REPO,
             )
         self.procs.append(proc)

@@ -27,6 +27,12 @@ from typing import Any
 from huey import SqliteHuey
 
 TIMEOUT_S = 300.0
+#: no new result for this long, with results missing: a result was lost (see `drain`)
+STALL_S = 10.0
+
+
+class HueyStalled(RuntimeError):
+    """Huey stopped storing results short of the backlog."""
 
 
 @dataclass(frozen=True)
@@ -77,12 +83,19 @@ def drain(workers: int, fsync: bool | None, tasks: int = 10_000) -> HueyDrain:
         proc.start()
         try:
             deadline = time.monotonic() + TIMEOUT_S
-            while huey.storage.result_store_size() < tasks:
+            stored, moved = 0, time.monotonic()
+            while (now_stored := huey.storage.result_store_size()) < tasks:
                 time.sleep(0.002)  # a poll interval of the benchmark harness
                 if not proc.is_alive():
                     raise RuntimeError("the huey consumer died")
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"huey did not drain {tasks} tasks in {TIMEOUT_S:.0f}s")
+                if now_stored != stored:
+                    stored, moved = now_stored, time.monotonic()
+                elif time.monotonic() - moved > STALL_S:
+                    # Huey loses a result now and then on a busy machine ("database is
+                    # locked" after the task ran): the count never reaches `tasks`.
+                    raise HueyStalled(f"huey stalled at {stored} of {tasks} results")
             wall = time.time() - start
         finally:
             if proc.pid is not None and proc.is_alive():

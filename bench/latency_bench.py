@@ -17,6 +17,7 @@ step that claims): both wall clocks of this machine.
 
 from __future__ import annotations
 
+import os
 import random
 import signal
 import sys
@@ -155,10 +156,17 @@ def _wait_done(claims: Any, follower: ClaimsFollower, task: int) -> None:
 
 def latency_section(root: Path, drains: DrainResults, wake_samples: int) -> Section:
     rows = []
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    cores = cores or 1
     for n in sorted(drains.qw):
         p50, p99_med, p99_max, count = claim_latency(drains.qw[n])
-        rows.append([str(n), us(p50), us(p99_med), us(p99_max), f"{count:,}"])
-    n = max(drains.qw)
+        fits = "≤ cores" if n <= cores else "> cores"
+        rows.append([str(n), fits, us(p50), us(p99_med), us(p99_max), f"{count:,}"])
+    # More busy workers than cores: a worker is descheduled between its append and its read
+    # of the verdict now and then, and that time is in its claim latency. Reported apart.
+    within = [n for n in drains.qw if n <= cores]
+    beyond = [n for n in drains.qw if n > cores]
+    n = max(within or drains.qw)
     p50, _, p99, _ = claim_latency(drains.qw[n])
     log(f"wake-up latency: {wake_samples} samples, 8 idle workers")
     result = wake_latencies(root, wake_samples)
@@ -169,9 +177,21 @@ def latency_section(root: Path, drains: DrainResults, wake_samples: int) -> Sect
             "Claim latency, CLAIM append start → verdict settled, as the workers of the drain "
             "section published it (busy workers, no fsync). p50: sample-weighted median of the "
             "workers' p50s; p99: the median worker's p99, and the largest (an upper bound of "
-            "the pooled p99); median over the repeats.",
+            f"the pooled p99); median over the repeats. This machine has {cores} cores: "
+            "with more busy workers than cores, a worker is now and then descheduled between "
+            "its append and its read of the verdict, and the p99 shows it.",
             "",
-            table(["workers", "p50", "p99 (median worker)", "p99 (max worker)", "samples"], rows),
+            table(
+                [
+                    "workers",
+                    "vs cores",
+                    "p50",
+                    "p99 (median worker)",
+                    "p99 (max worker)",
+                    "samples",
+                ],
+                rows,
+            ),
             "",
             f"Wake-up latency, 8 idle workers, {len(wake)} tasks enqueued one at a time 10–30 ms "
             "apart (each after the previous one's DONE): `enqueued_at` → winning CLAIM's `at`.",
@@ -194,8 +214,16 @@ def latency_section(root: Path, drains: DrainResults, wake_samples: int) -> Sect
     targets = [
         Target(f"claim latency p50, {n} busy workers", f"≤ {TARGET_CLAIM_P50_US} µs", us(p50),
                p50 <= TARGET_CLAIM_P50_US),
-        Target(f"claim latency p99, {n} busy workers", f"≤ {TARGET_CLAIM_P99_US:,} µs",
-               f"{us(p99)} (max worker)", p99 <= TARGET_CLAIM_P99_US),
+        Target(f"claim latency p99, {n} busy workers (≤ {cores} cores)",
+               f"≤ {TARGET_CLAIM_P99_US:,} µs", f"{us(p99)} (max worker)",
+               p99 <= TARGET_CLAIM_P99_US),
+        *[
+            Target(f"claim latency p99, {m} busy workers (> {cores} cores)",
+                   f"≤ {TARGET_CLAIM_P99_US:,} µs", f"{us(p99_m)} (max worker)",
+                   p99_m <= TARGET_CLAIM_P99_US)
+            for m in beyond[-1:]
+            for p99_m in [claim_latency(drains.qw[m])[2]]
+        ],
         Target("wake-up p50, 8 idle workers", f"≤ {TARGET_WAKE_P50_US} µs", us(w50),
                w50 <= TARGET_WAKE_P50_US),
     ]  # fmt: skip

@@ -26,11 +26,20 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench import latency_bench, long_bench, queue_bench, redis_bench, redistribution_bench
+from bench import (
+    latency_bench,
+    long_bench,
+    queue_bench,
+    redis_bench,
+    redistribution_bench,
+    start_bench,
+)
 from bench.common import REPO, Section, Target, machine_line, table
 from bench.queue_bench import DrainResults
 
 SECTIONS = (
+    "e2e",
+    "start",
     "drain",
     "latency",
     "collisions",
@@ -171,6 +180,12 @@ def run(args: argparse.Namespace) -> int:
             return queue_bench.drain_section(drains)
 
         steps: dict[str, Callable[[], Section]] = {
+            "e2e": lambda: start_bench.e2e_section(
+                start_bench.run_end_to_end(
+                    root, sizes.worker_counts, sizes.drain_tasks, sizes.repeats
+                )
+            ),
+            "start": lambda: start_bench.start_section(root, sizes.drain_tasks, sizes.repeats),
             "drain": drain,
             "latency": lambda: latency_bench.latency_section(
                 root, need_drains(), sizes.wake_samples

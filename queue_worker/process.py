@@ -4,7 +4,9 @@
 supervisor (PDEATHSIG on Linux, and a watchdog thread everywhere), drains on SIGTERM,
 exits at once on a second SIGTERM, ignores SIGINT (the supervisor owns Ctrl-C), and runs a
 `Worker` until it stops; the reason for a failure goes to stderr in one line and the exit
-code says which kind it was (EXIT_*). `worker_command` is how a supervisor starts one.
+code says which kind it was (EXIT_*). The supervisor forks its workers from a fork server
+that calls `run_worker_process` (supervisor.forked); `worker_command` is the one command
+line that starts a worker as a plain subprocess (the fallback, demos, benches, tests).
 """
 
 from __future__ import annotations
@@ -16,14 +18,18 @@ import sys
 import threading
 import time
 import traceback
-from typing import Final
+from typing import TYPE_CHECKING, Final
 from urllib.parse import urlsplit
 
 from logstore import LogError, is_redis_url
 from queue_worker.config import WorkerConfig
-from queue_worker.handlers import error_text
 from queue_worker.time_limit import EXIT_TIME_LIMIT
-from queue_worker.worker import Worker
+
+if TYPE_CHECKING:
+    from queue_worker.worker import Worker
+
+# The worker itself is imported when a worker process starts (or by the fork server, ahead
+# of time), not by whoever wants only an exit code or the command line.
 
 # Exit codes of a worker process.
 EXIT_OK: Final = 0  # drained, stopped, or the queue was drained (exit_when_drained)
@@ -80,6 +86,9 @@ def run_worker_process(config_json: str) -> None:
     Returns on a clean exit (drained, or the queue drained with exit_when_drained); raises
     SystemExit with one of the EXIT_* codes otherwise, the reason on stderr in one line.
     """
+    from queue_worker.handlers import error_text
+    from queue_worker.worker import Worker
+
     stop = threading.Event()
     terms = 0
     worker: Worker | None = None

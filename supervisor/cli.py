@@ -15,14 +15,11 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Final
 
 import typer
 
-from logstore import LogError, RecordTooLargeError
 from queue_worker.config import DEFAULT_DRAIN_TIMEOUT_S, DEFAULT_LEASE_S
-from queue_worker.handlers import HandlerLoadError, load_handler
-from queue_worker.records import RecordEncodeError
 from supervisor import enqueue_input, inspect_cli, report_cli
 from supervisor.cli_options import (
     DEFAULT_DIR,
@@ -40,22 +37,19 @@ from supervisor.cli_options import (
     shown,
     whole,
 )
-from supervisor.end_state import left_text
 from supervisor.help_format import WholeHelpGroup
-from supervisor.http_api import StatsServer, is_loopback, parse_address
-from supervisor.progress import run_progress
-from supervisor.signals import stop_on_signals
-from supervisor.supervisor import (
-    DEMO_HANDLER,
-    EXIT_FORCED,
-    EXIT_NO_WORKERS,
-    RestartPolicy,
-    Supervisor,
-    SupervisorOptions,
-    default_demo_rate,
-    demo_payloads,
-)
 from supervisor.timeline import cli as timeline_cli
+
+if TYPE_CHECKING:
+    from supervisor.http_api import StatsServer
+    from supervisor.supervisor import Supervisor
+
+# A command imports what it needs when it runs: `qw --help`, `qw status` or `qw enqueue`
+# should not pay for the supervisor, the HTTP server or the worker code (see the bench's
+# start section for the figures).
+
+#: supervisor.supervisor.DEMO_HANDLER (a test checks they agree), not imported from there
+DEMO_HANDLER: Final = "queue_worker.handlers:demo"
 
 app = typer.Typer(
     name="qw",
@@ -218,6 +212,13 @@ def up(
     start, --demo (or --rate R) while running.
     """
     location = location_of(directory, log)
+    from supervisor.supervisor import (
+        RestartPolicy,
+        Supervisor,
+        SupervisorOptions,
+        default_demo_rate,
+    )
+
     if exit_when_drained and (demo or rate):
         option, value = ("--rate", rate) if rate else ("--demo", True)
         bad(option, value, f"no {option} with --exit-when-drained (the queue would never drain)")
@@ -248,6 +249,8 @@ def up(
     supervisor.location = shown(location)  # what the dashboard shows: no password
     server = None
     if server_address is not None:
+        from supervisor.http_api import StatsServer
+
         try:
             server = StatsServer(supervisor, *server_address, logs=location)
         except OSError as e:
@@ -257,6 +260,8 @@ def up(
 
 
 def _check_handler(spec: str) -> None:
+    from queue_worker.handlers import HandlerLoadError, load_handler
+
     # The worker runs `python -m`, which puts the working directory on sys.path: so here.
     if "" not in sys.path and os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
@@ -269,6 +274,8 @@ def _check_handler(spec: str) -> None:
 def _parse_http(text: str | None) -> tuple[str, int] | None:
     if text is None:
         return None
+    from supervisor.http_api import is_loopback, parse_address
+
     try:
         host, port = parse_address(text)
     except ValueError:
@@ -280,6 +287,12 @@ def _parse_http(text: str | None) -> tuple[str, int] | None:
 
 def _run(supervisor: Supervisor, server: StatsServer | None, *, tui: bool) -> int:
     """Start, watch until the supervisor ends, and say how it ended; returns the exit code."""
+    from logstore import LogError
+    from supervisor.end_state import left_text
+    from supervisor.progress import run_progress
+    from supervisor.signals import stop_on_signals
+    from supervisor.supervisor import EXIT_FORCED, EXIT_NO_WORKERS
+
     with stop_on_signals(supervisor.request_stop):
         try:
             supervisor.start()
@@ -360,6 +373,9 @@ def enqueue(
     Without --payload or --file, demo tasks ({"n": 0}, {"n": 1}, …) are added. Prints the
     new task ids.
     """
+    from logstore import LogError, RecordTooLargeError
+    from queue_worker.records import RecordEncodeError
+
     location = location_of(directory, log)
     if file is not None and (payload is not None or count is not None):
         bad("--file", str(file), "--file alone (without --payload or --count)")
@@ -368,6 +384,8 @@ def enqueue(
     elif payload is not None:
         payloads = enqueue_input.repeated(payload, count or 1)
     else:
+        from supervisor.supervisor import demo_payloads
+
         payloads = list(demo_payloads(0, count or 1))
     from queue_worker.producer import Queue
 
@@ -395,16 +413,33 @@ timeline_cli.register(app)
 
 def main(argv: list[str] | None = None) -> int:
     """Run `qw`; every usage error is one line on stderr and exit code 2."""
+    args = sys.argv[1:] if argv is None else argv
+    up = args[:1] == ["up"]
+    if up and "--help" not in args:
+        from supervisor.forked import start_server
+
+        # The fork server imports the worker code while typer parses the options (typer
+        # takes a while): the workers can start as soon as `qw up` has its supervisor.
+        start_server()
     try:
         result: object = app(args=argv, prog_name="qw", standalone_mode=False)
     except typer.TyperException as e:  # typer's usage errors (exit code 2) and the like
         message = " ".join(e.format_message().split())
         if message:  # empty: typer has printed the help (`qw` alone)
             typer.echo(f"qw: error: {message}", err=True)
-        return e.exit_code
+        code = e.exit_code
     except typer.Abort:
         return 130
-    return result if isinstance(result, int) else 0
+    else:
+        code = result if isinstance(result, int) else 0
+    if up and argv is None:
+        # `qw up` from the command line has finished: every worker has exited, the logs are
+        # closed. Tearing down an interpreter that holds the fold of a whole log takes
+        # ~0.1 s more: end the process now, output flushed.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
 
 
 if __name__ == "__main__":

@@ -17,7 +17,6 @@ import typer
 from logstore import LogError, is_redis_url
 from logstore.location import shown as shown  # re-exported: the commands import it from here
 from queue_worker.config import FSYNC_POLICIES, PICK_STRATEGIES, check_host
-from queue_worker.report import has_logs, missing_logs_text
 from queue_worker.topics import CLAIMS_TOPIC, TASKS_TOPIC
 
 EXIT_USAGE: Final = 2  # a bad option value, a bad input file, no data where one was named
@@ -136,6 +135,8 @@ def check_log_url(url: str) -> None:
 
 
 def require_logs(location: str) -> None:
+    from queue_worker.report import has_logs, missing_logs_text  # not for `qw --help`
+
     try:
         found = has_logs(location)
     except LogError as e:

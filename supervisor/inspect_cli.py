@@ -50,9 +50,10 @@ from supervisor.cli_options import (
 )
 from supervisor.end_state import held_text
 from supervisor.model import QueueView
-from supervisor.monitor import Monitor
 from supervisor.ops_recorder import now_us, record_kill
-from supervisor.supervisor import is_running_worker, read_status_files
+
+# The monitor and the supervisor are imported by the commands that use them: importing
+# them here would make every `qw` command (and `qw --help`) pay for them.
 
 #: `qw status`: held tasks named one per line (--json lists them all)
 MAX_HELD_SHOWN: Final = 10
@@ -79,6 +80,8 @@ def status(
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
 ) -> None:
     """What runs on a data directory: supervisors, workers alive and dead, queue counts."""
+    from supervisor.supervisor import is_running_worker, read_status_files
+
     location = location_of(directory, log)
     require_logs(location)
     run_dir = directory / "run"
@@ -154,6 +157,8 @@ def status(
 
 def _queue_counts(location: str) -> tuple[QueueView, list[tuple[int, Lease, float | None]]]:
     """The queue as a fold of the whole claims log says it is now, and its held tasks."""
+    from supervisor.monitor import Monitor
+
     monitor = Monitor(location, read_only=True)
     try:
         monitor.check_start()  # damage anywhere is an error, not a count that stops short
@@ -336,6 +341,8 @@ def kill(
 ) -> None:
     """kill -9 a running worker of this directory (its supervisor restarts it, and a
     survivor takes over its task once the lease lapses)."""
+    from supervisor.supervisor import is_running_worker
+
     running = [s for s in read_snapshots(directory / "run") if is_running_worker(s)]
     matches = [s for s in running if worker in (s.name, s.worker) or worker == str(s.pid)]
     if not matches:

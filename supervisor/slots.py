@@ -10,16 +10,19 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import psutil
 
 from queue_worker.process import EXIT_TIME_LIMIT
 from queue_worker.snapshot import WorkerSnapshot, WorkerState
 from supervisor.model import WorkerView
+
+if TYPE_CHECKING:
+    from supervisor.forked import WorkerHandle
 
 
 @dataclass(frozen=True)
@@ -48,7 +51,7 @@ def code_is_time_limit(code: int | None) -> bool:
 
 def describe_exit(code: int) -> str:
     """How a process ended, as the feed says it: "killed by SIGKILL", "exited with code 1"
-    (a negative return code from `Popen.poll` is the signal that ended it)."""
+    (a negative code is the signal that ended it, from `WorkerHandle.poll`)."""
     if code_is_time_limit(code):
         return f"ended by a task's time limit (code {code})"
     if code < 0:
@@ -65,7 +68,7 @@ class Slot:
 
     index: int
     name: str
-    process: subprocess.Popen[bytes] | None = None
+    process: WorkerHandle | None = None  # forked (supervisor.forked), or a subprocess
     pid: int | None = None
     worker_id: str | None = None
     launched_at: float = 0.0  # monotonic

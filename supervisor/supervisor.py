@@ -1,10 +1,10 @@
 """The Supervisor: starts the worker processes, watches them, restarts the dead, drains.
 
-Each worker is a child process, ``python -m queue_worker.worker '<config json>'`` (the
-config in the environment instead when its log URL holds a password), in a session of its
+Each worker is forked from a fork server that has already imported the worker code
+(`supervisor.forked`: a few milliseconds, not a fresh interpreter), in a session of its
 own (so a Ctrl-C in the terminal reaches the supervisor only, which then drains the
-workers in order). A worker dies with its supervisor on its own (it checks its
-parent), so `kill -9` of the supervisor leaves no orphan behind.
+workers in order). A worker dies with the fork server, which dies with the supervisor, so
+`kill -9` of the supervisor leaves no orphan behind.
 
 Threads:
   the caller's   `start()`, `snapshot()`, the dashboard's controls, `wait()`
@@ -32,6 +32,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from multiprocessing.connection import wait as wait_for_any
 from pathlib import Path
 from typing import Any, Final
 
@@ -41,9 +42,9 @@ from logstore import LogError
 from queue_worker.config import DEFAULT_DRAIN_TIMEOUT_S, DEFAULT_LEASE_S, WorkerConfig
 from queue_worker.names import worker_label
 from queue_worker.process import EXIT_CONFIG as WORKER_EXIT_CONFIG
-from queue_worker.process import worker_command
 from queue_worker.snapshot import WorkerSnapshot, WorkerState, read_snapshot_file
 from queue_worker.state import Lease
+from supervisor.forked import start_worker, stop_server
 from supervisor.model import Event, QueueView, SupervisorSnapshot
 from supervisor.monitor import MICROS, Monitor, TaskInfo
 from supervisor.ops_recorder import OpsRecorder, now_us
@@ -58,10 +59,14 @@ EXIT_FORCED: Final = 130  # stopped by a second signal: workers were killed mid-
 EXIT_LOG_ERROR: Final = 3  # a log could not be read on (damaged, or not this queue's)
 
 DEMO_HANDLER: Final = "queue_worker.handlers:demo"
-#: how often the watcher thread polls the worker processes and acts on requests
+#: how often the watcher thread acts on requests (a worker's end wakes it at once)
 TICK_S: Final = 0.1
 #: how often it reads the workers' stats files and the logs (the dashboard draws 4 a second)
 REFRESH_S: Final = 0.25
+#: …and with exit_when_drained, how often it looks whether the queue is drained
+DRAINED_CHECK_S: Final = 0.02
+#: …and how often an idle worker looks again (a DONE by another does not wake it)
+DRAINED_IDLE_POLL_S: Final = 0.05
 #: how often CPU% and RSS are sampled, and the status file rewritten
 SAMPLE_S: Final = 1.0
 #: events kept for the feed
@@ -114,6 +119,10 @@ class SupervisorOptions:
             drain_timeout_s=self.drain_timeout_s,
             parent_pid=os.getpid(),
             host=self.host,
+            # Workers exit as soon as they see the queue drained, and an idle one looks
+            # again within DRAINED_IDLE_POLL_S (not idle_poll_s): the run ends promptly.
+            exit_when_drained=self.exit_when_drained,
+            **({"idle_poll_s": DRAINED_IDLE_POLL_S} if self.exit_when_drained else {}),
         )
 
 
@@ -266,14 +275,31 @@ class Supervisor:
 
     def _watch(self) -> None:
         last_error = ""
-        while not self._finished.wait(TICK_S):
+        while not (self._finished.wait(TICK_S) if last_error else self._wait_for_tick()):
             try:
                 self._tick()
+                last_error = ""
             except Exception as e:  # the watcher must outlive any one bad tick
                 text = f"supervisor error: {type(e).__name__}: {e}"
                 if text != last_error:  # once, not ten times a second
                     self._event("info", text)
                 last_error = text
+
+    def _wait_for_tick(self) -> bool:
+        """Wait TICK_S, or less: until a worker ends (reaped at once, and restarted as soon
+        as it is due), a restart is due, or the next refresh; True once finished."""
+        with self._lock:
+            processes = [slot.process for slot in self._slots if slot.process is not None]
+            due = [slot.restart_due for slot in self._slots if slot.restart_due is not None]
+        timeout = min([TICK_S, *(d - time.monotonic() for d in due)])
+        if self.options.exit_when_drained:  # the queue is looked at more often: see _tick
+            timeout = min(timeout, self._next_refresh - time.monotonic())
+        sentinels = [p.sentinel for p in processes if p.sentinel is not None]
+        if sentinels:
+            wait_for_any(sentinels, max(0.0, timeout))
+        else:
+            self._finished.wait(max(0.0, timeout))
+        return self._finished.is_set()
 
     def _tick(self) -> None:
         now = time.monotonic()
@@ -282,7 +308,10 @@ class Supervisor:
         # Processes are polled every tick (cheap); files only as often as anyone looks.
         refresh = now >= self._next_refresh
         if refresh:
-            self._next_refresh = now + REFRESH_S
+            # --exit-when-drained: the supervisor exits as soon as it sees the queue drained
+            self._next_refresh = now + (
+                DRAINED_CHECK_S if self.options.exit_when_drained else REFRESH_S
+            )
             try:
                 events = monitor.poll()  # outside the lock: catching up may take a while
             except LogError as e:  # damage, a reset server: the run stops (_log_failed)
@@ -358,26 +387,17 @@ class Supervisor:
             with contextlib.suppress(OSError):
                 self._status_path.unlink()
             self._ops.close()
+            stop_server()  # every worker has exited: the fork server goes with us
         finally:
             self._finished.set()  # whatever failed above, the run is over: wait() returns
 
     # -- processes -------------------------------------------------------------------------------
 
     def _spawn(self, slot: Slot) -> None:
-        # Workers die with the *thread* that started them (PR_SET_PDEATHSIG): spawn only from
-        # the main thread or the watcher, which both outlive every worker they start.
+        # Forked from the fork server (supervisor.forked), which dies with us; a worker dies
+        # with the fork server. The config travels in a pipe: a password stays off `ps`.
         config = self.options.worker_config(slot.name, slot.index, len(self._slots))
-        command, env = worker_command(config)  # a password stays off the command line
-        log_path = self._logs_dir / f"{slot.name}.log"
-        with open(log_path, "ab") as log:
-            process = subprocess.Popen(
-                command,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=log,
-                start_new_session=True,  # a terminal's Ctrl-C reaches the supervisor only
-            )
+        process = start_worker(config, self._logs_dir / f"{slot.name}.log")
         slot.process, slot.pid = process, process.pid
         slot.worker_id, slot.stats, slot.stats_mtime = None, WorkerSnapshot(), 0
         slot.exit_code, slot.died_at, slot.paused = None, None, False
@@ -407,6 +427,12 @@ class Supervisor:
         # that is a clean stop too, it had no task yet.
         slot.clean_exit = code == 0 or (stopping and code == -signal.SIGTERM)
         if stopping and slot.clean_exit:
+            return
+        if code == 0 and self.options.exit_when_drained:
+            # It saw the queue drained and exited at once, as we are about to (a SIGTERM
+            # would find it idle in a wait of up to idle_poll_s). Should the queue not be
+            # drained after all (a task enqueued meanwhile), it is started again.
+            slot.restart_due = now + REFRESH_S
             return
         held = self._held_at_death(slot)
         if not slot.clean_exit:
@@ -469,7 +495,8 @@ class Supervisor:
         slot.restart_due = now + policy.delay(slot.young_deaths)
 
     def _restart(self, slot: Slot, now: float) -> None:
-        if not code_is_time_limit(slot.exit_code):  # not a crash: the storm guard skips it
+        if not (code_is_time_limit(slot.exit_code) or slot.clean_exit):  # not a crash: the
+            # storm guard skips it
             slot.restart_times.append(now)
         slot.restarts += 1
         old = _label(slot)
@@ -496,7 +523,10 @@ class Supervisor:
             return False  # not reaped yet means the pid is still ours; reaped means gone
         try:
             if signum == signal.SIGKILL:
-                os.killpg(slot.process.pid, signum)  # the handler's own children too
+                try:
+                    os.killpg(slot.process.pid, signum)  # the handler's own children too
+                except ProcessLookupError:  # forked a moment ago: not in its own group yet
+                    os.kill(slot.process.pid, signum)
             else:
                 os.kill(slot.process.pid, signum)
         except ProcessLookupError:

@@ -3,6 +3,7 @@ short times; and its promise to leave no process behind, however it ends."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import psutil
 
+from queue_worker.stats import read_all
 from tests.helpers import wait_until
 
 SCRIPT = Path(__file__).resolve().parent.parent / "bin" / "check-redistribution.sh"
@@ -68,14 +70,10 @@ def test_interrupted_it_ends_every_process_it_started(tmp_path: Path) -> None:
         text=True,
     )
     try:
-        wait_until(
-            lambda: any(
-                "queue_worker.worker" in " ".join(p.info.get("cmdline") or [])
-                for p in processes_mentioning(str(data))
-            ),
-            60,
-            "the script's workers to start",
-        )
+        wait_until(lambda: running_workers(data / "run"), 60, "the script's workers to start")
+        # everything it started: qw up, its fork server, the workers forked from it…
+        started = psutil.Process(script.pid).children(recursive=True)
+        assert {p.pid for p in running_workers(data / "run")} <= {p.pid for p in started}
         script.send_signal(signal.SIGTERM)
         output, _ = script.communicate(timeout=60)
     finally:
@@ -84,6 +82,27 @@ def test_interrupted_it_ends_every_process_it_started(tmp_path: Path) -> None:
             script.wait()
     assert script.returncode == 143, output
     wait_until(lambda: processes_mentioning(str(data)) == [], 30, "every process it started to end")
+    wait_until(lambda: not any(alive(p) for p in started), 30, "every process it started to end")
+
+
+def running_workers(run_dir: Path) -> list[psutil.Process]:
+    """The worker processes that have published stats in `run_dir` and still run (forked
+    workers carry their fork server's command line: their stats name them)."""
+    found = []
+    for snapshot in read_all(run_dir):
+        pid = snapshot.get("pid")
+        if isinstance(pid, int) and alive(pid):
+            with contextlib.suppress(psutil.NoSuchProcess):  # it may end right now
+                found.append(psutil.Process(pid))
+    return found
+
+
+def alive(process: psutil.Process | int) -> bool:
+    try:
+        p = process if isinstance(process, psutil.Process) else psutil.Process(process)
+        return bool(p.is_running() and p.status() != psutil.STATUS_ZOMBIE)
+    except psutil.NoSuchProcess:
+        return False
 
 
 def test_bad_usage_is_exit_2() -> None:

@@ -55,8 +55,10 @@ def gone(pid: int) -> bool:
 
 
 def workers_of(pid: int) -> list[int]:
+    """The worker processes of the supervisor `pid`: the children of its fork server."""
     try:
-        return [p.pid for p in psutil.Process(pid).children() if not gone(p.pid)]
+        helpers = psutil.Process(pid).children()  # the fork server, the resource tracker
+        return [p.pid for h in helpers for p in h.children() if not gone(p.pid)]
     except psutil.NoSuchProcess:
         return []
 

@@ -1,11 +1,12 @@
 """What the demos share: a handful of real worker processes, and a reader of the claims log.
 
-`Fleet` starts workers the way the supervisor does (``python -m queue_worker.worker
-'<config json>'``) but keeps no restart policy and no dashboard: a demo decides when a
-worker is killed, paused or resumed, and every process it started is ended on the way out
-(the `with` block), whatever happens. `ClaimsTail` folds the claims log as it grows with
-the same fold the workers run, keeping each record's verdict so a demo can wait for one
-(a takeover, a completion) and narrate it with its log position.
+`Fleet` starts workers as plain subprocesses (the command line that
+`queue_worker.process.worker_command` builds; the supervisor forks its own) but keeps no
+restart policy and no dashboard: a demo decides when a worker is killed, paused or
+resumed, and every process it started is ended on the way out (the `with` block), whatever
+happens. `ClaimsTail` folds the claims log as it grows with the same fold the workers run,
+keeping each record's verdict so a demo can wait for one (a takeover, a completion) and
+narrate it with its log position.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import contextlib
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,6 +25,7 @@ from typing import Any, Final, TypeVar
 from logstore import Log, open_log
 from queue_worker.config import WorkerConfig
 from queue_worker.ops import BY_DEMO
+from queue_worker.process import worker_command
 from queue_worker.records import ClaimsRecord
 from queue_worker.snapshot import WorkerState, read_snapshots
 from queue_worker.state import Outcome, Verdict
@@ -105,8 +106,10 @@ class Fleet:
         config.validate()
         output = (self.run_dir / f"{name}.out").open("ab")
         try:
+            command, env = worker_command(config)  # as the supervisor's fallback starts one
             process = subprocess.Popen(
-                [sys.executable, "-m", "queue_worker.worker", config.to_json()],
+                command,
+                env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=output,
                 stderr=subprocess.STDOUT,

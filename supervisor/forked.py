@@ -1,0 +1,282 @@
+"""Worker processes forked from a fork server that has already imported the worker code.
+
+A fresh interpreter per worker (``python -m queue_worker.worker``) costs ~0.2 s of CPU
+before it does any work: 8 of them on 2 cores delay the first claim by seconds, and every
+restart after a kill -9 pays it again. Instead the supervisor starts one helper process
+(`multiprocessing`'s fork server, preloaded with `supervisor.forkserver_init`) and asks it
+to fork each worker: a fork is a few milliseconds.
+
+Who is whose parent, and why nothing outlives the supervisor:
+  supervisor ──▶ fork server (its own session: a terminal's Ctrl-C or hang-up does not
+                 reach it) ──▶ workers (each in a session of its own, as before)
+  - the fork server exits when the supervisor does, even by kill -9: it watches a pipe
+    whose only write end the supervisor holds (each worker closes its copy at once);
+  - a worker dies with the fork server (PR_SET_PDEATHSIG, and the watchdog of
+    `queue_worker.process` comparing getppid() with the fork server's pid).
+The workers are not the supervisor's children, so waitpid does not apply: the fork server
+reaps them and writes each one's exit code (negative: the signal that ended it, as
+`subprocess.Popen` says it) to a pipe per worker, which `ForkedWorker.poll` reads.
+
+The config travels pickled through that pipe, never on a command line (a Redis password
+stays out of `ps`); every forked worker's command line is the fork server's.
+
+`QW_WORKER_START=exec` starts each worker as a plain subprocess instead
+(`queue_worker.process.worker_command`), the way other programs start one.
+"""
+
+from __future__ import annotations
+
+import atexit
+import io
+import os
+import signal
+import subprocess
+import sys
+import weakref
+from dataclasses import replace
+from multiprocessing import forkserver, popen_forkserver, reduction, resource_tracker, spawn
+from multiprocessing.context import set_spawning_popen
+from multiprocessing.process import BaseProcess
+from multiprocessing.util import Finalize
+from pathlib import Path
+from typing import TYPE_CHECKING, Final, Protocol
+
+if TYPE_CHECKING:
+    from queue_worker.config import WorkerConfig
+
+# This module imports no worker code itself: `start_server` is called first thing by
+# `qw up`, so that the server imports the worker code while the supervisor imports its own.
+
+#: the environment variable that picks how workers start: "fork" (default) or "exec"
+START_ENV: Final = "QW_WORKER_START"
+#: what the fork server imports before it forks anything (see forkserver_init.py)
+PRELOAD: Final = ["supervisor.forkserver_init"]
+#: preparation data a forked worker does not take from the supervisor: its __main__ (the
+#: qw script, or pytest's, would be run again in every worker) and its argv (which may hold
+#: a password given on the command line)
+_NOT_INHERITED: Final = ("init_main_from_name", "init_main_from_path", "sys_argv")
+
+
+class WorkerHandle(Protocol):
+    """A running worker process as the supervisor holds it."""
+
+    @property
+    def pid(self) -> int: ...
+
+    def poll(self) -> int | None:
+        """The exit code once it has ended (negative: the signal), else None."""
+        ...
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        """`poll` after waiting up to `timeout` seconds for the end."""
+        ...
+
+    @property
+    def sentinel(self) -> int | None:
+        """A file descriptor readable once the process has ended (None: poll instead)."""
+        ...
+
+
+def fork_enabled() -> bool:
+    return os.environ.get(START_ENV, "fork") != "exec"
+
+
+def start_worker(config: WorkerConfig, log_path: Path) -> WorkerHandle:
+    """Start a worker for `config`, its stdout and stderr appended to `log_path`."""
+    if fork_enabled():
+        return ForkedWorker(config, log_path)
+    return ExecWorker(config, log_path)
+
+
+def start_server() -> int:
+    """Start the fork server if it is not running (it then imports the worker code while
+    the caller goes on), and return its pid."""
+    global _our_tracker
+    if getattr(resource_tracker._resource_tracker, "_pid", None) is None:
+        _our_tracker = True  # started for the server by `ensure_running` below
+    forkserver.set_forkserver_preload(PRELOAD)
+    forkserver.ensure_running()  # also restarts one that died
+    pid = getattr(forkserver._forkserver, "_forkserver_pid", None)
+    assert isinstance(pid, int), "multiprocessing's fork server has no pid"
+    return pid
+
+
+def stop_server() -> None:
+    """Stop the fork server (and the resource tracker it made us start) unless a worker it
+    forked for us still runs: so that nothing of a supervisor outlives it, even by a
+    moment. The next `start_worker` starts a new server."""
+    if any(worker.poll() is None for worker in list(_forked)):
+        return  # a worker dies with its server: another supervisor's workers may run here
+    server = forkserver._forkserver
+    pid = getattr(server, "_forkserver_pid", None)
+    alive_fd = getattr(server, "_forkserver_alive_fd", None)
+    if not isinstance(pid, int) or not isinstance(alive_fd, int):
+        return
+    os.close(alive_fd)
+    for name in ("_forkserver_alive_fd", "_forkserver_address", "_forkserver_pid"):
+        setattr(server, name, None)
+    # It has no worker left to fork for or to take down with it: rather than wait for it to
+    # read EOF and tear down an interpreter full of modules (~50 ms), end it now.
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    tracker = resource_tracker._resource_tracker
+    tracker_pid = getattr(tracker, "_pid", None)
+    if _our_tracker and isinstance(tracker_pid, int):
+        # The same for the resource tracker the server made us start: it tracks the named
+        # semaphores and shared memory of processes that are all gone.
+        os.kill(tracker_pid, signal.SIGKILL)
+        getattr(tracker, "_stop", lambda: None)()  # closes our end, reaps it
+
+
+#: did `start_server` start multiprocessing's resource tracker (`stop_server` stops it)?
+_our_tracker = False
+#: the workers forked for this process (a worker is forgotten once its handle is)
+_forked: weakref.WeakSet[ForkedWorker] = weakref.WeakSet()
+
+
+class ForkedWorker:
+    """A worker forked by the fork server."""
+
+    def __init__(self, config: WorkerConfig, log_path: Path) -> None:
+        # Its watchdog compares getppid() with its parent: the fork server, not us.
+        config = replace(config, parent_pid=start_server())
+        process = _WorkerProcess(
+            target=run_forked_worker, name=config.name, args=(config.to_json(), str(log_path))
+        )
+        self._popen = _Popen(process)
+        _forked.add(self)
+
+    @property
+    def pid(self) -> int:
+        return self._popen.pid
+
+    @property
+    def sentinel(self) -> int:
+        """A file descriptor that becomes readable when the worker has ended."""
+        return self._popen.sentinel
+
+    def poll(self) -> int | None:
+        return self._popen.poll()
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        return self._popen.wait(timeout)
+
+
+class ExecWorker:
+    """A worker started as a plain subprocess (``python -m queue_worker.worker …``)."""
+
+    def __init__(self, config: WorkerConfig, log_path: Path) -> None:
+        from queue_worker.process import worker_command
+
+        command, env = worker_command(config)  # a password stays off the command line
+        with open(log_path, "ab") as log:
+            self._process = subprocess.Popen(
+                command,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                start_new_session=True,  # a terminal's Ctrl-C reaches the supervisor only
+            )
+
+    @property
+    def pid(self) -> int:
+        return self._process.pid
+
+    @property
+    def sentinel(self) -> None:
+        return None  # only polling says when it ended
+
+    def poll(self) -> int | None:
+        return self._process.poll()
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        try:
+            return self._process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+
+class _WorkerProcess(BaseProcess):
+    """The process object the fork server's child runs (`_Popen` starts it). No start
+    method of its own: in the worker, multiprocessing's default stays the platform's."""
+
+    _start_method = None
+
+
+class _Popen(popen_forkserver.Popen):
+    """CPython's fork-server Popen, but the child gets neither our __main__ nor our argv."""
+
+    def _launch(self, process_obj: BaseProcess) -> None:  # as in CPython 3.11
+        prep_data = spawn.get_preparation_data(process_obj.name)
+        for key in _NOT_INHERITED:
+            prep_data.pop(key, None)
+        buf = io.BytesIO()
+        set_spawning_popen(self)
+        try:
+            reduction.dump(prep_data, buf)
+            reduction.dump(process_obj, buf)
+        finally:
+            set_spawning_popen(None)
+        self.sentinel, w = forkserver.connect_to_new_process([])
+        # The child knows its parent is gone (EOF) when the last copy of this end closes.
+        parent_w = os.dup(w)
+        self.finalizer = Finalize(self, _close_fds, (parent_w, self.sentinel))
+        with open(w, "wb", closefd=True) as f:
+            f.write(buf.getbuffer())
+        self.pid = forkserver.read_signed(self.sentinel)
+
+
+def _close_fds(*fds: int) -> None:
+    for fd in fds:
+        os.close(fd)
+
+
+def run_forked_worker(config_json: str, log_path: str) -> None:
+    """What a forked worker runs (in the child, right after the fork)."""
+    os.setsid()  # a session of its own, as `start_new_session`: kill -9 reaches its group
+    # The fork server exits when its last holder of this pipe end does: a worker must not
+    # be one, or a supervisor killed with kill -9 would leave the server (and us) behind.
+    alive_fd = getattr(forkserver._forkserver, "_forkserver_alive_fd", None)
+    if isinstance(alive_fd, int):
+        os.close(alive_fd)
+        forkserver._forkserver._forkserver_alive_fd = None  # type: ignore[attr-defined]
+    _redirect_output(log_path)
+    from queue_worker.process import run_worker_process  # preloaded by the server
+
+    try:
+        run_worker_process(config_json)
+    finally:
+        # The fork server's child ends with os._exit: run the atexit functions (a handler's
+        # own among them) as the end of a `python -m` worker would.
+        atexit._run_exitfuncs()
+
+
+def _redirect_output(log_path: str) -> None:
+    """stdin from /dev/null; stdout and stderr appended to the worker's log (fds 0–2, so
+    the handler's own subprocesses inherit them too)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    null = os.open(os.devnull, os.O_RDONLY)
+    log = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    os.dup2(null, 0)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.close(null)
+    os.close(log)
+    # The fork server's SIGTERM/SIGHUP dispositions are not a worker's: start from defaults.
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_DFL)
+
+
+__all__ = [
+    "START_ENV",
+    "ExecWorker",
+    "ForkedWorker",
+    "WorkerHandle",
+    "fork_enabled",
+    "run_forked_worker",
+    "start_server",
+    "stop_server",
+    "start_worker",
+]

@@ -1,0 +1,22 @@
+"""Imported by the fork server only (`supervisor.forked.PRELOAD`), never by the supervisor.
+
+It leaves the supervisor's session, so that a Ctrl-C, a terminal's hang-up or a signal to
+the supervisor's process group reaches the supervisor (which then drains the workers in
+order) and not the server (whose death would kill every worker at once). Then it imports
+the worker code, once, for every worker it will fork.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+
+with contextlib.suppress(OSError):  # already a session leader
+    os.setsid()
+
+# The whole worker, the file log included (a worker opens its log, and so imports it, late).
+import logstore.file_log  # noqa: F401
+import queue_worker.handlers
+import queue_worker.process
+import queue_worker.worker  # noqa: F401
+import supervisor.forked  # noqa: F401  the worker's entry

@@ -1,0 +1,145 @@
+"""Workers forked from the fork server (supervisor.forked): a kill -9 is reported as SIGKILL,
+nothing outlives a supervisor killed with kill -9 (fork server included), each worker
+writes to its own log file, and QW_WORKER_START=exec still starts plain subprocesses."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from supervisor.forked import START_ENV, ExecWorker, ForkedWorker
+from supervisor.supervisor import EXIT_OK, RestartPolicy, Supervisor, SupervisorOptions
+from tests.helpers import wait_until
+
+REPO = Path(__file__).resolve().parents[1]
+QW = [sys.executable, "-m", "supervisor.cli"]
+
+
+def shout(payload: Any) -> None:
+    """A handler that says who ran it, on stdout and on stderr."""
+    print(f"out from {os.getpid()}", flush=True)
+    print(f"err from {os.getpid()}", file=sys.stderr, flush=True)
+
+
+def gone(pid: int) -> bool:
+    try:
+        return bool(psutil.Process(pid).status() == psutil.STATUS_ZOMBIE)
+    except psutil.NoSuchProcess:
+        return True
+
+
+@pytest.fixture
+def supervisor(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """Builds one supervisor on tmp_path/qw; kills whatever still runs at the end."""
+    monkeypatch.chdir(REPO)  # the workers import handlers from this module
+    made: list[Supervisor] = []
+
+    def make(**kwargs: Any) -> Supervisor:
+        data = tmp_path / "qw"
+        sup = Supervisor(SupervisorOptions(data_dir=data, location=str(data), **kwargs))
+        made.append(sup)
+        return sup
+
+    yield make
+    for sup in made:
+        if sup.started_at and not sup.finished:
+            sup.stop_now()
+            sup.wait(30)
+
+
+def test_a_forked_worker_killed_with_kill_9_is_reported_as_sigkill(supervisor: Any) -> None:
+    sup = supervisor(workers=1, restart=RestartPolicy(enabled=False))
+    sup.start()
+    worker = wait_until(lambda: sup.snapshot().workers[0].worker_id, 30, "the worker's stats")
+    pid = sup.snapshot().workers[0].pid
+    assert isinstance(sup._slots[0].process, ForkedWorker)
+    assert psutil.Process(pid).ppid() != os.getpid()  # the fork server's child, not ours
+    os.kill(pid, signal.SIGKILL)
+    assert sup.wait(30)
+    view = sup.snapshot().workers[0]
+    assert (view.state, view.exit_code) == ("dead", -signal.SIGKILL)
+    label = f"w0·{str(worker).rsplit('-', 2)[1]}"
+    assert f"{label} killed by SIGKILL" in [e.text for e in sup.snapshot().events]
+
+
+def test_each_forked_worker_writes_to_its_own_log(supervisor: Any, tmp_path: Path) -> None:
+    sup = supervisor(workers=2, tasks=40, handler=f"{__name__}:shout", exit_when_drained=True)
+    sup.start()
+    assert sup.wait(60)
+    assert sup.exit_code == EXIT_OK
+    logs = tmp_path / "qw" / "run" / "logs"
+    for view in sup.snapshot().workers:
+        lines = (logs / f"{view.name}.log").read_text().splitlines()
+        if view.stats.finished == 0:
+            continue  # the other worker took every task
+        assert f"out from {view.pid}" in lines and f"err from {view.pid}" in lines
+        assert all(line.endswith(f" {view.pid}") for line in lines), lines
+
+
+def test_kill_9_of_the_supervisor_leaves_no_process_behind(tmp_path: Path) -> None:
+    with (tmp_path / "up.out").open("w") as out:
+        up = subprocess.Popen(
+            [*QW, "up", "--no-tui", "--dir", str(tmp_path / "qw"), "--workers", "3"],
+            cwd=tmp_path,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+
+        def tree() -> list[psutil.Process]:
+            return list(psutil.Process(up.pid).children(recursive=True))
+
+        # the fork server, the resource tracker, and the three workers under the server
+        wait_until(lambda: len(tree()) == 5, 30, "three workers forked")
+        processes = tree()
+        # the sessions the fork server and each worker lead
+        sessions = {p.pid for p in processes if _sid(p.pid) == p.pid}
+        assert len(sessions) == 4
+    finally:
+        up.kill()
+        up.wait(30)
+    wait_until(lambda: all(gone(p.pid) for p in processes), 10, "every process to exit")
+    # nothing else is left in the workers' sessions or the fork server's (zombies are dead:
+    # a container's init may be slow to reap them)
+    left = [p.pid for p in psutil.process_iter() if _sid(p.pid) in sessions and not gone(p.pid)]
+    assert not left, left
+
+
+def _sid(pid: int) -> int | None:
+    try:
+        return os.getsid(pid)
+    except OSError:
+        return None
+
+
+def test_exec_start_runs_plain_subprocesses(
+    supervisor: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(START_ENV, "exec")
+    sup = supervisor(workers=1, tasks=20, work_ms=0, exit_when_drained=True)
+    sup.start()
+    pid = sup.snapshot().workers[0].pid
+    assert isinstance(sup._slots[0].process, ExecWorker)
+    with contextlib.suppress(psutil.NoSuchProcess):  # it may have drained the queue already
+        process = psutil.Process(pid)
+        assert process.ppid() == os.getpid()
+        assert "queue_worker.worker" in process.cmdline()
+    assert sup.wait(60)
+    assert sup.exit_code == EXIT_OK
+    assert sup.snapshot().workers[0].stats.finished == 20
+
+
+def test_the_cli_names_the_supervisors_demo_handler() -> None:
+    # supervisor.cli spells it out rather than import the supervisor for `qw --help`
+    from supervisor import cli, supervisor
+
+    assert cli.DEMO_HANDLER == supervisor.DEMO_HANDLER
