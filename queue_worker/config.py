@@ -65,7 +65,7 @@ class WorkerConfig:
     backoff_max_s: float = 60.0  # ... and never more than this
     idle_poll_s: float = 0.2  # the longest an idle worker sleeps before looking again
     # An attempt that runs longer fails and its worker process is ended (None: no limit;
-    # a handler's own `@time_limit` wins). See queue_worker.time_limit.
+    # a handler's own `@time_limit` wins). See queue_worker.watchdog.
     task_timeout_s: float | None = None
     # After a drain (SIGTERM) begins, the task in hand gets this long at most, then ends as
     # a time-out does (None: wait for it however long it runs).

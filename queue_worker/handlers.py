@@ -18,7 +18,7 @@ Attempts and failures. Every winning claim of a task is one attempt (the fold co
 - a time limit (`--task-timeout`, or `@time_limit(seconds)` on the handler) fails the
   attempt the same way, "timed out after 30 s", written by the worker's watchdog under its
   claim; then the worker process ends (a Python thread cannot be stopped), see
-  `queue_worker.time_limit`;
+  `queue_worker.watchdog`;
 - a worker that dies running the task (os._exit, a segfault, the OOM killer) writes
   nothing: its lease lapses and the next winning claim is the next attempt. A worker whose
   claim wins attempt `max_attempts + 1` does not run the task: it writes a dead FAIL saying
@@ -108,7 +108,7 @@ def time_limit(seconds: float) -> Callable[[F], F]:
         def resize(payload): ...
 
     An attempt that runs longer fails ("timed out after 30 s") and its worker process is
-    ended (see `queue_worker.time_limit`)."""
+    ended (see `queue_worker.watchdog`)."""
     if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not seconds > 0:
         raise ValueError(f"time_limit is {seconds!r}; expected a number of seconds > 0")
 

@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 
 from logstore import LogError, is_redis_url
 from queue_worker.config import WorkerConfig
-from queue_worker.time_limit import EXIT_TIME_LIMIT
+from queue_worker.watchdog import EXIT_TIME_LIMIT
 
 if TYPE_CHECKING:
     from queue_worker.worker import Worker
@@ -37,7 +37,7 @@ EXIT_ERROR: Final = 1  # the worker failed: a log it cannot use, or a bug (messa
 EXIT_CONFIG: Final = 2  # the config is invalid or the handler cannot be loaded
 EXIT_ORPHANED: Final = 3  # the supervisor is gone: exit rather than outlive it
 # EXIT_TIME_LIMIT (124, as timeout(1)): a task ran past its time limit (or a drain's): its
-# FAIL was written, and the process ended because a thread cannot be stopped (time_limit.py)
+# FAIL was written, and the process ended because a thread cannot be stopped (watchdog.py)
 EXIT_TERMINATED: Final = 128 + signal.SIGTERM  # a second SIGTERM: exit at once
 
 #: how often the orphan watchdog compares getppid() with the supervisor's pid

@@ -90,7 +90,6 @@ from queue_worker.records import (
 from queue_worker.recovery import OutageRecovery
 from queue_worker.state import Verdict
 from queue_worker.stats import WorkerStats
-from queue_worker.time_limit import TimeLimits
 from queue_worker.topics import (
     ClaimsFollower,
     Settled,
@@ -98,6 +97,7 @@ from queue_worker.topics import (
     check_tasks_cover,
     open_topics,
 )
+from queue_worker.watchdog import TimeLimits
 
 #: claim ahead: a fold settled this recently (seconds) is fresh enough to pick from
 FRESH_FOLD_S: Final = 0.002
@@ -234,7 +234,7 @@ class Worker:
         )
         # one renewal thread for the worker's life, handed each task's lease (see lease.py)
         self._renewer = RenewalThread()
-        # ends the process when a task outruns its time limit or a drain (see time_limit.py)
+        # ends the process when a task outruns its time limit or a drain (see watchdog.py)
         self._time_limits = TimeLimits(config.drain_timeout_s)
         #: append the next task's CLAIM with each DONE/FAIL (see `_finish`)
         self.claim_ahead = claim_ahead

@@ -76,3 +76,16 @@ def test_importing_the_fold_loads_neither_the_worker_nor_the_producer() -> None:
     loaded = set(json.loads(out))
     assert "queue_worker.state" in loaded
     assert not loaded & {"queue_worker.worker", "queue_worker.producer", "queue_worker.handlers"}
+
+
+def test_no_submodule_shadows_a_name_of_the_face() -> None:
+    # Importing a submodule sets it as an attribute of the package: a module named like a
+    # face name (queue_worker/time_limit.py once did) replaces that name for everyone.
+    import importlib
+    import pkgutil
+    import types
+
+    for module in pkgutil.iter_modules(queue_worker.__path__):
+        importlib.import_module(f"queue_worker.{module.name}")
+    for name in queue_worker.__all__:
+        assert not isinstance(getattr(queue_worker, name), types.ModuleType), name

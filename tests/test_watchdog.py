@@ -17,7 +17,7 @@ import pytest
 from queue_worker.config import WorkerConfig
 from queue_worker.handlers import HandlerLoadError, handler_from_function, time_limit
 from queue_worker.producer import Queue
-from queue_worker.time_limit import EXIT_TIME_LIMIT, TimeLimits
+from queue_worker.watchdog import EXIT_TIME_LIMIT, TimeLimits
 from supervisor.supervisor import EXIT_OK
 from tests.helpers import wait_until
 from tests.test_poison import Replay, payloads
