@@ -154,7 +154,7 @@ def fleet_configs(
 
 
 class Fleet:
-    """Worker processes (``python -m queue_worker.worker``); killed on exit if still running."""
+    """Worker processes (``python -m queue_worker.process``); killed on exit if still running."""
 
     def __init__(self, log_dir: Path) -> None:
         self.log_dir = log_dir

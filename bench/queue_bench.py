@@ -2,7 +2,7 @@
 lost claim attempts per pick strategy; the durable drain.
 
 qw: `tasks` no-op tasks (bench.noop) are enqueued first, one `Queue.enqueue` each; then
-N worker processes (``python -m queue_worker.worker``, exit_when_drained, pick spread in
+N worker processes (``python -m queue_worker.process``, exit_when_drained, pick spread in
 slots 0..N-1 of N) drain them. Rate = tasks / (last accepted DONE's `at` − first CLAIM's
 `at`), read from the claims log, so process start-up is excluded; the rate over the wall
 time from launching the first worker to the last one's exit is shown beside it. After

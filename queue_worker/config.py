@@ -1,5 +1,5 @@
 """WorkerConfig: everything one worker process needs, as a value that crosses a process
-boundary as JSON (the supervisor starts ``python -m queue_worker.worker '<json>'``).
+boundary as JSON (the supervisor starts ``python -m queue_worker.process '<json>'``).
 """
 
 from __future__ import annotations

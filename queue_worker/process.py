@@ -1,4 +1,4 @@
-"""The worker process: what ``python -m queue_worker.worker '<config JSON>'`` runs.
+"""The worker process: what ``python -m queue_worker.process '<config JSON>'`` runs.
 
 `run_worker_process(config_json)` parses the config, makes sure the process dies with its
 supervisor (PDEATHSIG on Linux, and a watchdog thread everywhere), drains on SIGTERM,
@@ -151,7 +151,7 @@ def worker_command(config: WorkerConfig) -> tuple[list[str], dict[str, str] | No
     """How to start a worker process for `config`: its command line, and its environment
     (None: the caller's). A config whose log URL holds a password travels in the environment
     (which only its user can read) instead of the command line (which `ps` shows everyone)."""
-    command = [sys.executable, "-m", "queue_worker.worker"]
+    command = [sys.executable, "-m", "queue_worker.process"]
     if not (is_redis_url(config.location) and urlsplit(config.location).password is not None):
         return [*command, config.to_json()], None
     return command, {**os.environ, CONFIG_ENV: config.to_json()}
@@ -163,7 +163,7 @@ def main(argv: list[str]) -> int:
     elif len(argv) == 1:
         config_json = argv[0]
     else:
-        print("usage: python -m queue_worker.worker '<worker config JSON>'", file=sys.stderr)
+        print("usage: python -m queue_worker.process '<worker config JSON>'", file=sys.stderr)
         return EXIT_CONFIG
     run_worker_process(config_json)
     return EXIT_OK

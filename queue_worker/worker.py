@@ -18,7 +18,7 @@ One iteration (`Worker.step`):
 enqueued, a lease or backoff it knows of runs out, or `idle_poll_s` passes. `drain()` (or
 the stop event) means: no new claims, finish the task in hand, return.
 
-The process the supervisor starts (``python -m queue_worker.worker '<json>'``) is in
+The process the supervisor starts (``python -m queue_worker.process '<json>'``) is in
 `queue_worker.process`: it dies with its parent, drains on SIGTERM, exits at once on a
 second SIGTERM, and ignores SIGINT (the supervisor owns Ctrl-C).
 
@@ -758,11 +758,3 @@ class Worker:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
-
-
-if __name__ == "__main__":
-    # ``python -m queue_worker.worker '<json>'``: the process entry lives in
-    # queue_worker.process (signals, parent death, exit codes).
-    from queue_worker.process import main
-
-    sys.exit(main(sys.argv[1:]))

@@ -1,6 +1,6 @@
 """Worker processes forked from a fork server that has already imported the worker code.
 
-A fresh interpreter per worker (``python -m queue_worker.worker``) costs ~0.2 s of CPU
+A fresh interpreter per worker (``python -m queue_worker.process``) costs ~0.2 s of CPU
 before it does any work: 8 of them on 2 cores delay the first claim by seconds, and every
 restart after a kill -9 pays it again. Instead the supervisor starts one helper process
 (`multiprocessing`'s fork server, preloaded with `supervisor.forkserver_init`) and asks it
@@ -163,7 +163,7 @@ class ForkedWorker:
 
 
 class ExecWorker:
-    """A worker started as a plain subprocess (``python -m queue_worker.worker …``)."""
+    """A worker started as a plain subprocess (``python -m queue_worker.process …``)."""
 
     def __init__(self, config: WorkerConfig, log_path: Path) -> None:
         from queue_worker.process import worker_command

@@ -132,7 +132,7 @@ def test_exec_start_runs_plain_subprocesses(
     with contextlib.suppress(psutil.NoSuchProcess):  # it may have drained the queue already
         process = psutil.Process(pid)
         assert process.ppid() == os.getpid()
-        assert "queue_worker.worker" in process.cmdline()
+        assert "queue_worker.process" in process.cmdline()
     assert sup.wait(60)
     assert sup.exit_code == EXIT_OK
     assert sup.snapshot().workers[0].stats.finished == 20

@@ -1,4 +1,4 @@
-"""Real worker processes (``python -m queue_worker.worker``) on the file log: draining a
+"""Real worker processes (``python -m queue_worker.process``) on the file log: draining a
 queue together, redistribution after kill -9, dying with the supervisor, SIGTERM."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import pytest
 
 from logstore import open_log
 from queue_worker.config import WorkerConfig
-from queue_worker.process import EXIT_OK, EXIT_ORPHANED, EXIT_TERMINATED
+from queue_worker.process import EXIT_OK, EXIT_ORPHANED, EXIT_TERMINATED, worker_command
 from queue_worker.producer import Queue
 from queue_worker.records import Claim, Done
 from queue_worker.state import ClaimState, Verdict
@@ -39,11 +39,12 @@ class Fleet:
 
     def start(self, config: WorkerConfig) -> subprocess.Popen[bytes]:
         log = open(self.tmp_path / f"{config.name}.stderr", "wb")  # noqa: SIM115 (kept open)
+        command, env = worker_command(config)  # the one way a worker process is started
         proc = subprocess.Popen(
-            [sys.executable, "-m", "queue_worker.worker", config.to_json()],
+            command,
             stdout=subprocess.DEVNULL,
             stderr=log,
-            env=ENV,
+            env={**(env or os.environ), **ENV},
             cwd=self.tmp_path,
         )
         log.close()  # the child has its own descriptor
@@ -168,7 +169,7 @@ from queue_worker.config import WorkerConfig
 data_dir, run_dir = sys.argv[1], sys.argv[2]
 for n in range(2):
     config = WorkerConfig(data_dir, run_dir, name=f"child{n}", parent_pid=os.getpid())
-    child = subprocess.Popen([sys.executable, "-m", "queue_worker.worker", config.to_json()])
+    child = subprocess.Popen([sys.executable, "-m", "queue_worker.process", config.to_json()])
     print(child.pid, flush=True)
 time.sleep(3600)
 """
@@ -250,7 +251,7 @@ def test_a_bad_config_exits_with_one_line_on_stderr(fleet: Fleet, tmp_path: Path
         [
             sys.executable,
             "-m",
-            "queue_worker.worker",
+            "queue_worker.process",
             '{"location": "x", "run_dir": "y", "pick": 1}',
         ],
         capture_output=True,
