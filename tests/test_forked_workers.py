@@ -98,11 +98,15 @@ def test_kill_9_of_the_supervisor_leaves_no_process_behind(tmp_path: Path) -> No
         def tree() -> list[psutil.Process]:
             return list(psutil.Process(up.pid).children(recursive=True))
 
-        # the fork server, the resource tracker, and the three workers under the server
-        wait_until(lambda: len(tree()) == 5, 30, "three workers forked")
+        def leaders() -> set[int]:
+            return {p.pid for p in tree() if _sid(p.pid) == p.pid}
+
+        # the fork server, the resource tracker, and the three workers under the server; a
+        # forked worker leads its own session from its first steps (setsid), so wait for
+        # the fork server's session and the three workers' too
+        wait_until(lambda: len(tree()) == 5 and len(leaders()) == 4, 30, "three workers forked")
         processes = tree()
-        # the sessions the fork server and each worker lead
-        sessions = {p.pid for p in processes if _sid(p.pid) == p.pid}
+        sessions = leaders()
         assert len(sessions) == 4
     finally:
         up.kill()
