@@ -25,8 +25,8 @@ from typing import Any, TypeVar
 
 from logstore import open_log
 from queue_worker.config import WorkerConfig
+from queue_worker.fleet import WorkerProcesses
 from queue_worker.percentile import nearest_rank
-from queue_worker.process import worker_command
 from queue_worker.producer import Queue
 from queue_worker.records import Claim, Done, TaskRecord, decode_task
 from queue_worker.snapshot import WorkerSnapshot, read_snapshots
@@ -153,28 +153,12 @@ def fleet_configs(
     ]
 
 
-class Fleet:
-    """Worker processes (``python -m queue_worker.process``); killed on exit if still running."""
+class Fleet(WorkerProcesses):
+    """The benchmarks' worker processes (`queue_worker.fleet`, as the tests start theirs),
+    with a wait that turns a failed or slow worker into a BenchError."""
 
     def __init__(self, log_dir: Path) -> None:
-        self.log_dir = log_dir
-        self.procs: list[subprocess.Popen[bytes]] = []
-        self.names: dict[int, str] = {}
-
-    def start(self, config: WorkerConfig) -> subprocess.Popen[bytes]:
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        with open(self.log_dir / f"{config.name}.{len(self.procs)}.stderr", "wb") as err:
-            command, env = worker_command(config)
-            proc = subprocess.Popen(
-                command,
-                stdout=subprocess.DEVNULL,
-                stderr=err,
-                env={**ENV, **(env or {})},
-                cwd=REPO,
-            )
-        self.procs.append(proc)
-        self.names[proc.pid] = config.name
-        return proc
+        super().__init__(log_dir, env=ENV, cwd=REPO)
 
     def wait_all(self, timeout: float = TIMEOUT_S) -> None:
         """Wait for every worker to exit; BenchError if one fails or they take too long."""
@@ -193,26 +177,6 @@ class Fleet:
                 f"worker {self.names[proc.pid]} (pid {proc.pid}) exited with {proc.returncode}: "
                 f"{self.stderr_tail(proc)}"
             )
-
-    def stderr_tail(self, proc: subprocess.Popen[bytes]) -> str:
-        for path in self.log_dir.glob(f"{self.names[proc.pid]}.*.stderr"):
-            text = path.read_text(errors="replace").strip()
-            if text:
-                return text.splitlines()[-1]
-        return "(no stderr)"
-
-    def stop_all(self) -> None:
-        for proc in self.procs:
-            if proc.poll() is None:
-                proc.kill()
-        for proc in self.procs:
-            proc.wait(30)
-
-    def __enter__(self) -> Fleet:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop_all()
 
 
 def run_fleet(configs: Sequence[WorkerConfig], log_dir: Path) -> tuple[float, float]:

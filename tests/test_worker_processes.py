@@ -18,7 +18,8 @@ import pytest
 
 from logstore import open_log
 from queue_worker.config import WorkerConfig
-from queue_worker.process import EXIT_OK, EXIT_ORPHANED, EXIT_TERMINATED, worker_command
+from queue_worker.fleet import WorkerProcesses as Fleet
+from queue_worker.process import EXIT_OK, EXIT_ORPHANED, EXIT_TERMINATED
 from queue_worker.producer import Queue
 from queue_worker.records import Claim, Done
 from queue_worker.state import ClaimState, Verdict
@@ -30,44 +31,10 @@ REPO = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "PYTHONPATH": str(REPO)}
 
 
-class Fleet:
-    """Worker processes started by a test, killed at teardown if they are still running."""
-
-    def __init__(self, tmp_path: Path) -> None:
-        self.tmp_path = tmp_path
-        self.procs: list[subprocess.Popen[bytes]] = []
-
-    def start(self, config: WorkerConfig) -> subprocess.Popen[bytes]:
-        log = open(self.tmp_path / f"{config.name}.stderr", "wb")  # noqa: SIM115 (kept open)
-        command, env = worker_command(config)  # the one way a worker process is started
-        proc = subprocess.Popen(
-            command,
-            stdout=subprocess.DEVNULL,
-            stderr=log,
-            env={**(env or os.environ), **ENV},
-            cwd=self.tmp_path,
-        )
-        log.close()  # the child has its own descriptor
-        self.procs.append(proc)
-        return proc
-
-    def stderr(self, name: str) -> str:
-        return (self.tmp_path / f"{name}.stderr").read_text()
-
-    def stop_all(self) -> None:
-        for proc in self.procs:
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait(30)
-
-
 @pytest.fixture
 def fleet(tmp_path: Path) -> Iterator[Fleet]:
-    f = Fleet(tmp_path)
-    try:
+    with Fleet(tmp_path, env=ENV, cwd=tmp_path) as f:
         yield f
-    finally:
-        f.stop_all()
 
 
 def config_for(data_dir: Path, run_dir: Path, name: str, **settings: Any) -> WorkerConfig:
