@@ -392,8 +392,12 @@ def event_matches(event: Event, query: str) -> bool:
     query = query.strip()
     if not query:
         return True
-    if query.isdigit() and event.task is not None and event.task == int(query):
-        return True
+    if query.isdigit():
+        # a number is a task id or a worker's pid, never any number of the text ("4 demo
+        # tasks/s", "after 4 attempts" are not about task 4)
+        if event.task is not None and event.task == int(query):
+            return True
+        return re.search(rf"·{query}(?![0-9])", event.text) is not None
     # whole words: not inside a longer number or name ("·" joins a slot to its pid)
     pattern = rf"(?<![0-9A-Za-z])(?<!\d\.){re.escape(query)}(?![0-9A-Za-z]|\.\d)"
     return re.search(pattern, event.text, re.IGNORECASE) is not None

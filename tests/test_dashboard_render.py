@@ -645,6 +645,7 @@ def test_every_size_shows_every_worker_whole_and_the_keys_last(
 def test_filter_matches_a_task_or_a_worker_whole() -> None:
     takeover = Event(NOW, "takeover", "task 17: w2·6975 → w5·7001, 1.2 s after w2·6975 died", 17)
     death = Event(NOW, "death", "w6·6980 killed by SIGKILL while holding task 170", 170)
+    info = Event(NOW, "info", "publishing 17 demo tasks/s; w4·6975 restarted after 6980 ms")
     for query, matches in [
         ("17", [takeover]),
         ("170", [death]),
@@ -653,9 +654,11 @@ def test_filter_matches_a_task_or_a_worker_whole() -> None:
         ("6980", [death]),
         ("w", []),
         ("1", []),  # not the 1 of "1.2 s"
-        ("", [takeover, death]),
+        ("", [takeover, death, info]),
+        ("6975", [takeover, info]),  # a pid: the worker's, in both
     ]:
-        assert [e for e in (takeover, death) if event_matches(e, query)] == matches, query
+        events = (takeover, death, info)
+        assert [e for e in events if event_matches(e, query)] == matches, query
 
 
 def test_the_empty_queue_says_how_to_add_work() -> None:
