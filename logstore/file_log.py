@@ -49,7 +49,6 @@ from __future__ import annotations
 import contextlib
 import mmap
 import os
-import stat
 import struct
 import threading
 import weakref
@@ -64,14 +63,19 @@ from logstore.base import (
     CorruptLogError,
     Durability,
     Entry,
-    ForeignFileError,
     Log,
     LogClosedError,
     LogError,
     RecordTooLargeError,
 )
 from logstore.framing import FILE_HEADER_SIZE, FRAME_HEADER_SIZE, MAX_RECORD, Stop
-from logstore.identity import IdentityError, LogIdentity, check_identity, new_queue_id
+from logstore.identity import (
+    IdentityError,
+    LogIdentity,
+    check_identity,
+    new_queue_id,
+    read_file_header,
+)
 from logstore.locking import FlockLock, HeldLock, maintenance_lock, open_lock, open_read_lock
 from logstore.waiting import Waiter, make_waiter
 
@@ -191,7 +195,7 @@ class FileLog(Log):
                 f"max_record {max_record} is out of range 0..{framing.MAX_RECORD_LIMIT}"
             )
         name = os.fspath(path)
-        header = _read_header(name)  # refuse a foreign file before creating anything
+        header = read_file_header(name)  # refuse a foreign file before creating anything
         if header is None:
             if read_only:
                 raise LogError(f"{name}: no such log (opened read-only, so not created)")
@@ -791,23 +795,6 @@ class FileLog(Log):
 
     def __repr__(self) -> str:
         return f"FileLog({self.path!r}, durability={self.durability.value})"
-
-
-def _read_header(path: str) -> framing.FileHeader | None:
-    """The header of the log at `path`; None if there is no file or it is empty."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise ForeignFileError(f"{path}: cannot be read: {exc.strerror or exc}") from exc
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise ForeignFileError(f"{path} is not a log file (a directory or a device)")
-        raw = os.pread(fd, FILE_HEADER_SIZE, 0)
-    finally:
-        os.close(fd)
-    return framing.decode_file_header(raw, path) if raw else None
 
 
 def _default_topic(path: str) -> str:

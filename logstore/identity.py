@@ -61,9 +61,9 @@ def check_identity(found: LogIdentity, expected: LogIdentity, name: str) -> None
         )
 
 
-def read_file_identity(path: Path) -> LogIdentity | None:
-    """The identity in the header of the log file at `path`; None when there is no file or
-    it is empty. ForeignFileError for a directory, or a file that is not a qw log."""
+def read_file_header(path: str | Path) -> framing.FileHeader | None:
+    """The header of the log file at `path`; None when there is no file or it is empty.
+    ForeignFileError for a directory, or a file that is not a qw log."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:
@@ -76,10 +76,13 @@ def read_file_identity(path: Path) -> LogIdentity | None:
         raw = os.pread(fd, framing.FILE_HEADER_SIZE, 0)
     finally:
         os.close(fd)
-    if not raw:
-        return None
-    header = framing.decode_file_header(raw, str(path))
-    return LogIdentity(header.queue, header.topic)
+    return framing.decode_file_header(raw, str(path)) if raw else None
+
+
+def read_file_identity(path: Path) -> LogIdentity | None:
+    """The identity in the header of the log file at `path` (see `read_file_header`)."""
+    header = read_file_header(path)
+    return None if header is None else LogIdentity(header.queue, header.topic)
 
 
 def directory_queue(directory: Path, family: Iterable[str]) -> bytes | None:
