@@ -14,7 +14,7 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from queue_worker.names import printable
+from queue_worker.names import printable, worker_label
 from queue_worker.ops import PAUSE, RESTART, SKEW
 from queue_worker.report import clock_text, duration_text
 from supervisor.timeline.model import DEAD, DONE, HELD, LOST, RELEASED, STALE, TAKEN_OVER
@@ -88,8 +88,8 @@ def render_lanes(view: View, width: int = 100) -> RenderableType:
         parts.append(
             Text(
                 f"↷ takeover of task {a.task}: claim @{a.from_claim} "
-                f"({printable(a.from_worker)}) lapsed at {clock_text(a.from_expiry)} → "
-                f"CLAIM @{a.to_claim} ({printable(a.to_worker)}), "
+                f"({worker_label(a.from_worker)}) lapsed at {clock_text(a.from_expiry)} → "
+                f"CLAIM @{a.to_claim} ({worker_label(a.to_worker)}), "
                 f"{duration_text(a.to_at - a.from_expiry)} later",
                 style="magenta",
             )
