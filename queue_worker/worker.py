@@ -469,11 +469,19 @@ class Worker:
             self.record.off_task()
             self.record.state("idle")
 
-    def _fail_timed_out(self, task: int, claim_position: int, attempt: int, error: str) -> None:
-        """The attempt outran its time limit (the watchdog's thread calls this, then ends
-        the process): append its FAIL, durably, under our claim, which still holds the task.
-        Like an exception's FAIL, it says when to retry, or that the task is dead."""
-        at = self._clock()
+    def _attempt_failed(
+        self,
+        task: int,
+        claim_position: int,
+        at: int,
+        attempt: int,
+        error: str,
+        *,
+        permanent: bool = False,
+    ) -> Fail:
+        """The FAIL of a failed attempt (an exception or a time-out): when the task may be
+        retried, by this worker's backoff, or that it is dead (attempts used up, or
+        `permanent`)."""
         retry = retry_at(
             at,
             attempt,
@@ -481,8 +489,15 @@ class Worker:
             backoff_s=self.config.backoff_s,
             backoff_max_s=self.config.backoff_max_s,
             rng=self._rng,
+            permanent=permanent,
         )
-        fail = Fail(task, self.worker_id, at, claim_position, error, retry)
+        return Fail(task, self.worker_id, at, claim_position, error, retry)
+
+    def _fail_timed_out(self, task: int, claim_position: int, attempt: int, error: str) -> None:
+        """The attempt outran its time limit (the watchdog's thread calls this, then ends
+        the process): append its FAIL, durably, under our claim, which still holds the task.
+        Like an exception's FAIL, it says when to retry, or that the task is dead."""
+        fail = self._attempt_failed(task, claim_position, self._clock(), attempt, error)
         self.claims_log.append(encode(fail), durable=True)
         print(f"qw worker {worker_label(self.worker_id)}: task {task} {error}", file=sys.stderr)
         self.record.timed_out(task, error)
@@ -549,21 +564,8 @@ class Worker:
                 outcome = HandlerOutcome(error=f"result cannot be recorded: {e}", exception=e)
         if not recorded:
             assert outcome.error is not None
-            fail = Fail(
-                task,
-                self.worker_id,
-                at,
-                claim_position,
-                outcome.error,
-                retry_at(
-                    at,
-                    attempt,
-                    max_attempts=self.config.max_attempts,
-                    backoff_s=self.config.backoff_s,
-                    backoff_max_s=self.config.backoff_max_s,
-                    rng=self._rng,
-                    permanent=outcome.permanent,
-                ),
+            fail = self._attempt_failed(
+                task, claim_position, at, attempt, outcome.error, permanent=outcome.permanent
             )
             settled = self._append_and_settle(fail, ahead)
         if settled is None:
