@@ -6,9 +6,11 @@ import socket
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from supervisor.supervisor import Supervisor, SupervisorOptions
 from tests.helpers import free_port, redis_server_binary, wait_until
 
 
@@ -77,3 +79,21 @@ def data_dir(tmp_path: Path) -> Path:
     d = tmp_path / "qw"
     d.mkdir()
     return d
+
+
+@pytest.fixture
+def make_supervisor(tmp_path: Path) -> Iterator[Any]:
+    """Builds supervisors on tmp_path/qw; kills whatever still runs at the end."""
+    made: list[Supervisor] = []
+
+    def make(**kwargs: Any) -> Supervisor:
+        data = tmp_path / "qw"
+        sup = Supervisor(SupervisorOptions(data_dir=data, location=str(data), **kwargs))
+        made.append(sup)
+        return sup
+
+    yield make
+    for sup in made:
+        if sup.started_at and not sup.finished:
+            sup.stop_now()
+            sup.wait(30)

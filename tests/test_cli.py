@@ -158,6 +158,16 @@ def test_up_drains_and_every_task_is_done_exactly_once(drained_dir: Path) -> Non
             "Invalid value for '--rate': got 5.0; expected no --rate with --exit-when-drained "
             "(the queue would never drain)",
         ),
+        (  # demo traffic would keep the queue from ever draining
+            ["--demo", "--exit-when-drained"],
+            "Invalid value for '--demo': got True; expected no --demo with "
+            "--exit-when-drained (the queue would never drain)",
+        ),
+        (
+            ["--demo", "--rate", "5", "--exit-when-drained"],
+            "Invalid value for '--rate': got 5.0; expected no --rate with "
+            "--exit-when-drained (the queue would never drain)",
+        ),
     ],
 )
 def test_up_rejects_an_invalid_value_in_one_line(

@@ -17,7 +17,6 @@ import pytest
 from rich.console import Console
 
 from queue_worker.report import count_tasks
-from supervisor.cli import main
 from supervisor.dashboard import header
 from supervisor.model import QueueView, SupervisorSnapshot
 from tests.helpers import wait_until
@@ -84,30 +83,6 @@ def test_demo_and_rate_add_demo_tasks_and_say_so(
         wait_until(lambda: count_tasks(str(up.data)) > 0, 60, "a demo task in the log")
     finally:
         up.stop()
-
-
-@pytest.mark.parametrize(
-    ("args", "message"),
-    [
-        (
-            ["--demo", "--exit-when-drained"],
-            "Invalid value for '--demo': got True; expected no --demo with "
-            "--exit-when-drained (the queue would never drain)",
-        ),
-        (
-            ["--demo", "--rate", "5", "--exit-when-drained"],
-            "Invalid value for '--rate': got 5.0; expected no --rate with "
-            "--exit-when-drained (the queue would never drain)",
-        ),
-    ],
-)
-def test_demo_traffic_and_exit_when_drained_exclude_each_other(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], message: str
-) -> None:
-    code = main(["up", "--no-tui", "--dir", str(tmp_path / "qw"), *args])
-    assert code == 2
-    assert capsys.readouterr().err == f"qw: error: {message}\n"
-    assert not (tmp_path / "qw").exists()
 
 
 def header_text(demo_rate: float) -> str:

@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,7 @@ import psutil
 import pytest
 
 from supervisor.forked import START_ENV, ExecWorker, ForkedWorker
-from supervisor.supervisor import EXIT_OK, RestartPolicy, Supervisor, SupervisorOptions
+from supervisor.supervisor import EXIT_OK, RestartPolicy
 from tests.helpers import wait_until
 
 REPO = Path(__file__).resolve().parents[1]
@@ -38,22 +37,11 @@ def gone(pid: int) -> bool:
 
 
 @pytest.fixture
-def supervisor(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    """Builds one supervisor on tmp_path/qw; kills whatever still runs at the end."""
-    monkeypatch.chdir(REPO)  # the workers import handlers from this module
-    made: list[Supervisor] = []
-
-    def make(**kwargs: Any) -> Supervisor:
-        data = tmp_path / "qw"
-        sup = Supervisor(SupervisorOptions(data_dir=data, location=str(data), **kwargs))
-        made.append(sup)
-        return sup
-
-    yield make
-    for sup in made:
-        if sup.started_at and not sup.finished:
-            sup.stop_now()
-            sup.wait(30)
+def supervisor(make_supervisor: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """`make_supervisor` (conftest.py), run from the repository: the workers import
+    handlers from this module."""
+    monkeypatch.chdir(REPO)
+    return make_supervisor
 
 
 def test_a_forked_worker_killed_with_kill_9_is_reported_as_sigkill(supervisor: Any) -> None:

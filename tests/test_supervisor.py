@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,6 @@ from supervisor.supervisor import (
     EXIT_OK,
     RestartPolicy,
     Supervisor,
-    SupervisorOptions,
 )
 from tests.helpers import wait_until
 
@@ -134,24 +132,6 @@ def test_a_second_signal_kills_the_workers_at_once(tmp_path: Path) -> None:
 
 
 # -- the Supervisor class in this process ----------------------------------------------------------
-
-
-@pytest.fixture
-def make_supervisor(tmp_path: Path) -> Iterator[Any]:
-    """Builds supervisors on tmp_path/qw; kills whatever still runs at the end."""
-    made: list[Supervisor] = []
-
-    def make(**kwargs: Any) -> Supervisor:
-        data = tmp_path / "qw"
-        sup = Supervisor(SupervisorOptions(data_dir=data, location=str(data), **kwargs))
-        made.append(sup)
-        return sup
-
-    yield make
-    for sup in made:
-        if sup.started_at and not sup.finished:
-            sup.stop_now()
-            sup.wait(30)
 
 
 def slot_view(sup: Supervisor, slot: int) -> WorkerView:
