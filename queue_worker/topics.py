@@ -32,7 +32,7 @@ from __future__ import annotations
 import time
 from array import array
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, NamedTuple
@@ -249,14 +249,19 @@ class ClaimsFollower:
         log: Log,
         mine: list[tuple[int, ClaimsRecord | None]],
         timeout: float = SETTLE_TIMEOUT_S,
+        read: Sequence[Entry] = (),
     ) -> list[Settled]:
         """`settle` for several of our records (position, record or None) in log order, in
         one pass over the log (a batch appended at once: the read that finds one finds the
-        rest)."""
+        rest). `read`: entries already read from `next_position` on (by the append's own
+        call, see `Log.append_and_read`), folded before the log is read for the rest."""
         settled: list[Settled] = []
         index = 0
         position, record = mine[0]
-        for entry in read_through(log, self.next_position, mine[-1][0], timeout):
+        last = mine[-1][0]
+        for entry in _chain_read(read, log, self, last, timeout):
+            if entry.position > last:
+                raise SettleError(f"{log.name}: no record at position {last}")
             if entry.position != position:
                 self.apply(entry)
                 continue
@@ -265,9 +270,36 @@ class ClaimsFollower:
             index += 1
             if index < len(mine):
                 position, record = mine[index]
+            if entry.position == last:
+                break
         if len(settled) != len(mine):
             raise SettleError(f"{log.name}: no record at position {position}")
         return settled
+
+    def append_and_settle(
+        self, log: Log, records: Sequence[ClaimsRecord], data: Sequence[bytes], *, durable: bool
+    ) -> list[Settled]:
+        """Append our `records` (encoded as `data`) as one batch and settle them: on a log
+        that reads in the append's own call (Redis), one round trip in all."""
+        positions, read = log.append_and_read(
+            data, self.next_position, durable=durable, max_records=READ_BATCH
+        )
+        mine: list[tuple[int, ClaimsRecord | None]] = list(zip(positions, records, strict=True))
+        return self.settle_batch(log, mine, read=read)
+
+
+def _chain_read(
+    read: Sequence[Entry], log: Log, follower: ClaimsFollower, last: int, timeout: float
+) -> Iterator[Entry]:
+    """The entries of `read`, then (unless they reach `last`) the log's from where the
+    follower has folded to, through `last` (see `read_through`)."""
+    for entry in read:
+        if entry.position < follower.next_position:
+            continue  # not ours to fold twice (a prefix the caller read before)
+        yield entry
+        if entry.position >= last:
+            return
+    yield from read_through(log, follower.next_position, last, timeout)
 
 
 #: the first bytes of a TASK record of this schema: msgpack [1, "T", payload, enqueued_at]

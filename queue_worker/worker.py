@@ -662,15 +662,15 @@ class Worker:
         data = encode(record)
         started = time.perf_counter_ns()
         try:
+            # One batch, settled by reading the log up to it (on Redis, by the append's own
+            # round trip: `Log.append_and_read`).
             if ahead is None:
-                position = self.claims_log.append(data, durable=durable)
-                settled = self.claims.settle(self.claims_log, position, record)
-            else:
-                position, ahead_position = self.claims_log.append_many(
-                    [data, encode(ahead)], durable=durable
+                [settled] = self.claims.append_and_settle(
+                    self.claims_log, [record], [data], durable=durable
                 )
-                settled, ahead_settled = self.claims.settle_batch(
-                    self.claims_log, [(position, record), (ahead_position, ahead)]
+            else:
+                settled, ahead_settled = self.claims.append_and_settle(
+                    self.claims_log, [record, ahead], [data, encode(ahead)], durable=durable
                 )
                 latency_us = (time.perf_counter_ns() - started) // 1000
                 self._ahead = AheadClaim(ahead, ahead_settled, latency_us)
