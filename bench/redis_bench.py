@@ -262,8 +262,9 @@ def redis_section(root: Path, counts: Sequence[int], tasks: int, repeats: int) -
             ),
             "",
             "What each qw task cost (medians; the server's command statistics of the run): "
-            "round trips (script calls, appends and reads, and blocking waits) per task, bytes the server sent per "
-            "task per worker, CPU per task of redis-server and of `qw up` with its workers "
+            "round trips (script calls, appends and reads, and blocking waits) per task, "
+            "bytes the server sent per task per worker, CPU per task of redis-server and of "
+            "`qw up` with its workers "
             "(start-up included), and the CLAIMs lost in all runs.",
             "",
             table(

@@ -60,10 +60,12 @@ Reading and waiting
 entries as one length-prefixed string, which costs a tenth of XRANGE's nested reply to
 parse here; where the server refuses scripts (an ACL user without EVALSHA) it is XRANGE
 itself. The scripts are called on a connection the handle holds, packed by this module
-(`_run_script`): redis-py's client machinery cost as much CPU per call as the round trip. ``wait`` is ``XREAD BLOCK`` for an entry after
-the id just before the position, on a connection of its own (a blocked read never holds a
-connection another call needs), in blocks of at most 5 s; ``timeout=0`` checks without
-blocking. Blocking is rounded up to whole milliseconds (at least 1 ms).
+(`_run_script`): redis-py's client machinery cost as much CPU per call as the round trip.
+
+``wait`` is ``XREAD BLOCK`` for an entry after the id just before the position, on a
+connection of its own (a blocked read never holds a connection another call needs), in
+blocks of at most 5 s; ``timeout=0`` checks without blocking. Blocking is rounded up to
+whole milliseconds (at least 1 ms).
 
 Connections and errors
 ----------------------
@@ -705,17 +707,20 @@ class RedisLog(Log):
         find = blob.find
         at, size = 0, len(blob)
         while at < size:
+            # "<ms>-<seq> <length>\n": ids come from the server, so int() may parse them
             line_end = find(b"\n", at)
-            head = blob[at:line_end].split(b" ")
-            if line_end < 0 or len(head) != 2:
+            dash = find(b"-", at, line_end)
+            space = find(b" ", at, line_end)
+            if line_end < 0 or not at < dash < space:
                 raise LogError(f"{self.name}: unexpected reply from redis: {blob[at : at + 80]!r}")
-            ms, seq = parse_id(head[0])
+            ms, seq = int(blob[at:dash]), int(blob[dash + 1 : space])
             position = pack_id(ms, seq)
-            if head[1] == b"-":
+            length = blob[space + 1 : line_end]
+            if length == b"-":
                 raise CorruptLogError(
                     self.name, position, f"stream entry {ms}-{seq} has no 'd' field"
                 )
-            at = line_end + 1 + int(head[1])
+            at = line_end + 1 + int(length)
             append(Entry(position, position + 1, blob[line_end + 1 : at], ms * 1000))
         return entries
 
