@@ -28,6 +28,7 @@ from queue_worker.report import (
     read_claims,
     read_task,
 )
+from supervisor import partitioned_cli
 from supervisor.cli_options import DirOption, LogOption, check_log_url, whole
 from supervisor.demos import demo_app
 from supervisor.demos.common import stdout_console
@@ -99,6 +100,10 @@ def report_command(
     Exit 2: no logs there, or a damaged log (the message names the file and byte offset).
     """
     location = _location(directory, log)
+    if at is None and timeline is None:
+        code = partitioned_cli.report(location, as_json)
+        if code is not None:  # a partitioned queue: every partition, and the whole
+            raise typer.Exit(code)
     try:
         report = load_report(location, up_to=at)
     except ReportInputError as e:
