@@ -79,8 +79,18 @@ without AOF or RDB everything is lost with the server process. So ``Durability``
 could confirm an fsync per append with ``WAITAOF``; this backend does not issue it.)
 
 One handle is for one thread at a time; each process opens its own (the connection pools
-notice a fork and reconnect). Redis Cluster is not supported (the script touches two keys
-that may not share a slot).
+notice a fork and reconnect).
+
+Redis Cluster
+-------------
+``cluster=yes`` in the URL makes the handle a ``redis.cluster.RedisCluster`` client: the
+URL names any node, the client finds the others and sends each command to the node that
+owns its key's slot. Every call of a handle touches its stream, its last-append record
+(``<stream key>:w:…``) and the identity key (``qw:queue``): they must share a slot, which
+a hash tag in ``prefix`` gives them (``prefix={p3}``: the keys ``{p3}:qw:claims``,
+``{p3}:qw:claims:w:…`` and ``{p3}:qw:queue`` hash on ``p3`` alone). A partitioned queue
+(`queue_worker.partitions`) gives each partition such a prefix. A cluster has database 0
+only. While a node is down, the calls for its slots are retried as connection errors are.
 """
 
 from __future__ import annotations
@@ -93,7 +103,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from functools import partial
-from typing import TypeVar, cast
+from typing import Any, TypeVar, cast
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 try:
@@ -148,7 +158,7 @@ _SEQ_MASK = SEQ_LIMIT - 1
 _U64_MAX = (1 << 64) - 1
 
 # URL query parameters this module takes (or overrides) rather than passing to redis-py.
-_OWN_PARAMS = ("prefix", "retries", "max_record")
+_OWN_PARAMS = ("prefix", "retries", "max_record", "cluster")
 _FORCED_PARAMS = ("socket_timeout", "decode_responses", "protocol")
 
 # KEYS[1] the stream, KEYS[2] this handle's last-append record.
@@ -249,6 +259,10 @@ class _Settings:
         self.redis_url = urlunsplit(parts._replace(query=urlencode(rest)))
         self.display_url = _redact(url)
         self.prefix = own.get("prefix", "")
+        cluster = own.get("cluster", "no")
+        if cluster not in ("yes", "no"):
+            raise ValueError(f"cluster={cluster!r} in {self.display_url}: expected yes or no")
+        self.cluster = cluster == "yes"
         self.retries = _int_param(own, "retries", DEFAULT_RETRIES, url)
         self.max_record = _int_param(own, "max_record", DEFAULT_MAX_RECORD, url)
         self.socket_timeout = DEFAULT_SOCKET_TIMEOUT
@@ -332,7 +346,7 @@ class RedisLog(Log):
         self._retry = Retry(
             ExponentialBackoff(cap=2.0, base=0.05),
             retries if retries is not None else settings.retries,
-            supported_errors=(rex.ConnectionError, rex.TimeoutError, TimeoutError),
+            supported_errors=_UNREACHABLE,
         )
         common: dict[str, object] = {
             "decode_responses": False,
@@ -344,17 +358,22 @@ class RedisLog(Log):
             # connection checks the queue identity before it is used (see _on_connect)
             "redis_connect_func": self._on_connect,
         }
+        make = redis.Redis.from_url
+        if settings.cluster:
+            make = _cluster_client
+            # RedisCluster makes the handshake itself before it calls ours
+            common["redis_connect_func"] = partial(self._on_connect, handshake=False)
         try:
-            self._client = redis.Redis.from_url(
+            self._client = make(
                 settings.redis_url, socket_timeout=settings.socket_timeout, **common
             )
             # XREAD BLOCK holds its connection for up to BLOCK_CHUNK_S: a pool of its own
-            self._blocking = redis.Redis.from_url(
+            self._blocking = make(
                 settings.redis_url,
                 socket_timeout=settings.socket_timeout + BLOCK_CHUNK_S,
                 **common,
             )
-        except ValueError as exc:
+        except (ValueError, rex.RedisClusterException) as exc:
             raise ValueError(f"bad redis URL {self.url}: {exc}") from None
         self._script = self._client.register_script(_APPEND_LUA)
         self._writer_pid = -1
@@ -419,17 +438,23 @@ class RedisLog(Log):
             raise IdentityError(f"{self.url}: {self.id_key} is not a qw queue identity")
         self.identity = LogIdentity(queue, self.topic)
 
-    def _on_connect(self, connection: redis.connection.AbstractConnection) -> None:
+    def _on_connect(
+        self, connection: redis.connection.AbstractConnection, *, handshake: bool = True
+    ) -> None:
         """A new connection: once this handle knows its queue, the server must still hold
         it. A server restarted without persistence (or flushed) has lost it: refuse the
         connection before any command runs on it, so that no record of the old fold goes
         to the new server and no record of the new server is folded into the old fold."""
-        connection.on_connect()  # type: ignore[no-untyped-call]
+        if handshake:
+            connection.on_connect()  # type: ignore[no-untyped-call]
         identity = self.identity
         if identity is None:
             return
         connection.send_command("GET", self.id_key)  # type: ignore[no-untyped-call]
-        found = connection.read_response()
+        try:
+            found = connection.read_response()
+        except rex.MovedError:  # a cluster node that does not own our slot: its owner checks
+            return
         if found != identity.queue:
             connection.disconnect()  # type: ignore[no-untyped-call]
             raise self._reset_error(found)
@@ -469,7 +494,7 @@ class RedisLog(Log):
 
         try:
             return self._retry.call_with_retry(attempt, failures.append, is_retryable=_retryable)
-        except (rex.ConnectionError, rex.TimeoutError, TimeoutError) as exc:
+        except _UNREACHABLE as exc:
             tried = f", {len(failures)} attempts" if len(failures) > 1 else ""
             message = f"cannot reach redis at {self.url}: {_reason(exc)} ({what} {self.key}{tried})"
             if error is AppendError and not all(map(_before_sending, failures or [exc])):
@@ -612,6 +637,28 @@ class RedisLog(Log):
 
     def __repr__(self) -> str:
         return f"RedisLog({self.name!r})"
+
+
+#: errors that mean "the server (or the cluster node that owns the key) is out of reach":
+#: retried, then reported as such
+_UNREACHABLE: tuple[type[Exception], ...] = (
+    rex.ConnectionError,
+    rex.TimeoutError,
+    TimeoutError,
+    rex.ClusterDownError,
+    rex.SlotNotCoveredError,
+)
+
+
+def _cluster_client(url: str, **kwargs: Any) -> redis.Redis:
+    """A RedisCluster client for `url` (any node), with the settings of a plain client."""
+    from redis.cluster import RedisCluster
+
+    retry = kwargs.pop("retry")  # the cluster client's own argument, not its nodes'
+    client = RedisCluster.from_url(url, retry=retry, **kwargs)
+    # Typed as the plain client: the handle calls only single-key commands and scripts,
+    # which both clients provide alike.
+    return cast("redis.Redis", client)
 
 
 def _text(raw: object) -> str:
