@@ -210,6 +210,15 @@ def up(
             "least P workers. Plain lines, no dashboard.",
         ),
     ] = None,
+    rebalance: Annotated[
+        bool,
+        typer.Option(
+            "--rebalance",
+            help="On a partitioned queue: the workers are members that share the partitions "
+            "with every other qw up --rebalance on the queue (any machine), rebalanced when "
+            "one joins, dies or leaves.",
+        ),
+    ] = False,
 ) -> None:
     """Start worker processes on a data directory and watch them.
 
@@ -256,7 +265,7 @@ def up(
         restart=RestartPolicy(enabled=restart),
         host=host_name,
     )
-    code = partitioned_cli.up(options, partitions, http=http)
+    code = partitioned_cli.up(options, partitions, http=http, rebalance=rebalance)
     if code is not None:  # a partitioned queue: run and ended
         raise typer.Exit(code)
     supervisor = Supervisor(options)

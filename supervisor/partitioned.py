@@ -23,7 +23,7 @@ import dataclasses
 import threading
 import time
 from collections.abc import Sequence
-from typing import TextIO
+from typing import Protocol, TextIO
 
 from queue_worker.partitions import Manifest, partition_location, slot_partitions
 from supervisor.model import Event, QueueView, SupervisorSnapshot
@@ -137,6 +137,9 @@ class PartitionedSupervisor:
     def partition_queues(self) -> list[QueueView]:
         return [part.snapshot().queue for part in self.parts]
 
+    def status_note(self) -> str:
+        return ""
+
     def events(self) -> list[Event]:
         """The events since the last call, each tagged with its partition."""
         new: list[Event] = []
@@ -161,8 +164,22 @@ def sum_queues(queues: Sequence[QueueView]) -> QueueView:
     return total
 
 
+class PartitionedRun(Protocol):
+    """What the progress lines need: `PartitionedSupervisor`, `MemberSupervisor`."""
+
+    def wait(self, timeout: float | None = None) -> bool: ...
+
+    def events(self) -> list[Event]: ...
+
+    def snapshot(self) -> SupervisorSnapshot: ...
+
+    def partition_queues(self) -> list[QueueView]: ...
+
+    def status_note(self) -> str: ...
+
+
 def run_partitioned_progress(
-    sup: PartitionedSupervisor, out: TextIO, interval: float = INTERVAL_S
+    sup: PartitionedRun, out: TextIO, interval: float = INTERVAL_S
 ) -> None:
     """Print events and a status line every `interval` seconds until every partition's
     supervisor has ended."""
@@ -172,12 +189,22 @@ def run_partitioned_progress(
             done.set()
         for event in sup.events():
             out.write(event_line(event) + "\n")
-        line = progress_line(sup.snapshot(), time.time())
+        snap = sup.snapshot()
+        line = progress_line(snap, time.time())
+        if not snap.workers:  # members (MemberSupervisor): their count is in the note
+            line = line.replace(" · workers 0/0", "")
         parts = " ".join(
             f"p{k} {q.done}/{q.published}" for k, q in enumerate(sup.partition_queues())
         )
-        out.write(f"{line} · {parts}\n")
+        note = sup.status_note()
+        out.write(f"{line} · {parts}{' · ' + note if note else ''}\n")
         out.flush()
 
 
-__all__ = ["PartitionedSupervisor", "partition_options", "run_partitioned_progress", "sum_queues"]
+__all__ = [
+    "PartitionedRun",
+    "PartitionedSupervisor",
+    "partition_options",
+    "run_partitioned_progress",
+    "sum_queues",
+]

@@ -10,13 +10,13 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import typer
 
 from logstore import LogError
-from queue_worker.partitions import Manifest
+from queue_worker.partitions import MAX_PARTITIONS, Manifest
 from supervisor.cli_options import fail, shown
 
 if TYPE_CHECKING:  # the supervisor is imported by `up` only (enqueue and report skip it)
@@ -35,12 +35,22 @@ def manifest_at(location: str, asked: int | None = None, *, create: bool = True)
         fail(str(e))
 
 
-def up(options: SupervisorOptions, asked: int | None, *, http: str | None) -> int | None:
-    """`qw up` on a partitioned queue: runs it and returns the exit code."""
+def up(
+    options: SupervisorOptions, asked: int | None, *, http: str | None, rebalance: bool = False
+) -> int | None:
+    """`qw up` on a partitioned queue: runs it and returns the exit code. `rebalance`:
+    member processes that share the partitions with every other `qw up --rebalance`."""
     manifest = manifest_at(options.location, asked)
     if manifest is None:
+        if rebalance:
+            fail("--rebalance: the queue has no partitions (create it with --partitions P)")
         return None
-    from supervisor.partitioned import PartitionedSupervisor, run_partitioned_progress
+    from supervisor.members import MemberSupervisor
+    from supervisor.partitioned import (
+        PartitionedRun,
+        PartitionedSupervisor,
+        run_partitioned_progress,
+    )
     from supervisor.signals import stop_on_signals
 
     if http is not None:
@@ -48,17 +58,23 @@ def up(options: SupervisorOptions, asked: int | None, *, http: str | None) -> in
             f"--http {http}: not served for a partitioned queue (yet): each partition's "
             "workers publish their stats under <dir>/p<k>/run"
         )
+    sup: PartitionedSupervisor | MemberSupervisor
     try:
-        sup = PartitionedSupervisor(options, manifest)
+        sup = (
+            MemberSupervisor(options, manifest)
+            if rebalance
+            else PartitionedSupervisor(options, manifest)
+        )
     except ValueError as e:
-        fail(f"--workers {options.workers}: {e}")
+        fail(f"--workers {options.workers}: {e} (or --rebalance: a member takes several)")
+    run: PartitionedRun = sup
     with stop_on_signals(sup.request_stop):
         try:
             sup.start()
         except (LogError, OSError) as e:
             fail(str(e))
         try:
-            run_partitioned_progress(sup, sys.stdout)
+            run_partitioned_progress(run, sys.stdout)
             sup.wait()
         except BaseException:
             sup.stop_now()
@@ -78,6 +94,49 @@ def up(options: SupervisorOptions, asked: int | None, *, http: str | None) -> in
     else:
         typer.echo(f"qw: drained ({counts})")
     return code
+
+
+def task_parser(high: int) -> Callable[[str], str]:
+    """The parser of a task argument: an id (``17``) as everywhere, or a task of a
+    partitioned queue (``3:17``); the bad value named as `whole` names it."""
+    from supervisor.cli_options import whole
+
+    task_id = whole("a task id", 0, high)
+    partition = whole("a partition (PARTITION:ID)", 0, MAX_PARTITIONS - 1)
+
+    def parse(text: str) -> str:
+        head, sep, tail = text.partition(":")
+        if not sep:
+            return str(task_id(text))
+        return f"{partition(head)}:{task_id(tail)}"
+
+    return parse
+
+
+def task_location(location: str, task: str) -> tuple[str, int, str]:
+    """Where task `task` (as `task_parser` gave it) lives: the location to read, its id
+    there, and its name as messages show it. One line and exit 2 when the name does not
+    fit the queue (``3:17`` on a queue without partitions, ``17`` on one with)."""
+    sep = task.partition(":")[1]
+    manifest = manifest_at(location, create=False)
+    if manifest is None:
+        if sep:
+            fail(f"task {task}: {shown(location)} has no partitions (name a task by its id)")
+        return location, int(task), task
+    if not sep:
+        fail(
+            f"task {task}: {shown(location)} holds a queue of {manifest.count} partitions; "
+            "name a task PARTITION:ID, like 0:17"
+        )
+    from queue_worker.partitioned import open_partition_topic
+    from queue_worker.partitions import parse_task_ref
+
+    try:
+        ref = parse_task_ref(task, manifest.count)
+        where = open_partition_topic(location, manifest, ref.partition)
+    except (LogError, ValueError) as e:
+        fail(str(e))
+    return where, ref.task, str(ref)
 
 
 def enqueue(location: str, payloads: Sequence[Any], fsync: str) -> list[str] | None:

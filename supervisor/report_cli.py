@@ -134,12 +134,12 @@ def _write_timeline(location: str, out: Path) -> None:
 
 
 def why_command(
-    task: Annotated[
-        int,
+    task_name: Annotated[
+        str,
         typer.Argument(
-            parser=whole("a task id", 0, MAX_TASK_ID),
+            parser=partitioned_cli.task_parser(MAX_TASK_ID),
             metavar="ID",
-            help="The task id (its index in the tasks log).",
+            help="The task id (its index in the tasks log); PARTITION:ID on a partitioned queue.",
         ),
     ],
     directory: DirOption = DEFAULT_DIR,
@@ -147,7 +147,7 @@ def why_command(
     as_json: JsonOption = False,
 ) -> None:
     """Every record about one task, in log order, with the rule that decided each."""
-    location = _location(directory, log)
+    location, task, shown_task = partitioned_cli.task_location(_location(directory, log), task_name)
     try:
         if not has_logs(location):
             raise _fail(missing_logs_text(location))
@@ -159,7 +159,7 @@ def why_command(
         raise _fail(str(e)) from None
     if not story.steps:
         raise _fail(
-            f"task {task} is not in {shown(location)}: no TASK record and no claims name it"
+            f"task {shown_task} is not in {shown(location)}: no TASK record and no claims name it"
         )
     if as_json:
         typer.echo(json.dumps(story.to_json(), indent=2))

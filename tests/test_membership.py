@@ -192,3 +192,54 @@ def test_members_rebalance_on_join_and_on_kill_9(
         proc.send_signal(signal.SIGTERM)
     assert a.wait(60) == 0 and c.wait(60) == 0
     assert read_assignment(data, manifest) == {}
+
+
+def test_two_qw_up_rebalance_share_the_partitions_and_survive_a_kill_9(tmp_path: Path) -> None:
+    import psutil
+
+    from tests.test_cli import qw, start_up
+
+    data = tmp_path / "qw"
+    common = ["--dir", str(data), "--rebalance", "--work-ms", "100", "--lease", "2",
+              "--exit-when-drained"]  # fmt: skip
+    a = start_up(tmp_path, "a", *common, "--partitions", "4", "--workers", "1",
+                 "--tasks", "160", "--host-name", "a")  # fmt: skip
+    wait_until(lambda: (data / "partitions").exists(), 60, "the queue to be created")
+    b = start_up(tmp_path, "b", *common, "--workers", "2", "--host-name", "b")
+    try:
+        manifest = resolve_partitions(data, None)
+        assert manifest is not None
+
+        def b_members() -> set[int]:
+            return {
+                p.pid
+                for p in psutil.Process(b.pid).children()
+                if "queue_worker.member" in " ".join(p.cmdline())
+            }
+
+        def a_b_member_holds() -> int | None:
+            mine = b_members()
+            for pids in _holders(data, manifest).values():
+                if pids & mine:
+                    return next(iter(pids & mine))
+            return None
+
+        victim = wait_until(a_b_member_holds, 90, "a member of b to hold a task")
+        assert isinstance(victim, int)
+        os.kill(victim, signal.SIGKILL)
+        assert a.wait(180) == 0, (tmp_path / "a.err").read_text()
+        assert b.wait(180) == 0, (tmp_path / "b.err").read_text()
+    finally:
+        for proc in (a, b):
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    result = qw("report", "--dir", str(data), cwd=tmp_path)
+    assert result.returncode == 0, result.stdout
+    report = load_partitioned_report(data, manifest)
+    assert report.ok and report.tasks_done == 160
+    hosts = {w.worker.split("@")[1].split("-")[0] for r in report.partitions for w in r.workers}
+    assert hosts == {"a", "b"}  # both qw up's members worked the queue
+    takeovers = [t for r in report.partitions for t in r.takeovers if _pid(t.victim) == victim]
+    assert takeovers, "the killed member held a task: it must have been taken over"
+    assert all(t.gap_after_expiry >= 0 and _pid(t.new_holder) != victim for t in takeovers)

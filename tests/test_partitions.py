@@ -272,3 +272,33 @@ def test_a_killed_workers_partition_tasks_are_taken_over_by_lease_expiry(tmp_pat
     assert f"-{pid}-" not in takeover["new_holder"]  # a survivor of that partition took it
     assert takeover["gap_after_expiry"] >= 0  # by lease expiry, never before it
     assert not psutil.pid_exists(pid)
+
+
+def test_qw_task_and_why_name_a_task_partition_colon_id(tmp_path: Path) -> None:
+    data = tmp_path / "qw"
+    manifest = resolve_partitions(data, 2)
+    assert manifest is not None
+    with PartitionedQueue(data, manifest) as queue:
+        refs = queue.enqueue_many([{"n": 0}, {"n": 1}])
+    name = str(refs[1])
+    task = qw("task", name, "--dir", str(data), cwd=tmp_path)
+    assert task.returncode == 0, task.stderr
+    assert task.stdout.startswith(f"task {name}: never claimed")
+    assert '{"n": 1}' in task.stdout
+    why = qw("why", name, "--dir", str(data), cwd=tmp_path)
+    assert why.returncode == 0, why.stderr
+    assert f"p{refs[1].partition}/claims.log" in why.stdout
+    for bad, says in (
+        ("1", "holds a queue of 2 partitions; name a task PARTITION:ID"),
+        ("2:0", "partition 2 does not exist: the queue has 2 (0–1)"),
+        ("0:x", "got 'x'; expected a task id"),
+    ):
+        for command in ("task", "why"):
+            result = qw(command, bad, "--dir", str(data), cwd=tmp_path)
+            assert result.returncode == 2, (command, bad)
+            assert says in result.stderr, (command, bad, result.stderr)
+    plain = tmp_path / "plain"
+    with Queue(plain) as q:
+        q.enqueue({"n": 0})
+    result = qw("task", "0:0", "--dir", str(plain), cwd=tmp_path)
+    assert result.returncode == 2 and "has no partitions (name a task by its id)" in result.stderr
