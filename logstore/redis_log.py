@@ -96,6 +96,7 @@ only. While a node is down, the calls for its slots are retried as connection er
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import math
 import os
@@ -652,13 +653,33 @@ _UNREACHABLE: tuple[type[Exception], ...] = (
 
 def _cluster_client(url: str, **kwargs: Any) -> redis.Redis:
     """A RedisCluster client for `url` (any node), with the settings of a plain client."""
-    from redis.cluster import RedisCluster
-
     retry = kwargs.pop("retry")  # the cluster client's own argument, not its nodes'
-    client = RedisCluster.from_url(url, retry=retry, **kwargs)
+    client = _cluster_class().from_url(url, retry=retry, **kwargs)
     # Typed as the plain client: the handle calls only single-key commands and scripts,
     # which both clients provide alike.
     return cast("redis.Redis", client)
+
+
+@functools.cache
+def _cluster_class() -> type[Any]:
+    """RedisCluster, asking the server for its command table once per process.
+
+    A RedisCluster client reads the whole ``COMMAND`` table when it is made (to find the
+    keys of commands whose keys move): ~0.5 s of parsing here, and a process opens several
+    handles of two clients each — a worker process on three partitions spent most of a
+    minute on it under load. The table is the server's, the same for every client of one
+    cluster (of one Redis version), so the first client's answer serves the others."""
+    from redis.cluster import RedisCluster
+
+    table: dict[str, Any] = {}
+
+    class CommandTableOnce(RedisCluster):
+        def command(self, **kwargs: Any) -> Any:
+            if not table:
+                table.update(super().command(**kwargs))
+            return dict(table)
+
+    return CommandTableOnce
 
 
 def _text(raw: object) -> str:

@@ -280,3 +280,57 @@ def test_a_bad_cluster_parameter_is_one_line_before_anything_connects(tmp_path: 
     assert result.stderr.strip().endswith(
         "cluster='maybe' in redis://127.0.0.1:1/0?cluster=maybe: expected yes or no"
     )
+
+
+def test_members_on_the_cluster_rebalance_after_a_kill_9(
+    cluster: Cluster, queue_url: str, tmp_path: Path
+) -> None:
+    import psutil
+
+    from queue_worker.member import read_assignment
+    from queue_worker.partition_report import load_partitioned_report
+
+    manifest = resolve_partitions(queue_url, 3)
+    assert manifest is not None
+    common = ["--log", queue_url, "--rebalance", "--work-ms", "100", "--lease", "2",
+              "--exit-when-drained"]  # fmt: skip
+    from queue_worker.partitioned import PartitionedQueue
+
+    with PartitionedQueue(queue_url, manifest) as queue:  # before any member: none drains early
+        queue.enqueue_many([{"n": n} for n in range(120)])
+    a = start_up(tmp_path, "a", *common, "--dir", str(tmp_path / "a"), "--workers", "1",
+                 "--host-name", "a")  # fmt: skip
+    b = start_up(tmp_path, "b", *common, "--dir", str(tmp_path / "b"), "--workers", "2",
+                 "--host-name", "b")  # fmt: skip
+    try:
+        wait_until(lambda: len(read_assignment(queue_url, manifest)) == 3, 90, "three members")
+
+        def a_b_member_holding() -> int | None:
+            mine = {
+                p.pid
+                for p in psutil.Process(b.pid).children()
+                if "queue_worker.member" in " ".join(p.cmdline())
+            }
+            for k in range(3):
+                held = _held(partition_location(queue_url, k, 3))
+                if held is not None and held[1] in mine:
+                    return held[1]
+            return None
+
+        victim = wait_until(a_b_member_holding, 90, "a member of b to hold a task")
+        assert isinstance(victim, int)
+        os.kill(victim, signal.SIGKILL)
+        assert a.wait(240) == 0, (tmp_path / "a.err").read_text()
+        assert b.wait(240) == 0, (tmp_path / "b.err").read_text()
+    finally:
+        for proc in (a, b):
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    report = load_partitioned_report(queue_url, manifest)
+    assert report.ok and report.tasks_done == 120, report.verdict
+    takeovers = [
+        t for r in report.partitions for t in r.takeovers if int(t.victim.split("-")[-2]) == victim
+    ]
+    assert takeovers, "the killed member held a task: it must have been taken over"
+    assert all(t.gap_after_expiry >= 0 for t in takeovers)
