@@ -103,7 +103,7 @@ def _start(
         host=host,
         handler="queue_worker.handlers:demo",
         work_ms=150,
-        lease_s=2.0,
+        lease_s=4.0,
         fsync="none",
         parent_pid=os.getpid(),
     )
@@ -200,7 +200,7 @@ def test_two_qw_up_rebalance_share_the_partitions_and_survive_a_kill_9(tmp_path:
     from tests.test_cli import qw, start_up
 
     data = tmp_path / "qw"
-    common = ["--dir", str(data), "--rebalance", "--work-ms", "100", "--lease", "2",
+    common = ["--dir", str(data), "--rebalance", "--work-ms", "100", "--lease", "4",
               "--exit-when-drained"]  # fmt: skip
     a = start_up(tmp_path, "a", *common, "--partitions", "4", "--workers", "1",
                  "--tasks", "160", "--host-name", "a")  # fmt: skip

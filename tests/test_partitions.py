@@ -251,7 +251,7 @@ def test_a_killed_workers_partition_tasks_are_taken_over_by_lease_expiry(tmp_pat
     resolve_partitions(data, 2)
     up = start_up(
         tmp_path, "up", "--dir", str(data), "--workers", "4", "--tasks", "40",
-        "--work-ms", "300", "--lease", "2", "--exit-when-drained", "--no-restart",
+        "--work-ms", "300", "--lease", "4", "--exit-when-drained", "--no-restart",
     )  # fmt: skip
     try:
         where = partition_location(data, 1, 2)

@@ -212,7 +212,7 @@ def test_a_killed_worker_is_taken_over_by_lease_expiry_on_the_cluster(
     assert manifest is not None
     up = start_up(
         tmp_path, "up", "--log", queue_url, "--dir", str(tmp_path / "run"),
-        "--workers", "4", "--tasks", "40", "--work-ms", "300", "--lease", "2",
+        "--workers", "4", "--tasks", "40", "--work-ms", "300", "--lease", "4",
         "--exit-when-drained", "--no-restart",
     )  # fmt: skip
     try:
@@ -292,7 +292,7 @@ def test_members_on_the_cluster_rebalance_after_a_kill_9(
 
     manifest = resolve_partitions(queue_url, 3)
     assert manifest is not None
-    common = ["--log", queue_url, "--rebalance", "--work-ms", "100", "--lease", "2",
+    common = ["--log", queue_url, "--rebalance", "--work-ms", "100", "--lease", "4",
               "--exit-when-drained"]  # fmt: skip
     from queue_worker.partitioned import PartitionedQueue
 
