@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 WORKERS ?= 8
 ARGS   ?=
 
-.PHONY: up test test-all lint bench attack clean
+.PHONY: up test test-all lint bench bench-partitions attack clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -47,6 +47,10 @@ attack: $(VENV)/.installed-test
 ## bench: every benchmark in one run; writes bench/results.md
 bench: $(VENV)/.installed-bench
 	$(BIN)/python -m bench.run_all $(ARGS)
+
+## bench-partitions: 8 workers over 1, 2, 4, 8 partitions; writes bench/results-partitions.md
+bench-partitions: $(VENV)/.installed-bench
+	$(BIN)/python -m bench.partitions_bench $(ARGS)
 
 clean:
 	rm -rf $(VENV) .qw .mypy_cache .ruff_cache .pytest_cache

@@ -90,13 +90,24 @@ without AOF or RDB everything is lost with the server process. So ``Durability``
 could confirm an fsync per append with ``WAITAOF``; this backend does not issue it.)
 
 One handle is for one thread at a time; each process opens its own (the connection pools
-notice a fork and reconnect). Redis Cluster is not supported (the script touches two keys
-that may not share a slot).
+notice a fork and reconnect).
+
+Redis Cluster
+-------------
+``cluster=yes`` in the URL makes the handle a ``redis.cluster.RedisCluster`` client: the
+URL names any node, the client finds the others and sends each command to the node that
+owns its key's slot. Every call of a handle touches its stream, its last-append record
+(``<stream key>:w:…``) and the identity key (``qw:queue``): they must share a slot, which
+a hash tag in ``prefix`` gives them (``prefix={p3}``: the keys ``{p3}:qw:claims``,
+``{p3}:qw:claims:w:…`` and ``{p3}:qw:queue`` hash on ``p3`` alone). A partitioned queue
+(`queue_worker.partitions`) gives each partition such a prefix. A cluster has database 0
+only. While a node is down, the calls for its slots are retried as connection errors are.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import math
 import os
@@ -104,7 +115,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from functools import partial
-from typing import TypeVar, cast
+from typing import Any, TypeVar, cast
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 try:
@@ -163,7 +174,7 @@ _SEQ_MASK = SEQ_LIMIT - 1
 _U64_MAX = (1 << 64) - 1
 
 # URL query parameters this module takes (or overrides) rather than passing to redis-py.
-_OWN_PARAMS = ("prefix", "retries", "max_record")
+_OWN_PARAMS = ("prefix", "retries", "max_record", "cluster")
 _FORCED_PARAMS = ("socket_timeout", "decode_responses", "protocol")
 
 # Both scripts answer entries as one string (`_parse_entries`): for each entry its id, a
@@ -316,6 +327,10 @@ class _Settings:
         self.redis_url = urlunsplit(parts._replace(query=urlencode(rest)))
         self.display_url = _redact(url)
         self.prefix = own.get("prefix", "")
+        cluster = own.get("cluster", "no")
+        if cluster not in ("yes", "no"):
+            raise ValueError(f"cluster={cluster!r} in {self.display_url}: expected yes or no")
+        self.cluster = cluster == "yes"
         self.retries = _int_param(own, "retries", DEFAULT_RETRIES, url)
         self.max_record = _int_param(own, "max_record", DEFAULT_MAX_RECORD, url)
         self.socket_timeout = DEFAULT_SOCKET_TIMEOUT
@@ -400,7 +415,7 @@ class RedisLog(Log):
         self._retry = Retry(
             ExponentialBackoff(cap=2.0, base=0.05),
             retries if retries is not None else settings.retries,
-            supported_errors=(rex.ConnectionError, rex.TimeoutError, TimeoutError),
+            supported_errors=_UNREACHABLE,
         )
         common: dict[str, object] = {
             "decode_responses": False,
@@ -412,17 +427,23 @@ class RedisLog(Log):
             # connection checks the queue identity before it is used (see _on_connect)
             "redis_connect_func": self._on_connect,
         }
+        make = redis.Redis.from_url
+        self._clustered = settings.cluster
+        if settings.cluster:
+            make = _cluster_client
+            # RedisCluster makes the handshake itself before it calls ours
+            common["redis_connect_func"] = partial(self._on_connect, handshake=False)
         try:
-            self._client = redis.Redis.from_url(
+            self._client = make(
                 settings.redis_url, socket_timeout=settings.socket_timeout, **common
             )
             # XREAD BLOCK holds its connection for up to BLOCK_CHUNK_S: a pool of its own
-            self._blocking = redis.Redis.from_url(
+            self._blocking = make(
                 settings.redis_url,
                 socket_timeout=settings.socket_timeout + BLOCK_CHUNK_S,
                 **common,
             )
-        except ValueError as exc:
+        except (ValueError, rex.RedisClusterException) as exc:
             raise ValueError(f"bad redis URL {self.url}: {exc}") from None
         self._script = self._client.register_script(_APPEND_LUA)
         self._read_script = self._client.register_script(_READ_LUA)
@@ -494,17 +515,23 @@ class RedisLog(Log):
             raise IdentityError(f"{self.url}: {self.id_key} is not a qw queue identity")
         self.identity = LogIdentity(queue, self.topic)
 
-    def _on_connect(self, connection: redis.connection.AbstractConnection) -> None:
+    def _on_connect(
+        self, connection: redis.connection.AbstractConnection, *, handshake: bool = True
+    ) -> None:
         """A new connection: once this handle knows its queue, the server must still hold
         it. A server restarted without persistence (or flushed) has lost it: refuse the
         connection before any command runs on it, so that no record of the old fold goes
         to the new server and no record of the new server is folded into the old fold."""
-        connection.on_connect()  # type: ignore[no-untyped-call]
+        if handshake:
+            connection.on_connect()  # type: ignore[no-untyped-call]
         identity = self.identity
         if identity is None:
             return
         connection.send_command("GET", self.id_key)  # type: ignore[no-untyped-call]
-        found = connection.read_response()
+        try:
+            found = connection.read_response()
+        except rex.MovedError:  # a cluster node that does not own our slot: its owner checks
+            return
         if found != identity.queue:
             connection.disconnect()  # type: ignore[no-untyped-call]
             raise self._reset_error(found)
@@ -544,7 +571,7 @@ class RedisLog(Log):
 
         try:
             return self._retry.call_with_retry(attempt, failures.append, is_retryable=_retryable)
-        except (rex.ConnectionError, rex.TimeoutError, TimeoutError) as exc:
+        except _UNREACHABLE as exc:
             tried = f", {len(failures)} attempts" if len(failures) > 1 else ""
             message = f"cannot reach redis at {self.url}: {_reason(exc)} ({what} {self.key}{tried})"
             if error is AppendError and not all(map(_before_sending, failures or [exc])):
@@ -571,7 +598,11 @@ class RedisLog(Log):
         on a connection held by the handle, instead of going through redis-py's client
         (a pool checkout and return, argument encoding and observability hooks cost ~0.1 ms
         of CPU per call, measured, about as much as the round trip). A new connection still
-        runs `_on_connect` (the identity check); errors are redis-py's, retried by `_call`."""
+        runs `_on_connect` (the identity check); errors are redis-py's, retried by `_call`.
+        A cluster client has no one connection (each key's node has its own): there the
+        script goes through redis-py, which routes it by its keys' slot."""
+        if self._clustered:
+            return script(keys=list(keys), args=list(args), client=self._client)
         conn = self._conn
         if conn is None or self._conn_pid != os.getpid():
             # after a fork, the parent's connection is not ours: the pool gives a new one
@@ -783,6 +814,48 @@ def _pack(*args: bytes | int | str) -> bytes:
         data = arg if isinstance(arg, bytes) else str(arg).encode()
         parts += (b"$%d\r\n" % len(data), data, b"\r\n")
     return b"".join(parts)
+
+
+#: errors that mean "the server (or the cluster node that owns the key) is out of reach":
+#: retried, then reported as such
+_UNREACHABLE: tuple[type[Exception], ...] = (
+    rex.ConnectionError,
+    rex.TimeoutError,
+    TimeoutError,
+    rex.ClusterDownError,
+    rex.SlotNotCoveredError,
+)
+
+
+def _cluster_client(url: str, **kwargs: Any) -> redis.Redis:
+    """A RedisCluster client for `url` (any node), with the settings of a plain client."""
+    retry = kwargs.pop("retry")  # the cluster client's own argument, not its nodes'
+    client = _cluster_class().from_url(url, retry=retry, **kwargs)
+    # Typed as the plain client: the handle calls only single-key commands and scripts,
+    # which both clients provide alike.
+    return cast("redis.Redis", client)
+
+
+@functools.cache
+def _cluster_class() -> type[Any]:
+    """RedisCluster, asking the server for its command table once per process.
+
+    A RedisCluster client reads the whole ``COMMAND`` table when it is made (to find the
+    keys of commands whose keys move): ~0.5 s of parsing here, and a process opens several
+    handles of two clients each — a worker process on three partitions spent most of a
+    minute on it under load. The table is the server's, the same for every client of one
+    cluster (of one Redis version), so the first client's answer serves the others."""
+    from redis.cluster import RedisCluster
+
+    table: dict[str, Any] = {}
+
+    class CommandTableOnce(RedisCluster):
+        def command(self, **kwargs: Any) -> Any:
+            if not table:
+                table.update(super().command(**kwargs))
+            return dict(table)
+
+    return CommandTableOnce
 
 
 def _text(raw: object) -> str:

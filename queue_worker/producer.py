@@ -14,7 +14,7 @@ producers appended since.
 from __future__ import annotations
 
 import reprlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -103,6 +103,13 @@ _QUOTE = reprlib.Repr()
 _QUOTE.maxlevel = 3
 _QUOTE.maxstring = 40
 _QUOTE.maxother = 40
+
+
+def check_payloads(payloads: Sequence[Any]) -> None:
+    """Raise RecordEncodeError, naming the payload, for the first one that cannot be
+    enqueued (a producer over several logs checks them all before it appends anything)."""
+    for index, payload in enumerate(payloads):
+        _encode_payload(index, payload, 0)
 
 
 def _encode_payload(index: int, payload: Any, enqueued_at: int) -> bytes:

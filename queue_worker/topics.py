@@ -38,7 +38,9 @@ from pathlib import Path
 from typing import Final, NamedTuple
 
 from logstore import Durability, Entry, IdentityError, Log, LogError, open_log
+from logstore.location import shown
 from queue_worker.errors import QwError
+from queue_worker.partitions import PartitionError, read_manifest
 from queue_worker.records import (
     ClaimsRecord,
     Fail,
@@ -88,8 +90,21 @@ def open_topic(
 ) -> Log:
     """Open one topic of the queue at `location`: refused (IdentityError) when it is not a
     log of the same queue as the queue's other logs there, or is another topic's log.
-    `read_only`: create and write nothing (for the commands that only look)."""
+    `read_only`: create and write nothing (for the commands that only look).
+
+    A partitioned queue's location is refused (PartitionError): its topics are those of
+    each partition, at `queue_worker.partitions.partition_location`."""
+    _refuse_partitioned(location)
     return open_log(location, topic, durability, family=TOPICS, read_only=read_only)
+
+
+def _refuse_partitioned(location: str | Path) -> None:
+    manifest = read_manifest(location)
+    if manifest is not None:
+        raise PartitionError(
+            f"{shown(location)} holds a queue of {manifest.count} partitions: a command that "
+            "works one topic must name a partition (tasks are named PARTITION:ID)"
+        )
 
 
 def open_topics(

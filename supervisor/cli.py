@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Annotated, Final
 import typer
 
 from queue_worker.config import DEFAULT_DRAIN_TIMEOUT_S, DEFAULT_LEASE_S
-from supervisor import enqueue_input, inspect_cli, report_cli
+from queue_worker.partitions import MAX_PARTITIONS
+from supervisor import enqueue_input, inspect_cli, partitioned_cli, report_cli
 from supervisor.cli_options import (
     DEFAULT_DIR,
     FSYNCS,
@@ -199,6 +200,25 @@ def up(
             "id). Default: this machine's name.",
         ),
     ] = None,
+    partitions: Annotated[
+        int | None,
+        typer.Option(
+            parser=whole("a number of partitions", 1, MAX_PARTITIONS),
+            metavar="P",
+            help="Create the queue with P partitions (fixed at creation; default: as the "
+            "queue was created, 1 for a new one). Each worker works one partition: at "
+            "least P workers. Plain lines, no dashboard.",
+        ),
+    ] = None,
+    rebalance: Annotated[
+        bool,
+        typer.Option(
+            "--rebalance",
+            help="On a partitioned queue: the workers are members that share the partitions "
+            "with every other qw up --rebalance on the queue (any machine), rebalanced when "
+            "one joins, dies or leaves.",
+        ),
+    ] = False,
 ) -> None:
     """Start worker processes on a data directory and watch them.
 
@@ -245,6 +265,9 @@ def up(
         restart=RestartPolicy(enabled=restart),
         host=host_name,
     )
+    code = partitioned_cli.up(options, partitions, http=http, rebalance=rebalance)
+    if code is not None:  # a partitioned queue: run and ended
+        raise typer.Exit(code)
     supervisor = Supervisor(options)
     supervisor.location = shown(location)  # what the dashboard shows: no password
     server = None
@@ -390,13 +413,18 @@ def enqueue(
     from queue_worker.producer import Queue
 
     try:
-        with Queue(location, fsync) as queue:
-            ids = queue.enqueue_many(payloads)
+        names = partitioned_cli.enqueue(location, payloads, fsync)
+        if names is None:
+            with Queue(location, fsync) as queue:
+                ids = queue.enqueue_many(payloads)
     except RecordTooLargeError as e:  # refused before anything was written
         fail(f"{'--file' if file is not None else '--payload'}: {e}")
     except (LogError, RecordEncodeError) as e:
         fail(str(e))
     where = str(directory) if log is None else shown(log)
+    if names is not None:  # a partitioned queue: tasks are named PARTITION:ID
+        typer.echo(partitioned_cli.enqueued_text(names, where))
+        return
     if len(ids) == 1:
         typer.echo(f"enqueued task {ids[0]} on {where}")
     else:

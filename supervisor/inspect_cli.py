@@ -36,6 +36,7 @@ from queue_worker.state import Lease, Outcome, Verdict
 from queue_worker.times import clock_text, duration_text
 from queue_worker.topics import CLAIMS_TOPIC, MALFORMED, ClaimsFollower, open_topic
 from queue_worker.values import value_text
+from supervisor import partitioned_cli
 from supervisor.cli_options import (
     DEFAULT_DIR,
     TOPICS,
@@ -277,12 +278,12 @@ def _verdict_text(o: Outcome) -> str:
 
 
 def task_command(
-    task_id: Annotated[
-        int,
+    task_name: Annotated[
+        str,
         typer.Argument(
-            parser=whole("a task id", 0, MAX_TASK_ID),
+            parser=partitioned_cli.task_parser(MAX_TASK_ID),
             metavar="ID",
-            help="The task id (its index in the tasks log).",
+            help="The task id (its index in the tasks log); PARTITION:ID on a partitioned queue.",
         ),
     ],
     directory: DirOption = DEFAULT_DIR,
@@ -290,7 +291,7 @@ def task_command(
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
 ) -> None:
     """One task: its state, payload, result or error, and every record about it."""
-    location = location_of(directory, log)
+    location, task_id, label = partitioned_cli.task_location(location_of(directory, log), task_name)
     require_logs(location)
     results: dict[int, Any] = {}
 
@@ -306,7 +307,7 @@ def task_command(
     except (ReportInputError, LogError) as e:
         fail(str(e))
     if not story.steps:
-        fail(f"task {task_id} is not in {shown(location)}: no TASK record and no claims name it")
+        fail(f"task {label} is not in {shown(location)}: no TASK record and no claims name it")
     accepted = [s.position for s in story.steps if s.kind == "DONE" and s.verdict == "done"]
     result = results.get(accepted[0]) if accepted else None
     if as_json:
@@ -319,7 +320,7 @@ def task_command(
             text = json.dumps(body, indent=2, default=repr)
         typer.echo(text)
         return
-    typer.echo(f"task {task_id}: {printable(story.state)}")
+    typer.echo(f"task {label}: {printable(story.state)}")
     if accepted:
         typer.echo(f"  result  {_short(result)}")
     for step in story.steps:

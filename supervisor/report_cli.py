@@ -28,6 +28,7 @@ from queue_worker.report import (
     read_claims,
     read_task,
 )
+from supervisor import partitioned_cli
 from supervisor.cli_options import DirOption, LogOption, check_log_url, whole
 from supervisor.demos import demo_app
 from supervisor.demos.common import stdout_console
@@ -99,6 +100,10 @@ def report_command(
     Exit 2: no logs there, or a damaged log (the message names the file and byte offset).
     """
     location = _location(directory, log)
+    if at is None and timeline is None:
+        code = partitioned_cli.report(location, as_json)
+        if code is not None:  # a partitioned queue: every partition, and the whole
+            raise typer.Exit(code)
     try:
         report = load_report(location, up_to=at)
     except ReportInputError as e:
@@ -129,12 +134,12 @@ def _write_timeline(location: str, out: Path) -> None:
 
 
 def why_command(
-    task: Annotated[
-        int,
+    task_name: Annotated[
+        str,
         typer.Argument(
-            parser=whole("a task id", 0, MAX_TASK_ID),
+            parser=partitioned_cli.task_parser(MAX_TASK_ID),
             metavar="ID",
-            help="The task id (its index in the tasks log).",
+            help="The task id (its index in the tasks log); PARTITION:ID on a partitioned queue.",
         ),
     ],
     directory: DirOption = DEFAULT_DIR,
@@ -142,7 +147,7 @@ def why_command(
     as_json: JsonOption = False,
 ) -> None:
     """Every record about one task, in log order, with the rule that decided each."""
-    location = _location(directory, log)
+    location, task, shown_task = partitioned_cli.task_location(_location(directory, log), task_name)
     try:
         if not has_logs(location):
             raise _fail(missing_logs_text(location))
@@ -154,7 +159,7 @@ def why_command(
         raise _fail(str(e)) from None
     if not story.steps:
         raise _fail(
-            f"task {task} is not in {shown(location)}: no TASK record and no claims name it"
+            f"task {shown_task} is not in {shown(location)}: no TASK record and no claims name it"
         )
     if as_json:
         typer.echo(json.dumps(story.to_json(), indent=2))

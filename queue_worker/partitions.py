@@ -1,0 +1,229 @@
+"""Partitions: one queue split into P sub-queues, each with its own topics and total order.
+
+A queue created with ``--partitions P`` (P ≥ 2; P = 1 is today's queue, unchanged) is P
+queues in the usual sense — partition k has its own tasks, claims and ops topics, its own
+identity, its own fold — plus a **manifest** that names them as one queue:
+
+    file log   <dir>/partitions             the manifest
+               <dir>/p0/tasks.log, claims.log, ops.log   …   <dir>/p<P-1>/…
+    Redis      qw:partitions                the manifest (P:qw:partitions with ?prefix=P)
+               {p0}:qw:tasks, {p0}:qw:claims, {p0}:qw:ops, {p0}:qw:queue   …
+               (with ?prefix=P: P:{P.p0}:qw:tasks …)
+
+The braces are a Redis Cluster hash tag: every key of one partition (its streams, its
+identity key, and the keys its append script touches) hashes to one slot, so one script
+call never spans two nodes. The tag is ``p<k>``, or ``p<k>.<i>`` for the first i that puts
+partition k in the k-th P-th of the slots (`hash_tag`), so that the partitions spread
+evenly over the cluster's nodes.
+
+A partition is opened at `partition_location(location, k, P)` like any queue: the file log,
+the Redis log, the worker, the fold and the report run on it unchanged.
+
+The manifest (bytes, big-endian)::
+
+    magic "QWPART" + version 1 (7 bytes) · count u16 · queue id (16) · count × the queue id
+    of each partition's logs (16) · CRC32 of everything before (u32)
+
+The queue id is a hash of the partitions' ids, so two processes creating the same queue at
+once write the same manifest. Opening partition k checks that its logs carry the id the
+manifest names for k (`check_partition`): partitions swapped or copied from another queue
+are refused, as a log of another queue is.
+
+Task ids: a task of a partitioned queue is named ``k:id`` — its partition, and its index in
+that partition's tasks topic (`TaskRef`). ``3:17`` is task 17 of partition 3.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import struct
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final, NamedTuple
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from logstore import IdentityError, Log, is_redis_url
+from logstore.blob import read_blob
+from logstore.identity import QUEUE_ID_SIZE
+from logstore.location import shown
+
+#: the manifest's name beside the logs (the file <dir>/partitions, the Redis key qw:partitions)
+MANIFEST_NAME: Final = "partitions"
+MAGIC: Final = b"QWPART\x01"
+MAX_PARTITIONS: Final = 1024
+#: the hash slots of a Redis Cluster
+SLOTS: Final = 16384
+
+_HEAD = struct.Struct(">7sH16s")
+_CRC = struct.Struct(">I")
+
+
+class PartitionError(IdentityError):
+    """A partitioned queue that is not what was asked for, or a damaged manifest."""
+
+
+class TaskRef(NamedTuple):
+    """A task of a partitioned queue: its partition and its id there."""
+
+    partition: int
+    task: int
+
+    def __str__(self) -> str:
+        return f"{self.partition}:{self.task}"
+
+
+def parse_task_ref(text: str, partitions: int) -> TaskRef:
+    """``"3:17"`` → TaskRef(3, 17). ValueError naming what was expected otherwise."""
+    part, sep, task = text.strip().partition(":")
+    if not sep or not part.isdigit() or not task.isdigit():
+        raise ValueError(
+            f"{text!r} is not a task of a partitioned queue: expected PARTITION:ID, like 0:17"
+        )
+    ref = TaskRef(int(part), int(task))
+    if ref.partition >= partitions:
+        raise ValueError(
+            f"partition {ref.partition} does not exist: the queue has {partitions} "
+            f"(0–{partitions - 1})"
+        )
+    return ref
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """What makes P partitions one queue."""
+
+    queue: bytes  # QUEUE_ID_SIZE bytes: a hash of `partition_ids`
+    partition_ids: tuple[bytes, ...]  # partition k's logs carry queue id partition_ids[k]
+
+    @property
+    def count(self) -> int:
+        return len(self.partition_ids)
+
+    @classmethod
+    def of(cls, partition_ids: Sequence[bytes]) -> Manifest:
+        ids = tuple(partition_ids)
+        return cls(hashlib.blake2b(b"".join(ids), digest_size=QUEUE_ID_SIZE).digest(), ids)
+
+    def encode(self) -> bytes:
+        body = _HEAD.pack(MAGIC, self.count, self.queue) + b"".join(self.partition_ids)
+        return body + _CRC.pack(zlib.crc32(body))
+
+    @classmethod
+    def decode(cls, raw: bytes, where: str) -> Manifest:
+        """The manifest in `raw`; PartitionError naming `where` when it is not one."""
+        if len(raw) < _HEAD.size + _CRC.size or not raw.startswith(MAGIC[:6]):
+            raise PartitionError(f"{where} is not a qw partitions manifest")
+        magic, count, queue = _HEAD.unpack_from(raw)
+        if magic != MAGIC:
+            raise PartitionError(
+                f"{where} is a partitions manifest of version {magic[-1]}; this qw reads "
+                f"version {MAGIC[-1]}"
+            )
+        size = _HEAD.size + count * QUEUE_ID_SIZE
+        if len(raw) != size + _CRC.size or _CRC.unpack_from(raw, size)[0] != zlib.crc32(raw[:size]):
+            raise PartitionError(f"{where}: the partitions manifest is damaged (bad CRC or size)")
+        ids = tuple(
+            raw[_HEAD.size + k * QUEUE_ID_SIZE : _HEAD.size + (k + 1) * QUEUE_ID_SIZE]
+            for k in range(count)
+        )
+        manifest = cls(queue, ids)
+        if cls.of(ids).queue != queue:
+            raise PartitionError(f"{where}: the partitions manifest's queue id does not match")
+        return manifest
+
+
+def read_manifest(location: str | Path) -> Manifest | None:
+    """The manifest of the partitioned queue at `location`; None for a queue created
+    without partitions (or no queue yet). PartitionError for a damaged manifest."""
+    raw = read_blob(location, MANIFEST_NAME)
+    return None if raw is None else Manifest.decode(raw, f"{shown(location)} {MANIFEST_NAME}")
+
+
+def partition_location(location: str | Path, partition: int, count: int) -> str:
+    """Where partition `partition` (of `count`) of the queue at `location` keeps its logs:
+    the data directory's ``p<k>`` sub-directory, or the same Redis URL with a hash-tagged
+    prefix (`hash_tag`)."""
+    text = str(location)
+    if not is_redis_url(text):
+        return str(Path(text) / f"p{partition}")
+    parts = urlsplit(text)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    base = next((v for k, v in query if k == "prefix"), "")
+    if "{" in base or "}" in base:
+        raise ValueError(
+            f"prefix={base!r}: a partitioned queue's prefix must not hold braces (each "
+            "partition's keys get a hash tag of their own)"
+        )
+    tag = hash_tag(f"{base}.p{partition}" if base else f"p{partition}", partition, count)
+    prefix = f"{base}:{{{tag}}}" if base else f"{{{tag}}}"
+    rest = [(k, v) for k, v in query if k != "prefix"]
+    return urlunsplit(parts._replace(query=urlencode([("prefix", prefix), *rest])))
+
+
+@functools.lru_cache(maxsize=4096)
+def hash_tag(name: str, partition: int, count: int) -> str:
+    """The hash tag of a partition's Redis keys: `name`, or ``name.i`` for the first i
+    whose slot falls in the partition's share of the 16384 slots (``[k·16384/P,
+    (k+1)·16384/P)``). A cluster made by ``redis-cli --cluster create`` gives each node an
+    even run of slots, so the partitions spread evenly over its nodes instead of where
+    their names happen to hash."""
+    from redis.crc import key_slot  # only Redis locations get here: redis is installed
+
+    low, high = partition * SLOTS // count, (partition + 1) * SLOTS // count
+    candidate, i = name, 0
+    while not low <= key_slot(candidate.encode()) < high:
+        i += 1
+        candidate = f"{name}.{i}"
+    return candidate
+
+
+def check_partition(log: Log, manifest: Manifest, partition: int) -> None:
+    """Raise PartitionError unless `log` (opened at partition `partition`'s location) is a
+    log of that partition of the manifest's queue."""
+    identity = getattr(log, "identity", None)
+    expected = manifest.partition_ids[partition]
+    if identity is None or identity.queue != expected:
+        found = "no identity" if identity is None else f"queue {identity.queue.hex()}"
+        raise PartitionError(
+            f"{log.name} belongs to {found}, not to partition {partition} of queue "
+            f"{manifest.queue.hex()} ({expected.hex()}): partitions swapped or copied?"
+        )
+
+
+def assign(members: Sequence[str], partitions: int) -> dict[str, list[int]]:
+    """Which partitions each member works: the same answer for the same members in any
+    order (every member computes it alone). Every partition has a member and every member a
+    partition: with M ≤ P members, member i (in sorted order) takes the partitions
+    p ≡ i (mod M); with M > P, member i takes partition i mod P (several share one)."""
+    ordered = sorted(set(members))
+    count = len(ordered)
+    if count == 0:
+        return {}
+    if count <= partitions:
+        return {m: list(range(i, partitions, count)) for i, m in enumerate(ordered)}
+    return {m: [i % partitions] for i, m in enumerate(ordered)}
+
+
+def slot_partitions(workers: int, partitions: int) -> list[int]:
+    """One supervisor's workers (slots 0 … workers-1, workers ≥ partitions): the partition
+    of each slot, as `assign` gives it to members named by their slot."""
+    names = [f"{slot:06d}" for slot in range(workers)]
+    given = assign(names, partitions)
+    return [given[name][0] for name in names]
+
+
+__all__ = [
+    "MANIFEST_NAME",
+    "Manifest",
+    "PartitionError",
+    "TaskRef",
+    "assign",
+    "check_partition",
+    "parse_task_ref",
+    "partition_location",
+    "read_manifest",
+    "slot_partitions",
+]

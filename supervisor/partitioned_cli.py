@@ -1,0 +1,203 @@
+"""The `qw` commands on a partitioned queue: what `up`, `enqueue` and `report` do when the
+queue at their location has partitions (`queue_worker.partitions`).
+
+Each function returns None when the queue has none, and the command goes on as today: a
+queue created without partitions behaves exactly as before.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import typer
+
+from logstore import LogError
+from queue_worker.partitions import MAX_PARTITIONS, Manifest
+from supervisor.cli_options import fail, shown
+
+if TYPE_CHECKING:  # the supervisor is imported by `up` only (enqueue and report skip it)
+    from supervisor.supervisor import SupervisorOptions
+
+
+def manifest_at(location: str, asked: int | None = None, *, create: bool = True) -> Manifest | None:
+    """The queue's manifest (creating a partitioned queue when `asked` ≥ 2 and there is no
+    queue yet); one line and exit 2 for a count that does not match, or a location that
+    cannot be read."""
+    from queue_worker.partitioned import resolve_partitions
+
+    try:
+        return resolve_partitions(location, asked, create=create)
+    except (LogError, ValueError) as e:
+        fail(str(e))
+
+
+def up(
+    options: SupervisorOptions, asked: int | None, *, http: str | None, rebalance: bool = False
+) -> int | None:
+    """`qw up` on a partitioned queue: runs it and returns the exit code. `rebalance`:
+    member processes that share the partitions with every other `qw up --rebalance`."""
+    manifest = manifest_at(options.location, asked)
+    if manifest is None:
+        if rebalance:
+            fail("--rebalance: the queue has no partitions (create it with --partitions P)")
+        return None
+    from supervisor.members import MemberSupervisor
+    from supervisor.partitioned import (
+        PartitionedRun,
+        PartitionedSupervisor,
+        run_partitioned_progress,
+    )
+    from supervisor.signals import stop_on_signals
+
+    if http is not None:
+        fail(
+            f"--http {http}: not served for a partitioned queue (yet): each partition's "
+            "workers publish their stats under <dir>/p<k>/run"
+        )
+    sup: PartitionedSupervisor | MemberSupervisor
+    try:
+        sup = (
+            MemberSupervisor(options, manifest)
+            if rebalance
+            else PartitionedSupervisor(options, manifest)
+        )
+    except ValueError as e:
+        fail(f"--workers {options.workers}: {e} (or --rebalance: a member takes several)")
+    run: PartitionedRun = sup
+    with stop_on_signals(sup.request_stop):
+        try:
+            sup.start()
+        except (LogError, OSError) as e:
+            fail(str(e))
+        try:
+            run_partitioned_progress(run, sys.stdout)
+            sup.wait()
+        except BaseException:
+            sup.stop_now()
+            sup.wait(10)
+            raise
+    code = sup.exit_code
+    assert code is not None
+    q = sup.snapshot().queue
+    counts = (
+        f"{manifest.count} partitions: published {q.published}, done {q.done}, "
+        f"dead {q.dead}, pending {q.pending}"
+    )
+    if sup.log_failure is not None:
+        typer.echo(f"qw: error: stopped on a log: {sup.log_failure} ({counts})", err=True)
+    elif q.pending or q.held:
+        typer.echo(f"qw: stopped with {q.pending} pending, {q.held} held ({counts})")
+    else:
+        typer.echo(f"qw: drained ({counts})")
+    return code
+
+
+def task_parser(high: int) -> Callable[[str], str]:
+    """The parser of a task argument: an id (``17``) as everywhere, or a task of a
+    partitioned queue (``3:17``); the bad value named as `whole` names it."""
+    from supervisor.cli_options import whole
+
+    task_id = whole("a task id", 0, high)
+    partition = whole("a partition (PARTITION:ID)", 0, MAX_PARTITIONS - 1)
+
+    def parse(text: str) -> str:
+        head, sep, tail = text.partition(":")
+        if not sep:
+            return str(task_id(text))
+        return f"{partition(head)}:{task_id(tail)}"
+
+    return parse
+
+
+def task_location(location: str, task: str) -> tuple[str, int, str]:
+    """Where task `task` (as `task_parser` gave it) lives: the location to read, its id
+    there, and its name as messages show it. One line and exit 2 when the name does not
+    fit the queue (``3:17`` on a queue without partitions, ``17`` on one with)."""
+    sep = task.partition(":")[1]
+    manifest = manifest_at(location, create=False)
+    if manifest is None:
+        if sep:
+            fail(f"task {task}: {shown(location)} has no partitions (name a task by its id)")
+        return location, int(task), task
+    if not sep:
+        fail(
+            f"task {task}: {shown(location)} holds a queue of {manifest.count} partitions; "
+            "name a task PARTITION:ID, like 0:17"
+        )
+    from queue_worker.partitioned import open_partition_topic
+    from queue_worker.partitions import parse_task_ref
+
+    try:
+        ref = parse_task_ref(task, manifest.count)
+        where = open_partition_topic(location, manifest, ref.partition)
+    except (LogError, ValueError) as e:
+        fail(str(e))
+    return where, ref.task, str(ref)
+
+
+def enqueue(location: str, payloads: Sequence[Any], fsync: str) -> list[str] | None:
+    """`qw enqueue` on a partitioned queue: the new tasks' names (``k:id``)."""
+    manifest = manifest_at(location, create=False)
+    if manifest is None:
+        return None
+    from queue_worker.partitioned import PartitionedQueue
+
+    with PartitionedQueue(location, manifest, fsync) as queue:
+        return [str(ref) for ref in queue.enqueue_many(payloads)]
+
+
+def enqueued_text(names: list[str], where: str) -> str:
+    """What `qw enqueue` says: the tasks per partition, first and last of each."""
+    by_partition: dict[str, list[str]] = {}
+    for name in names:
+        by_partition.setdefault(name.partition(":")[0], []).append(name)
+    if len(names) == 1:
+        return f"enqueued task {names[0]} on {where}"
+    spans = ", ".join(
+        f"{ids[0]}–{ids[-1]}" if len(ids) > 1 else ids[0]
+        for _, ids in sorted(by_partition.items(), key=lambda kv: int(kv[0]))
+    )
+    return f"enqueued {len(names)} tasks ({spans}) on {where}"
+
+
+def report(location: str, as_json: bool) -> int | None:
+    """`qw report` on a partitioned queue: each partition's line and the whole queue's
+    verdict (or one JSON object); returns the exit code."""
+    manifest = manifest_at(location, create=False)
+    if manifest is None:
+        return None
+    from queue_worker.partition_report import load_partitioned_report
+    from queue_worker.report import ReportInputError
+
+    try:
+        result = load_partitioned_report(location, manifest)
+    except ReportInputError as e:
+        fail(str(e))
+    if as_json:
+        body = result.to_json()
+        now_us = time.time_ns() // 1000
+        for part, r in zip(body["per_partition"], result.partitions, strict=True):
+            part["held_expired"] = [h.task for h in r.held if h.lease.expiry <= now_us]
+        typer.echo(json.dumps(body, indent=2))
+    else:
+        typer.echo(
+            f"qw report: {shown(location)} · queue {manifest.queue.hex()} · "
+            f"{manifest.count} partitions"
+        )
+        for k in range(manifest.count):
+            typer.echo(result.partition_line(k))
+        for line in result.accounting_errors():
+            typer.echo(line)
+        typer.echo(
+            f"whole queue: published {result.tasks_published} · done {result.tasks_done} · "
+            f"completions {result.completions_accepted}"
+        )
+        typer.echo(result.verdict)
+    return result.exit_code
+
+
+__all__ = ["enqueue", "enqueued_text", "manifest_at", "report", "up"]
