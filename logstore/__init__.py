@@ -20,6 +20,7 @@ from logstore.base import (
     Log,
     LogClosedError,
     LogError,
+    PositionCompactedError,
     RecordTooLargeError,
 )
 from logstore.identity import (
@@ -51,6 +52,7 @@ __all__ = [
     "LogIdentity",
     "LogClosedError",
     "LogError",
+    "PositionCompactedError",
     "RecordTooLargeError",
 ]
 
