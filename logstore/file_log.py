@@ -126,7 +126,8 @@ _STORE = _U64.pack_into
 _SYNCED = 0  # the offset up to which the file is on stable storage (under the sync flock)
 _COMMITTED = 8  # the end of the last append that completed (under the append lock)
 _ACTIVE = 16  # the base of the active segment (under the append lock); 0: not known yet
-_STATE_SIZE = 24
+_SEGMENT_BYTES = 24  # the log's segment size, set by a handle opened with one; 0: the default
+_STATE_SIZE = 32
 _OLD_STATE_SIZE = 16  # a state file of a qw before segments (no ACTIVE word)
 _HEADER_PACK = framing.FRAME_HEADER.pack
 _ALL_ONES = framing.ALL_ONES
@@ -177,7 +178,7 @@ class FileLog(Log):
         max_record: int,
         header: framing.FileHeader,
         read_only: bool = False,
-        segment_bytes: int = DEFAULT_SEGMENT_BYTES,
+        segment_bytes: int | None = None,
     ) -> None:
         self.path = path
         self.name = path
@@ -193,7 +194,9 @@ class FileLog(Log):
         self._sync_all = durability is Durability.ALWAYS
         self._sync_durable = durability is not Durability.NONE
         #: an append that finds the active segment holding this many bytes starts a new one
-        self.segment_bytes = segment_bytes
+        #: (None: the log's own size, see `open`)
+        self._segment_bytes = segment_bytes
+        self.segment_bytes = segment_bytes or DEFAULT_SEGMENT_BYTES
         self._tail = FILE_HEADER_SIZE  # the writer's verified end of the active segment
         self._seen = FILE_HEADER_SIZE  # the reader's verified end of its segment
         self._stall = (-1, -1)  # (position, file size) where a read last met an incomplete tail
@@ -212,7 +215,7 @@ class FileLog(Log):
         *,
         identity: LogIdentity | None = None,
         read_only: bool = False,
-        segment_bytes: int = DEFAULT_SEGMENT_BYTES,
+        segment_bytes: int | None = None,
     ) -> FileLog:
         """Open the log at `path`, creating it (with its header) if it does not exist.
 
@@ -225,8 +228,11 @@ class FileLog(Log):
         `read_only`: never create or write anything (no lock or sync file either); a
         missing log is a LogError, appends raise LogError.
         `segment_bytes`: an append that finds the active segment this large starts a new one.
+        Given, it becomes the log's segment size (kept in its shared state); None: the size
+        the log has (DEFAULT_SEGMENT_BYTES when none was ever given). Every writer of a log
+        so rolls at the size the last `qw up --segment-bytes` chose.
         """
-        if segment_bytes < 1:
+        if segment_bytes is not None and segment_bytes < 1:
             raise ValueError(f"segment_bytes {segment_bytes} must be at least 1")
         if not 0 <= max_record <= framing.MAX_RECORD_LIMIT:
             raise ValueError(
@@ -294,6 +300,8 @@ class FileLog(Log):
                 # a new state file, one of an older qw, or one that lost a roll's word in a
                 # power cut: the files say where the active segment is
                 _STORE(self._state, _ACTIVE, active)
+            if not self.read_only and self._segment_bytes is not None:
+                _STORE(self._state, _SEGMENT_BYTES, self._segment_bytes)
             self._rfd = -1
             self._fd = -1
             self._rbase = self._rdelta = 0
@@ -310,7 +318,7 @@ class FileLog(Log):
     def _active_word(self) -> int:
         """The ACTIVE word of the shared state: the base of the newest segment (0: unknown,
         also for a read-only handle of a state file written before segments)."""
-        if len(self._state) < _STATE_SIZE:
+        if len(self._state) < _ACTIVE + 8:
             return 0
         return int(_LOAD(self._state, _ACTIVE)[0])
 
@@ -355,6 +363,8 @@ class FileLog(Log):
         self._fd = fd
         self._wbase = base
         self._wdelta = base - header.size
+        if self._segment_bytes is None:  # the log's size, as it is now
+            self.segment_bytes = int(_LOAD(self._state, _SEGMENT_BYTES)[0]) or DEFAULT_SEGMENT_BYTES
         self._roll_at = base + self.segment_bytes
         self._tail = base
         self._walked = False
@@ -373,7 +383,7 @@ class FileLog(Log):
                 state_fd = -1
             size = os.fstat(state_fd).st_size if state_fd >= 0 else 0
             if size >= _OLD_STATE_SIZE:
-                length = _STATE_SIZE if size >= _STATE_SIZE else _OLD_STATE_SIZE
+                length = min(size, _STATE_SIZE)
                 self._state = mmap.mmap(state_fd, length, prot=mmap.PROT_READ)
             else:
                 self._state = mmap.mmap(-1, _STATE_SIZE)  # zeros: nothing known committed

@@ -203,3 +203,22 @@ def test_an_appender_finishes_a_roll_whose_roller_was_killed(tmp_path: Path) -> 
         assert log.append(b"after") == end
         assert list_bases(path) == [FIRST_BASE, end]
         assert [e.data for e in log.iter_from(first[0])][-1] == b"after"
+
+
+def test_every_writer_rolls_at_the_size_the_log_was_last_given(tmp_path: Path) -> None:
+    """`qw up --segment-bytes` opens the logs with a size; a writer that names none (a
+    worker, `qw enqueue`) rolls at that size too."""
+    path = str(tmp_path / "tasks.log")
+    FileLog.open(path, segment_bytes=SMALL).close()
+    with FileLog.open(path) as log:
+        assert log.segment_bytes == SMALL
+        for data in records(300, "a"):
+            log.append(data)
+    assert len(list_bases(path)) > 5  # ~70 KB in 4 KiB segments
+    FileLog.open(path, segment_bytes=1 << 20).close()
+    with FileLog.open(path) as log:
+        before = list_bases(path)
+        for data in records(300, "b"):
+            log.append(data)
+        assert log.segment_bytes == 1 << 20
+        assert len(list_bases(path)) <= len(before) + 1
