@@ -262,6 +262,13 @@ def _removed_before(directory: Path) -> dict[str, list[Removed]]:
         return {}
 
 
+def listed_start(directory: Path, topic: str, origin: int) -> int:
+    """Where `topic`'s log starts by the checkpoint's list of removed segments (`origin`
+    when it lists none): compaction removes what the durable checkpoint lists."""
+    removed = _removed_before(directory).get(topic, [])
+    return removed[-1].end if removed else origin
+
+
 def _log_plain(
     log: Log,
     first_folded: int | None,

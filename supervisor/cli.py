@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Annotated, Final
 import typer
 
 from queue_worker.config import DEFAULT_DRAIN_TIMEOUT_S, DEFAULT_LEASE_S
-from supervisor import enqueue_input, inspect_cli, report_cli
+from supervisor import compact_cli, enqueue_input, inspect_cli, report_cli
 from supervisor.cli_options import (
     DEFAULT_DIR,
     FSYNCS,
@@ -405,6 +405,7 @@ def enqueue(
 
 inspect_cli.register(app)
 report_cli.register(app)
+compact_cli.register(app)
 timeline_cli.register(app)
 
 
