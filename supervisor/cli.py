@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Annotated, Final
 import typer
 
 from queue_worker.config import DEFAULT_DRAIN_TIMEOUT_S, DEFAULT_LEASE_S
+from queue_worker.settled import DEFAULT_RETENTION_BYTES, DEFAULT_RETENTION_S, Retention
 from supervisor import compact_cli, enqueue_input, inspect_cli, report_cli
 from supervisor.cli_options import (
     DEFAULT_DIR,
@@ -187,6 +188,9 @@ def up(
         bool, typer.Option("--exit-when-drained", help="Exit 0 once no task is pending or held.")
     ] = False,
     log: LogOption = None,
+    segment_bytes: compact_cli.SegmentBytesOption = None,
+    retention: compact_cli.RetentionOption = DEFAULT_RETENTION_S,
+    retention_bytes: compact_cli.RetentionBytesOption = DEFAULT_RETENTION_BYTES,
     host_name: Annotated[
         str | None,
         typer.Option(
@@ -244,6 +248,8 @@ def up(
         exit_when_drained=exit_when_drained,
         restart=RestartPolicy(enabled=restart),
         host=host_name,
+        segment_bytes=segment_bytes,
+        retention=Retention(retention, retention_bytes),
     )
     supervisor = Supervisor(options)
     supervisor.location = shown(location)  # what the dashboard shows: no password
