@@ -928,13 +928,19 @@ class FileLog(Log):
         entries = self._read_segment(position, max_records)
         if entries or not self._sealed():
             return entries
-        # Nothing more in a sealed segment: the records go on in the next one (at once, or
-        # after the gap a power cut left at the end of this one).
+        # Nothing more in a sealed segment: the records go on in the next one.
         after = self._next_base()
-        if after == _NO_SEGMENT or os.lseek(self._rfd, 0, _SEEK_END) + self._rdelta > position:
+        end = os.lseek(self._rfd, 0, _SEEK_END) + self._rdelta
+        if after == _NO_SEGMENT or end > position:
             return entries  # (the next segment is being created; or this one is not done)
-        position = max(position, after)
-        self._locate(position)
+        if after != end:  # a roll forces a segment to disk before the next one begins
+            raise CorruptLogError(
+                segment_path(self.path, self._rbase),
+                end,
+                f"the next segment starts at position {after}, not where this one ends: "
+                "a segment is missing",
+            )
+        self._locate(after)
         return self._read_segment(position, max_records)
 
     def _read_segment(self, position: int, max_records: int | None) -> list[Entry]:

@@ -156,6 +156,7 @@ def save_checkpoint(
     claims_log: Log,
     *,
     removing: dict[str, list[Removed]] | None = None,
+    base: dict[str, Any] | None = None,
     locked: bool = False,
 ) -> None:
     """Save `tasks` and `claims` (folds that began at their logs' start) as the checkpoint
@@ -168,19 +169,30 @@ def save_checkpoint(
 
     `removing`: segments compaction is about to remove, per topic ("tasks", "claims"): the
     checkpoint then starts their logs after them, and lists them (compaction saves this
-    way, durably, before it removes them). `locked`: the caller holds `checkpoint_lock`.
+    way, durably, before it removes them), and `base` is the fold of the removed claims
+    records as the report needs it (`queue_worker.report.Prefix`; kept as given, and
+    carried forward by later saves). `locked`: the caller holds `checkpoint_lock`.
     """
     if not locked:
         try:
             with checkpoint_lock(directory):
                 save_checkpoint(
-                    directory, tasks, tasks_log, claims, claims_log, removing=removing, locked=True
+                    directory,
+                    tasks,
+                    tasks_log,
+                    claims,
+                    claims_log,
+                    removing=removing,
+                    base=base,
+                    locked=True,
                 )
         except OSError as e:
             raise CheckpointError(f"cannot lock {directory / LOCK_NAME}: {e}") from e
         return
     try:
         before = _removed_before(directory)
+        if base is None:
+            base = read_base(directory)
         claim_state = claims.state.snapshot()
         index = tasks.snapshot()
         first_task, last_task = _ends(index)
@@ -196,6 +208,8 @@ def save_checkpoint(
             "tasks": _tasks_plain(index, tasks_ends),
             "claims": _claims_plain(claims, claim_state, claims_ends),
         }
+        if base is not None:
+            body["base"] = base
         packed: bytes = msgpack.packb(body, use_bin_type=True)
         data: bytes = msgpack.packb(
             {"format": FORMAT, "version": VERSION, "crc32": zlib.crc32(packed), "body": packed},
@@ -260,6 +274,22 @@ def _removed_before(directory: Path) -> dict[str, list[Removed]]:
         return {topic: _removed_of(_map(_map(body, topic), "log")) for topic in ("tasks", "claims")}
     except (OSError, CheckpointRefused):
         return {}
+
+
+def removed_segments(directory: Path) -> dict[str, list[Removed]]:
+    """The segments the checkpoint lists as removed, per topic ("tasks", "claims")."""
+    return _removed_before(directory)
+
+
+def read_base(directory: Path) -> dict[str, Any] | None:
+    """The fold of the removed claims records the checkpoint keeps (see `save_checkpoint`),
+    None when it keeps none (nothing was compacted) or cannot be read."""
+    try:
+        body = _open_envelope((directory / CHECKPOINT_NAME).read_bytes())
+    except (OSError, CheckpointRefused):
+        return None
+    base = body.get("base")
+    return base if isinstance(base, dict) else None
 
 
 def listed_start(directory: Path, topic: str, origin: int) -> int:
@@ -356,7 +386,18 @@ def _tasks_plain(index: TaskIndexSnapshot, log: dict[str, Any]) -> dict[str, Any
 def _claims_plain(
     claims: ClaimsFollower, snap: ClaimSnapshot, log: dict[str, Any]
 ) -> dict[str, Any]:
-    state = {
+    return {
+        "log": log,
+        "next_position": claims.next_position,
+        "malformed": claims.malformed,
+        "last_malformed": claims.last_malformed,
+        "state": state_plain(snap),
+    }
+
+
+def state_plain(snap: ClaimSnapshot) -> dict[str, Any]:
+    """A claims fold's snapshot as msgpack values (`state_from` reads it back)."""
+    return {
         "position": snap.position,
         "done_count": snap.done_count,
         "dead_count": snap.dead_count,
@@ -374,13 +415,6 @@ def _claims_plain(
             ]
             for o in snap.open
         ],
-    }
-    return {
-        "log": log,
-        "next_position": claims.next_position,
-        "malformed": claims.malformed,
-        "last_malformed": claims.last_malformed,
-        "state": state,
     }
 
 
@@ -607,7 +641,16 @@ def _tasks_from(plain: dict[str, Any]) -> TaskIndexSnapshot:
 
 
 def _claims_from(plain: dict[str, Any]) -> ClaimsFollower:
-    state = _map(plain, "state")
+    snap = state_from(_map(plain, "state"))
+    follower = ClaimsFollower(_int(plain, "next_position"), ClaimState.restore(snap))
+    follower.malformed = _int(plain, "malformed")
+    last_malformed = plain.get("last_malformed")
+    follower.last_malformed = None if last_malformed is None else _str_item(last_malformed)
+    return follower
+
+
+def state_from(state: dict[str, Any]) -> ClaimSnapshot:
+    """The snapshot `state_plain` wrote (CheckpointRefused when it is damaged)."""
     open_tasks: list[OpenTask] = []
     for item in _list(state, "open"):
         if not isinstance(item, list) or len(item) != 5:
@@ -622,7 +665,7 @@ def _claims_from(plain: dict[str, Any]) -> ClaimsFollower:
                 None if last_error is None else _str_item(last_error),
             )
         )
-    snap = ClaimSnapshot(
+    return ClaimSnapshot(
         _int(state, "position"),
         _int(state, "done_count"),
         _int(state, "dead_count"),
@@ -632,11 +675,6 @@ def _claims_from(plain: dict[str, Any]) -> ClaimsFollower:
         tuple((_int_item(t), _str_item(error)) for t, error in _pairs(state, "dead")),
         tuple(open_tasks),
     )
-    follower = ClaimsFollower(_int(plain, "next_position"), ClaimState.restore(snap))
-    follower.malformed = _int(plain, "malformed")
-    last_malformed = plain.get("last_malformed")
-    follower.last_malformed = None if last_malformed is None else _str_item(last_malformed)
-    return follower
 
 
 # -- typed access to decoded msgpack (a checkpoint file is untrusted input) ------------------

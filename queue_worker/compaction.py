@@ -28,6 +28,7 @@ import bisect
 import os
 import signal
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Final, NamedTuple
 
@@ -40,11 +41,14 @@ from queue_worker.checkpoint import (
     Removed,
     checkpoint_lock,
     listed_start,
+    read_base,
     restore_checkpoint,
     save_checkpoint,
 )
 from queue_worker.errors import QwError
-from queue_worker.records import RecordDecodeError, Unknown, decode_claims
+from queue_worker.prefix import Prefix
+from queue_worker.records import ClaimsRecord, RecordDecodeError, Unknown, decode_claims
+from queue_worker.report import fold_prefix
 from queue_worker.settled import (
     Retention,
     Segment,
@@ -54,9 +58,11 @@ from queue_worker.settled import (
 )
 from queue_worker.topics import (
     CLAIMS_TOPIC,
+    MALFORMED,
     TASKS_TOPIC,
     ClaimsFollower,
     TaskIndex,
+    decode_claims_entry,
     open_topics,
 )
 
@@ -115,9 +121,17 @@ def compact(directory: Path, retention: Retention, *, now: float | None = None) 
                 ),
             }
             if any(plan.values()):
+                prefix = _next_base(directory, claims_log, tasks, listed, plan)
                 try:
                     save_checkpoint(
-                        directory, tasks, tasks_log, claims, claims_log, removing=plan, locked=True
+                        directory,
+                        tasks,
+                        tasks_log,
+                        claims,
+                        claims_log,
+                        removing=plan,
+                        base=prefix.to_plain(),
+                        locked=True,
                     )
                 except CheckpointError as e:
                     raise CompactionError(f"nothing removed: {e}") from e
@@ -139,6 +153,45 @@ def compact(directory: Path, retention: Retention, *, now: float | None = None) 
         finally:
             tasks_log.close()
             claims_log.close()
+
+
+def _next_base(
+    directory: Path,
+    claims_log: FileLog,
+    tasks: TaskIndex,
+    listed: dict[str, int],
+    plan: dict[str, list[Removed]],
+) -> Prefix:
+    """The fold of every claims record before the new start, as the report continues from
+    it (queue_worker.prefix): the previous compaction's, continued over what goes now."""
+    plain = read_base(directory)
+    try:
+        before = None if plain is None else Prefix.from_plain(plain)
+    except CheckpointRefused as e:
+        raise CompactionError(f"nothing removed: the checkpoint's prefix: {e}") from e
+    begin = claims_log.origin if before is None else before.position
+    if begin != listed[CLAIMS_TOPIC]:
+        raise CompactionError(
+            f"nothing removed: the checkpoint's prefix ends at {begin}, its list of removed "
+            f"claims segments at {listed[CLAIMS_TOPIC]}"
+        )
+    end = plan[CLAIMS_TOPIC][-1].end if plan[CLAIMS_TOPIC] else begin
+    tasks_start = plan[TASKS_TOPIC][-1].end if plan[TASKS_TOPIC] else listed[TASKS_TOPIC]
+    tasks_before = _tasks_before(tasks, tasks.known, tasks_start)
+    return fold_prefix(before, _claims_between(claims_log, begin, end), end, tasks_before)
+
+
+def _claims_between(log: FileLog, begin: int, end: int) -> Iterator[tuple[int, ClaimsRecord]]:
+    """The claims records from `begin` to `end`, decoded as every reader decodes them."""
+    if begin >= end:
+        return
+    for entry in log.iter_from(begin):
+        if entry.position >= end:
+            return
+        try:
+            yield entry.position, decode_claims_entry(entry)
+        except RecordDecodeError:
+            yield entry.position, Unknown(MALFORMED)
 
 
 def _fold(

@@ -27,6 +27,7 @@ from queue_worker.checkpoint import (
 )
 from queue_worker.compaction import STEPS, STOP_ENV, CompactionError, compact
 from queue_worker.records import Claim, Done, Fail, TaskRecord, encode
+from queue_worker.report import Report, ReportInputError, load_report
 from queue_worker.settled import Retention
 from queue_worker.state import ClaimSnapshot
 from queue_worker.topics import ClaimsFollower, TaskIndex, open_topics
@@ -224,3 +225,61 @@ def test_kill_9_at_every_step_of_qw_compact_loses_nothing(queue: Path, step: str
     assert finished.returncode == 0, finished.stderr
     assert fold(queue) == before
     assert starts(queue)[1] > 48  # the compaction the kill interrupted got done
+
+
+def totals(report: Report) -> dict[str, Any]:
+    names = (
+        "tasks_published",
+        "tasks_done",
+        "tasks_dead",
+        "tasks_held",
+        "tasks_won",
+        "attempts",
+        "wins",
+        "completions",
+        "completions_accepted",
+        "fails_accepted",
+        "claims_records",
+    )
+    return {name: getattr(report, name) for name in names} | {"ok": report.ok}
+
+
+def test_the_report_adds_up_across_the_compacted_prefix(tmp_path: Path) -> None:
+    make_queue(tmp_path, done=300, held=250)
+    before = load_report(tmp_path)
+    assert before.prefix is None and before.ok
+    done = compact(tmp_path, EVERYTHING)
+    after = load_report(tmp_path)
+    assert totals(after) == totals(before)
+    assert after.checks.ok == before.checks.ok and after.checks.lost == before.checks.lost
+    prefix = after.prefix
+    assert prefix is not None
+    assert prefix.position == done.removed["claims"][-1].end
+    assert after.compacted_segments == sum(len(r) for r in done.removed.values())
+    shown = subprocess.run(
+        [*QW, "report", "--dir", str(tmp_path)], capture_output=True, text=True, timeout=60
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert f"the claims records before position {prefix.position}" in shown.stdout
+    # more work after the compaction: still the same proof, on the retained records
+    tasks_log, claims_log = logs(tmp_path)
+    with tasks_log, claims_log:
+        claim = claims_log.append(encode(Claim(310, "w1-2-bbbb", NOW_US, LEASE)))
+        claims_log.append(encode(Done(310, "w1-2-bbbb", NOW_US + 5, claim, None)))
+    again = load_report(tmp_path)
+    assert again.ok and again.tasks_done == before.tasks_done + 1
+
+
+def test_a_report_of_lost_history_says_so(tmp_path: Path) -> None:
+    queue = tmp_path
+    make_queue(queue, done=300, held=250)  # (the held task keeps segments after it)
+    compact(queue, EVERYTHING)
+    # the oldest segment still retained disappears, with no entry in the digest chain
+    log = FileLog.open(queue / "claims.log", read_only=True)
+    base, _ = log.sealed_segments()[0]
+    log.close()
+    os.unlink(queue / f"claims.{base:020d}.seg")
+    with pytest.raises(ReportInputError) as refused:
+        load_report(queue)
+    assert "cannot be accounted for (lost or tampered)" in str(refused.value)
+    assert "lost history" in str(refused.value)

@@ -15,7 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from logstore import Durability, IdentityError, LogIdentity, PositionCompactedError
+from logstore import (
+    CorruptLogError,
+    Durability,
+    IdentityError,
+    LogIdentity,
+    PositionCompactedError,
+)
 from logstore.file_log import FileLog
 from logstore.framing import FILE_HEADER_SIZE, encode_file_header, encode_frame
 from logstore.segments import FIRST_BASE, list_bases, segment_files, segment_path
@@ -222,3 +228,16 @@ def test_every_writer_rolls_at_the_size_the_log_was_last_given(tmp_path: Path) -
             log.append(data)
         assert log.segment_bytes == 1 << 20
         assert len(list_bases(path)) <= len(before) + 1
+
+
+def test_a_segment_missing_in_the_middle_is_damage_naming_the_file(tmp_path: Path) -> None:
+    path = str(tmp_path / "claims.log")
+    with FileLog.open(path, segment_bytes=SMALL) as log:
+        for data in records(300, "a"):
+            log.append(data)
+    (_, first_path), (gone, gone_path) = segment_files(path)[1:3]
+    os.unlink(gone_path)
+    with FileLog.open(path, read_only=True) as log, pytest.raises(CorruptLogError) as damage:
+        list(log.iter_from(log.start))
+    assert f"{first_path}: corrupt record at byte offset {gone}" in str(damage.value)
+    assert "a segment is missing" in str(damage.value)
