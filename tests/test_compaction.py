@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import msgpack
+import psutil
 import pytest
 
 from logstore import Log, PositionCompactedError
@@ -31,6 +32,7 @@ from queue_worker.report import Report, ReportInputError, load_report
 from queue_worker.settled import Retention
 from queue_worker.state import ClaimSnapshot
 from queue_worker.topics import ClaimsFollower, TaskIndex, open_topics
+from tests.helpers import wait_until
 
 SMALL = 4096
 QW = [sys.executable, "-m", "supervisor.cli"]
@@ -81,7 +83,14 @@ def fold(directory: Path) -> tuple[ClaimSnapshot, int, int, int]:
             tasks, claims = TaskIndex(tasks_log.start), ClaimsFollower(claims_log.start)
         tasks.catch_up(tasks_log)
         claims.catch_up(claims_log)
-        return claims.state.snapshot(), tasks.known, tasks.next_position, claims.next_position
+        snap = claims.state.snapshot()
+        # (the same fold, whatever order a restore lists its open and closed tasks in)
+        same = snap._replace(
+            closed_above=tuple(sorted(snap.closed_above)),
+            dead=tuple(sorted(snap.dead)),
+            open=tuple(sorted(snap.open)),
+        )
+        return same, tasks.known, tasks.next_position, claims.next_position
     finally:
         tasks_log.close()
         claims_log.close()
@@ -283,3 +292,67 @@ def test_a_report_of_lost_history_says_so(tmp_path: Path) -> None:
         load_report(queue)
     assert "cannot be accounted for (lost or tampered)" in str(refused.value)
     assert "lost history" in str(refused.value)
+
+
+SUPERVISOR = """
+import sys
+from pathlib import Path
+
+from queue_worker.settled import Retention
+from supervisor.supervisor import Supervisor, SupervisorOptions
+
+data = Path(sys.argv[1])
+options = SupervisorOptions(
+    data_dir=data,
+    location=str(data),
+    workers=2,
+    work_ms=0,
+    tasks=400,
+    segment_bytes=4096,
+    retention=Retention(seconds=0, bytes=0),
+    compact_every_s=0.2,
+)
+supervisor = Supervisor(options)
+supervisor.start()
+supervisor.wait(120)
+"""
+
+
+def _ours(tag: str) -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.environ().get("QW_TEST_TAG") == tag:
+                found.append(proc)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return found
+
+
+@pytest.mark.parametrize("step", ["checkpointed", "dropped"])
+def test_kill_9_of_the_supervisor_while_it_compacts(tmp_path: Path, step: str) -> None:
+    """`qw up` compacts in its supervisor; the supervisor killed in the middle of it (its
+    workers die with it) leaves logs that open, fold as they did, and compact later."""
+    data = tmp_path / "qw"
+    tag = str(tmp_path)
+    killed = subprocess.run(
+        [sys.executable, "-c", SUPERVISOR, str(data)],
+        env={**os.environ, STOP_ENV: step, "QW_TEST_TAG": tag},
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert killed.returncode == -9, killed.stderr
+    wait_until(lambda: not _ours(tag), 60, "the workers to die with their supervisor")
+    before = fold(data)
+    assert before[0].done_count > 0
+    finished = subprocess.run(
+        [*QW, "compact", "--dir", str(data), "--retention", "0", "--retention-bytes", "0"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert finished.returncode == 0, finished.stderr
+    assert fold(data) == before
+    report = load_report(data)
+    assert report.ok and report.tasks_done == before[0].done_count
