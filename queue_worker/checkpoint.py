@@ -82,6 +82,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Final, NamedTuple
 
+import filelock
 import msgpack
 
 from logstore import Log, LogClosedError, LogError, LogIdentity
@@ -130,10 +131,21 @@ def chain_of(removed: Sequence[Removed]) -> int:
 
 
 @contextlib.contextmanager
-def checkpoint_lock(directory: Path) -> Iterator[None]:
-    """Saves and compactions of `directory`'s checkpoint, one at a time (across processes)."""
-    with maintenance_lock(str(directory / LOCK_NAME)):
+def checkpoint_lock(directory: Path, *, wait: bool = True) -> Iterator[None]:
+    """Saves and compactions of `directory`'s checkpoint, one at a time (across processes).
+    `wait=False`: CheckpointError at once when another holds it (a worker's save does not
+    wait for a compaction, which takes seconds: it saves next time)."""
+    lock = maintenance_lock(str(directory / LOCK_NAME))
+    try:
+        lock.acquire(timeout=-1 if wait else 0)
+    except filelock.Timeout:
+        raise CheckpointError(
+            f"{directory / LOCK_NAME} is held (a compaction under way): not saved this time"
+        ) from None
+    try:
         yield
+    finally:
+        lock.release()
 
 
 class _Record(NamedTuple):
@@ -175,7 +187,7 @@ def save_checkpoint(
     """
     if not locked:
         try:
-            with checkpoint_lock(directory):
+            with checkpoint_lock(directory, wait=False):
                 save_checkpoint(
                     directory,
                     tasks,

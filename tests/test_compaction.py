@@ -20,9 +20,11 @@ from logstore.file_log import FileLog
 from logstore.segments import list_bases
 from queue_worker.checkpoint import (
     CHECKPOINT_NAME,
+    CheckpointError,
     CheckpointRefused,
     Removed,
     chain_of,
+    checkpoint_lock,
     restore_checkpoint,
     save_checkpoint,
 )
@@ -356,3 +358,17 @@ def test_kill_9_of_the_supervisor_while_it_compacts(tmp_path: Path, step: str) -
     assert fold(data) == before
     report = load_report(data)
     assert report.ok and report.tasks_done == before[0].done_count
+
+
+def test_a_worker_save_does_not_wait_for_a_compaction(queue: Path) -> None:
+    tasks_log, claims_log = logs(queue)
+    with tasks_log, claims_log:
+        tasks, claims = TaskIndex(tasks_log.start), ClaimsFollower(claims_log.start)
+        tasks.catch_up(tasks_log)
+        claims.catch_up(claims_log)
+        with checkpoint_lock(queue):  # what a compaction holds while it works
+            with pytest.raises(CheckpointError) as skipped:
+                save_checkpoint(queue, tasks, tasks_log, claims, claims_log)
+            assert "a compaction under way" in str(skipped.value)
+        save_checkpoint(queue, tasks, tasks_log, claims, claims_log)  # later: saved
+    assert fold(queue)[0].done_count == 300
