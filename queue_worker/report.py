@@ -51,7 +51,7 @@ from queue_worker.records import (
     Unknown,
     decode_task,
 )
-from queue_worker.state import ClaimState, Lease, Outcome, Verdict
+from queue_worker.state import ClaimSnapshot, ClaimState, Lease, Outcome, Verdict
 from queue_worker.stats import percentile
 from queue_worker.times import clock_text, duration_text, is_date
 from queue_worker.topics import (
@@ -711,7 +711,17 @@ def read_task(location: str | Path, task: int) -> TaskRecord | str | None:
     if log is None or task < 0:
         return None
     with log:
-        for index, entry in enumerate(log.iter_from(log.start)):
+        first, start = 0, log.start
+        if log.start != log.origin:  # compacted: the ids go on from the removed tasks'
+            try:
+                compacted = compacted_prefix(location)
+            except ReportInputError as e:
+                return str(e)
+            if compacted is not None:
+                first, start = compacted[0].tasks, compacted[2]
+        if task < first:
+            return "its record was removed by compaction (settled history: done or dead)"
+        for index, entry in enumerate(log.iter_from(start), first):
             if index < task:
                 continue
             try:
@@ -730,11 +740,16 @@ def read_claims(
     """The claims records with their positions, in order, decoded as every worker decodes
     them (on the server's clock where the backend has one; a malformed record is
     `Unknown(MALFORMED)`, which the fold skips). With `up_to`, only the records at positions
-    ≤ `up_to`: the state right after that record. `start`: from there (the log's start)."""
+    ≤ `up_to`: the state right after that record. `start`: from there (default: the log's
+    start; for compacted logs, the end of the prefix the checkpoint keeps, see
+    `prefix_state`: the fold before the first record)."""
     log = _open_existing(location, CLAIMS_TOPIC)
     if log is None:
         return
     with log:
+        if start is None and log.start != log.origin:
+            compacted = compacted_prefix(location)
+            start = None if compacted is None else compacted[1]
         for entry in log.iter_from(log.start if start is None else start):
             if up_to is not None and entry.position > up_to:
                 return
@@ -773,6 +788,13 @@ def load_report(location: str | Path, up_to: int | None = None) -> Report:
         return dataclasses.replace(replay.report(published), compacted_segments=segments)
     except (LogError, OSError) as e:  # a damaged or foreign log; a file we may not read
         raise ReportInputError(str(e)) from e
+
+
+def prefix_state(location: str | Path) -> ClaimSnapshot | None:
+    """The claims fold before the first record `read_claims` yields: None for logs that
+    hold every record, the compacted prefix's fold otherwise."""
+    compacted = compacted_prefix(location)
+    return None if compacted is None else compacted[0].state
 
 
 def compacted_prefix(location: str | Path) -> tuple[Prefix, int, int, int] | None:

@@ -372,3 +372,26 @@ def test_a_worker_save_does_not_wait_for_a_compaction(queue: Path) -> None:
             assert "a compaction under way" in str(skipped.value)
         save_checkpoint(queue, tasks, tasks_log, claims, claims_log)  # later: saved
     assert fold(queue)[0].done_count == 300
+
+
+def test_qw_task_after_compaction(tmp_path: Path) -> None:
+    """A task whose records were removed is done (said so); one whose DONE is retained
+    still shows its result; ids stay the ids they were."""
+    make_queue(tmp_path, done=300, held=250)
+    compact(tmp_path, EVERYTHING)
+
+    def task(number: int) -> str:
+        shown = subprocess.run(
+            [*QW, "task", "--dir", str(tmp_path), str(number)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert shown.returncode == 0, shown.stderr
+        return shown.stdout
+
+    assert task(3).startswith("task 3: done (its records were removed by compaction")
+    kept = task(299)
+    assert kept.startswith("task 299: done (@") and '{"r": 299}' in kept
+    assert '{"n": 299' in kept  # its own payload: the id still names the same task
+    assert task(250).startswith("task 250: held by")
