@@ -806,6 +806,8 @@ def compacted_prefix(location: str | Path) -> tuple[Prefix, int, int, int] | Non
     if is_redis_url(str(location)):
         return None
     directory = Path(location)
+    if not all((directory / f"{t}.log").is_file() for t in (TASKS_TOPIC, CLAIMS_TOPIC)):
+        return None  # (a log not there yet was never compacted)
     tasks_log, claims_log = open_topics(location, read_only=True)
     with tasks_log, claims_log:
         if tasks_log.start == tasks_log.origin and claims_log.start == claims_log.origin:

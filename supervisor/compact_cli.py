@@ -68,7 +68,7 @@ RetentionBytesOption = Annotated[
         "--retention-bytes",
         parser=size("a retention size", 0, 1 << 50),
         metavar="N",
-        help="...and so may the oldest settled history of a log over N bytes.",
+        help="Settled history of a log over N bytes may be removed too, the oldest first.",
     ),
 ]
 
