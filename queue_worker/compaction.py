@@ -98,43 +98,22 @@ def compact(directory: Path, retention: Retention, *, now: float | None = None) 
         tasks_log, claims_log = open_topics(directory)
         try:
             assert isinstance(tasks_log, FileLog) and isinstance(claims_log, FileLog)
-            tasks, claims = _fold(directory, tasks_log, claims_log)
-            _stop_at("folded")
-            watermark = claims.state.watermark
             # (segments the checkpoint lists already, a killed compaction's, are not planned
             # again: they are removed below)
             listed = {
                 topic: listed_start(directory, topic, log.origin)
                 for topic, log in ((CLAIMS_TOPIC, claims_log), (TASKS_TOPIC, tasks_log))
             }
-            plan = {
-                CLAIMS_TOPIC: _claims_plan(
-                    claims_log,
-                    listed[CLAIMS_TOPIC],
-                    claims.next_position,
-                    watermark,
-                    now,
-                    retention,
-                ),
-                TASKS_TOPIC: _tasks_plan(
-                    tasks_log, listed[TASKS_TOPIC], tasks, watermark, now, retention
-                ),
-            }
-            if any(plan.values()):
-                prefix = _next_base(directory, claims_log, tasks, listed, plan)
-                try:
-                    save_checkpoint(
-                        directory,
-                        tasks,
-                        tasks_log,
-                        claims,
-                        claims_log,
-                        removing=plan,
-                        base=prefix.to_plain(),
-                        locked=True,
+            for topic, log in ((CLAIMS_TOPIC, claims_log), (TASKS_TOPIC, tasks_log)):
+                if listed[topic] < log.start:  # (cheap: the checkpoint's lists only)
+                    raise CompactionError(
+                        f"the logs were compacted and no usable checkpoint covers what was "
+                        f"removed: {log.name} starts at {log.start}, but the checkpoint lists "
+                        f"removed segments up to {listed[topic]} only (lost history)"
                     )
-                except CheckpointError as e:
-                    raise CompactionError(f"nothing removed: {e}") from e
+            plan: dict[str, list[Removed]] = {CLAIMS_TOPIC: [], TASKS_TOPIC: []}
+            if _retention_allows_any(tasks_log, claims_log, listed, now, retention):
+                plan = _plan(directory, tasks_log, claims_log, listed, now, retention)
             _stop_at("checkpointed")
             freed = 0
             for topic, log in ((CLAIMS_TOPIC, claims_log), (TASKS_TOPIC, tasks_log)):
@@ -153,6 +132,60 @@ def compact(directory: Path, retention: Retention, *, now: float | None = None) 
         finally:
             tasks_log.close()
             claims_log.close()
+
+
+def _retention_allows_any(
+    tasks_log: FileLog,
+    claims_log: FileLog,
+    listed: dict[str, int],
+    now: float,
+    retention: Retention,
+) -> bool:
+    """Whether rule 3 (age or size) lets any sealed segment go: when none, the fold (a
+    checkpoint restore and a catch-up: the costly part) is not even taken."""
+    for topic, log in ((CLAIMS_TOPIC, claims_log), (TASKS_TOPIC, tasks_log)):
+        sealed, total = _segments(log, listed[topic])
+        facts = [Segment(base, end, size, mtime, -1) for base, end, size, mtime in sealed]
+        if removable(facts, lambda s: True, total, now, retention):
+            return True
+    return False
+
+
+def _plan(
+    directory: Path,
+    tasks_log: FileLog,
+    claims_log: FileLog,
+    listed: dict[str, int],
+    now: float,
+    retention: Retention,
+) -> dict[str, list[Removed]]:
+    """Fold both logs, choose the settled segments retention lets go, and make the durable
+    checkpoint that lists them (steps 2 and 3 of the module docstring)."""
+    tasks, claims = _fold(directory, tasks_log, claims_log)
+    _stop_at("folded")
+    watermark = claims.state.watermark
+    plan = {
+        CLAIMS_TOPIC: _claims_plan(
+            claims_log, listed[CLAIMS_TOPIC], claims.next_position, watermark, now, retention
+        ),
+        TASKS_TOPIC: _tasks_plan(tasks_log, listed[TASKS_TOPIC], tasks, watermark, now, retention),
+    }
+    if any(plan.values()):
+        prefix = _next_base(directory, claims_log, tasks, listed, plan)
+        try:
+            save_checkpoint(
+                directory,
+                tasks,
+                tasks_log,
+                claims,
+                claims_log,
+                removing=plan,
+                base=prefix.to_plain(),
+                locked=True,
+            )
+        except CheckpointError as e:
+            raise CompactionError(f"nothing removed: {e}") from e
+    return plan
 
 
 def _next_base(
