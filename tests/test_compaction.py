@@ -395,3 +395,75 @@ def test_qw_task_after_compaction(tmp_path: Path) -> None:
     assert kept.startswith("task 299: done (@") and '{"r": 299}' in kept
     assert '{"n": 299' in kept  # its own payload: the id still names the same task
     assert task(250).startswith("task 250: held by")
+
+
+def _writer(directory: str, first: int, count: int) -> None:
+    """Tasks published, claimed and done, one after another (each settled at once)."""
+    tasks_log, claims_log = logs(Path(directory))
+    with tasks_log, claims_log:
+        for t in range(first, first + count):
+            tasks_log.append(encode(TaskRecord({"n": t, "pad": "x" * 40}, NOW_US + t)))
+            claim = claims_log.append(encode(Claim(t, "w0-1-aaaa", NOW_US + t, LEASE)))
+            claims_log.append(encode(Done(t, "w0-1-aaaa", NOW_US + t + 1, claim, None)))
+
+
+def _reader(directory: str, stop: Any, out: Any, back: bool) -> None:
+    """Follow the claims log from its start; on PositionCompactedError go on from the new
+    start. Anything else is a failure, reported. `back`: after each read, start again from
+    the log's origin now and then (a reader left behind by compaction)."""
+    claims_log = FileLog.open(Path(directory) / "claims.log", read_only=True)
+    position, seen, compacted = claims_log.start, 0, 0
+    try:
+        while not stop.is_set() or claims_log.read(position, 1):
+            try:
+                entries = claims_log.read(position, 256)
+            except PositionCompactedError as e:
+                compacted += 1
+                position = e.start
+                continue
+            for entry in entries:
+                assert entry.position >= position
+                msgpack.unpackb(entry.data)  # whole records only
+                position = entry.next
+                seen += 1
+            if back and seen % 7 == 0 and not stop.is_set():
+                position = claims_log.origin
+            if not entries:
+                claims_log.wait(position, 0.05)
+        out.put(("ok", seen, compacted, position))
+    except Exception as e:  # the test fails on it, naming it
+        out.put(("error", repr(e), compacted, position))
+
+
+def test_readers_and_a_writer_during_compactions_see_only_the_typed_error(
+    tmp_path: Path,
+) -> None:
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    make_queue(tmp_path, done=50, pending=0)
+    stop, out = ctx.Event(), ctx.Queue()
+    readers = [
+        ctx.Process(target=_reader, args=(str(tmp_path), stop, out, back)) for back in (False, True)
+    ]
+    writer = ctx.Process(target=_writer, args=(str(tmp_path), 50, 3000))
+    for proc in (*readers, writer):
+        proc.start()
+    removed = 0
+    while writer.is_alive():
+        removed += sum(len(r) for r in compact(tmp_path, EVERYTHING).removed.values())
+    writer.join(60)
+    assert writer.exitcode == 0
+    removed += sum(len(r) for r in compact(tmp_path, EVERYTHING).removed.values())
+    stop.set()
+    results = [out.get(timeout=60) for _ in readers]
+    for proc in readers:
+        proc.join(60)
+    assert removed > 10  # compactions ran while they read and wrote
+    assert all(kind == "ok" for kind, *_ in results), results
+    assert sum(compacted for _, _, compacted, _ in results) > 0  # the typed error was met
+    _, claims_log = logs(tmp_path)
+    with claims_log:
+        end = claims_log.end()
+    assert all(position == end for *_, position in results)  # each read to the end
+    assert fold(tmp_path)[0].done_count == 3050
