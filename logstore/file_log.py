@@ -126,6 +126,10 @@ _STORE = _U64.pack_into
 _SYNCED = 0  # the offset up to which the file is on stable storage (under the sync flock)
 _COMMITTED = 8  # the end of the last append that completed (under the append lock)
 _ACTIVE = 16  # the base of the active segment (under the append lock); 0: not known yet
+#: ...read and written as word 2 of a native-order view of the mapping (`_words`): every
+#: append compares it, and a memoryview item costs a third of a struct.unpack_from (the
+#: state file never leaves its machine, so native order is its order)
+_ACTIVE_WORD = _ACTIVE // 8
 _SEGMENT_BYTES = 24  # the log's segment size, set by a handle opened with one; 0: the default
 _STATE_SIZE = 32
 _OLD_STATE_SIZE = 16  # a state file of a qw before segments (no ACTIVE word)
@@ -270,6 +274,7 @@ class FileLog(Log):
             self._open_read_only()
         else:
             self._open_writable()
+        self._words = memoryview(self._state).cast("Q")  # (see _ACTIVE_WORD)
         self._acquire = self._lock.acquire
         self._release = self._lock.release
         self._mutex = threading.Lock()  # threads of this process sharing the handle's flock
@@ -281,6 +286,7 @@ class FileLog(Log):
         try:
             self._open_segments()
         except BaseException:
+            self._words.release()
             self._state.close()
             if self._sync_lock is not None:
                 self._sync_lock.close()
@@ -299,7 +305,7 @@ class FileLog(Log):
             if not self.read_only and (word == 0 or word < active):
                 # a new state file, one of an older qw, or one that lost a roll's word in a
                 # power cut: the files say where the active segment is
-                _STORE(self._state, _ACTIVE, active)
+                self._words[_ACTIVE_WORD] = active
             if not self.read_only and self._segment_bytes is not None:
                 _STORE(self._state, _SEGMENT_BYTES, self._segment_bytes)
             self._rfd = -1
@@ -318,9 +324,9 @@ class FileLog(Log):
     def _active_word(self) -> int:
         """The ACTIVE word of the shared state: the base of the newest segment (0: unknown,
         also for a read-only handle of a state file written before segments)."""
-        if len(self._state) < _ACTIVE + 8:
+        if len(self._words) <= _ACTIVE_WORD:
             return 0
-        return int(_LOAD(self._state, _ACTIVE)[0])
+        return int(self._words[_ACTIVE_WORD])
 
     def _open_segment(self, base: int, flags: int) -> tuple[int, SegmentHeader]:
         """A descriptor of the segment at `base`, its header checked against the log's
@@ -435,6 +441,7 @@ class FileLog(Log):
     def _close_files(self) -> None:
         if self._waiter is not None:
             self._waiter.close()
+        self._words.release()
         self._state.close()
         if self._sync_lock is not None:
             self._sync_lock.close()
@@ -485,7 +492,7 @@ class FileLog(Log):
                 self._acquire()
                 try:
                     pos = self._tail
-                    if _LOAD(self._state, _ACTIVE)[0] != self._wbase:
+                    if self._words[_ACTIVE_WORD] != self._wbase:
                         pos = self._follow_active()
                     file_size = os.lseek(self._fd, 0, _SEEK_END) + self._wdelta
                     if file_size != pos:
@@ -533,7 +540,7 @@ class FileLog(Log):
             self._acquire()
             try:
                 pos = self._tail
-                if _LOAD(self._state, _ACTIVE)[0] != self._wbase:
+                if self._words[_ACTIVE_WORD] != self._wbase:
                     pos = self._follow_active()
                 size = os.lseek(self._fd, 0, _SEEK_END) + self._wdelta
                 if size != pos:
@@ -586,11 +593,11 @@ class FileLog(Log):
         """Under the append lock, when ACTIVE names another segment than this handle's:
         another handle started a new one. Append there (creating it when its roller was
         killed before it could). Returns the new segment's base; the caller finds its end."""
-        active = int(_LOAD(self._state, _ACTIVE)[0])
+        active = int(self._words[_ACTIVE_WORD])
         bases = list_bases(self.path)
         if bases[-1] > active:  # (a state file reset under a live log: the files decide)
             active = bases[-1]
-            _STORE(self._state, _ACTIVE, active)
+            self._words[_ACTIVE_WORD] = active
         elif bases[-1] < active:
             self._create_segment(active)
         self._switch_write(active)
@@ -601,7 +608,7 @@ class FileLog(Log):
         start the next segment there (see the module docstring for the order of steps)."""
         try:
             os.fsync(self._fd)  # a sealed segment is never written again: force it once
-            _STORE(self._state, _ACTIVE, end)
+            self._words[_ACTIVE_WORD] = end
             self._create_segment(end)
             # The same size again: changes nothing, but raises IN_MODIFY, which wakes the
             # readers waiting at the end of the sealed segment (they go on in the new one).
@@ -787,7 +794,7 @@ class FileLog(Log):
         if self.read_only:
             self._refuse_write()
         with self._mutex, maintenance_lock(self.path + ".lock"):
-            if _LOAD(self._state, _ACTIVE)[0] != self._wbase:
+            if self._words[_ACTIVE_WORD] != self._wbase:
                 self._follow_active()
             size = os.lseek(self._fd, 0, _SEEK_END) + self._wdelta
             # (only the active segment can have a torn tail: a roll settled the others)
@@ -1090,11 +1097,11 @@ class FileLog(Log):
             fd, base, delta = self._rfd, self._rbase, self._rdelta
             start = self._seen
         else:
-            if _LOAD(self._state, _ACTIVE)[0] != self._wbase:  # another handle rolled
+            if self._words[_ACTIVE_WORD] != self._wbase:  # another handle rolled
                 with self._mutex:
                     self._acquire()
                     try:
-                        if _LOAD(self._state, _ACTIVE)[0] != self._wbase:
+                        if self._words[_ACTIVE_WORD] != self._wbase:
                             self._follow_active()
                     finally:
                         self._release()
