@@ -599,7 +599,12 @@ class FileLog(Log):
             active = bases[-1]
             self._words[_ACTIVE_WORD] = active
         elif bases[-1] < active:
-            self._create_segment(active)
+            try:
+                self._create_segment(active)
+            except OSError as exc:  # (a full disk: nothing was appended)
+                raise AppendError(
+                    f"{self.name}: cannot start a new segment at {active}: {exc.strerror or exc}"
+                ) from exc
         self._switch_write(active)
         return active
 
