@@ -32,6 +32,7 @@ from bench import (
     queue_bench,
     redis_bench,
     redistribution_bench,
+    retention_bench,
     start_bench,
 )
 from bench.common import REPO, Section, Target, machine_line, table
@@ -45,6 +46,7 @@ SECTIONS = (
     "collisions",
     "redistribution",
     "long",
+    "retention",
     "durable",
     "redis",
     "log",
@@ -63,6 +65,7 @@ class Sizes:
     rounds: int
     long_stages: tuple[int, int, int]
     redis_repeats: int
+    retention_tasks: int = 3_000_000
 
 
 FULL = Sizes(
@@ -86,6 +89,7 @@ QUICK = Sizes(
     rounds=4,
     long_stages=(10_000, 50_000, 100_000),
     redis_repeats=1,
+    retention_tasks=100_000,
 )
 
 
@@ -195,6 +199,9 @@ def run(args: argparse.Namespace) -> int:
                 root, sizes.rounds
             ),
             "long": lambda: long_bench.long_section(root, sizes.long_stages),
+            "retention": lambda: retention_bench.retention_section(
+                root, sizes.retention_tasks, max(sizes.retention_tasks // 30, 1_000)
+            ),
             "durable": lambda: queue_bench.durable_section(
                 root, drains, sizes.drain_tasks, sizes.repeats
             ),

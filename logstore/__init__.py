@@ -20,6 +20,7 @@ from logstore.base import (
     Log,
     LogClosedError,
     LogError,
+    PositionCompactedError,
     RecordTooLargeError,
 )
 from logstore.identity import (
@@ -51,6 +52,7 @@ __all__ = [
     "LogIdentity",
     "LogClosedError",
     "LogError",
+    "PositionCompactedError",
     "RecordTooLargeError",
 ]
 
@@ -62,6 +64,7 @@ def open_log(
     *,
     family: Sequence[str] = (),
     read_only: bool = False,
+    segment_bytes: int | None = None,
 ) -> Log:
     """Open (creating if needed) the log for `topic` at `location`.
 
@@ -73,6 +76,8 @@ def open_log(
     exist (IdentityError otherwise, see `logstore.identity`); a new queue is created with
     every log of its family.
     `read_only`: create and write nothing at all (LogError when the log does not exist).
+    `segment_bytes`: the file log's segment size from now on (None: the log's own; see
+    `FileLog.open`). Not used by Redis.
     """
     text = str(location)
     topics = tuple(dict.fromkeys((*family, topic)))
@@ -100,14 +105,21 @@ def open_log(
                         if other != topic:
                             sibling = LogIdentity(queue, other)
                             FileLog.open(directory / f"{other}.log", identity=sibling).close()
-                return FileLog.open(path, durability, identity=LogIdentity(queue, topic))
+                return FileLog.open(
+                    path,
+                    durability,
+                    identity=LogIdentity(queue, topic),
+                    segment_bytes=segment_bytes,
+                )
         except OSError as exc:
             why = exc.strerror or exc
             raise LogError(f"{directory}: cannot create a queue there: {why}") from exc
     identity = None if queue is None else LogIdentity(queue, topic)
     if identity is None and read_only:  # no log of the queue exists
         raise LogError(f"{path}: no such log (opened read-only, so not created)")
-    return FileLog.open(path, durability, identity=identity, read_only=read_only)
+    return FileLog.open(
+        path, durability, identity=identity, read_only=read_only, segment_bytes=segment_bytes
+    )
 
 
 def _usable_directory(directory: Path, read_only: bool) -> None:

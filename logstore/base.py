@@ -37,6 +37,21 @@ class CorruptLogError(LogError):
         self.reason = reason
 
 
+class PositionCompactedError(LogError):
+    """A read from a position whose records were removed by compaction (their segment was
+    settled history and is gone). Not damage: restart from the fold checkpoint, which
+    covers everything before `start`, the first position still retained."""
+
+    def __init__(self, name: str, position: int, start: int) -> None:
+        super().__init__(
+            f"{name}: position {position} was compacted away; the log now starts at {start} "
+            "(restart from the fold checkpoint)"
+        )
+        self.name = name
+        self.position = position
+        self.start = start
+
+
 class ForeignFileError(LogError):
     """The file exists but is not a qw log (or is a version this code cannot read)."""
 
@@ -152,6 +167,12 @@ class Log(ABC):
     @abstractmethod
     def start(self) -> int:
         """A position at or before the first record: where a reader starts."""
+
+    @property
+    def origin(self) -> int:
+        """Where the log's first record ever was: `start` until compaction removes records
+        (then `start` is later). A fold that begins at `start` is whole only when they agree."""
+        return self.start
 
     @abstractmethod
     def end(self) -> int:

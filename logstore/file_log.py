@@ -1,8 +1,23 @@
-"""The file log: one append-only file per topic, shared by the processes of one machine.
+"""The file log: one append-only topic per log, shared by the processes of one machine.
 
 The byte format is in `logstore.framing`; the locks in `logstore.locking`; waiting for new
 records in `logstore.waiting`. Positions are byte offsets of frames; the first record is at
-16, just after the file header.
+48, just after the file header.
+
+Segments (`logstore.segments`): a topic is a sequence of segment files, and positions are
+global: a segment at base B holds the positions from B, its file offset being position − B
++ its header's size. A handle appends to the *active* segment (the newest) and reads from
+whichever segment holds the position asked (`_locate`); each side keeps its segment's
+descriptor and *delta* (position − file offset), so the loops below work in positions and
+subtract the delta only where they pread or pwrite. An appender that finds the active
+segment at `segment_bytes` or more starts the next one at the end (`_roll`): under the append
+lock it forces the old one to disk, stores the new base as ``ACTIVE`` in the shared state,
+then creates the new file (header, fsync, rename, fsync of the directory). Every appender
+compares ``ACTIVE`` with its own segment under the lock before it writes, so nothing is
+appended to a sealed segment; one that finds ``ACTIVE`` ahead of the files (a roller killed
+between the two steps) creates the segment itself. A reader at the end of a sealed segment
+goes on in the next. A position before the first segment still there raises
+PositionCompactedError. Segments are removed only by compaction (`logstore.segments`).
 
 ``<log>.sync`` is a 16-byte file every handle maps into memory: the *committed* end (where
 the last complete append ended) and the *synced* offset (see Durability).
@@ -66,6 +81,7 @@ from logstore.base import (
     Log,
     LogClosedError,
     LogError,
+    PositionCompactedError,
     RecordTooLargeError,
 )
 from logstore.framing import FILE_HEADER_SIZE, FRAME_HEADER_SIZE, MAX_RECORD, Stop
@@ -77,6 +93,18 @@ from logstore.identity import (
     read_file_header,
 )
 from logstore.locking import FlockLock, HeldLock, maintenance_lock, open_lock, open_read_lock
+from logstore.segments import (
+    DEFAULT_SEGMENT_BYTES,
+    FIRST_BASE,
+    SegmentHeader,
+    check_segment,
+    drop_segment,
+    encode_segment_header,
+    list_bases,
+    read_segment_header,
+    segment_path,
+    sync_directory,
+)
 from logstore.waiting import Waiter, make_waiter
 
 #: a reader's pread size (a frame larger than this is read whole, in a buffer of its own)
@@ -91,12 +119,20 @@ RECORD_GUESS = 64
 #: gaps larger than this are walked header by header instead of read whole
 SCAN_CHUNK = 64 * 1024
 _U64 = struct.Struct("<Q")
+_NO_SEGMENT = 1 << 62  # "no next segment known": beyond every position
 _LOAD = _U64.unpack_from
 _STORE = _U64.pack_into
 #: ``<log>.sync`` holds two words that every process maps into memory (mmap):
 _SYNCED = 0  # the offset up to which the file is on stable storage (under the sync flock)
 _COMMITTED = 8  # the end of the last append that completed (under the append lock)
-_STATE_SIZE = 16
+_ACTIVE = 16  # the base of the active segment (under the append lock); 0: not known yet
+#: ...read and written as word 2 of a native-order view of the mapping (`_words`): every
+#: append compares it, and a memoryview item costs a third of a struct.unpack_from (the
+#: state file never leaves its machine, so native order is its order)
+_ACTIVE_WORD = _ACTIVE // 8
+_SEGMENT_BYTES = 24  # the log's segment size, set by a handle opened with one; 0: the default
+_STATE_SIZE = 32
+_OLD_STATE_SIZE = 16  # a state file of a qw before segments (no ACTIVE word)
 _HEADER_PACK = framing.FRAME_HEADER.pack
 _ALL_ONES = framing.ALL_ONES
 _SEEK_END = os.SEEK_END
@@ -146,6 +182,7 @@ class FileLog(Log):
         max_record: int,
         header: framing.FileHeader,
         read_only: bool = False,
+        segment_bytes: int | None = None,
     ) -> None:
         self.path = path
         self.name = path
@@ -160,8 +197,12 @@ class FileLog(Log):
         self._file_max = file_max  # the file's own limit, which decoding enforces
         self._sync_all = durability is Durability.ALWAYS
         self._sync_durable = durability is not Durability.NONE
-        self._tail = FILE_HEADER_SIZE  # the writer's verified end of the file
-        self._seen = FILE_HEADER_SIZE  # the reader's verified end of the file
+        #: an append that finds the active segment holding this many bytes starts a new one
+        #: (None: the log's own size, see `open`)
+        self._segment_bytes = segment_bytes
+        self.segment_bytes = segment_bytes or DEFAULT_SEGMENT_BYTES
+        self._tail = FILE_HEADER_SIZE  # the writer's verified end of the active segment
+        self._seen = FILE_HEADER_SIZE  # the reader's verified end of its segment
         self._stall = (-1, -1)  # (position, file size) where a read last met an incomplete tail
         self._walked = False  # whether _find_end has verified the file's last batch once
         self._read_view = memoryview(bytearray(READ_CHUNK))
@@ -178,6 +219,7 @@ class FileLog(Log):
         *,
         identity: LogIdentity | None = None,
         read_only: bool = False,
+        segment_bytes: int | None = None,
     ) -> FileLog:
         """Open the log at `path`, creating it (with its header) if it does not exist.
 
@@ -189,13 +231,24 @@ class FileLog(Log):
         log created here gets it (without one: a new queue id, the file's stem as topic).
         `read_only`: never create or write anything (no lock or sync file either); a
         missing log is a LogError, appends raise LogError.
+        `segment_bytes`: an append that finds the active segment this large starts a new one.
+        Given, it becomes the log's segment size (kept in its shared state); None: the size
+        the log has (DEFAULT_SEGMENT_BYTES when none was ever given). Every writer of a log
+        so rolls at the size the last `qw up --segment-bytes` chose.
         """
+        if segment_bytes is not None and segment_bytes < 1:
+            raise ValueError(f"segment_bytes {segment_bytes} must be at least 1")
         if not 0 <= max_record <= framing.MAX_RECORD_LIMIT:
             raise ValueError(
                 f"max_record {max_record} is out of range 0..{framing.MAX_RECORD_LIMIT}"
             )
         name = os.fspath(path)
         header = read_file_header(name)  # refuse a foreign file before creating anything
+        if header is None and len(list_bases(name)) > 0:
+            raise IdentityError(
+                f"{name} is missing but later segments of it are there: the log's first "
+                "segment was removed outside qw"
+            )
         if header is None:
             if read_only:
                 raise LogError(f"{name}: no such log (opened read-only, so not created)")
@@ -208,7 +261,7 @@ class FileLog(Log):
         if identity is not None:
             check_identity(LogIdentity(header.queue, header.topic), identity, name)
         try:
-            return cls(name, durability, max_record, header, read_only)
+            return cls(name, durability, max_record, header, read_only, segment_bytes)
         except OSError as exc:
             what = "open" if read_only else "open for writing"
             raise LogError(f"{name}: cannot {what} the log: {exc.strerror or exc}") from exc
@@ -216,26 +269,117 @@ class FileLog(Log):
     # -- descriptors and process ownership -----------------------------------------------------
 
     def _open_files(self) -> None:
+        self._retired: list[int] = []  # write descriptors of sealed segments (see _switch_write)
         if self.read_only:
             self._open_read_only()
         else:
             self._open_writable()
+        self._words = memoryview(self._state).cast("Q")  # (see _ACTIVE_WORD)
         self._acquire = self._lock.acquire
         self._release = self._lock.release
         self._mutex = threading.Lock()  # threads of this process sharing the handle's flock
         self._waiter: Waiter | None = None
+        self._waiter_base = -1  # the segment the waiter watches
         #: True when this handle must not be used as it is: closed, or inherited through fork()
         self._stale = False
         _HANDLES.add(self)
+        try:
+            self._open_segments()
+        except BaseException:
+            self._words.release()
+            self._state.close()
+            if self._sync_lock is not None:
+                self._sync_lock.close()
+            self._lock.close()
+            raise
         self._check_length()
 
+    def _open_segments(self) -> None:
+        """Open the newest segment for appending and reading (under the shared lock: no roll
+        is half-listed), and make the shared ACTIVE word agree with the files."""
+        self._lock.acquire_shared()
+        try:
+            bases = list_bases(self.path)
+            active = bases[-1]
+            word = self._active_word()
+            if not self.read_only and (word == 0 or word < active):
+                # a new state file, one of an older qw, or one that lost a roll's word in a
+                # power cut: the files say where the active segment is
+                self._words[_ACTIVE_WORD] = active
+            if not self.read_only and self._segment_bytes is not None:
+                _STORE(self._state, _SEGMENT_BYTES, self._segment_bytes)
+            self._rfd = -1
+            self._fd = -1
+            self._rbase = self._rdelta = 0
+            self._rnext = _NO_SEGMENT
+            self._wbase = self._wdelta = 0
+            self._roll_at = _NO_SEGMENT
+            self._switch_read(active, self._rnext)
+            if not self.read_only:
+                self._switch_write(active)
+        finally:
+            self._lock.release()
+        self._tail = self._seen = self._wbase if not self.read_only else self._rbase
+
+    def _active_word(self) -> int:
+        """The ACTIVE word of the shared state: the base of the newest segment (0: unknown,
+        also for a read-only handle of a state file written before segments)."""
+        if len(self._words) <= _ACTIVE_WORD:
+            return 0
+        return int(self._words[_ACTIVE_WORD])
+
+    def _open_segment(self, base: int, flags: int) -> tuple[int, SegmentHeader]:
+        """A descriptor of the segment at `base`, its header checked against the log's
+        identity (FileNotFoundError when there is no such file)."""
+        path = segment_path(self.path, base)
+        fd = os.open(path, flags | os.O_CLOEXEC)
+        try:
+            header = read_segment_header(fd, path)
+            check_segment(header, path, base, self.identity)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd, header
+
+    def _switch_read(self, base: int, after: int) -> SegmentHeader:
+        """Read from the segment at `base` (`after`: the base of the next one, _NO_SEGMENT
+        when it is the newest known)."""
+        fd, header = self._open_segment(base, os.O_RDONLY)
+        if self._rfd >= 0 and (self.read_only or self._rfd != self._fd):
+            os.close(self._rfd)  # (a read-only handle's _fd is the same descriptor)
+        self._rfd = fd
+        if self.read_only:
+            self._fd = fd
+        self._rbase = base
+        self._rdelta = base - header.size
+        self._rnext = after
+        self._seen = base  # nothing of this segment verified by this handle yet
+        self._stall = (-1, -1)
+        return header
+
+    def _switch_write(self, base: int) -> None:
+        """Append to the segment at `base` (under the append lock, or at open)."""
+        fd, header = self._open_segment(base, os.O_RDWR)
+        if self._fd >= 0:
+            # Not closed yet: another thread of this process may be forcing it to disk
+            # (`_sync`); it is closed at the next switch, a whole segment later.
+            for old in self._retired:
+                os.close(old)
+            self._retired = [self._fd]
+        self._fd = fd
+        self._wbase = base
+        self._wdelta = base - header.size
+        if self._segment_bytes is None:  # the log's size, as it is now
+            self.segment_bytes = int(_LOAD(self._state, _SEGMENT_BYTES)[0]) or DEFAULT_SEGMENT_BYTES
+        self._roll_at = base + self.segment_bytes
+        self._tail = base
+        self._walked = False
+
     def _open_read_only(self) -> None:
-        """Descriptors that cannot write: the log O_RDONLY, the lock file O_RDONLY when it
-        exists (flock needs no write access), the sync state mapped read-only (or zeros)."""
+        """Descriptors that cannot write: the lock file O_RDONLY when it exists (flock needs
+        no write access), the sync state mapped read-only (or zeros). The segments are
+        opened by `_open_segments`."""
         with contextlib.ExitStack() as undo:
-            self._rfd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
-            undo.callback(os.close, self._rfd)
-            self._fd = self._rfd
             self._lock: HeldLock = open_read_lock(self.path + ".lock")
             undo.callback(self._lock.close)
             self._sync_lock: FlockLock | None = None
@@ -243,8 +387,10 @@ class FileLog(Log):
                 state_fd = os.open(self.path + ".sync", os.O_RDONLY | os.O_CLOEXEC)
             except FileNotFoundError:
                 state_fd = -1
-            if state_fd >= 0 and os.fstat(state_fd).st_size >= _STATE_SIZE:
-                self._state = mmap.mmap(state_fd, _STATE_SIZE, prot=mmap.PROT_READ)
+            size = os.fstat(state_fd).st_size if state_fd >= 0 else 0
+            if size >= _OLD_STATE_SIZE:
+                length = min(size, _STATE_SIZE)
+                self._state = mmap.mmap(state_fd, length, prot=mmap.PROT_READ)
             else:
                 self._state = mmap.mmap(-1, _STATE_SIZE)  # zeros: nothing known committed
             if state_fd >= 0:
@@ -262,20 +408,17 @@ class FileLog(Log):
             size = os.lseek(self._rfd, 0, _SEEK_END)
         finally:
             self._lock.release()
-        if size < synced:
+        if size + self._rdelta < synced:
             self._close_files()
             self._closed = self._stale = True
             raise IdentityError(
-                f"{self.path} is {size} bytes, shorter than the {synced} bytes of it already "
-                "forced to disk: the log was cut short outside qw"
+                f"{segment_path(self.path, self._rbase)} is {size} bytes, shorter than the "
+                f"{synced - self._rdelta} bytes of it already forced to disk: the log was cut "
+                "short outside qw"
             )
 
     def _open_writable(self) -> None:
         with contextlib.ExitStack() as undo:  # closes what was opened if a later step fails
-            self._fd = os.open(self.path, os.O_RDWR | os.O_CLOEXEC)
-            undo.callback(os.close, self._fd)
-            self._rfd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
-            undo.callback(os.close, self._rfd)
             self._lock = open_lock(self.path + ".lock")
             undo.callback(self._lock.close)
             # Group commit needs flock on the sync file; without flock every durable append
@@ -298,13 +441,15 @@ class FileLog(Log):
     def _close_files(self) -> None:
         if self._waiter is not None:
             self._waiter.close()
+        self._words.release()
         self._state.close()
         if self._sync_lock is not None:
             self._sync_lock.close()
         self._lock.close()
-        os.close(self._rfd)
-        if self._fd != self._rfd:
-            os.close(self._fd)
+        for fd in {self._rfd, self._fd, *self._retired}:
+            if fd >= 0:
+                os.close(fd)
+        self._retired = []
 
     def _revive(self) -> None:
         """Called when `_stale` is set: the handle is closed, or was inherited through fork()."""
@@ -347,11 +492,15 @@ class FileLog(Log):
                 self._acquire()
                 try:
                     pos = self._tail
-                    file_size = os.lseek(self._fd, 0, _SEEK_END)
+                    if self._words[_ACTIVE_WORD] != self._wbase:
+                        pos = self._follow_active()
+                    file_size = os.lseek(self._fd, 0, _SEEK_END) + self._wdelta
                     if file_size != pos:
                         pos = self._find_append_position(file_size)
+                    if pos >= self._roll_at:
+                        self._roll(pos)
                     try:
-                        written = os.pwrite(self._fd, frame, pos)
+                        written = os.pwrite(self._fd, frame, pos - self._wdelta)
                     except OSError as exc:
                         self._undo(pos, total, exc)
                     if written != total:
@@ -391,14 +540,19 @@ class FileLog(Log):
             self._acquire()
             try:
                 pos = self._tail
-                size = os.lseek(self._fd, 0, _SEEK_END)
+                if self._words[_ACTIVE_WORD] != self._wbase:
+                    pos = self._follow_active()
+                size = os.lseek(self._fd, 0, _SEEK_END) + self._wdelta
                 if size != pos:
                     pos = self._find_append_position(size)
+                if pos >= self._roll_at:
+                    self._roll(pos)
+                offset = pos - self._wdelta
                 try:
                     if len(parts) == 1:
-                        written = os.pwrite(self._fd, parts[0], pos)
+                        written = os.pwrite(self._fd, parts[0], offset)
                     else:
-                        written = os.pwritev(self._fd, parts, pos)
+                        written = os.pwritev(self._fd, parts, offset)
                 except OSError as exc:
                     self._undo(pos, total, exc)
                 if written != total:
@@ -418,16 +572,70 @@ class FileLog(Log):
 
     def _settle(self, size: int) -> int:
         """Under the append lock: the end of the valid frames, a torn tail cut off."""
-        start = max(self._tail, self._seen)
+        start = self._tail
+        if self._rbase == self._wbase:  # the reader's knowledge is of this segment too
+            start = max(start, self._seen)
         committed = _LOAD(self._state, _COMMITTED)[0]
         if self._walked and start < committed <= size:  # (a stale value after a power cut
             start = committed  # is never used: the first walk of a handle ignores it)
         if size < start:  # cut by something outside this protocol: trust nothing we knew
-            start = self._seen = FILE_HEADER_SIZE
-        end, stop = self._find_end(self._fd, start, size, self._scan_view)
+            start = self._wbase
+            if self._rbase == self._wbase:
+                self._seen = start
+        end, stop = self._find_end(self._fd, start, size, self._scan_view, self._wdelta)
         if stop is Stop.TORN_TAIL:
             self._truncate(end)
         return end
+
+    # -- segments ------------------------------------------------------------------------------
+
+    def _follow_active(self) -> int:
+        """Under the append lock, when ACTIVE names another segment than this handle's:
+        another handle started a new one. Append there (creating it when its roller was
+        killed before it could). Returns the new segment's base; the caller finds its end."""
+        active = int(self._words[_ACTIVE_WORD])
+        bases = list_bases(self.path)
+        if bases[-1] > active:  # (a state file reset under a live log: the files decide)
+            active = bases[-1]
+            self._words[_ACTIVE_WORD] = active
+        elif bases[-1] < active:
+            try:
+                self._create_segment(active)
+            except OSError as exc:  # (a full disk: nothing was appended)
+                raise AppendError(
+                    f"{self.name}: cannot start a new segment at {active}: {exc.strerror or exc}"
+                ) from exc
+        self._switch_write(active)
+        return active
+
+    def _roll(self, end: int) -> None:
+        """Under the append lock, `end` being the active segment's settled end: seal it and
+        start the next segment there (see the module docstring for the order of steps)."""
+        try:
+            os.fsync(self._fd)  # a sealed segment is never written again: force it once
+            self._words[_ACTIVE_WORD] = end
+            self._create_segment(end)
+            # The same size again: changes nothing, but raises IN_MODIFY, which wakes the
+            # readers waiting at the end of the sealed segment (they go on in the new one).
+            os.ftruncate(self._fd, end - self._wdelta)
+        except OSError as exc:
+            raise AppendError(
+                f"{self.name}: cannot start a new segment at {end}: {exc.strerror or exc}"
+            ) from exc
+        self._switch_write(end)
+
+    def _create_segment(self, base: int) -> None:
+        """Write the file of a new, empty segment at `base`, atomically and durably."""
+        path = segment_path(self.path, base)
+        tmp = f"{path}.{os.getpid()}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
+        try:
+            os.pwrite(fd, encode_segment_header(self._file_max, self.identity, base), 0)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+        sync_directory(str(Path(path).parent))
 
     def _finish(self, parts: tuple[bytes, ...], total: int, pos: int, written: int) -> None:
         # A short write: a signal, or a limit (disk full, RLIMIT_FSIZE) reached part way.
@@ -452,8 +660,8 @@ class FileLog(Log):
         ) from exc
 
     def _truncate(self, end: int) -> None:
-        """Cut the file at `end` (under the append or maintenance lock)."""
-        os.ftruncate(self._fd, end)
+        """Cut the active segment at position `end` (under the append or maintenance lock)."""
+        os.ftruncate(self._fd, end - self._wdelta)
         _STORE(self._state, _COMMITTED, end)
         if self._sync_lock is None:
             return
@@ -475,16 +683,19 @@ class FileLog(Log):
                 os.fdatasync(self._fd)
                 return
             # Another process's flush that began after our write covers us: no lock needed.
+            fd, delta = self._fd, self._wdelta
             synced = _LOAD(self._state, _SYNCED)[0]
-            if end <= synced <= os.lseek(self._fd, 0, _SEEK_END):
+            if end <= synced <= os.lseek(fd, 0, _SEEK_END) + delta:
                 return
             sync.acquire()
             try:
                 synced = _LOAD(self._state, _SYNCED)[0]
-                size = os.lseek(self._fd, 0, _SEEK_END)
+                fd, delta = self._fd, self._wdelta  # (a roll may have moved on: then the
+                # record is in a sealed segment, forced at the roll, and this one is newer)
+                size = os.lseek(fd, 0, _SEEK_END) + delta
                 if end <= synced <= size:  # (an offset past the file's end is stale: ignore it)
                     return
-                os.fdatasync(self._fd)
+                os.fdatasync(fd)
                 _STORE(self._state, _SYNCED, size)
             finally:
                 sync.release()
@@ -502,8 +713,11 @@ class FileLog(Log):
 
     # -- finding the end, verifying ---------------------------------------------------------
 
-    def _find_end(self, fd: int, start: int, size: int, buf: memoryview) -> tuple[int, Stop]:
-        """The end of the valid frames between `start` (a batch boundary) and `size`.
+    def _find_end(
+        self, fd: int, start: int, size: int, buf: memoryview, delta: int
+    ) -> tuple[int, Stop]:
+        """The end of the valid frames between positions `start` (a batch boundary) and
+        `size` of the segment open as `fd` (file offset = position - `delta`).
 
         Returns (end, CLEAN) or (end, TORN_TAIL). Only the end of the file can be torn: each
         writer checked the end before it wrote whole frames after it. So frame headers are
@@ -516,7 +730,7 @@ class FileLog(Log):
         pos = open_batch = last_batch = start
         chunk = len(buf)
         while size - pos > chunk:  # far from the end: walk a chunk at a time
-            view = _pread(fd, pos, chunk, buf)
+            view = _pread(fd, pos - delta, chunk, buf)
             walked, open_batch, last_batch = framing.walk_frames(
                 view, pos, self._file_max, open_batch, last_batch
             )
@@ -531,7 +745,7 @@ class FileLog(Log):
             if not peek[1]:
                 last_batch, open_batch = open_batch, pos
         if size - pos <= chunk:  # near the end: one read, walked in memory
-            view = _pread(fd, pos, size - pos, buf)
+            view = _pread(fd, pos - delta, size - pos, buf)
             walk = framing.walk_frames(view, pos, self._file_max, open_batch, last_batch)
             if walk.end == walk.open_batch == size and self._walked:
                 return size, Stop.CLEAN
@@ -546,17 +760,20 @@ class FileLog(Log):
                 )
                 self._walked = True
                 return last_batch + found.consumed, found.stop
-        verified = self._verify(fd, last_batch, size, buf)
+        verified = self._verify(fd, last_batch, size, buf, delta)
         self._walked = True
         return verified
 
-    def _verify(self, fd: int, start: int, size: int, buf: memoryview) -> tuple[int, Stop]:
-        """Check every frame (payload checksums too) from `start` to `size`."""
+    def _verify(
+        self, fd: int, start: int, size: int, buf: memoryview, delta: int
+    ) -> tuple[int, Stop]:
+        """Check every frame (payload checksums too) from `start` to `size` (positions of
+        the segment open as `fd`: file offset = position - `delta`)."""
         pos = start
         needed = 0
         while True:
             want = min(size - pos, max(len(buf), needed))
-            view = _pread(fd, pos, want, buf)
+            view = _pread(fd, pos - delta, want, buf)
             at_eof = len(view) < want or pos + len(view) >= size
             found = framing.scan_frames(
                 view, pos, at_eof=at_eof, max_record=self._file_max, path=self.name
@@ -582,13 +799,17 @@ class FileLog(Log):
         if self.read_only:
             self._refuse_write()
         with self._mutex, maintenance_lock(self.path + ".lock"):
-            size = os.lseek(self._fd, 0, _SEEK_END)
-            end, stop = self._verify(self._fd, FILE_HEADER_SIZE, size, self._scan_view)
+            if self._words[_ACTIVE_WORD] != self._wbase:
+                self._follow_active()
+            size = os.lseek(self._fd, 0, _SEEK_END) + self._wdelta
+            # (only the active segment can have a torn tail: a roll settled the others)
+            end, stop = self._verify(self._fd, self._wbase, size, self._scan_view, self._wdelta)
             if stop is Stop.TORN_TAIL:
                 self._truncate(end)
             _STORE(self._state, _COMMITTED, end)  # (appenders are held off: it is exact)
             self._tail = end
-            self._seen = min(self._seen, end)
+            if self._rbase == self._wbase:
+                self._seen = min(self._seen, end)
             self._walked = True
             return size - end
 
@@ -599,17 +820,66 @@ class FileLog(Log):
         nothing (a torn tail is left to the next append)."""
         if self._stale:
             self._revive()
-        try:
-            size = os.lseek(self._rfd, 0, _SEEK_END)
-            end, _ = self._verify(self._rfd, FILE_HEADER_SIZE, size, self._scan_view)
-        except CorruptLogError:  # as in read(): decide again with the writers held off
-            self._lock.acquire_shared()
+        end = self.start
+        for base, _after in self.segments():
             try:
-                size = os.lseek(self._rfd, 0, _SEEK_END)
-                end, _ = self._verify(self._rfd, FILE_HEADER_SIZE, size, self._scan_view)
+                fd, header = self._open_segment(base, os.O_RDONLY)
+            except FileNotFoundError:  # compacted meanwhile: it was settled history
+                continue
+            delta = base - header.size
+            try:
+                try:
+                    size = os.lseek(fd, 0, _SEEK_END) + delta
+                    end, _ = self._verify(fd, base, size, self._scan_view, delta)
+                except CorruptLogError:  # as in read(): decide again with the writers held off
+                    self._lock.acquire_shared()
+                    try:
+                        size = os.lseek(fd, 0, _SEEK_END) + delta
+                        end, _ = self._verify(fd, base, size, self._scan_view, delta)
+                    finally:
+                        self._lock.release()
             finally:
-                self._lock.release()
+                os.close(fd)
         return end
+
+    def segments(self) -> list[tuple[int, int]]:
+        """(base, next base) of each segment still holding records, oldest first; the last
+        one's next base is _NO_SEGMENT (it is the active one, as far as the files say)."""
+        bases = list_bases(self.path)
+        # (only a sealed first segment can be a stub: the one segment of a log is not)
+        if len(bases) > 1 and bases[0] == FIRST_BASE and self._first_is_stub():
+            bases = bases[1:]
+        return list(zip(bases, [*bases[1:], _NO_SEGMENT], strict=True))
+
+    def sealed_segments(self) -> list[tuple[int, int]]:
+        """(base, end) of each segment that is no longer appended to, oldest first."""
+        return [(base, after) for base, after in self.segments() if after != _NO_SEGMENT]
+
+    def drop_segments(self, upto: int) -> list[tuple[int, int]]:
+        """Remove every sealed segment that ends at or before position `upto`, oldest first,
+        and return their (base, end). Compaction's last step (`queue_worker.compaction`):
+        the caller has made sure that what they hold is settled and covered by a durable
+        checkpoint. Readers of a removed position get PositionCompactedError."""
+        if self.read_only:
+            self._refuse_write()
+        dropped = []
+        for base, end in self.sealed_segments():
+            if end > upto:
+                break
+            drop_segment(self.path, base, self.identity, self._file_max)
+            dropped.append((base, end))
+        return dropped
+
+    def _first_is_stub(self) -> bool:
+        path = segment_path(self.path, FIRST_BASE)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return True
+        try:
+            return read_segment_header(fd, path).compacted
+        finally:
+            os.close(fd)
 
     def checksum(self, start: int, end: int, seed: int = 0) -> int:
         """crc32 of the file's bytes from `start` to `end` (frame headers included), from
@@ -617,10 +887,35 @@ class FileLog(Log):
         if self._stale:
             self._revive()
         crc = seed
+        segments = self.segments()
+        if start < end and (not segments or start < segments[0][0]):
+            raise PositionCompactedError(self.name, start, segments[0][0] if segments else end)
+        for base, after in segments:
+            if after <= start or base >= end:
+                continue
+            try:
+                fd, header = self._open_segment(base, os.O_RDONLY)
+            except FileNotFoundError:
+                raise PositionCompactedError(self.name, max(start, base), self.start) from None
+            try:
+                crc = self._checksum_segment(
+                    fd, base - header.size, max(start, base), min(end, after), crc, after
+                )
+            finally:
+                os.close(fd)
+        return crc
+
+    def _checksum_segment(
+        self, fd: int, delta: int, start: int, end: int, crc: int, after: int
+    ) -> int:
+        """crc32 of one segment's bytes from `start` to `end`; `after`: the next segment's
+        base (a sealed segment that ends short of it, after a power cut, ends there)."""
         pos = start
         while pos < end:
-            chunk = os.pread(self._rfd, min(BIG_READ, end - pos), pos)
+            chunk = os.pread(fd, min(BIG_READ, end - pos), pos - delta)
             if not chunk:
+                if after != _NO_SEGMENT:
+                    break
                 raise IdentityError(
                     f"{self.name} ends at byte {pos}, before byte {end} that was read before: "
                     "the log was cut short outside qw"
@@ -640,6 +935,27 @@ class FileLog(Log):
             )
         if max_records is not None and max_records <= 0:
             return []
+        if not self._rbase <= position < self._rnext:
+            self._locate(position)
+        entries = self._read_segment(position, max_records)
+        if entries or not self._sealed():
+            return entries
+        # Nothing more in a sealed segment: the records go on in the next one.
+        after = self._next_base()
+        end = os.lseek(self._rfd, 0, _SEEK_END) + self._rdelta
+        if after == _NO_SEGMENT or end > position:
+            return entries  # (the next segment is being created; or this one is not done)
+        if after != end:  # a roll forces a segment to disk before the next one begins
+            raise CorruptLogError(
+                segment_path(self.path, self._rbase),
+                end,
+                f"the next segment starts at position {after}, not where this one ends: "
+                "a segment is missing",
+            )
+        self._locate(after)
+        return self._read_segment(position, max_records)
+
+    def _read_segment(self, position: int, max_records: int | None) -> list[Entry]:
         try:
             return self._read(position, max_records)
         except CorruptLogError:
@@ -651,8 +967,40 @@ class FileLog(Log):
             finally:
                 self._lock.release()
 
+    def _sealed(self) -> bool:
+        """Whether the segment being read is no longer the active one (nothing is appended
+        to it any more)."""
+        word = self._active_word()
+        if word:
+            return word > self._rbase
+        return self._next_base() != _NO_SEGMENT
+
+    def _next_base(self) -> int:
+        """The base of the segment after the one being read (_NO_SEGMENT: none yet)."""
+        if self._rnext == _NO_SEGMENT:
+            later = (b for b in list_bases(self.path) if b > self._rbase)
+            self._rnext = min(later, default=_NO_SEGMENT)
+        return self._rnext
+
+    def _locate(self, position: int) -> None:
+        """Read from the segment that holds `position`; PositionCompactedError when it was
+        removed by compaction (it is before the first segment left)."""
+        for _ in range(3):  # a listing may race with a compaction: list again
+            segments = self.segments()
+            if not segments or position < segments[0][0]:
+                start = segments[0][0] if segments else position
+                raise PositionCompactedError(self.name, position, start)
+            base, after = max((b, a) for b, a in segments if b <= position)
+            try:
+                self._switch_read(base, after)
+                return
+            except FileNotFoundError:
+                continue
+        raise PositionCompactedError(self.name, position, self.start)
+
     def _read(self, position: int, max_records: int | None) -> list[Entry]:
         fd = self._rfd
+        delta = self._rdelta
         entries: list[Entry] = []
         pos = position
         if max_records is None:
@@ -663,12 +1011,12 @@ class FileLog(Log):
         while True:
             # A fresh bytes object rather than a reused bytearray: decoding slices each
             # Entry.data straight out of bytes (a bytearray would be copied to bytes first).
-            buf = os.pread(fd, want, pos)
+            buf = os.pread(fd, want, pos - delta)
             at_eof = len(buf) < want
             if at_eof and pos + len(buf) < self._seen:
                 # Shorter than what this handle verified: cut by something outside this
                 # protocol (which never cuts a complete batch). Vouch for nothing any more.
-                self._seen = FILE_HEADER_SIZE
+                self._seen = self._rbase
             if not buf:  # nothing past `pos` (a caught-up reader's usual read): done
                 return entries
             found = framing.decode_frames(
@@ -693,7 +1041,7 @@ class FileLog(Log):
             elif stop is Stop.NEED_DATA:
                 pos += found.consumed
                 if not found.needed:  # only zero bytes to the end of the buffer: read it all
-                    want = os.lseek(fd, 0, _SEEK_END) - pos + 1
+                    want = os.lseek(fd, 0, _SEEK_END) + delta - pos + 1
                 elif found.consumed:  # read on from the open frame or batch
                     want = max(found.needed, _read_on(max_records, len(entries), pos - position))
                 elif pos < self._seen:  # a verified frame longer than the buffer: read it
@@ -725,18 +1073,19 @@ class FileLog(Log):
         whole and valid: still being written, torn, or damaged; decoding decides which.
         """
         fd = self._rfd
+        delta = self._rdelta
         max_record = self._file_max
         pos = open_batch = last_batch = start
         while True:
             chunk = min(chunk, BIG_READ)
-            buf = os.pread(fd, chunk, pos)
+            buf = os.pread(fd, chunk, pos - delta)
             chunk *= 2
             walk = framing.walk_frames(buf, pos, max_record, open_batch, last_batch, check=True)
             if walk.end == pos:  # not one whole, valid frame in the buffer
                 peek = framing.peek_frame(buf, max_record)
                 if peek is None or peek[0] <= len(buf):  # invalid, or whole and damaged
                     return False
-                buf = os.pread(fd, peek[0], pos)  # one frame longer than a buffer
+                buf = os.pread(fd, peek[0], pos - delta)  # one frame longer than a buffer
                 walk = framing.walk_frames(buf, pos, max_record, open_batch, last_batch, check=True)
                 if walk.end == pos:  # incomplete (the end of the file), or damaged
                     return False
@@ -748,36 +1097,72 @@ class FileLog(Log):
     def end(self) -> int:
         if self._stale:
             self._revive()
-        size = os.lseek(self._rfd, 0, _SEEK_END)
-        start = max(self._seen, self._tail)
+        if self.read_only:
+            self._to_active()
+            fd, base, delta = self._rfd, self._rbase, self._rdelta
+            start = self._seen
+        else:
+            if self._words[_ACTIVE_WORD] != self._wbase:  # another handle rolled
+                with self._mutex:
+                    self._acquire()
+                    try:
+                        if self._words[_ACTIVE_WORD] != self._wbase:
+                            self._follow_active()
+                    finally:
+                        self._release()
+            fd, base, delta = self._fd, self._wbase, self._wdelta
+            start = max(self._seen, self._tail) if self._rbase == base else self._tail
+        reading = self._rbase == base  # (what is learnt of the end helps the reader too)
+        size = os.lseek(fd, 0, _SEEK_END) + delta
         if size == start:
             return start
         if self._walked and size == _LOAD(self._state, _COMMITTED)[0]:
-            self._seen = size  # the last append completed and nothing follows it
+            if reading:
+                self._seen = size  # the last append completed and nothing follows it
             return size
         if size < start:
-            start = FILE_HEADER_SIZE
+            start = base
         try:
-            end, _ = self._find_end(self._rfd, start, size, self._read_view)
+            end, _ = self._find_end(fd, start, size, self._read_view, delta)
         except CorruptLogError:  # as in read(): decide again with the writers held off
             self._lock.acquire_shared()
             try:
-                size = os.lseek(self._rfd, 0, _SEEK_END)
-                end, _ = self._find_end(self._rfd, start, size, self._read_view)
+                size = os.lseek(fd, 0, _SEEK_END) + delta
+                end, _ = self._find_end(fd, start, size, self._read_view, delta)
             finally:
                 self._lock.release()
-        self._seen = end
+        if reading:
+            self._seen = end
         return end
+
+    def _to_active(self) -> None:
+        """Read from the newest segment (a read-only handle's `end`)."""
+        if self._rnext == _NO_SEGMENT and not self._sealed():
+            return
+        newest = self.segments()[-1][0]
+        self._switch_read(newest, _NO_SEGMENT)
+        self._walked = False
 
     @property
     def start(self) -> int:
-        return FILE_HEADER_SIZE
+        """The position of the first record still retained (later than `origin` once
+        compaction removed segments)."""
+        segments = self.segments()
+        return segments[0][0] if segments else FIRST_BASE
+
+    @property
+    def origin(self) -> int:
+        return FIRST_BASE
 
     # -- waiting -------------------------------------------------------------------------------
 
     def _ready(self, position: int) -> bool:
-        size = os.lseek(self._rfd, 0, _SEEK_END)
-        return size > position and (position, size) != self._stall
+        if not self._rbase <= position < self._rnext:
+            return True  # in another segment: a read decides
+        size = os.lseek(self._rfd, 0, _SEEK_END) + self._rdelta
+        if size > position:
+            return (position, size) != self._stall
+        return self._sealed()  # the records go on in the next segment
 
     def wait(self, position: int, timeout: float) -> bool:
         if self._stale:
@@ -786,8 +1171,12 @@ class FileLog(Log):
             return True
         if timeout <= 0:
             return False
-        if self._waiter is None:
-            self._waiter = make_waiter(self.path)
+        if self._waiter is None or self._waiter_base != self._rbase:
+            if self._waiter is not None:
+                self._waiter.close()
+                self._waiter = None
+            self._waiter = make_waiter(segment_path(self.path, self._rbase))
+            self._waiter_base = self._rbase
         return self._waiter.wait(lambda: self._ready(position), timeout)
 
     def __enter__(self) -> FileLog:

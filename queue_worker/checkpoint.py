@@ -8,7 +8,7 @@ the two logs. It is a cache: losing it, or refusing it, only costs a full replay
 The file: ``<data directory>/fold.checkpoint`` (file-log data directories only; a Redis
 location has none). One msgpack map::
 
-    {"format": "qw-fold-checkpoint", "version": 2, "crc32": crc32(body), "body": bytes}
+    {"format": "qw-fold-checkpoint", "version": 3, "crc32": crc32(body), "body": bytes}
 
 `body` is a msgpack map with one entry per topic::
 
@@ -18,9 +18,11 @@ location has none). One msgpack map::
                "state": {"position", "done_count", "dead_count", "unknown_count",
                          "watermark": int, "closed_above": [task], "dead": [[task, error]],
                          "open": [[task, HOLDER|nil, attempts, retry_at|nil, last_error|nil]]}}
-    LOG     {"start": log.start, "first": RECORD|nil, "last": RECORD|nil,
-             "identity": "<queue id hex>/<topic>"|nil, "prefix_crc": int}
+    LOG     {"start": int, "first": RECORD|nil, "last": RECORD|nil,
+             "identity": "<queue id hex>/<topic>"|nil, "prefix_crc": int,
+             "origin": log.origin, "compacted": [SEGMENT], "chain": int}
     RECORD  [position, next position, length, crc32 of its bytes]
+    SEGMENT [base, end, crc32 of its bytes]: a segment compaction removed
     HOLDER  [claim, worker, at, expiry]
 
 `positions` is the task index's int64 array, little-endian (task id -> record position).
@@ -48,6 +50,21 @@ the checkpoint (os.replace): a reader sees the old file or the new one, never a 
 several workers may save at once (the last rename wins; every one is valid). There is no
 fsync: after a power cut a lost or torn checkpoint is refused like any other bad file.
 The logs are only read, never written.
+
+Compaction (`queue_worker.compaction`) removes settled segments from the front of the logs,
+and the checkpoint is then the only record of what they held. So a log's map says where
+the covered records still retained begin (`start`: the log's start when nothing was
+removed), and lists the removed segments in order (`compacted`, from `origin`, the log's
+first position ever, to `start`) with a **digest chain** over them: ``chain`` is
+crc32(base, end, crc of each removed segment in turn, as 8+8+4 little-endian bytes), so a
+list edited after the fact does not match its chain. Loading checks that the list runs
+without a gap from `origin` to `start`, that its chain matches, and that the log has lost
+nothing after `start`; a log whose records begin after the checkpoint's `start` lost
+history no checkpoint covers, and is refused (loudly: a worker will not replay a log that
+does not begin at its origin). Saves and compactions take ``fold.checkpoint.lock`` in
+turn, and a save carries the list of the checkpoint it replaces forward: a save never
+forgets a removal. A version-2 checkpoint (before compaction) is refused like any other
+version: the logs it was taken of were never compacted, so one full replay replaces it.
 """
 
 from __future__ import annotations
@@ -61,19 +78,24 @@ import sys
 import weakref
 import zlib
 from array import array
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Final, NamedTuple
 
+import filelock
 import msgpack
 
 from logstore import Log, LogClosedError, LogError, LogIdentity
+from logstore.locking import maintenance_lock
+from logstore.segments import sync_directory
 from queue_worker.errors import QwError
 from queue_worker.state import ClaimSnapshot, ClaimState, Lease, OpenTask
 from queue_worker.topics import ClaimsFollower, TaskIndex, TaskIndexSnapshot
 
 CHECKPOINT_NAME: Final = "fold.checkpoint"
 FORMAT: Final = "qw-fold-checkpoint"
-VERSION: Final = 2
+VERSION: Final = 3
+LOCK_NAME: Final = f"{CHECKPOINT_NAME}.lock"
 
 #: temporary files: ``.fold.checkpoint.<pid>.<random>.tmp`` (the pid lets a later save
 #: remove what a killed saver left behind)
@@ -91,6 +113,41 @@ class CheckpointRefused(QwError):
     other logs); the message says why."""
 
 
+class Removed(NamedTuple):
+    """A segment compaction removed: its positions and the crc32 of its bytes."""
+
+    base: int
+    end: int
+    crc: int
+
+
+def chain_of(removed: Sequence[Removed]) -> int:
+    """The digest chain over removed segments (module docstring)."""
+    chain = 0
+    for r in removed:
+        packed = r.base.to_bytes(8, "little") + r.end.to_bytes(8, "little")
+        chain = zlib.crc32(packed + r.crc.to_bytes(4, "little"), chain)
+    return chain
+
+
+@contextlib.contextmanager
+def checkpoint_lock(directory: Path, *, wait: bool = True) -> Iterator[None]:
+    """Saves and compactions of `directory`'s checkpoint, one at a time (across processes).
+    `wait=False`: CheckpointError at once when another holds it (a worker's save does not
+    wait for a compaction, which takes seconds: it saves next time)."""
+    lock = maintenance_lock(str(directory / LOCK_NAME))
+    try:
+        lock.acquire(timeout=-1 if wait else 0)
+    except filelock.Timeout:
+        raise CheckpointError(
+            f"{directory / LOCK_NAME} is held (a compaction under way): not saved this time"
+        ) from None
+    try:
+        yield
+    finally:
+        lock.release()
+
+
 class _Record(NamedTuple):
     """Which record a checkpoint saw at a position: enough to tell if it is still there."""
 
@@ -104,7 +161,15 @@ class _Record(NamedTuple):
 
 
 def save_checkpoint(
-    directory: Path, tasks: TaskIndex, tasks_log: Log, claims: ClaimsFollower, claims_log: Log
+    directory: Path,
+    tasks: TaskIndex,
+    tasks_log: Log,
+    claims: ClaimsFollower,
+    claims_log: Log,
+    *,
+    removing: dict[str, list[Removed]] | None = None,
+    base: dict[str, Any] | None = None,
+    locked: bool = False,
 ) -> None:
     """Save `tasks` and `claims` (folds that began at their logs' start) as the checkpoint
     of `directory`. Call it from the thread that owns the folds, between catch-ups.
@@ -113,18 +178,50 @@ def save_checkpoint(
     that no longer holds what the fold read): catch it and carry on. The checkpoint file is
     then unchanged and no temporary file is left. (LogClosedError, a caller's bug, is not
     caught.)
+
+    `removing`: segments compaction is about to remove, per topic ("tasks", "claims"): the
+    checkpoint then starts their logs after them, and lists them (compaction saves this
+    way, durably, before it removes them), and `base` is the fold of the removed claims
+    records as the report needs it (`queue_worker.report.Prefix`; kept as given, and
+    carried forward by later saves). `locked`: the caller holds `checkpoint_lock`.
     """
+    if not locked:
+        try:
+            with checkpoint_lock(directory, wait=False):
+                save_checkpoint(
+                    directory,
+                    tasks,
+                    tasks_log,
+                    claims,
+                    claims_log,
+                    removing=removing,
+                    base=base,
+                    locked=True,
+                )
+        except OSError as e:
+            raise CheckpointError(f"cannot lock {directory / LOCK_NAME}: {e}") from e
+        return
     try:
+        before = _removed_before(directory)
+        if base is None:
+            base = read_base(directory)
         claim_state = claims.state.snapshot()
         index = tasks.snapshot()
         first_task, last_task = _ends(index)
         last_claim = claim_state.position if claim_state.position >= 0 else None
-        tasks_ends = _log_plain(tasks_log, first_task, last_task, index.next_position)
-        claims_ends = _log_plain(claims_log, None, last_claim, claims.next_position)
+        adding = removing or {}
+        tasks_removed = [*before.get("tasks", []), *adding.get("tasks", [])]
+        claims_removed = [*before.get("claims", []), *adding.get("claims", [])]
+        tasks_ends = _log_plain(
+            tasks_log, first_task, last_task, index.next_position, tasks_removed
+        )
+        claims_ends = _log_plain(claims_log, None, last_claim, claims.next_position, claims_removed)
         body = {
             "tasks": _tasks_plain(index, tasks_ends),
             "claims": _claims_plain(claims, claim_state, claims_ends),
         }
+        if base is not None:
+            body["base"] = base
         packed: bytes = msgpack.packb(body, use_bin_type=True)
         data: bytes = msgpack.packb(
             {"format": FORMAT, "version": VERSION, "crc32": zlib.crc32(packed), "body": packed},
@@ -136,7 +233,7 @@ def save_checkpoint(
         raise CheckpointError(f"cannot take a checkpoint: {e}") from e
     try:
         _sweep_tmp(directory)
-        _write_atomically(directory, data)
+        _write_atomically(directory, data, durable=removing is not None)
     except OSError as e:
         raise CheckpointError(f"cannot write {directory / CHECKPOINT_NAME}: {e}") from e
     finally:
@@ -180,33 +277,80 @@ def _ends(index: TaskIndexSnapshot) -> tuple[int | None, int | None]:
     return index.positions[0], index.positions[-1]
 
 
+def _removed_before(directory: Path) -> dict[str, list[Removed]]:
+    """The removed segments the current checkpoint lists, per topic (a save carries them
+    forward). Nothing for no checkpoint; a checkpoint that cannot be read when segments
+    were removed makes `_log_plain` refuse the save (the log does not start at its origin)."""
+    try:
+        body = _open_envelope((directory / CHECKPOINT_NAME).read_bytes())
+        return {topic: _removed_of(_map(_map(body, topic), "log")) for topic in ("tasks", "claims")}
+    except (OSError, CheckpointRefused):
+        return {}
+
+
+def removed_segments(directory: Path) -> dict[str, list[Removed]]:
+    """The segments the checkpoint lists as removed, per topic ("tasks", "claims")."""
+    return _removed_before(directory)
+
+
+def read_base(directory: Path) -> dict[str, Any] | None:
+    """The fold of the removed claims records the checkpoint keeps (see `save_checkpoint`),
+    None when it keeps none (nothing was compacted) or cannot be read."""
+    try:
+        body = _open_envelope((directory / CHECKPOINT_NAME).read_bytes())
+    except (OSError, CheckpointRefused):
+        return None
+    base = body.get("base")
+    return base if isinstance(base, dict) else None
+
+
+def listed_start(directory: Path, topic: str, origin: int) -> int:
+    """Where `topic`'s log starts by the checkpoint's list of removed segments (`origin`
+    when it lists none): compaction removes what the durable checkpoint lists."""
+    removed = _removed_before(directory).get(topic, [])
+    return removed[-1].end if removed else origin
+
+
 def _log_plain(
-    log: Log, first_folded: int | None, last: int | None, next_position: int
+    log: Log,
+    first_folded: int | None,
+    last: int | None,
+    next_position: int,
+    removed: list[Removed],
 ) -> dict[str, Any]:
-    """The LOG map: the log's start and its first and last folded records. `first_folded`:
-    the first record's position when the fold knows it (the task index does)."""
-    start = log.start
-    if last is None:
+    """The LOG map: where the covered records still retained start, the first and last
+    folded records, and the removed segments. `first_folded`: the first record's position
+    when the fold knows it (the task index does)."""
+    origin = log.origin
+    start = removed[-1].end if removed else origin
+    if log.start > start:
+        raise ValueError(
+            f"{log.name}: the log starts at {log.start}, but the checkpoint's list of removed "
+            f"segments ends at {start}: segments were removed that no checkpoint lists"
+        )
+    common = {
+        "start": start,
+        "identity": _identity_of(log),
+        "origin": origin,
+        "compacted": [list(r) for r in removed],
+        "chain": chain_of(removed),
+    }
+    if last is None or next_position == start:  # no records, or none retained
         if next_position != start:
             raise ValueError(f"{log.name}: a fold of no records is not at the log's start")
-        return {
-            "start": start,
-            "first": None,
-            "last": None,
-            "identity": _identity_of(log),
-            "prefix_crc": 0,
-        }
+        return {**common, "first": None, "last": None, "prefix_crc": 0}
+    if last < start:
+        raise ValueError(f"{log.name}: the fold ends before the retained records start")
     first, seen = _record_at(log, start), _record_at(log, last)
     if first is None or seen is None or seen.next != next_position:
         raise ValueError(f"{log.name}: the fold does not match the log at position {last}")
-    if first_folded is not None and first_folded != first.position:
+    if start == origin and first_folded is not None and first_folded != first.position:
         raise ValueError(f"{log.name}: the fold did not begin at the log's first record")
     return {
-        "start": start,
+        **common,
         "first": list(first),
         "last": list(seen),
-        "identity": _identity_of(log),
-        "prefix_crc": _prefix_crc(log, next_position),
+        "prefix_crc": _prefix_crc(log, start, next_position),
     }
 
 
@@ -216,20 +360,21 @@ def _identity_of(log: Log) -> str | None:
     return None if identity is None else f"{identity.queue_hex}/{identity.topic}"
 
 
-#: per log handle, the checksum of its prefix up to some position (what the last save
+#: per log handle, the checksum from a start up to some position (what the last save
 #: computed), so that the next save checksums only what was appended since
-_PREFIX_CRCS: weakref.WeakKeyDictionary[Log, tuple[int, int]] = weakref.WeakKeyDictionary()
+_PREFIX_CRCS: weakref.WeakKeyDictionary[Log, tuple[int, int, int]] = weakref.WeakKeyDictionary()
 
 
-def _prefix_crc(log: Log, end: int, *, remember: bool = True) -> int:
-    """`log.checksum` of everything from its start to `end`, extending the last one taken
-    through this handle when it covers less (a save reads only the new part)."""
-    at, crc = _PREFIX_CRCS.get(log, (log.start, 0))
-    if at > end:
-        at, crc = log.start, 0
+def _prefix_crc(log: Log, start: int, end: int, *, remember: bool = True) -> int:
+    """`log.checksum` of everything from `start` to `end`, extending the last one taken
+    through this handle from the same start when it covers less (a save reads only the new
+    part; after a compaction moved the start, the retained records once)."""
+    began, at, crc = _PREFIX_CRCS.get(log, (start, start, 0))
+    if began != start or at > end:
+        at, crc = start, 0
     crc = log.checksum(at, end, crc)
     if remember:
-        _PREFIX_CRCS[log] = (end, crc)
+        _PREFIX_CRCS[log] = (start, end, crc)
     return crc
 
 
@@ -253,7 +398,18 @@ def _tasks_plain(index: TaskIndexSnapshot, log: dict[str, Any]) -> dict[str, Any
 def _claims_plain(
     claims: ClaimsFollower, snap: ClaimSnapshot, log: dict[str, Any]
 ) -> dict[str, Any]:
-    state = {
+    return {
+        "log": log,
+        "next_position": claims.next_position,
+        "malformed": claims.malformed,
+        "last_malformed": claims.last_malformed,
+        "state": state_plain(snap),
+    }
+
+
+def state_plain(snap: ClaimSnapshot) -> dict[str, Any]:
+    """A claims fold's snapshot as msgpack values (`state_from` reads it back)."""
+    return {
         "position": snap.position,
         "done_count": snap.done_count,
         "dead_count": snap.dead_count,
@@ -272,23 +428,23 @@ def _claims_plain(
             for o in snap.open
         ],
     }
-    return {
-        "log": log,
-        "next_position": claims.next_position,
-        "malformed": claims.malformed,
-        "last_malformed": claims.last_malformed,
-        "state": state,
-    }
 
 
-def _write_atomically(directory: Path, data: bytes) -> None:
+def _write_atomically(directory: Path, data: bytes, *, durable: bool = False) -> None:
+    """Replace the checkpoint; `durable`: on stable storage before this returns (compaction
+    removes segments only once the checkpoint that lists them survives a power cut)."""
     tmp = directory / f"{_TMP_PREFIX}{os.getpid()}.{secrets.token_hex(8)}{_TMP_SUFFIX}"
     try:
         # O_EXCL: the name is ours alone; mode 0o666 less the umask, like the logs
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         with open(fd, "wb") as f:
             f.write(data)
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
         os.replace(tmp, directory / CHECKPOINT_NAME)
+        if durable:
+            sync_directory(str(directory))
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
@@ -393,10 +549,23 @@ def _check_log(
     next_position: int,
 ) -> None:
     """Refuse the checkpoint unless `log` is still the log it was taken of (module doc)."""
-    start = log.start
-    if _int(plain, "start") != start:
+    start = _int(plain, "start")
+    origin = _int(plain, "origin") if "origin" in plain else start
+    if origin != log.origin:
         raise CheckpointRefused(f"{log.name}: taken of a log that starts elsewhere")
+    removed = _removed_of(plain)
+    _check_chain(plain, log, removed, origin, start)
+    if log.start > start:
+        raise CheckpointRefused(
+            f"{log.name}: the log starts at {log.start}, after the {start} where this "
+            "checkpoint's records begin: segments were removed that it does not cover "
+            "(lost history)"
+        )
+    if start != origin:
+        first_folded = None  # (the fold's first records were compacted away)
     first, seen = _opt_record(plain, "first"), _opt_record(plain, "last")
+    if last is not None and first is None and seen is None and next_position == start:
+        last = None  # every record the fold covers was compacted away
     if last is None:
         if first is not None or seen is not None or next_position != start:
             raise CheckpointRefused(f"{log.name}: an empty fold that records records")
@@ -426,10 +595,44 @@ def _check_whole(plain: dict[str, Any], log: Log, next_position: int) -> None:
         )
     # Every byte the checkpoint covers, not just its ends: a record damaged or rewritten in
     # between would otherwise be trusted for ever (the fold never reads it again).
-    if _prefix_crc(log, next_position, remember=False) != plain.get("prefix_crc"):
+    start = _int(plain, "start")
+    if _prefix_crc(log, start, next_position, remember=False) != plain.get("prefix_crc"):
         raise CheckpointRefused(
             f"{log.name}: the records the checkpoint covers (up to position {next_position}) "
             "have changed since it was taken (damaged or rewritten)"
+        )
+
+
+def _removed_of(plain: dict[str, Any]) -> list[Removed]:
+    """The LOG map's removed segments (none in a version-2 checkpoint)."""
+    items = plain.get("compacted", [])
+    if not isinstance(items, list) or not all(
+        isinstance(item, list) and len(item) == 3 for item in items
+    ):
+        raise CheckpointRefused("damaged: 'compacted' is not a list of segments")
+    return [Removed(*(_int_item(v) for v in item)) for item in items]
+
+
+def _check_chain(
+    plain: dict[str, Any], log: Log, removed: list[Removed], origin: int, start: int
+) -> None:
+    """The removed segments run without a gap from `origin` to `start`, and their digest
+    chain is the one recorded: a list edited (a segment dropped from it, or changed) after
+    the checkpoint was written does not pass."""
+    at = origin
+    for r in removed:
+        if r.base != at or r.end <= r.base:
+            raise CheckpointRefused(
+                f"{log.name}: the removed segments leave a gap at position {at}: history lost"
+            )
+        at = r.end
+    if at != start:
+        raise CheckpointRefused(
+            f"{log.name}: the removed segments end at {at}, not at {start}: history lost"
+        )
+    if chain_of(removed) != plain.get("chain", 0):
+        raise CheckpointRefused(
+            f"{log.name}: the digest chain of the removed segments does not match: tampered"
         )
 
 
@@ -450,7 +653,16 @@ def _tasks_from(plain: dict[str, Any]) -> TaskIndexSnapshot:
 
 
 def _claims_from(plain: dict[str, Any]) -> ClaimsFollower:
-    state = _map(plain, "state")
+    snap = state_from(_map(plain, "state"))
+    follower = ClaimsFollower(_int(plain, "next_position"), ClaimState.restore(snap))
+    follower.malformed = _int(plain, "malformed")
+    last_malformed = plain.get("last_malformed")
+    follower.last_malformed = None if last_malformed is None else _str_item(last_malformed)
+    return follower
+
+
+def state_from(state: dict[str, Any]) -> ClaimSnapshot:
+    """The snapshot `state_plain` wrote (CheckpointRefused when it is damaged)."""
     open_tasks: list[OpenTask] = []
     for item in _list(state, "open"):
         if not isinstance(item, list) or len(item) != 5:
@@ -465,7 +677,7 @@ def _claims_from(plain: dict[str, Any]) -> ClaimsFollower:
                 None if last_error is None else _str_item(last_error),
             )
         )
-    snap = ClaimSnapshot(
+    return ClaimSnapshot(
         _int(state, "position"),
         _int(state, "done_count"),
         _int(state, "dead_count"),
@@ -475,11 +687,6 @@ def _claims_from(plain: dict[str, Any]) -> ClaimsFollower:
         tuple((_int_item(t), _str_item(error)) for t, error in _pairs(state, "dead")),
         tuple(open_tasks),
     )
-    follower = ClaimsFollower(_int(plain, "next_position"), ClaimState.restore(snap))
-    follower.malformed = _int(plain, "malformed")
-    last_malformed = plain.get("last_malformed")
-    follower.last_malformed = None if last_malformed is None else _str_item(last_malformed)
-    return follower
 
 
 # -- typed access to decoded msgpack (a checkpoint file is untrusted input) ------------------

@@ -15,7 +15,7 @@ from typing import Any
 from queue_worker.names import printable, worker_label
 from queue_worker.ops import DEATH, OpRecord, held_by
 from queue_worker.records import Claim, ClaimsRecord, Done, Fail, Renew, TaskRecord, Unknown
-from queue_worker.state import ClaimState, Lease, Outcome, Verdict
+from queue_worker.state import ClaimSnapshot, ClaimState, Lease, Outcome, Verdict
 from queue_worker.times import ago_text, clock_text, duration_text
 from queue_worker.values import value_text
 
@@ -235,6 +235,8 @@ class _Teller:
 
     def final_state(self, published: bool, now_us: int | None) -> str:
         if self.state.is_done(self.task):
+            if self.closed_at is None:  # its records were compacted away
+                return "done (its records were removed by compaction: settled history)"
             return f"done (@{self.closed_at})"
         if self.state.is_dead(self.task):
             return f"dead: {printable(self.state.dead_error(self.task) or '')}"
@@ -260,13 +262,16 @@ def explain_task(
     claims: Iterable[tuple[int, ClaimsRecord]],
     ops: Iterable[OpRecord] = (),
     now_us: int | None = None,
+    start: ClaimSnapshot | None = None,
 ) -> TaskStory:
     """The story of `task`: its TASK record (a string when it cannot be read, None when the
     tasks topic lacks it) and every claims record about it, each with why the fold decided
     what it did; and the ops records (kills, pauses, deaths) of a process while it held the
     task, placed by time among the others (kind "OP"). With `now_us` (the reader's clock),
-    a held task whose lease has run out by then is said to be expired."""
-    teller = _Teller(task)
+    a held task whose lease has run out by then is said to be expired. `start`: the fold
+    before the first of `claims`, for logs whose earlier records were compacted away
+    (`queue_worker.report.prefix_state`)."""
+    teller = _Teller(task) if start is None else _Teller(task, ClaimState.restore(start))
     for position, record in claims:
         teller.apply(record, position)
     steps = list(teller.steps)

@@ -18,6 +18,8 @@ What the report proves (the exit code of `qw report`):
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, fields, is_dataclass
@@ -27,8 +29,17 @@ from typing import Any, Final
 from logstore import Log, is_redis_url, open_log
 from logstore.base import LogError
 from queue_worker.checker import QueueChecker, QueueChecks
+from queue_worker.checkpoint import (
+    CheckpointRefused,
+    listed_start,
+    read_base,
+    removed_segments,
+    restore_checkpoint,
+)
 from queue_worker.errors import QwError
 from queue_worker.names import worker_label
+from queue_worker.prefix import COUNTERS as PREFIX_COUNTERS
+from queue_worker.prefix import Prefix
 from queue_worker.records import (
     Claim,
     ClaimsRecord,
@@ -40,7 +51,7 @@ from queue_worker.records import (
     Unknown,
     decode_task,
 )
-from queue_worker.state import ClaimState, Lease, Outcome, Verdict
+from queue_worker.state import ClaimSnapshot, ClaimState, Lease, Outcome, Verdict
 from queue_worker.stats import percentile
 from queue_worker.times import clock_text, duration_text, is_date
 from queue_worker.topics import (
@@ -243,6 +254,10 @@ class Report:
     checks: QueueChecks = field(
         default_factory=QueueChecks
     )  # the total-queue classes (queue_worker.checker)
+    # logs compacted: the removed history, taken from the checkpoint (queue_worker.prefix);
+    # the counts above include it, the lists (takeovers, stale, dead) hold the retained part
+    prefix: Prefix | None = None
+    compacted_segments: int = 0  # segments compaction removed (both logs)
 
     @property
     def completions_stale(self) -> int:
@@ -260,7 +275,8 @@ class Report:
                 f"{self.completions_accepted} completions accepted but {self.tasks_done} "
                 "distinct tasks done: a task was completed more than once"
             )
-        ended = self.completions_accepted + self.fails_accepted + len(self.takeovers)
+        takeovers = len(self.takeovers) + (self.prefix.takeovers if self.prefix else 0)
+        ended = self.completions_accepted + self.fails_accepted + takeovers
         if self.wins != ended + self.tasks_held:
             errors.append(
                 f"{self.wins} wins, but done + failed + taken over + held = "
@@ -300,7 +316,7 @@ class Report:
 
     def to_json(self) -> dict[str, Any]:
         """The `qw report --json` object: plain JSON types, times in µs since the epoch."""
-        skip = ("workers", "takeovers", "stale_completions", "worked_twice")
+        skip = ("workers", "takeovers", "stale_completions", "worked_twice", "prefix")
         data: dict[str, Any] = {
             f.name: json_safe(getattr(self, f.name)) for f in fields(self) if f.name not in skip
         }
@@ -320,6 +336,7 @@ class Report:
             workers=[json_safe(w) | {"label": worker_label(w.worker)} for w in self.workers],
             accounting_errors=self.accounting_errors(),
             checks=self.checks.to_json(),
+            prefix=None if self.prefix is None else json_safe(self.prefix.summary()),
         )
         return data
 
@@ -372,6 +389,55 @@ class _Replay:
     completions_accepted: int = 0
     fails_accepted: int = 0
     fails_stale: int = 0
+    prefix: Prefix | None = None  # the compacted history this replay continues from
+    won_before: int = 0  # tasks won in the prefix and closed there (done or dead)
+
+    @classmethod
+    def start_from(cls, prefix: Prefix) -> _Replay:
+        """A replay that continues from a compacted prefix (queue_worker.prefix): its fold,
+        its counters, and what the checks need of the tasks still open at its end."""
+        replay = cls(state=ClaimState.restore(prefix.state), prefix=prefix)
+        for name in PREFIX_COUNTERS:
+            setattr(replay, name, getattr(prefix, name))
+        snap = prefix.state
+        replay.won_before = snap.done_count + snap.dead_count  # (a task closes only once won)
+        replay.worked_twice = dict.fromkeys(prefix.worked_twice)
+        checker = replay.checker
+        dead = {t for t, _ in snap.dead}
+        closed = itertools.chain(range(snap.watermark), snap.closed_above)
+        for t in closed:
+            if t in dead:
+                checker.dead.add(t)
+            else:
+                checker.done[t] = 1
+        for o in snap.open:
+            if o.attempts:
+                replay.won_tasks.add(o.task)
+                checker.wins[o.task] = o.attempts
+            if o.holder is not None:
+                h = o.holder
+                checker.held.add(o.task)
+                checker.won_claims.add(h.claim)
+                replay.last_at[h.claim] = h.at
+                replay.ref(o.task, RecordRef(h.claim, "CLAIM", h.worker, h.at, Verdict.WON))
+            elif o.attempts:
+                checker.waiting.add(o.task)
+        return replay
+
+    def to_prefix(self, position: int, tasks: int) -> Prefix:
+        """This replay as the prefix of a log compacted up to `position` (`tasks` published
+        before the retained tasks records)."""
+        before = self.prefix
+        return Prefix(
+            position,
+            tasks,
+            self.state.snapshot(),
+            **{name: getattr(self, name) for name in PREFIX_COUNTERS},
+            takeovers=len(self.takeovers) + (before.takeovers if before else 0),
+            stale_completions=len(self.stale) + (before.stale_completions if before else 0),
+            malformed=len(self.malformed) + (before.malformed if before else 0),
+            worked_twice=tuple(self.worked_twice),
+        )
 
     def worker(self, name: str, at: int) -> WorkerLine:
         line = self.workers.get(name)
@@ -498,8 +564,9 @@ class _Replay:
     def report(self, tasks_published: int) -> Report:
         st = self.state
         held = tuple(HeldTask(t, lease) for t, lease in sorted(st.held_tasks()))
+        first = 0 if self.prefix is None else self.prefix.tasks  # (the retained tasks)
         histogram: Counter[int] = Counter(
-            self.claims_per_task.get(t, 0) for t in range(tasks_published)
+            self.claims_per_task.get(t, 0) for t in range(first, tasks_published)
         )
         unpublished = tuple(sorted(t for t in self.claims_per_task if t >= tasks_published))
         # Released by a FAIL and not claimed since: open, unheld, once won.
@@ -516,7 +583,7 @@ class _Replay:
             tasks_done=st.done_count,
             tasks_held=st.held_count,
             tasks_dead=st.dead_count,
-            tasks_won=len(self.won_tasks),
+            tasks_won=self.won_before + len(self.won_tasks),
             tasks_waiting=waiting,
             attempts=self.attempts,
             wins=self.wins,
@@ -543,6 +610,7 @@ class _Replay:
             malformed=tuple(self.malformed),
             impossible_times=tuple(self.impossible_times),
             checks=self.checker.result(tasks_published),
+            prefix=self.prefix,
         )
 
 
@@ -554,6 +622,17 @@ def _times_are_dates(r: Claim | Renew | Done | Fail) -> bool:
     if isinstance(r, Fail) and r.retry_at is not None:
         return is_date(r.retry_at)
     return True
+
+
+def fold_prefix(
+    prefix: Prefix | None, claims: Iterable[tuple[int, ClaimsRecord]], position: int, tasks: int
+) -> Prefix:
+    """The prefix of a log compacted up to `position`: `prefix` (the one compacted before,
+    None: none) continued over `claims`, the records from its end to `position`."""
+    replay = _Replay() if prefix is None else _Replay.start_from(prefix)
+    for at, record in claims:
+        replay.apply(record, at)
+    return replay.to_prefix(position, tasks)
 
 
 def build_report(tasks_published: int, claims: Iterable[tuple[int, ClaimsRecord]]) -> Report:
@@ -615,13 +694,14 @@ def _open_existing(location: str | Path, topic: str) -> Log | None:
     return open_topic(location, topic, read_only=True)
 
 
-def count_tasks(location: str | Path) -> int:
-    """How many tasks were published: every record of the tasks topic is one task id."""
+def count_tasks(location: str | Path, start: int | None = None) -> int:
+    """How many tasks were published: every record of the tasks topic is one task id
+    (`start`: count only the records from there)."""
     log = _open_existing(location, TASKS_TOPIC)
     if log is None:
         return 0
     with log:
-        return sum(1 for _ in log.iter_from(log.start))
+        return sum(1 for _ in log.iter_from(log.start if start is None else start))
 
 
 def read_task(location: str | Path, task: int) -> TaskRecord | str | None:
@@ -631,7 +711,17 @@ def read_task(location: str | Path, task: int) -> TaskRecord | str | None:
     if log is None or task < 0:
         return None
     with log:
-        for index, entry in enumerate(log.iter_from(log.start)):
+        first, start = 0, log.start
+        if log.start != log.origin:  # compacted: the ids go on from the removed tasks'
+            try:
+                compacted = compacted_prefix(location)
+            except ReportInputError as e:
+                return str(e)
+            if compacted is not None:
+                first, start = compacted[0].tasks, compacted[2]
+        if task < first:
+            return "its record was removed by compaction (settled history: done or dead)"
+        for index, entry in enumerate(log.iter_from(start), first):
             if index < task:
                 continue
             try:
@@ -645,17 +735,22 @@ def read_task(location: str | Path, task: int) -> TaskRecord | str | None:
 
 
 def read_claims(
-    location: str | Path, up_to: int | None = None
+    location: str | Path, up_to: int | None = None, start: int | None = None
 ) -> Iterator[tuple[int, ClaimsRecord]]:
     """The claims records with their positions, in order, decoded as every worker decodes
     them (on the server's clock where the backend has one; a malformed record is
     `Unknown(MALFORMED)`, which the fold skips). With `up_to`, only the records at positions
-    ≤ `up_to`: the state right after that record."""
+    ≤ `up_to`: the state right after that record. `start`: from there (default: the log's
+    start; for compacted logs, the end of the prefix the checkpoint keeps, see
+    `prefix_state`: the fold before the first record)."""
     log = _open_existing(location, CLAIMS_TOPIC)
     if log is None:
         return
     with log:
-        for entry in log.iter_from(log.start):
+        if start is None and log.start != log.origin:
+            compacted = compacted_prefix(location)
+            start = None if compacted is None else compacted[1]
+        for entry in log.iter_from(log.start if start is None else start):
             if up_to is not None and entry.position > up_to:
                 return
             try:
@@ -675,16 +770,66 @@ def load_report(location: str | Path, up_to: int | None = None) -> Report:
             raise ReportInputError(missing_logs_text(location))
         # Both logs, of one queue (their identity is checked as they open), or nothing.
         _check_pair(location)
-        replay = _Replay()
-        for position, record in read_claims(location, up_to):
+        compacted = compacted_prefix(location)
+        replay, claims_start, tasks_start, before, segments = _Replay(), None, None, 0, 0
+        if compacted is not None:
+            prefix, claims_start, tasks_start, segments = compacted
+            replay, before = _Replay.start_from(prefix), prefix.tasks
+        for position, record in read_claims(location, up_to, claims_start):
             replay.apply(record, position)
-        published = count_tasks(location)  # after the claims: a live queue only grows
+        # after the claims: a live queue only grows
+        published = before + count_tasks(location, tasks_start)
         highest = replay.state.highest_closed()
         if highest is not None and highest >= published:
             raise ReportInputError(
                 f"the tasks log at {location} holds {published} tasks, but its claims log "
                 f"closed task {highest}: the tasks log was cut short or replaced"
             )
-        return replay.report(published)
+        return dataclasses.replace(replay.report(published), compacted_segments=segments)
     except (LogError, OSError) as e:  # a damaged or foreign log; a file we may not read
         raise ReportInputError(str(e)) from e
+
+
+def prefix_state(location: str | Path) -> ClaimSnapshot | None:
+    """The claims fold before the first record `read_claims` yields: None for logs that
+    hold every record, the compacted prefix's fold otherwise."""
+    compacted = compacted_prefix(location)
+    return None if compacted is None else compacted[0].state
+
+
+def compacted_prefix(location: str | Path) -> tuple[Prefix, int, int, int] | None:
+    """For logs compacted by `qw compact` (queue_worker.compaction): the prefix the
+    checkpoint keeps, where the retained claims and tasks records start, and how many
+    segments were removed; None for logs that still hold every record. ReportInputError
+    when the removed history is not accounted for (no usable checkpoint, a broken digest
+    chain): the report cannot prove what it cannot see."""
+    if is_redis_url(str(location)):
+        return None
+    directory = Path(location)
+    if not all((directory / f"{t}.log").is_file() for t in (TASKS_TOPIC, CLAIMS_TOPIC)):
+        return None  # (a log not there yet was never compacted)
+    tasks_log, claims_log = open_topics(location, read_only=True)
+    with tasks_log, claims_log:
+        if tasks_log.start == tasks_log.origin and claims_log.start == claims_log.origin:
+            return None
+        try:
+            restore_checkpoint(directory, tasks_log, claims_log)  # identity, chain, CRCs
+            plain = read_base(directory)
+            if plain is None:
+                raise CheckpointRefused("it keeps no fold of the removed records")
+            prefix = Prefix.from_plain(plain)
+        except CheckpointRefused as e:
+            raise ReportInputError(
+                f"{location}: the logs were compacted and the removed history cannot be "
+                f"accounted for (lost or tampered): {e}"
+            ) from e
+        removed = removed_segments(directory)
+        claims_start = listed_start(directory, CLAIMS_TOPIC, claims_log.origin)
+        tasks_start = listed_start(directory, TASKS_TOPIC, tasks_log.origin)
+        if prefix.position != claims_start:
+            raise ReportInputError(
+                f"{location}: the checkpoint's prefix ends at claims position "
+                f"{prefix.position}, its removed segments at {claims_start}: tampered"
+            )
+        count = sum(len(r) for r in removed.values())
+        return prefix, claims_start, tasks_start, count

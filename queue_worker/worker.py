@@ -53,6 +53,7 @@ from typing import Any, Final
 from logstore import (
     Log,
     LogError,
+    PositionCompactedError,
     RecordTooLargeError,
     is_redis_url,
 )
@@ -255,11 +256,23 @@ class Worker:
         returns why an existing checkpoint was refused (None otherwise)."""
         self._checkpointed = (self.tasks.next_position, self.claims.next_position)
         directory = self._checkpoint_dir
+        # A log whose first segments were compacted away cannot be replayed from its start:
+        # the checkpoint is then the only record of what they held (lost, loudly, without it).
+        compacted = any(log.start != log.origin for log in (self.tasks_log, self.claims_log))
         if directory is None or not (directory / CHECKPOINT_NAME).exists():
+            if compacted:
+                raise CheckpointRefused(
+                    f"{self.claims_log.name}: the logs were compacted and there is no fold "
+                    "checkpoint: the history it kept is lost; a replay would run tasks again"
+                )
             return None
         try:
             self.tasks, self.claims = restore_checkpoint(directory, self.tasks_log, self.claims_log)
         except CheckpointRefused as e:
+            if compacted:
+                raise CheckpointRefused(
+                    f"the logs were compacted and their fold checkpoint cannot be used: {e}"
+                ) from e
             return f"fold checkpoint not used (replaying from the start): {e}"
         self._checkpointed = (self.tasks.next_position, self.claims.next_position)
         return None
@@ -308,6 +321,17 @@ class Worker:
 
     def catch_up(self) -> None:
         """Index new tasks and fold new claims records."""
+        try:
+            self._catch_up()
+        except PositionCompactedError:
+            # Compaction removed records this worker had not read yet (all of them settled
+            # history, in the checkpoint): start again from the checkpoint.
+            if self._load_checkpoint() is not None:
+                raise
+            self.tasks.keep_payloads(self.config.slot, self.config.slots)
+            self._catch_up()
+
+    def _catch_up(self) -> None:
         before = self.tasks.known
         self.tasks.catch_up(self.tasks_log)
         if self.tasks.known > before:

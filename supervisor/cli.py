@@ -21,7 +21,8 @@ import typer
 
 from queue_worker.config import DEFAULT_DRAIN_TIMEOUT_S, DEFAULT_LEASE_S
 from queue_worker.partitions import MAX_PARTITIONS
-from supervisor import enqueue_input, inspect_cli, partitioned_cli, report_cli
+from queue_worker.settled import DEFAULT_RETENTION_BYTES, DEFAULT_RETENTION_S, Retention
+from supervisor import compact_cli, enqueue_input, inspect_cli, partitioned_cli, report_cli
 from supervisor.cli_options import (
     DEFAULT_DIR,
     FSYNCS,
@@ -188,6 +189,9 @@ def up(
         bool, typer.Option("--exit-when-drained", help="Exit 0 once no task is pending or held.")
     ] = False,
     log: LogOption = None,
+    segment_bytes: compact_cli.SegmentBytesOption = None,
+    retention: compact_cli.RetentionOption = DEFAULT_RETENTION_S,
+    retention_bytes: compact_cli.RetentionBytesOption = DEFAULT_RETENTION_BYTES,
     host_name: Annotated[
         str | None,
         typer.Option(
@@ -264,6 +268,8 @@ def up(
         exit_when_drained=exit_when_drained,
         restart=RestartPolicy(enabled=restart),
         host=host_name,
+        segment_bytes=segment_bytes,
+        retention=Retention(retention, retention_bytes),
     )
     code = partitioned_cli.up(options, partitions, http=http, rebalance=rebalance)
     if code is not None:  # a partitioned queue: run and ended
@@ -433,6 +439,7 @@ def enqueue(
 
 inspect_cli.register(app)
 report_cli.register(app)
+compact_cli.register(app)
 timeline_cli.register(app)
 
 

@@ -30,7 +30,7 @@ from queue_worker.records import (
     Unknown,
     decode_task,
 )
-from queue_worker.report import ReportInputError, read_claims, read_task
+from queue_worker.report import ReportInputError, prefix_state, read_claims, read_task
 from queue_worker.snapshot import read_snapshots
 from queue_worker.state import Lease, Outcome, Verdict
 from queue_worker.times import clock_text, duration_text
@@ -303,7 +303,10 @@ def task_command(
 
     try:
         now_us = time.time_ns() // 1000  # a lease that ran out by now reads as expired
-        story = explain_task(task_id, read_task(location, task_id), claims(), now_us=now_us)
+        start = prefix_state(location)  # (compacted logs: the fold of what was removed)
+        story = explain_task(
+            task_id, read_task(location, task_id), claims(), now_us=now_us, start=start
+        )
     except (ReportInputError, LogError) as e:
         fail(str(e))
     if not story.steps:

@@ -28,9 +28,10 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Final
 
-from logstore import Entry, Log
+from logstore import Entry, IdentityError, Log
 from logstore.base import Durability
 from logstore.location import log_file
 from queue_worker.names import worker_label
@@ -119,6 +120,29 @@ class Monitor:
         self._takeovers: dict[int, Takeover] = {}  # insertion order: the oldest first
         self._caught_up = False
         self._lock = threading.Lock()
+        self._start_from_checkpoint()
+
+    def _start_from_checkpoint(self) -> None:
+        """Logs whose first segments were compacted away: begin from the fold checkpoint,
+        which holds what they said (a fold of the rest alone would count too few tasks and
+        give the later ones wrong ids). Uncompacted logs are folded from their start."""
+        if all(log.start == log.origin for log in (self._tasks, self._claims)):
+            return
+        from queue_worker.checkpoint import CheckpointRefused, restore_checkpoint
+
+        try:
+            index, follower = restore_checkpoint(Path(self.location), self._tasks, self._claims)
+        except CheckpointRefused as e:
+            self.close()
+            raise IdentityError(
+                f"{self._claims.name}: the logs were compacted and their fold checkpoint "
+                f"cannot be used: {e}"
+            ) from e
+        self._follower = follower
+        self._state = follower.state
+        self._tasks_pos = index.next_position
+        self._published = index.known
+        self._foreign = set(index.foreign)
 
     def check_start(self) -> None:
         """Verify every record of both logs (damage raises CorruptLogError naming the file

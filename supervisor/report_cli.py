@@ -25,6 +25,7 @@ from queue_worker.report import (
     has_logs,
     load_report,
     missing_logs_text,
+    prefix_state,
     read_claims,
     read_task,
 )
@@ -154,7 +155,10 @@ def why_command(
         ops, _ = read_ops(location)
         now_us = time.time_ns() // 1000  # a lease that ran out by now reads as expired
         claims = read_claims(location)
-        story = explain_task(task, read_task(location, task), claims, ops, now_us=now_us)
+        start = prefix_state(location)  # (compacted logs: the fold of what was removed)
+        story = explain_task(
+            task, read_task(location, task), claims, ops, now_us=now_us, start=start
+        )
     except (ReportInputError, LogError, OSError) as e:
         raise _fail(str(e)) from None
     if not story.steps:

@@ -275,6 +275,8 @@ def render_report(
     now = time.time_ns() // 1000 if now_us is None else now_us
     title = Text(summary_title(r, location), style="" if plain else "bold")
     parts: list[RenderableType] = [title, render_summary(r, plain, now), ""]
+    if r.prefix is not None:
+        parts += [Text(prefix_line(r)), ""]
     if r.attempts_histogram:
         parts += [render_histogram(r, plain), ""]
     if r.takeovers:
@@ -293,6 +295,19 @@ def render_report(
         parts.append(Text(line, style="" if plain else "red"))
     parts.append(Text(r.verdict, style=style))
     return Group(*parts)
+
+
+def prefix_line(r: Report) -> str:
+    """What of the report comes from the checkpoint, for logs compaction removed history of."""
+    p = r.prefix
+    assert p is not None
+    return (
+        f"compacted history: the claims records before position {p.position} "
+        f"({p.records} records, {p.state.done_count} tasks done, {p.state.dead_count} dead, "
+        f"{p.tasks} tasks published) are taken from the fold checkpoint, whose digest chain "
+        f"names the {r.compacted_segments} segments removed; the totals include them, and "
+        "every record after them was replayed and checked"
+    )
 
 
 def render_checks(r: Report, plain: bool) -> list[RenderableType]:

@@ -38,12 +38,15 @@ from typing import Any, Final
 
 import psutil
 
-from logstore import LogError
+from logstore import LogError, is_redis_url, open_log
 from queue_worker.config import DEFAULT_DRAIN_TIMEOUT_S, DEFAULT_LEASE_S, WorkerConfig
 from queue_worker.names import worker_label
 from queue_worker.process import EXIT_CONFIG as WORKER_EXIT_CONFIG
+from queue_worker.settled import Retention
 from queue_worker.snapshot import WorkerSnapshot, WorkerState, read_snapshot_file
 from queue_worker.state import Lease
+from queue_worker.topics import CLAIMS_TOPIC, TASKS_TOPIC, TOPICS
+from supervisor.compactor import COMPACT_EVERY_S, Compactor
 from supervisor.forked import start_worker, stop_server
 from supervisor.model import Event, QueueView, SupervisorSnapshot
 from supervisor.monitor import MICROS, Monitor, TaskInfo
@@ -96,6 +99,11 @@ class SupervisorOptions:
     exit_when_drained: bool = False
     restart: RestartPolicy = field(default_factory=RestartPolicy)
     host: str | None = None  # the host the workers report (None: this machine's name)
+    # the file log's segment size from now on (None: the size the logs have)
+    segment_bytes: int | None = None
+    # how long settled history is kept: compacted as the run goes (None: never compacted)
+    retention: Retention | None = field(default_factory=Retention)
+    compact_every_s: float = COMPACT_EVERY_S
 
     @property
     def run_dir(self) -> Path:
@@ -189,6 +197,7 @@ class Supervisor:
         # pid → the tasks a worker held when `kill` killed it, read once (see `_held_at_death`)
         self._killed_holding: dict[int, list[tuple[int, float]]] = {}
         self._publisher: DemoPublisher | None = None
+        self._compactor: Compactor | None = None
         self._selected: int | None = None
         self._draining = False
         self._drain_requested = False
@@ -229,6 +238,7 @@ class Supervisor:
         except BaseException:
             self._monitor.close()
             raise
+        self._start_segments()
         if opts.tasks:
             with Queue(opts.location, opts.fsync) as queue:
                 ids = queue.enqueue_many(demo_payloads(0, opts.tasks))
@@ -250,6 +260,26 @@ class Supervisor:
             self._event("info", "no demo tasks: qw enqueue adds yours (qw up --demo adds some)")
         self._write_status()
         self._watcher.start()
+
+    def _start_segments(self) -> None:
+        """A file log's segment size (kept by the logs for every writer) and the compactor
+        (settled history removed as the run goes: see supervisor/compactor.py)."""
+        opts = self.options
+        if is_redis_url(opts.location):
+            return
+        if opts.segment_bytes is not None:
+            for topic in (TASKS_TOPIC, CLAIMS_TOPIC):
+                open_log(
+                    opts.location, topic, family=TOPICS, segment_bytes=opts.segment_bytes
+                ).close()
+        if opts.retention is not None:
+            self._compactor = Compactor(
+                Path(opts.location),
+                opts.retention,
+                lambda text: self._event("info", text),
+                opts.compact_every_s,
+            )
+            self._compactor.start()
 
     def request_stop(self) -> None:
         """Safe from a signal handler: the first request drains, the second kills."""
@@ -371,6 +401,8 @@ class Supervisor:
         try:
             if self._publisher is not None:
                 self._publisher.stop()
+            if self._compactor is not None:
+                self._compactor.stop()
             self._exit_code = code
             for slot in self._slots:
                 self._read_stats(slot)  # the last figures a drained worker published

@@ -16,7 +16,7 @@ from typing import Any
 
 from queue_worker.explain import TaskStory, explain_task
 from queue_worker.records import ClaimsRecord, Done, TaskRecord
-from queue_worker.report import read_claims, read_task
+from queue_worker.report import prefix_state, read_claims, read_task
 from queue_worker.state import Verdict
 from queue_worker.values import json_value
 
@@ -61,7 +61,8 @@ def read_task_history(location: str | Path, task: int) -> TaskHistory:
 
     task_record = read_task(location, task)
     now_us = time.time_ns() // 1000  # a lease that ran out by now reads as expired
-    story = explain_task(task, task_record, claims(), now_us=now_us)
+    start = prefix_state(location)  # (compacted logs: the fold of what was removed)
+    story = explain_task(task, task_record, claims(), now_us=now_us, start=start)
     accepted = [s.position for s in story.steps if s.kind == "DONE" and s.verdict == "done"]
     payload = task_record.payload if isinstance(task_record, TaskRecord) else None
     result = results.get(accepted[0]) if accepted else None

@@ -39,6 +39,7 @@ from logstore.base import (
 from logstore.file_log import READ_CHUNK, FileLog
 from logstore.framing import FILE_HEADER_SIZE, FRAME_HEADER_SIZE, encode_batch, encode_frame
 from logstore.locking import FlockLock, maintenance_lock
+from logstore.segments import FIRST_BASE, SEGMENT_HEADER_SIZE, segment_files
 from logstore.waiting import InotifyWaiter, PollWaiter, make_waiter
 from tests.helpers import wait_until
 
@@ -206,10 +207,21 @@ def _is_whole(record: bytes) -> bool:
     return record[:5] == MAGIC and hashlib.sha256(record[37:]).digest() == record[5:37]
 
 
+#: the writers killed below start a new segment every few MiB: kills land in rolls too
+_KILL_SEGMENT = 4 * 1024 * 1024
+
+
+def _disk_end(log_path: Path) -> int:
+    """Where the log's bytes end, by the files alone: the newest segment's base + its data."""
+    base, path = segment_files(str(log_path))[-1]
+    header = SEGMENT_HEADER_SIZE if base != FIRST_BASE else FILE_HEADER_SIZE
+    return base + os.path.getsize(path) - header
+
+
 def _append_big_records_forever(path: str, seed: int) -> None:
     rng = random.Random(seed)
     records = [_checked(rng.randbytes(rng.randint(256 * 1024, 1024 * 1024))) for _ in range(4)]
-    handle = FileLog.open(path, durability=Durability.NONE)
+    handle = FileLog.open(path, durability=Durability.NONE, segment_bytes=_KILL_SEGMENT)
     for i in itertools.count():  # until SIGKILL
         if i % 5 == 4:
             handle.append_many(records[:2])  # a batch: all of it or none must show
@@ -243,27 +255,28 @@ def test_kill_9_writers_mid_append_never_shows_a_partial_record(log_path: Path) 
     iterations = 200 if os.environ.get("QW_CHAOS") == "long" else 25
     path = str(log_path)
     rng = random.Random(1234)
-    with FileLog.open(path) as handle:
+    with FileLog.open(path, segment_bytes=_KILL_SEGMENT) as handle:
         results: Queue[Any] = CTX.Queue()
         readers = [start(_read_checking_until_end, path, results) for _ in range(2)]
         torn = 0
         for i in range(iterations):
-            target = log_path.stat().st_size + rng.randint(1, 3 * 1024 * 1024)
+            target = _disk_end(log_path) + rng.randint(1, 3 * 1024 * 1024)
             writer = start(_append_big_records_forever, path, i)
 
             def grown(target: int = target, writer: ForkProcess = writer) -> bool:
-                return log_path.stat().st_size >= target or not writer.is_alive()
+                return _disk_end(log_path) >= target or not writer.is_alive()
 
             wait_until(grown, CHILD_TIMEOUT, "the writer to get going")
             assert writer.is_alive()
             os.kill(writer.pid or 0, signal.SIGKILL)
             writer.join(CHILD_TIMEOUT)
-            torn += log_path.stat().st_size != handle.end()
+            torn += _disk_end(log_path) != handle.end()
 
         # The next appender cuts the torn tail off and lands right after the last whole record.
         end = handle.end()
         assert handle.append(b"END") == end
-        assert log_path.stat().st_size == handle.end() == end + frame_size(b"END")
+        assert _disk_end(log_path) == handle.end() == end + frame_size(b"END")
+        assert len(segment_files(path)) > 2  # the writers started segments as they went
         reported = [results.get(timeout=CHILD_TIMEOUT) for _ in readers]
         finish(*readers)
 

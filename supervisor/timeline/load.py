@@ -7,7 +7,13 @@ from pathlib import Path
 from logstore import LogError, open_log
 from queue_worker.ops import read_ops
 from queue_worker.records import RecordDecodeError, TaskRecord, decode_task
-from queue_worker.report import ReportInputError, has_logs, missing_logs_text, read_claims
+from queue_worker.report import (
+    ReportInputError,
+    compacted_prefix,
+    has_logs,
+    missing_logs_text,
+    read_claims,
+)
 from queue_worker.topics import TASKS_TOPIC
 from supervisor.timeline.model import Model, build_model
 
@@ -19,8 +25,12 @@ def enqueue_times(location: str | Path) -> list[int]:
     if "://" not in text and not (Path(text) / f"{TASKS_TOPIC}.log").is_file():
         return []
     times: list[int] = []
+    compacted = compacted_prefix(location)  # ids go on from the tasks compaction removed
     with open_log(location, TASKS_TOPIC) as log:
-        for entry in log.iter_from(log.start):
+        start = log.start
+        if compacted is not None:
+            times, start = [-1] * compacted[0].tasks, compacted[2]
+        for entry in log.iter_from(start):
             try:
                 record = decode_task(entry.data)
             except RecordDecodeError:

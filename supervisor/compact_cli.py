@@ -1,0 +1,118 @@
+"""`qw compact`, and the disk options it shares with `qw up` (--segment-bytes, --retention,
+--retention-bytes).
+
+Compaction itself is `queue_worker.compaction`; what may go, `queue_worker.settled`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Annotated, Final
+
+import typer
+
+from logstore import LogError, is_redis_url
+from logstore.segments import DEFAULT_SEGMENT_BYTES
+from queue_worker.settled import DEFAULT_RETENTION_BYTES, DEFAULT_RETENTION_S, Retention
+from supervisor.cli_options import DEFAULT_DIR, DirOption, bad, fail, real
+
+EXIT_UNSAFE: Final = 1  # compaction refused to run: nothing was removed
+
+_SIZE = re.compile(r"^\s*(\d+)\s*([KMGT]i?B?|B)?\s*$", re.IGNORECASE)
+_UNITS: Final = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def size(what: str, low: int, high: int) -> Callable[[str], int]:
+    """A parser of a byte size: a number, or one with K, M, G or T (binary: 1K = 1024)."""
+
+    def parse(text: str) -> int:
+        found = _SIZE.match(str(text))  # (typer passes a default through as it is: an int)
+        value = -1
+        if found is not None:
+            unit = (found[2] or "")[:1].upper()
+            value = int(found[1]) * _UNITS[unit]
+        if not low <= value <= high:
+            raise typer.BadParameter(
+                f"got {str(text)[:40]!r}; expected {what}: a number of bytes from {low} to {high} "
+                "(K, M, G, T allowed: 64M)"
+            )
+        return value
+
+    return parse
+
+
+SegmentBytesOption = Annotated[
+    int | None,
+    typer.Option(
+        "--segment-bytes",
+        parser=size("a segment size", 4096, 1 << 40),
+        metavar="N",
+        help="Start a new segment file of each log once the last one holds N bytes "
+        f"(default {DEFAULT_SEGMENT_BYTES >> 20}M; the log keeps the last size given).",
+    ),
+]
+RetentionOption = Annotated[
+    float,
+    typer.Option(
+        "--retention",
+        parser=real("seconds", 0, 10 * 365 * 86_400),
+        metavar="SECONDS",
+        help="Settled history (segments whose tasks are all done or dead) older than this "
+        "may be removed.",
+    ),
+]
+RetentionBytesOption = Annotated[
+    int,
+    typer.Option(
+        "--retention-bytes",
+        parser=size("a retention size", 0, 1 << 50),
+        metavar="N",
+        help="Settled history of a log over N bytes may be removed too, the oldest first.",
+    ),
+]
+
+
+def register(app: typer.Typer) -> None:
+    """Add `qw compact` to the `qw` app."""
+    app.command("compact")(compact_command)
+
+
+def compact_command(
+    directory: DirOption = DEFAULT_DIR,
+    retention: RetentionOption = DEFAULT_RETENTION_S,
+    retention_bytes: RetentionBytesOption = DEFAULT_RETENTION_BYTES,
+) -> None:
+    """Remove settled history from the logs of a data directory now (qw up does it as it
+    runs): the oldest segments whose tasks are all done or dead and that are older than
+    --retention or beyond --retention-bytes. The fold checkpoint keeps what they held
+    (which tasks are done, the report's totals) and a digest of each segment removed."""
+    from queue_worker.compaction import CompactionError, compact  # not for `qw --help`
+    from queue_worker.report import has_logs
+
+    if is_redis_url(str(directory)):
+        bad("--dir", str(directory), "a data directory (qw compact works on file logs)")
+    if not has_logs(directory):
+        fail(f"{directory}: no qw logs there (a data directory with tasks.log and claims.log)")
+    try:
+        done = compact(directory, Retention(retention, retention_bytes))
+    except CompactionError as e:
+        fail(f"{directory}: {e}", EXIT_UNSAFE)
+    except LogError as e:
+        fail(str(e), EXIT_UNSAFE)
+    for topic, removed in done.removed.items():
+        count = len(removed)
+        typer.echo(
+            f"{topic}: {count} segment{'s' * (count != 1)} removed, "
+            f"the log starts at position {done.starts[topic]}"
+        )
+    typer.echo(f"freed {done.freed_bytes} bytes")
+
+
+__all__ = [
+    "RetentionBytesOption",
+    "RetentionOption",
+    "SegmentBytesOption",
+    "compact_command",
+    "register",
+]
