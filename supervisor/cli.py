@@ -15,12 +15,12 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Final
+from typing import TYPE_CHECKING, Annotated, Any, Final
 
 import typer
 
 from queue_worker.config import DEFAULT_DRAIN_TIMEOUT_S, DEFAULT_LEASE_S
-from supervisor import enqueue_input, inspect_cli, report_cli
+from supervisor import enqueue_input, inspect_cli, plain_params, report_cli
 from supervisor.cli_options import (
     DEFAULT_DIR,
     FSYNCS,
@@ -37,7 +37,7 @@ from supervisor.cli_options import (
     shown,
     whole,
 )
-from supervisor.help_format import WholeHelpGroup
+from supervisor.help_format import WholeHelpGroup, WholeWordsContext
 from supervisor.timeline import cli as timeline_cli
 
 if TYPE_CHECKING:
@@ -51,6 +51,24 @@ if TYPE_CHECKING:
 #: supervisor.supervisor.DEMO_HANDLER (a test checks they agree), not imported from there
 DEMO_HANDLER: Final = "queue_worker.handlers:demo"
 
+
+class QwContext(WholeWordsContext):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        plain_params.install_help(self)
+
+
+class QwGroup(WholeHelpGroup):
+    """The `qw` group: help that reads whole (help_format), and the options' values
+    coerced without pydantic where typer's answer is certain (plain_params)."""
+
+    context_class = QwContext
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        plain_params.install(self)
+
+
 app = typer.Typer(
     name="qw",
     help="qw: a task queue with no broker. Workers coordinate through two append-only logs.",
@@ -58,7 +76,7 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,  # plain layout: typer's panels cut names at 80 columns
-    cls=WholeHelpGroup,  # …and help text wrapped without breaking a name (help_format)
+    cls=QwGroup,  # …and help text wrapped without breaking a name (help_format)
 )
 
 
