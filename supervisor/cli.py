@@ -431,13 +431,15 @@ timeline_cli.register(app)
 
 def main(argv: list[str] | None = None) -> int:
     """Run `qw`; every usage error is one line on stderr and exit code 2."""
+    from supervisor.entry import starts_workers
+
     args = sys.argv[1:] if argv is None else argv
     up = args[:1] == ["up"]
-    if up and "--help" not in args:
+    if starts_workers(args):
         from supervisor.forked import start_server
 
-        # The fork server imports the worker code while typer parses the options (typer
-        # takes a while): the workers can start as soon as `qw up` has its supervisor.
+        # The `qw` script has started it already (supervisor.entry); a caller of `main`
+        # gets it here, while typer parses the options.
         start_server()
     try:
         result: object = app(args=argv, prog_name="qw", standalone_mode=False)
