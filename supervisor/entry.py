@@ -20,9 +20,10 @@ def starts_workers(args: list[str]) -> bool:
 
 def main() -> int:
     if starts_workers(sys.argv[1:]):
-        from supervisor.forked import start_server
+        from supervisor.forked import fork_enabled, start_server
 
-        start_server()
+        if fork_enabled():  # QW_WORKER_START=exec: no fork server
+            start_server()
     from supervisor.cli import main as cli_main
 
     return cli_main()
