@@ -6,8 +6,11 @@ with Huey's WAL journal) and sync off (`fsync=False` → ``pragma synchronous=0`
 How it is timed, to compare with qw's drain (first CLAIM's `at` → last accepted DONE's `at`):
 each task returns its handler's (start, end) wall-clock timestamps, which Huey stores as the
 task's result; the drain is timed from the earliest start to the latest end (consumer and
-worker-process start-up excluded, as for qw). The wall time from starting the consumer to
-the last result being stored is reported beside it. The backlog is enqueued beforehand with
+worker-process start-up excluded, as for qw). The wall time from launching the consumer to
+the last result being stored is reported beside it: the consumer is launched as a user
+launches `huey_consumer`, a fresh interpreter that imports Huey and the task module (as
+`qw up` is a fresh interpreter), with bytecode caches written as a user's Python writes
+them. The backlog is enqueued beforehand with
 sync off whatever the mode (the setting is per connection, and enqueueing is not measured).
 
     python -m bench.huey_peer
@@ -15,9 +18,10 @@ sync off whatever the mode (the setting is per connection, and enqueueing is not
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 import signal
+import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -26,6 +30,13 @@ from typing import Any
 
 from huey import SqliteHuey
 
+REPO = Path(__file__).resolve().parent.parent
+#: the consumer's environment: this package importable, bytecode caches written (a build
+#: environment's PYTHONDONTWRITEBYTECODE would make it compile its modules at every launch)
+CONSUMER_ENV = {
+    **{k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"},
+    "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+}
 TIMEOUT_S = 300.0
 #: no new result for this long, with results missing: a result was lost (see `drain`)
 STALL_S = 10.0
@@ -77,17 +88,22 @@ def drain(workers: int, fsync: bool | None, tasks: int = 10_000) -> HueyDrain:
             noop(i)
         producer.storage.close()
         huey, _ = _make_huey(path, fsync)
-        ctx = mp.get_context("fork")
-        proc = ctx.Process(target=_consume, args=(path, fsync, workers))
+        code = f"from bench.huey_peer import _consume; _consume({path!r}, {fsync!r}, {workers})"
         start = time.time()
-        proc.start()
+        proc = subprocess.Popen(
+            [sys.executable, "-c", code],
+            env=CONSUMER_ENV,
+            cwd=REPO,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         try:
             deadline = time.monotonic() + TIMEOUT_S
             stored, moved = 0, time.monotonic()
             while (now_stored := huey.storage.result_store_size()) < tasks:
                 time.sleep(0.002)  # a poll interval of the benchmark harness
-                if not proc.is_alive():
-                    raise RuntimeError("the huey consumer died")
+                if proc.poll() is not None:
+                    raise RuntimeError(f"the huey consumer exited with {proc.returncode}")
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"huey did not drain {tasks} tasks in {TIMEOUT_S:.0f}s")
                 if now_stored != stored:
@@ -98,12 +114,13 @@ def drain(workers: int, fsync: bool | None, tasks: int = 10_000) -> HueyDrain:
                     raise HueyStalled(f"huey stalled at {stored} of {tasks} results")
             wall = time.time() - start
         finally:
-            if proc.pid is not None and proc.is_alive():
+            if proc.poll() is None:
                 os.kill(proc.pid, signal.SIGINT)
-                proc.join(30)
-                if proc.is_alive():
+                try:
+                    proc.wait(30)
+                except subprocess.TimeoutExpired:
                     proc.kill()
-                    proc.join()
+                    proc.wait()
         spans = [huey.serializer.deserialize(v) for v in huey.storage.result_items().values()]
         huey.storage.close()
         if len(spans) != tasks:

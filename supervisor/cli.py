@@ -15,14 +15,21 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Final
+from typing import TYPE_CHECKING, Annotated, Any, Final
 
 import typer
 
 from queue_worker.config import DEFAULT_DRAIN_TIMEOUT_S, DEFAULT_LEASE_S
 from queue_worker.partitions import MAX_PARTITIONS
 from queue_worker.settled import DEFAULT_RETENTION_BYTES, DEFAULT_RETENTION_S, Retention
-from supervisor import compact_cli, enqueue_input, inspect_cli, partitioned_cli, report_cli
+from supervisor import (
+    compact_cli,
+    enqueue_input,
+    inspect_cli,
+    partitioned_cli,
+    plain_params,
+    report_cli,
+)
 from supervisor.cli_options import (
     DEFAULT_DIR,
     FSYNCS,
@@ -39,7 +46,7 @@ from supervisor.cli_options import (
     shown,
     whole,
 )
-from supervisor.help_format import WholeHelpGroup
+from supervisor.help_format import WholeHelpGroup, WholeWordsContext
 from supervisor.timeline import cli as timeline_cli
 
 if TYPE_CHECKING:
@@ -53,6 +60,24 @@ if TYPE_CHECKING:
 #: supervisor.supervisor.DEMO_HANDLER (a test checks they agree), not imported from there
 DEMO_HANDLER: Final = "queue_worker.handlers:demo"
 
+
+class QwContext(WholeWordsContext):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        plain_params.install_help(self)
+
+
+class QwGroup(WholeHelpGroup):
+    """The `qw` group: help that reads whole (help_format), and the options' values
+    coerced without pydantic where typer's answer is certain (plain_params)."""
+
+    context_class = QwContext
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        plain_params.install(self)
+
+
 app = typer.Typer(
     name="qw",
     help="qw: a task queue with no broker. Workers coordinate through two append-only logs.",
@@ -60,7 +85,7 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,  # plain layout: typer's panels cut names at 80 columns
-    cls=WholeHelpGroup,  # …and help text wrapped without breaking a name (help_format)
+    cls=QwGroup,  # …and help text wrapped without breaking a name (help_format)
 )
 
 
@@ -448,13 +473,15 @@ timeline_cli.register(app)
 
 def main(argv: list[str] | None = None) -> int:
     """Run `qw`; every usage error is one line on stderr and exit code 2."""
+    from supervisor.entry import starts_workers
+
     args = sys.argv[1:] if argv is None else argv
     up = args[:1] == ["up"]
-    if up and "--help" not in args:
+    if starts_workers(args):
         from supervisor.forked import start_server
 
-        # The fork server imports the worker code while typer parses the options (typer
-        # takes a while): the workers can start as soon as `qw up` has its supervisor.
+        # The `qw` script has started it already (supervisor.entry); a caller of `main`
+        # gets it here, while typer parses the options.
         start_server()
     try:
         result: object = app(args=argv, prog_name="qw", standalone_mode=False)

@@ -11,13 +11,12 @@ import os
 import signal
 import time
 from collections import deque
-from typing import Annotated, Any, Final
+from typing import TYPE_CHECKING, Annotated, Any, Final
 
 import typer
 
 from logstore import LogError, space_problem
 from logstore.location import shown
-from queue_worker.explain import explain_task
 from queue_worker.names import printable, worker_label
 from queue_worker.records import (
     MAX_TASK_ID,
@@ -30,8 +29,6 @@ from queue_worker.records import (
     Unknown,
     decode_task,
 )
-from queue_worker.report import ReportInputError, prefix_state, read_claims, read_task
-from queue_worker.snapshot import read_snapshots
 from queue_worker.state import Lease, Outcome, Verdict
 from queue_worker.times import clock_text, duration_text
 from queue_worker.topics import CLAIMS_TOPIC, MALFORMED, ClaimsFollower, open_topic
@@ -49,12 +46,13 @@ from supervisor.cli_options import (
     require_logs,
     whole,
 )
-from supervisor.end_state import held_text
-from supervisor.model import QueueView
-from supervisor.ops_recorder import now_us, record_kill
 
-# The monitor and the supervisor are imported by the commands that use them: importing
-# them here would make every `qw` command (and `qw --help`) pay for them.
+if TYPE_CHECKING:
+    from supervisor.model import QueueView
+
+# The monitor, the supervisor, the report and the run files are imported by the commands
+# that use them: importing them here would make every `qw` command (and `qw --help`) pay
+# for them.
 
 #: `qw status`: held tasks named one per line (--json lists them all)
 MAX_HELD_SHOWN: Final = 10
@@ -81,6 +79,8 @@ def status(
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
 ) -> None:
     """What runs on a data directory: supervisors, workers alive and dead, queue counts."""
+    from queue_worker.snapshot import read_snapshots
+    from supervisor.end_state import held_text
     from supervisor.supervisor import is_running_worker, read_status_files
 
     location = location_of(directory, log)
@@ -291,6 +291,9 @@ def task_command(
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
 ) -> None:
     """One task: its state, payload, result or error, and every record about it."""
+    from queue_worker.explain import explain_task
+    from queue_worker.report import ReportInputError, prefix_state, read_claims, read_task
+
     location, task_id, label = partitioned_cli.task_location(location_of(directory, log), task_name)
     require_logs(location)
     results: dict[int, Any] = {}
@@ -345,6 +348,8 @@ def kill(
 ) -> None:
     """kill -9 a running worker of this directory (its supervisor restarts it, and a
     survivor takes over its task once the lease lapses)."""
+    from queue_worker.snapshot import read_snapshots
+    from supervisor.ops_recorder import now_us, record_kill
     from supervisor.supervisor import is_running_worker
 
     running = [s for s in read_snapshots(directory / "run") if is_running_worker(s)]

@@ -14,26 +14,14 @@ from typing import Annotated, Final
 
 import typer
 
-from logstore import LogError, is_redis_url
-from logstore.location import shown
-from queue_worker.explain import explain_task
-from queue_worker.ops import read_ops
+from logstore.location import is_redis_url, shown
 from queue_worker.records import MAX_TASK_ID
-from queue_worker.report import (
-    EXIT_BAD_INPUT,
-    ReportInputError,
-    has_logs,
-    load_report,
-    missing_logs_text,
-    prefix_state,
-    read_claims,
-    read_task,
-)
 from supervisor import partitioned_cli
 from supervisor.cli_options import DirOption, LogOption, check_log_url, whole
 from supervisor.demos import demo_app
-from supervisor.demos.common import stdout_console
-from supervisor.report_text import positions_note, render_report, render_story
+
+# What a command reads and prints with (the report, the rich tables) is imported when it
+# runs: `qw --help` and the other commands do not pay for it.
 
 DEFAULT_DIR: Final = Path(".qw")
 #: the largest log position: every backend's positions fit in a signed 64-bit integer
@@ -52,6 +40,8 @@ def register(app: typer.Typer) -> None:
 def _fail(message: str) -> typer.Exit:
     """Say what is wrong on one line of stderr (as every `qw` command does); the caller
     raises the returned Exit."""
+    from queue_worker.report import EXIT_BAD_INPUT
+
     typer.echo(f"qw: error: {message}", err=True)
     return typer.Exit(EXIT_BAD_INPUT)
 
@@ -100,6 +90,10 @@ def report_command(
 
     Exit 2: no logs there, or a damaged log (the message names the file and byte offset).
     """
+    from queue_worker.report import ReportInputError, load_report
+    from supervisor.demos.common import stdout_console
+    from supervisor.report_text import render_report
+
     location = _location(directory, log)
     if at is None and timeline is None:
         code = partitioned_cli.report(location, as_json)
@@ -125,6 +119,7 @@ def report_command(
 
 def _write_timeline(location: str, out: Path) -> None:
     """`--timeline`: the page, named on stderr (stdout may be the JSON)."""
+    from queue_worker.report import ReportInputError
     from supervisor.timeline.cli import write_timeline
 
     try:
@@ -148,6 +143,20 @@ def why_command(
     as_json: JsonOption = False,
 ) -> None:
     """Every record about one task, in log order, with the rule that decided each."""
+    from logstore import LogError
+    from queue_worker.explain import explain_task
+    from queue_worker.ops import read_ops
+    from queue_worker.report import (
+        ReportInputError,
+        has_logs,
+        missing_logs_text,
+        prefix_state,
+        read_claims,
+        read_task,
+    )
+    from supervisor.demos.common import stdout_console
+    from supervisor.report_text import positions_note, render_story
+
     location, task, shown_task = partitioned_cli.task_location(_location(directory, log), task_name)
     try:
         if not has_logs(location):

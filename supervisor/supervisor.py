@@ -234,7 +234,7 @@ class Supervisor:
         # Before anything appends: every record of both logs whole and valid, and a claims
         # log that closes no task the tasks log lacks. Writing past damage would bury it.
         try:
-            self._monitor.check_start()
+            self._monitor.check_start(count_all=False)  # the watcher counts the rest
         except BaseException:
             self._monitor.close()
             raise

@@ -12,12 +12,22 @@ claims (1 with why, otherwise). The modules are imported when their command runs
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from supervisor.cli_options import real, whole
-from supervisor.demos.common import stdout_console
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+
+def _console() -> Console:
+    """The console a demo narrates on (rich is imported when a demo runs, not by `qw`)."""
+    from supervisor.demos.common import stdout_console
+
+    return stdout_console()
+
 
 demo_app = typer.Typer(
     help="Offline teaching scenarios (real worker processes on a temporary directory).",
@@ -61,7 +71,7 @@ def collisions_command(
     from supervisor.demos import collisions as demo
 
     options = demo.CollisionOptions(workers, tasks, work_ms, directory=directory, keep=keep)
-    raise typer.Exit(demo.run(stdout_console(), options).exit_code)
+    raise typer.Exit(demo.run(_console(), options).exit_code)
 
 
 @demo_app.command("redistribution")
@@ -79,7 +89,7 @@ def redistribution_command(
     options = demo.RedistributionOptions(
         workers, tasks, lease, work_ms, directory=directory, keep=keep
     )
-    raise typer.Exit(demo.run(stdout_console(), options).exit_code)
+    raise typer.Exit(demo.run(_console(), options).exit_code)
 
 
 @demo_app.command("pause")
@@ -95,7 +105,7 @@ def pause_command(
     from supervisor.demos import pause as demo
 
     options = demo.PauseOptions(lease, work_ms, directory=directory, keep=keep)
-    raise typer.Exit(demo.run(stdout_console(), options).exit_code)
+    raise typer.Exit(demo.run(_console(), options).exit_code)
 
 
 @demo_app.command("skew")
@@ -114,4 +124,4 @@ def skew_command(
     from supervisor.demos import skew as demo
 
     options = demo.SkewOptions(lease, skew, work_ms, directory=directory, keep=keep)
-    raise typer.Exit(demo.run(stdout_console(), options).exit_code)
+    raise typer.Exit(demo.run(_console(), options).exit_code)

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Final
+from typing import TYPE_CHECKING, Annotated, Final
 
 import typer
 
-from queue_worker.report import ReportInputError
 from supervisor.cli_options import DEFAULT_DIR, DirOption, LogOption, fail, location_of, shown
-from supervisor.timeline.load import load_model
-from supervisor.timeline.page import render_page
-from supervisor.timeline.view import BoundError, View, parse_bound, parse_tasks, select
+
+if TYPE_CHECKING:
+    from supervisor.timeline.view import View
+
+# The model, the view and the page are imported when `qw timeline` runs, not by every `qw`.
 
 #: the page's name when --out is not given (in the data directory, or here for --log)
 DEFAULT_NAME: Final = "timeline.html"
@@ -31,6 +32,10 @@ def default_out(directory: Path, log: str | None) -> Path:
 
 def write_timeline(location: str, out: Path, view_of: View | None = None) -> View:
     """Write the page of the whole run at `location` (or of `view_of`) to `out`."""
+    from supervisor.timeline.load import load_model
+    from supervisor.timeline.page import render_page
+    from supervisor.timeline.view import select
+
     view = view_of if view_of is not None else select(load_model(location))
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(render_page(view, shown(location)), encoding="utf-8")
@@ -71,6 +76,10 @@ def timeline(
     Writes one self-contained HTML file (no script, nothing from the network) and prints its
     path. A large run is narrowed to a readable window (the page says what it left out).
     """
+    from queue_worker.report import ReportInputError
+    from supervisor.timeline.load import load_model
+    from supervisor.timeline.view import BoundError, parse_bound, parse_tasks, select
+
     location = location_of(directory, log)
     try:
         model = load_model(location)
