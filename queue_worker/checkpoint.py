@@ -12,7 +12,8 @@ location has none). One msgpack map::
 
 `body` is a msgpack map with one entry per topic::
 
-    "tasks":  {"log": LOG, "next_position": int, "positions": bytes, "foreign": [task],
+    "tasks":  {"log": LOG, "next_position": int, "first": int|nil, "last": int|nil,
+               "base": int, "settled": int, "positions": bytes, "foreign": [task],
                "unreadable": [[task, why]]}
     "claims": {"log": LOG, "next_position": int, "malformed": int, "last_malformed": str|nil,
                "state": {"position", "done_count", "dead_count", "unknown_count",
@@ -23,7 +24,11 @@ location has none). One msgpack map::
     RECORD  [position, next position, length, crc32 of its bytes]
     HOLDER  [claim, worker, at, expiry]
 
-`positions` is the task index's int64 array, little-endian (task id -> record position).
+`positions` is the task index's int64 array, little-endian: the record positions of tasks
+`base`, `base` + 1, …; every task below `settled` is done or dead and needs none (the
+index keeps only live tasks: see `TaskIndex`). `first` and `last` are the positions of
+task 0's record and of the last task's. A checkpoint saved before these keys existed
+(every position from task 0) still loads, as `base` = `settled` = 0.
 
 What loading validates, and why: a checkpoint describes particular logs, and applying it to
 others would give verdicts no replay gives (a task run twice, or never). The logs may have
@@ -175,9 +180,7 @@ def _record_at(log: Log, position: int) -> _Record | None:
 
 def _ends(index: TaskIndexSnapshot) -> tuple[int | None, int | None]:
     """The positions of the first and last task an index holds (None, None when empty)."""
-    if not index.positions:
-        return None, None
-    return index.positions[0], index.positions[-1]
+    return index.first, index.last
 
 
 def _log_plain(
@@ -244,6 +247,10 @@ def _tasks_plain(index: TaskIndexSnapshot, log: dict[str, Any]) -> dict[str, Any
     return {
         "log": log,
         "next_position": index.next_position,
+        "first": index.first,
+        "last": index.last,
+        "base": index.base,
+        "settled": index.settled,
         "positions": _positions_bytes(index.positions),
         "foreign": list(index.foreign),
         "unreadable": [list(item) for item in index.unreadable],
@@ -441,8 +448,19 @@ def _tasks_from(plain: dict[str, Any]) -> TaskIndexSnapshot:
     positions.frombytes(raw)
     if sys.byteorder == "big":
         positions.byteswap()
+    if "base" in plain:
+        first, last = _opt_int(plain, "first"), _opt_int(plain, "last")
+        base, settled = _int(plain, "base"), _int(plain, "settled")
+    else:  # saved before the index kept only live tasks: every task from 0, none settled
+        first = positions[0] if positions else None
+        last = positions[-1] if positions else None
+        base = settled = 0
     return TaskIndexSnapshot(
         _int(plain, "next_position"),
+        first,
+        last,
+        base,
+        settled,
         positions,
         tuple(_int_item(t) for t in _list(plain, "foreign")),
         tuple((_int_item(t), _str_item(why)) for t, why in _pairs(plain, "unreadable")),
@@ -508,6 +526,11 @@ def _pairs(plain: dict[str, Any], key: str) -> list[tuple[Any, Any]]:
 
 def _int(plain: dict[str, Any], key: str) -> int:
     return _int_item(plain.get(key))
+
+
+def _opt_int(plain: dict[str, Any], key: str) -> int | None:
+    value = plain.get(key)
+    return None if value is None else _int_item(value)
 
 
 def _int_item(value: Any) -> int:
