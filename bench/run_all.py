@@ -29,6 +29,7 @@ from pathlib import Path
 from bench import (
     latency_bench,
     long_bench,
+    memory_bench,
     queue_bench,
     redis_bench,
     redistribution_bench,
@@ -45,6 +46,7 @@ SECTIONS = (
     "collisions",
     "redistribution",
     "long",
+    "memory",
     "durable",
     "redis",
     "log",
@@ -62,6 +64,7 @@ class Sizes:
     wake_samples: int
     rounds: int
     long_stages: tuple[int, int, int]
+    memory_tasks: int  # the memory section's run (a long one: minutes per million)
     redis_repeats: int
 
 
@@ -74,6 +77,7 @@ FULL = Sizes(
     wake_samples=300,
     rounds=15,
     long_stages=(100_000, 500_000, 1_000_000),
+    memory_tasks=3_000_000,
     redis_repeats=1,
 )
 QUICK = Sizes(
@@ -85,6 +89,7 @@ QUICK = Sizes(
     wake_samples=50,
     rounds=4,
     long_stages=(10_000, 50_000, 100_000),
+    memory_tasks=200_000,
     redis_repeats=1,
 )
 
@@ -195,6 +200,7 @@ def run(args: argparse.Namespace) -> int:
                 root, sizes.rounds
             ),
             "long": lambda: long_bench.long_section(root, sizes.long_stages),
+            "memory": lambda: memory_bench.memory_section(root, sizes.memory_tasks),
             "durable": lambda: queue_bench.durable_section(
                 root, drains, sizes.drain_tasks, sizes.repeats
             ),
