@@ -109,6 +109,7 @@ def worker_json(w: WorkerView) -> dict[str, Any]:
         "pid": w.pid,
         "state": w.state.value,
         "lostByVerdict": dict(s.lost),
+        "indexedTasks": s.indexed_tasks,  # task positions its index holds: the live tasks
         "takeovers": s.takeovers,
         "stale": s.stale,
         "failed": s.failed,

@@ -18,8 +18,10 @@ from queue_worker.checkpoint import CHECKPOINT_NAME
 from queue_worker.config import WorkerConfig
 from queue_worker.fleet import WorkerProcesses
 from queue_worker.producer import Queue
-from queue_worker.snapshot import WorkerSnapshot, WorkerState, read_snapshots
+from queue_worker.snapshot import WorkerSnapshot, WorkerState, parse_snapshot, read_snapshots
 from queue_worker.topics import COMPACT_MIN_TASKS
+from supervisor.http_api import worker_json
+from supervisor.model import SlotState, WorkerView
 from tests.helpers import wait_until
 
 BATCH = 100_000
@@ -58,3 +60,9 @@ def test_a_worker_index_holds_the_live_tasks_not_the_history(tmp_path: Path) -> 
     saved = body["tasks"]
     assert saved["base"] + len(saved["positions"]) // 8 == 2 * BATCH
     assert len(saved["positions"]) // 8 <= COMPACT_MIN_TASKS
+
+
+def test_the_index_size_is_served_over_http() -> None:
+    stats = parse_snapshot({"indexed_tasks": 7, "known_tasks": 9})
+    view = WorkerView(0, "w0", None, None, SlotState.IDLE, stats)
+    assert (worker_json(view)["indexedTasks"], worker_json(view)["knownTasks"]) == (7, 9)
