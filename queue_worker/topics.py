@@ -1,8 +1,9 @@
 """The two topics as a worker sees them: opening them, and catching up on them.
 
 tasks   A task's id is its index in the tasks log: the n-th record (counting from 0) is
-        task n, whatever its type. `TaskIndex` remembers where each task's record is, so a
-        worker re-reads a payload only when it wins the task and keeps no payloads in memory.
+        task n, whatever its type. `TaskIndex` remembers where each live task's record is
+        (those at or above the claims fold's watermark), so a worker re-reads a payload only
+        when it wins the task and keeps no payloads in memory.
 claims  `ClaimsFollower` folds every record into a `ClaimState`, in log order, and can
         *settle* a record: read up to and including it, and return its verdict.
 
