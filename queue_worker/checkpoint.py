@@ -359,6 +359,8 @@ def restore_checkpoint(
         _check_log(_map(claims, "log"), claims_log, None, last_claim, follower.next_position)
         _check_whole(_map(tasks, "log"), tasks_log, index.next_position)
         _check_whole(_map(claims, "log"), claims_log, follower.next_position)
+        if index.settled > follower.state.watermark:  # the index forgets what the fold closed
+            raise CheckpointRefused("the task index settled tasks the fold has not closed")
         return TaskIndex.restore(index), follower
     except CheckpointRefused as e:
         raise CheckpointRefused(f"{path}: {e}") from None

@@ -216,3 +216,22 @@ def test_a_checkpoint_whose_watermark_does_not_fit_is_refused(tmp_path: Path) ->
     tasks_log, claims_log = open_topics(data)
     with tasks_log, claims_log, pytest.raises(CheckpointRefused, match="settled below"):
         restore_checkpoint(data, tasks_log, claims_log)
+
+
+def test_a_checkpoint_whose_index_settled_more_than_the_fold_closed_is_refused(
+    tmp_path: Path,
+) -> None:
+    """The index would answer "settled" for a task the fold still has open (one a worker
+    may win): such a checkpoint is refused, and the worker replays."""
+    data = tmp_path / "data"
+    _drain(data, 5)
+    with Queue(data, fsync="none") as queue:
+        queue.enqueue_many([5, 6])
+
+    def settled_too_far(body: dict[str, Any]) -> None:
+        body["tasks"]["settled"] = body["claims"]["state"]["watermark"] + 1
+
+    _rewrite_body(data, settled_too_far)
+    tasks_log, claims_log = open_topics(data)
+    with tasks_log, claims_log, pytest.raises(CheckpointRefused, match="has not closed"):
+        restore_checkpoint(data, tasks_log, claims_log)
