@@ -45,7 +45,8 @@ refuses it, and the replay from the start then meets the damage itself. A save e
 the checksum its handle took last time, so it reads only what was appended since; a
 restore reads the covered prefix once (crc32 only, no decoding: see the README for the
 figure). The crc32 of the body catches a torn or damaged file; the snapshots are checked
-for consistency (`ClaimState.restore`, `TaskIndex.restore`). Anything wrong means "no
+for consistency (`ClaimState.restore`, `TaskIndex.restore`; and the index may not have
+settled a task the fold has not closed). Anything wrong means "no
 checkpoint": `load_checkpoint` returns None and the worker replays from the start.
 
 Saving writes a uniquely named temporary file in the same directory and renames it over
