@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.live import Live
 
 from queue_worker.snapshot import parse_snapshot
-from supervisor.model import Event, QueueView, SupervisorSnapshot, WorkerView
+from supervisor.model import Event, QueueView, SlotState, SupervisorSnapshot, WorkerView
 from supervisor.tui import Dashboard
 
 FRAMES_PER_SECOND = 4
@@ -74,7 +74,7 @@ def _busy_snapshot(now: float) -> SupervisorSnapshot:
                 name=f"w{slot}",
                 worker_id=f"w{slot}-{41000 + slot}-9fe3",
                 pid=41000 + slot,
-                state=state,
+                state=SlotState(state),
                 stats=parse_snapshot(stats),
                 cpu_percent=12.5,
                 rss_bytes=31 << 20,

@@ -29,6 +29,7 @@ from pathlib import Path
 from bench import (
     latency_bench,
     long_bench,
+    memory_bench,
     queue_bench,
     redis_bench,
     redistribution_bench,
@@ -47,6 +48,7 @@ SECTIONS = (
     "redistribution",
     "long",
     "retention",
+    "memory",
     "durable",
     "redis",
     "log",
@@ -64,6 +66,7 @@ class Sizes:
     wake_samples: int
     rounds: int
     long_stages: tuple[int, int, int]
+    memory_tasks: int  # the memory section's run (a long one: minutes per million)
     redis_repeats: int
     retention_tasks: int = 3_000_000
 
@@ -77,6 +80,7 @@ FULL = Sizes(
     wake_samples=300,
     rounds=15,
     long_stages=(100_000, 500_000, 1_000_000),
+    memory_tasks=3_000_000,
     redis_repeats=3,
 )
 QUICK = Sizes(
@@ -88,6 +92,7 @@ QUICK = Sizes(
     wake_samples=50,
     rounds=4,
     long_stages=(10_000, 50_000, 100_000),
+    memory_tasks=200_000,
     redis_repeats=1,
     retention_tasks=100_000,
 )
@@ -202,6 +207,7 @@ def run(args: argparse.Namespace) -> int:
             "retention": lambda: retention_bench.retention_section(
                 root, sizes.retention_tasks, max(sizes.retention_tasks // 30, 1_000)
             ),
+            "memory": lambda: memory_bench.memory_section(root, sizes.memory_tasks),
             "durable": lambda: queue_bench.durable_section(
                 root, drains, sizes.drain_tasks, sizes.repeats
             ),

@@ -12,7 +12,8 @@ location has none). One msgpack map::
 
 `body` is a msgpack map with one entry per topic::
 
-    "tasks":  {"log": LOG, "next_position": int, "positions": bytes, "foreign": [task],
+    "tasks":  {"log": LOG, "next_position": int, "first": int|nil, "last": int|nil,
+               "base": int, "settled": int, "positions": bytes, "foreign": [task],
                "unreadable": [[task, why]]}
     "claims": {"log": LOG, "next_position": int, "malformed": int, "last_malformed": str|nil,
                "state": {"position", "done_count", "dead_count", "unknown_count",
@@ -25,7 +26,11 @@ location has none). One msgpack map::
     SEGMENT [base, end, crc32 of its bytes]: a segment compaction removed
     HOLDER  [claim, worker, at, expiry]
 
-`positions` is the task index's int64 array, little-endian (task id -> record position).
+`positions` is the task index's int64 array, little-endian: the record positions of tasks
+`base`, `base` + 1, …; every task below `settled` is done or dead and needs none (the
+index keeps only live tasks: see `TaskIndex`). `first` and `last` are the positions of
+task 0's record and of the last task's. A checkpoint saved before these keys existed
+(every position from task 0) still loads, as `base` = `settled` = 0.
 
 What loading validates, and why: a checkpoint describes particular logs, and applying it to
 others would give verdicts no replay gives (a task run twice, or never). The logs may have
@@ -42,7 +47,8 @@ refuses it, and the replay from the start then meets the damage itself. A save e
 the checksum its handle took last time, so it reads only what was appended since; a
 restore reads the covered prefix once (crc32 only, no decoding: see the README for the
 figure). The crc32 of the body catches a torn or damaged file; the snapshots are checked
-for consistency (`ClaimState.restore`, `TaskIndex.restore`). Anything wrong means "no
+for consistency (`ClaimState.restore`, `TaskIndex.restore`; and the index may not have
+settled a task the fold has not closed). Anything wrong means "no
 checkpoint": `load_checkpoint` returns None and the worker replays from the start.
 
 Saving writes a uniquely named temporary file in the same directory and renames it over
@@ -272,9 +278,7 @@ def _record_at(log: Log, position: int) -> _Record | None:
 
 def _ends(index: TaskIndexSnapshot) -> tuple[int | None, int | None]:
     """The positions of the first and last task an index holds (None, None when empty)."""
-    if not index.positions:
-        return None, None
-    return index.positions[0], index.positions[-1]
+    return index.first, index.last
 
 
 def _removed_before(directory: Path) -> dict[str, list[Removed]]:
@@ -389,6 +393,10 @@ def _tasks_plain(index: TaskIndexSnapshot, log: dict[str, Any]) -> dict[str, Any
     return {
         "log": log,
         "next_position": index.next_position,
+        "first": index.first,
+        "last": index.last,
+        "base": index.base,
+        "settled": index.settled,
         "positions": _positions_bytes(index.positions),
         "foreign": list(index.foreign),
         "unreadable": [list(item) for item in index.unreadable],
@@ -508,6 +516,8 @@ def restore_checkpoint(
         _check_log(_map(claims, "log"), claims_log, None, last_claim, follower.next_position)
         _check_whole(_map(tasks, "log"), tasks_log, index.next_position)
         _check_whole(_map(claims, "log"), claims_log, follower.next_position)
+        if index.settled > follower.state.watermark:  # the index forgets what the fold closed
+            raise CheckpointRefused("the task index settled tasks the fold has not closed")
         return TaskIndex.restore(index), follower
     except CheckpointRefused as e:
         raise CheckpointRefused(f"{path}: {e}") from None
@@ -644,8 +654,19 @@ def _tasks_from(plain: dict[str, Any]) -> TaskIndexSnapshot:
     positions.frombytes(raw)
     if sys.byteorder == "big":
         positions.byteswap()
+    if "base" in plain:
+        first, last = _opt_int(plain, "first"), _opt_int(plain, "last")
+        base, settled = _int(plain, "base"), _int(plain, "settled")
+    else:  # saved before the index kept only live tasks: every task from 0, none settled
+        first = positions[0] if positions else None
+        last = positions[-1] if positions else None
+        base = settled = 0
     return TaskIndexSnapshot(
         _int(plain, "next_position"),
+        first,
+        last,
+        base,
+        settled,
         positions,
         tuple(_int_item(t) for t in _list(plain, "foreign")),
         tuple((_int_item(t), _str_item(why)) for t, why in _pairs(plain, "unreadable")),
@@ -715,6 +736,11 @@ def _pairs(plain: dict[str, Any], key: str) -> list[tuple[Any, Any]]:
 
 def _int(plain: dict[str, Any], key: str) -> int:
     return _int_item(plain.get(key))
+
+
+def _opt_int(plain: dict[str, Any], key: str) -> int | None:
+    value = plain.get(key)
+    return None if value is None else _int_item(value)
 
 
 def _int_item(value: Any) -> int:

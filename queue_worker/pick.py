@@ -184,13 +184,18 @@ class _Withheld:
 class FreshTasks:
     """When this worker first saw each task, as runs: (first task id, worker clock µs).
 
-    One entry per catch-up that found new tasks (a backlog is one run), and runs below the
-    watermark are dropped, so it stays small however long the log grows.
+    One entry per catch-up that found new tasks (a backlog is one run); runs below the
+    watermark, and runs seen more than the grace ago, are dropped, so it stays small however
+    long the log grows (a spread pick only; no other pick reads it).
     """
 
     def __init__(self) -> None:
         self._runs: deque[tuple[int, int]] = deque()
         self.recheck_at: int | None = None  # when a held-back task may be taken (worker µs)
+
+    def __len__(self) -> int:
+        """How many runs it keeps (its memory)."""
+        return len(self._runs)
 
     def saw(self, first_task: int, now: int) -> None:
         self._runs.append((first_task, now))
@@ -198,6 +203,15 @@ class FreshTasks:
     def forget_below(self, watermark: int) -> None:
         runs = self._runs
         while len(runs) > 1 and runs[1][0] <= watermark:
+            runs.popleft()
+
+    def forget_older_than(self, cutoff: int) -> None:
+        """Drop the runs whose every task was seen before `cutoff`: no pick holds those back
+        any more (`hold` reads them as "seen long ago", and so reads a task of no run).
+        With a task held open for long the watermark stays behind: this bounds the runs by
+        the grace, not by the history since that task."""
+        runs = self._runs
+        while len(runs) > 1 and runs[0][1] < cutoff:
             runs.popleft()
 
     def seen_at(self, task: int) -> int | None:
@@ -362,15 +376,22 @@ class Picker:
         # orphans first; a predecessor's lapsed tasks are left to the others for one lease
         self._orphans = Orphans(worker_id, lease_us, heir_rule=slots > 1)
 
+    @property
+    def fresh_runs(self) -> int:
+        """How many runs of fresh tasks it keeps (see FreshTasks)."""
+        return len(self._fresh)
+
     def saw(self, first_task: int, now: int) -> None:
         """A catch-up found new tasks, from `first_task` on, at `now` (worker clock)."""
-        self._fresh.saw(first_task, now)
+        if self.spread:  # only a spread pick holds fresh tasks back: nothing else reads them
+            self._fresh.saw(first_task, now)
 
     def pick(self, state: ClaimState, tasks: TaskIndex, now: int, fold_now: int) -> int | None:
         """A claimable task by the strategy (as of the last catch-up), or None."""
         excluded: Container[int] = tasks.foreign
         if self.spread:
             self._fresh.forget_below(state.watermark)
+            self._fresh.forget_older_than(now - SPREAD_GRACE_US)
             excluded = self._fresh.held_back(state, now, self.slot, self.slots, tasks.foreign)
             # Closed is for good: step the cursor over this slot's closed ids once, instead
             # of probing them from the watermark at every pick.

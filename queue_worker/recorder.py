@@ -67,6 +67,7 @@ class StatsRecorder:
         with self.lock:
             s = self.stats
             s.known_tasks = tasks.known
+            s.indexed_tasks = tasks.indexed
             s.tasks_position = tasks.next_position
             s.consumed_up_to = claims.next_position
             s.done_tasks = state.done_count

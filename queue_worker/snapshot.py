@@ -66,6 +66,7 @@ class WorkerSnapshot:
     current_claim: int | None = None
     lease_expiry: float | None = None
     known_tasks: int = 0
+    indexed_tasks: int = 0
     consumed_up_to: int = 0
     tasks_position: int = 0
     done_tasks: int = 0

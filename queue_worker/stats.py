@@ -53,6 +53,7 @@ class WorkerStats:
     current_claim: int | None = None
     lease_expiry: float | None = None  # wall clock, seconds
     known_tasks: int = 0
+    indexed_tasks: int = 0  # task positions the worker's index holds (live tasks: its memory)
     consumed_up_to: int = 0  # claims-log position folded so far
     tasks_position: int = 0
     done_tasks: int = 0  # as this worker's fold sees the queue

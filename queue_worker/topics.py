@@ -1,8 +1,9 @@
 """The two topics as a worker sees them: opening them, and catching up on them.
 
 tasks   A task's id is its index in the tasks log: the n-th record (counting from 0) is
-        task n, whatever its type. `TaskIndex` remembers where each task's record is, so a
-        worker re-reads a payload only when it wins the task and keeps no payloads in memory.
+        task n, whatever its type. `TaskIndex` remembers where each live task's record is
+        (those at or above the claims fold's watermark), so a worker re-reads a payload only
+        when it wins the task and keeps no payloads in memory.
 claims  `ClaimsFollower` folds every record into a `ClaimState`, in log order, and can
         *settle* a record: read up to and including it, and return its verdict.
 
@@ -327,22 +328,55 @@ def _chain_read(
 #: the first bytes of a TASK record of this schema: msgpack [1, "T", payload, enqueued_at]
 _TASK_PREFIX: Final = b"\x94\x01\xa1T"
 
+#: TaskIndex: settled positions are dropped from the front of the array once at least this
+#: many, and at least half the array, are settled: each drop moves the live part once, so
+#: the cost per task stays constant, and the array holds at most twice the live tasks (plus
+#: this many)
+COMPACT_MIN_TASKS: Final = 4096
+
+
+class TaskSettledError(QwError):
+    """A task below the index's watermark was asked for: it is settled (done or dead) and
+    its record is no longer indexed. A worker only loads a task its claim has just won,
+    which is open, so this is a caller's bug."""
+
 
 class TaskIndexSnapshot(NamedTuple):
     """Everything a TaskIndex holds (what a checkpoint saves); `positions` is a copy."""
 
     next_position: int
-    positions: array[int]  # task id -> log position of its record
+    first: int | None  # the position of task 0's record (None: no task yet)
+    last: int | None  # the position of the last task's record
+    base: int  # the id of positions[0]: every task below it is settled
+    settled: int  # every task below it is settled (>= base: the front is dropped lazily)
+    positions: array[int]  # task id - base -> log position of its record
     foreign: tuple[int, ...]
     unreadable: tuple[tuple[int, str], ...]
 
+    @property
+    def known(self) -> int:
+        return self.base + len(self.positions)
+
 
 class TaskIndex:
-    """Where each task's record is in the tasks log, and which tasks cannot be run here."""
+    """Where each live task's record is in the tasks log, and which tasks cannot be run here.
+
+    Memory depends on the live tasks, not on history: the worker tells the index the claims
+    fold's watermark (`settle_below`: every task below it is done or dead, for ever), and
+    the index forgets those tasks. It keeps the positions of tasks `base` .. `known` - 1 in
+    one array (8 bytes a task), dropping the settled front in amortised steps
+    (COMPACT_MIN_TASKS); a question about a task below the watermark answers "settled"
+    (`position_of` → None) instead of keeping its position. Foreign and unreadable tasks
+    below it are forgotten as well: no one will run them.
+    """
 
     def __init__(self, start: int) -> None:
         self.next_position = start
-        self._positions = array("q")  # task id -> log position of its record
+        self._base = 0  # the id of _positions[0]
+        self._positions = array("q")  # task id - _base -> log position of its record
+        self._settled = 0  # every task below this is settled (the fold's watermark, as told)
+        self._first: int | None = None  # task 0's position (the checkpoint checks it)
+        self._last: int | None = None  # the last task's position
         self.foreign: set[int] = set()  # a record type from a newer writer: not ours to run
         self.unreadable: dict[int, str] = {}  # task id -> why its record does not decode
         # The bytes of small TASK records this worker is likely to run (`keep_payloads`),
@@ -353,6 +387,16 @@ class TaskIndex:
     @property
     def known(self) -> int:
         """How many tasks this worker has seen (ids 0 .. known-1)."""
+        return self._base + len(self._positions)
+
+    @property
+    def settled(self) -> int:
+        """Every task below this id is settled (done or dead): the watermark last told."""
+        return self._settled
+
+    @property
+    def indexed(self) -> int:
+        """How many task positions the index holds now (its memory: 8 bytes each)."""
         return len(self._positions)
 
     def catch_up(self, log: Log) -> int:
@@ -365,8 +409,16 @@ class TaskIndex:
 
     def _index(self, entry: Entry) -> None:
         task = self.known
-        self._positions.append(entry.position)
+        if task == 0:
+            self._first = entry.position
+        self._last = entry.position
         self.next_position = entry.next
+        if task < self._settled and not self._positions:
+            # Settled before we read it (another worker claimed and finished it first): a
+            # task no one will run again; only its id is counted.
+            self._base += 1
+            return
+        self._positions.append(entry.position)
         if entry.data.startswith(_TASK_PREFIX):
             # A TASK as this version writes it: its payload is decoded only when the task is
             # won (`load`), not by every worker for every task (a quarter of a drain's CPU
@@ -388,11 +440,33 @@ class TaskIndex:
         if isinstance(record, Unknown):
             self.foreign.add(task)
 
+    def settle_below(self, watermark: int) -> None:
+        """Every task below `watermark` is settled (the claims fold's watermark: done or
+        dead, for ever): forget them. A lower watermark than before changes nothing."""
+        if watermark <= self._settled:
+            return
+        self._settled = watermark
+        drop = min(watermark, self.known) - self._base
+        if drop == len(self._positions) or (
+            drop >= COMPACT_MIN_TASKS and 2 * drop >= len(self._positions)
+        ):
+            del self._positions[:drop]
+            self._base += drop
+            self.forget_kept_below(self._base)
+        if self.foreign:
+            self.foreign = {t for t in self.foreign if t >= watermark}
+        if self.unreadable:
+            self.unreadable = {t: why for t, why in self.unreadable.items() if t >= watermark}
+
     def snapshot(self) -> TaskIndexSnapshot:
         """The index as values that do not change with it: `TaskIndex.restore` of it gives
         this index back."""
         return TaskIndexSnapshot(
             self.next_position,
+            self._first,
+            self._last,
+            self._base,
+            self._settled,
             array("q", self._positions),
             tuple(self.foreign),
             tuple(self.unreadable.items()),
@@ -400,26 +474,52 @@ class TaskIndex:
 
     @classmethod
     def restore(cls, snap: TaskIndexSnapshot) -> TaskIndex:
-        """The index `snap` was taken of. Raises ValueError for one no catch-up reaches."""
+        """The index `snap` was taken of (its settled tasks below `base`). Raises ValueError
+        for one no catch-up reaches."""
         if snap.positions.typecode != "q":
             raise ValueError(f"positions of type {snap.positions.typecode!r}; expected 'q'")
-        known = len(snap.positions)
-        if known and snap.positions[-1] >= snap.next_position:
-            raise ValueError("a task indexed at or after the next position")
+        known = snap.known
+        if not 0 <= snap.base <= snap.settled:
+            raise ValueError(f"first indexed task {snap.base}, settled below {snap.settled}")
+        if (snap.first is None) != (known == 0) or (snap.last is None) != (known == 0):
+            raise ValueError("the first and last task positions do not match the task count")
+        if snap.first is not None and snap.last is not None:
+            if not snap.first <= snap.last < snap.next_position:
+                raise ValueError("the first and last task positions are out of order")
+            if known == 1 and snap.first != snap.last:
+                raise ValueError("one task at two positions")
+        if snap.positions:
+            if snap.positions[-1] != snap.last:
+                raise ValueError("the last indexed position is not the last task's")
+            if snap.base == 0 and snap.positions[0] != snap.first:
+                raise ValueError("the first indexed position is not task 0's")
         index = cls(snap.next_position)
+        index._base = snap.base
+        index._settled = snap.settled
         index._positions = array("q", snap.positions)
+        index._first, index._last = snap.first, snap.last
         index.foreign = set(snap.foreign)
         index.unreadable = dict(snap.unreadable)
         ids = [*index.foreign, *index.unreadable]
         # an unreadable record is never also foreign (`_index` stops at the decode error)
         if len(set(ids)) != len(snap.foreign) + len(snap.unreadable):
             raise ValueError("a task listed twice among foreign and unreadable tasks")
-        if any(not 0 <= t < known for t in ids):
+        if any(not snap.base <= t < known for t in ids):
             raise ValueError("a foreign or unreadable task that is not indexed")
         return index
 
-    def position_of(self, task: int) -> int:
-        return self._positions[task]
+    def is_settled(self, task: int) -> bool:
+        """Is `task` below the watermark the index was told (done or dead, forgotten)?"""
+        return 0 <= task < self._settled
+
+    def position_of(self, task: int) -> int | None:
+        """The position of `task`'s record; None when it is settled (below the watermark:
+        no longer indexed). Raises IndexError for a task not yet known."""
+        if not 0 <= task < self.known:
+            raise IndexError(f"task {task} is not indexed (known: {self.known})")
+        if task < self._settled:
+            return None
+        return self._positions[task - self._base]
 
     def keep_payloads(self, slot: int, slots: int) -> None:
         """Keep the bytes of small TASK records of ids in `slot` of `slots` as they are
@@ -433,12 +533,15 @@ class TaskIndex:
             kept.popitem(last=False)
 
     def load(self, log: Log, task: int) -> TaskRecord:
-        """Read task `task`'s record again. Raises RecordDecodeError if it is unreadable."""
+        """Read task `task`'s record again. Raises RecordDecodeError if it is unreadable,
+        TaskSettledError if it is settled (below the watermark)."""
         if task in self.unreadable:
             raise RecordDecodeError(self.unreadable[task])
         data = self._kept.pop(task, None)
         if data is None:
-            position = self._positions[task]
+            position = self.position_of(task)
+            if position is None:
+                raise TaskSettledError(f"task {task} is settled: its record is not indexed")
             entries = log.read(position, 1)
             if not entries or entries[0].position != position:
                 raise LogError(f"{log.name}: task {task} is no longer at position {position}")

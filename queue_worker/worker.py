@@ -337,6 +337,9 @@ class Worker:
         if self.tasks.known > before:
             self._picker.saw(before, self._clock())
         self.claims.catch_up(self.claims_log)
+        # What the fold closed below its watermark is closed for good: the index forgets it,
+        # so a worker's memory follows the live tasks, not the history.
+        self.tasks.settle_below(self.claims.state.watermark)
         if not self._covered:
             # Once, at the start: the claims fold must not have closed a task the tasks log
             # does not hold (a tasks log cut short or replaced: see check_tasks_cover).

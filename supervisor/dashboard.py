@@ -39,7 +39,7 @@ from rich.text import Text
 
 from queue_worker.names import printable
 from supervisor.format import format_bytes, format_duration, format_micros
-from supervisor.model import Event, QueueView, SupervisorSnapshot
+from supervisor.model import Event, QueueView, SlotState, SupervisorSnapshot
 from supervisor.orphan_panel import TITLE as ORPHANS_TITLE
 from supervisor.orphan_panel import orphan_lines
 from supervisor.sparkline import sparkline
@@ -282,8 +282,8 @@ class Spread:
 def header(snapshot: SupervisorSnapshot, *, now: float) -> Spread:
     """One line: where the logs are on the left; uptime, workers and draining on the right."""
     workers = snapshot.workers
-    dead = sum(1 for w in workers if w.state == "dead")
-    paused = sum(1 for w in workers if w.state == "paused")
+    dead = sum(1 for w in workers if w.state is SlotState.DEAD)
+    paused = sum(1 for w in workers if w.state is SlotState.PAUSED)
     alive = sum(1 for w in workers if not w.ended)
 
     right = Text()

@@ -107,8 +107,9 @@ def worker_json(w: WorkerView) -> dict[str, Any]:
         "worker": w.worker_id,
         "label": None if w.worker_id is None else worker_label(w.worker_id),
         "pid": w.pid,
-        "state": w.state,
+        "state": w.state.value,
         "lostByVerdict": dict(s.lost),
+        "indexedTasks": s.indexed_tasks,  # task positions its index holds: the live tasks
         "takeovers": s.takeovers,
         "stale": s.stale,
         "failed": s.failed,

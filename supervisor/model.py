@@ -7,13 +7,37 @@ functions of it. `Controls` is what the dashboard's keys may ask the supervisor 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Final, Protocol
 
 from queue_worker.names import printable, worker_label
 from queue_worker.snapshot import WorkerSnapshot
 
+
+class SlotState(str, Enum):
+    """What a worker slot is doing, as the dashboard, the status line and HTTP show it: the
+    worker's own state (`queue_worker.snapshot.WorkerState`) while it runs, or what the
+    supervisor knows better (paused, draining, dead). A str, so it compares, hashes and
+    encodes to JSON as its word (Python 3.10 has no enum.StrEnum)."""
+
+    STARTING = "starting"
+    IDLE = "idle"
+    CLAIMING = "claiming"
+    WORKING = "working"
+    PAUSED = "paused"
+    DRAINING = "draining"
+    DEAD = "dead"
+    EXITED = "exited"
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
+
+
 #: the states of a slot whose process has ended
-ENDED_STATES: Final = ("dead", "exited")
+ENDED_STATES: Final = (SlotState.DEAD, SlotState.EXITED)
 
 
 @dataclass
@@ -24,13 +48,16 @@ class WorkerView:
     name: str  # w0, w1, …
     worker_id: str | None  # the protocol id of the current (or last) process in this slot
     pid: int | None
-    state: str  # starting | idle | claiming | working | paused | draining | dead | exited
+    state: SlotState
     stats: WorkerSnapshot = field(default_factory=WorkerSnapshot)  # what the worker last published
     cpu_percent: float = 0.0
     rss_bytes: int = 0
     exit_code: int | None = None  # negative: killed by that signal
     died_at: float | None = None  # wall clock, seconds
     restarts: int = 0
+
+    def __post_init__(self) -> None:
+        self.state = SlotState(self.state)  # a word given where a state goes is checked here
 
     @property
     def ended(self) -> bool:

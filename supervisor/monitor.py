@@ -64,6 +64,8 @@ THROUGHPUT_WINDOW: Final = 3
 MICROS: Final = 1_000_000
 #: takeovers remembered for `takeover_of` (the dashboard asks about recent ones only)
 TAKEOVERS_KEPT: Final = 4096
+#: worker deaths remembered (for "1.2 s after w2·6975 died"): the most recent ones
+DEATHS_KEPT: Final = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +118,10 @@ class Monitor:
         self._records = 0
         self._failed = 0
         self._done_per_second: Counter[int] = Counter()
+        # DONEs of seconds before this are older than any view shows: not counted (folding a
+        # month of history at start-up would otherwise fill a bucket per second of it)
+        self._history_from = 0
+        self._foreign_below = 0  # the watermark `_foreign` was last pruned at
         self._deaths: dict[str, float] = {}
         self._takeovers: dict[int, Takeover] = {}  # insertion order: the oldest first
         self._caught_up = False
@@ -174,17 +180,30 @@ class Monitor:
 
     def worker_died(self, worker_id: str, at: float) -> None:
         with self._lock:
+            self._deaths.pop(worker_id, None)
             self._deaths[worker_id] = at
+            if len(self._deaths) > DEATHS_KEPT:
+                del self._deaths[next(iter(self._deaths))]
 
     # -- reading -----------------------------------------------------------------------------
 
     def poll(self) -> list[Event]:
         """Read one batch of each log; return the events it produced."""
         with self._lock:
+            self._history_from = int(time.time()) - HISTORY_SECONDS
             tasks_read = self._read_tasks()
             events, claims_read = self._read_claims()
+            self._forget_settled_foreign()
             self._caught_up = tasks_read < self._batch and claims_read < self._batch
             return events
+
+    def _forget_settled_foreign(self) -> None:
+        """A foreign task below the fold's watermark is closed (a newer worker ran it): it
+        counts as done or dead like any other, and need not be remembered."""
+        watermark = self._state.watermark
+        if self._foreign and watermark > self._foreign_below:
+            self._foreign = {t for t in self._foreign if t >= watermark}
+        self._foreign_below = watermark
 
     def _read_tasks(self) -> int:
         # A task's id is its index in the tasks log, whatever the record holds. Counting is
@@ -226,7 +245,9 @@ class Monitor:
     def _count(self, record: ClaimsRecord, outcome: Outcome) -> None:
         if outcome.verdict is Verdict.DONE and isinstance(record, Done):
             # bucketed by the record's own time, so catching up on history fills the past
-            self._done_per_second[record.at // MICROS] += 1
+            second = record.at // MICROS
+            if second >= self._history_from:
+                self._done_per_second[second] += 1
         elif outcome.verdict in (Verdict.RELEASED, Verdict.DEAD):
             self._failed += 1
 
@@ -397,6 +418,17 @@ class Monitor:
             if self.caught_up:
                 break
         return events
+
+    def kept(self) -> dict[str, int]:
+        """How many items each of the monitor's own collections holds (its memory beyond the
+        fold's: each is bounded by time or by the live tasks, not by the history)."""
+        with self._lock:
+            return {
+                "done_seconds": len(self._done_per_second),
+                "foreign": len(self._foreign),
+                "deaths": len(self._deaths),
+                "takeovers": len(self._takeovers),
+            }
 
     def task_info(self, task: int) -> TaskInfo:
         with self._lock:

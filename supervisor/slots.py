@@ -19,7 +19,7 @@ import psutil
 
 from queue_worker.process import EXIT_TIME_LIMIT
 from queue_worker.snapshot import WorkerSnapshot, WorkerState
-from supervisor.model import WorkerView
+from supervisor.model import SlotState, WorkerView
 
 if TYPE_CHECKING:
     from supervisor.forked import WorkerHandle
@@ -96,15 +96,15 @@ class Slot:
         """The slot for the dashboard: the worker's own state while it runs, unless paused or
         being drained; after it ends, "exited" when it was asked to, else "dead"."""
         if self.alive:
-            state = (self.stats.state or WorkerState.STARTING).value
+            state = SlotState((self.stats.state or WorkerState.STARTING).value)
             if self.paused:
-                state = "paused"
-            elif (draining or self.retiring) and state not in ("exited",):
-                state = "draining"
+                state = SlotState.PAUSED
+            elif (draining or self.retiring) and state is not SlotState.EXITED:
+                state = SlotState.DRAINING
         elif self.exit_code is None:
-            state = "starting"
+            state = SlotState.STARTING
         else:
-            state = "exited" if self.clean_exit else "dead"
+            state = SlotState.EXITED if self.clean_exit else SlotState.DEAD
         return WorkerView(
             slot=self.index,
             name=self.name,

@@ -21,9 +21,8 @@ from rich.cells import cell_len
 from rich.console import Console, ConsoleOptions, JustifyMethod, RenderResult
 from rich.text import Text
 
-from queue_worker.names import printable
 from supervisor.format import format_bytes, format_duration, format_micros
-from supervisor.model import Orphan, WorkerView
+from supervisor.model import Orphan, SlotState, WorkerView
 
 __all__ = ["COLUMNS", "STATE_STYLES", "Column", "TextGrid", "worker_table"]
 
@@ -32,15 +31,15 @@ LEASE_WARN_SECONDS: Final = 1.0
 #: the gap between columns
 GAP: Final = 2
 
-STATE_STYLES: dict[str, str] = {
-    "starting": "blue",
-    "idle": "dim",
-    "claiming": "yellow",
-    "working": "bold green",
-    "paused": "bold magenta",
-    "draining": "cyan",
-    "dead": "bold red",
-    "exited": "dim",
+STATE_STYLES: dict[SlotState, str] = {
+    SlotState.STARTING: "blue",
+    SlotState.IDLE: "dim",
+    SlotState.CLAIMING: "yellow",
+    SlotState.WORKING: "bold green",
+    SlotState.PAUSED: "bold magenta",
+    SlotState.DRAINING: "cyan",
+    SlotState.DEAD: "bold red",
+    SlotState.EXITED: "dim",
 }
 
 
@@ -195,8 +194,8 @@ def _cells(
     if w.restarts and not departed:
         name.append(f" ↻{w.restarts}", style="yellow")
 
-    state = Text(printable(w.state), style=STATE_STYLES.get(w.state, ""))
-    if w.state == "dead" and w.exit_code is not None:
+    state = Text(w.state.value, style=STATE_STYLES.get(w.state, ""))
+    if w.state is SlotState.DEAD and w.exit_code is not None:
         state.append(f" {_exit_reason(w.exit_code)}", style="red")
 
     orphans = orphans_by_holder.get(w.worker_id or "", []) if dead else []

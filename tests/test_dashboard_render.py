@@ -376,7 +376,7 @@ def test_very_long_values_are_cut_not_wrapped() -> None:
     huge = 10**30
     w = worker(
         0,
-        "working-" + "x" * 300,
+        "working",  # a state is one of SlotState's words: never long
         name="w" * 400,
         worker_id="id" * 300,
         pid=huge,

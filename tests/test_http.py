@@ -15,7 +15,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from supervisor.http_api import StatsServer, is_loopback, metrics_text, parse_address
-from supervisor.model import QueueView, SupervisorSnapshot, WorkerView
+from supervisor.model import QueueView, SlotState, SupervisorSnapshot, WorkerView
 from supervisor.supervisor import Supervisor, SupervisorOptions
 from tests.helpers import wait_until
 
@@ -138,7 +138,7 @@ def test_metrics_parse_as_prometheus_text(endpoint: str) -> None:
 
 
 def test_metrics_escape_label_values() -> None:
-    worker = WorkerView(slot=0, name='w"0\\', worker_id=None, pid=None, state="dead")
+    worker = WorkerView(slot=0, name='w"0\\', worker_id=None, pid=None, state=SlotState.DEAD)
     snap = SupervisorSnapshot(location="x", workers=[worker], queue=QueueView(), events=[])
     families = {f.name: f for f in text_string_to_metric_families(metrics_text(snap))}
     assert families["qw_worker_up"].samples[0].labels == {"worker": 'w"0\\'}

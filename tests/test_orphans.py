@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from supervisor.model import Orphan, QueueView, SupervisorSnapshot, WorkerView
+from supervisor.model import Orphan, QueueView, SlotState, SupervisorSnapshot, WorkerView
 from supervisor.orphans import (
     DEPARTED_AFTER_TAKEOVER_S,
     DEPARTED_MIN_S,
@@ -40,7 +40,7 @@ def dead(slot: int, pid: int, died_at: float = NOW) -> WorkerView:
         name=f"w{slot}",
         worker_id=f"w{slot}-{pid}-ab12",
         pid=pid,
-        state="dead",
+        state=SlotState.DEAD,
         exit_code=-9,
         died_at=died_at,
     )

@@ -25,7 +25,7 @@ import psutil
 import pytest
 
 from queue_worker.snapshot import parse_snapshot
-from supervisor.model import Event, QueueView, SupervisorSnapshot, WorkerView
+from supervisor.model import Event, QueueView, SlotState, SupervisorSnapshot, WorkerView
 from tests.helpers import wait_until
 
 REPO = Path(__file__).resolve().parent.parent
@@ -398,7 +398,7 @@ class FakeSupervisor:
             name=f"w{slot}",
             worker_id=f"w{slot}-{50000 + slot}-{slot:04x}",
             pid=50000 + slot,
-            state="working",
+            state=SlotState.WORKING,
             stats=parse_snapshot(
                 {
                     "attempts": 3,
@@ -456,7 +456,7 @@ class FakeSupervisor:
             return None
         task = view.stats.current_task
         self.views[slot] = dataclasses.replace(
-            view, state="dead", exit_code=-signal.SIGKILL, died_at=time.time()
+            view, state=SlotState.DEAD, exit_code=-signal.SIGKILL, died_at=time.time()
         )
         text = f"{view.name} (pid {view.pid}) killed by SIGKILL while holding task {task}"
         self.events.append(Event(time.time(), "death", text))
@@ -464,7 +464,7 @@ class FakeSupervisor:
 
     def toggle_pause(self, slot: int) -> str | None:
         view = self.views[slot]
-        state = "working" if view.state == "paused" else "paused"
+        state = SlotState.WORKING if view.state is SlotState.PAUSED else SlotState.PAUSED
         self.views[slot] = dataclasses.replace(view, state=state)
         return f"{view.name} {state}"
 
