@@ -24,7 +24,6 @@ when it reaches that step (the first time; ``dropped`` is after the first remova
 
 from __future__ import annotations
 
-import bisect
 import os
 import signal
 import time
@@ -168,10 +167,18 @@ def _plan(
         CLAIMS_TOPIC: _claims_plan(
             claims_log, listed[CLAIMS_TOPIC], claims.next_position, watermark, now, retention
         ),
-        TASKS_TOPIC: _tasks_plan(tasks_log, listed[TASKS_TOPIC], tasks, watermark, now, retention),
     }
+    plan[TASKS_TOPIC], tasks_before = _tasks_plan(
+        tasks_log,
+        listed[TASKS_TOPIC],
+        _first_task_id(directory),
+        tasks,
+        watermark,
+        now,
+        retention,
+    )
     if any(plan.values()):
-        prefix = _next_base(directory, claims_log, tasks, listed, plan)
+        prefix = _next_base(directory, claims_log, tasks_before, listed, plan)
         try:
             save_checkpoint(
                 directory,
@@ -191,7 +198,7 @@ def _plan(
 def _next_base(
     directory: Path,
     claims_log: FileLog,
-    tasks: TaskIndex,
+    tasks_before: int,
     listed: dict[str, int],
     plan: dict[str, list[Removed]],
 ) -> Prefix:
@@ -209,8 +216,6 @@ def _next_base(
             f"claims segments at {listed[CLAIMS_TOPIC]}"
         )
     end = plan[CLAIMS_TOPIC][-1].end if plan[CLAIMS_TOPIC] else begin
-    tasks_start = plan[TASKS_TOPIC][-1].end if plan[TASKS_TOPIC] else listed[TASKS_TOPIC]
-    tasks_before = _tasks_before(tasks, tasks.known, tasks_start)
     return fold_prefix(before, _claims_between(claims_log, begin, end), end, tasks_before)
 
 
@@ -304,23 +309,40 @@ def _highest_claimed(log: FileLog, base: int, end: int) -> int:
     return highest
 
 
-def _tasks_before(tasks: TaskIndex, known: int, position: int) -> int:
-    """How many indexed tasks have their record before `position`."""
-    return bisect.bisect_left(range(known), position, key=tasks.position_of)
+def _first_task_id(directory: Path) -> int:
+    """The id of the first retained tasks record: the tasks the last compaction removed."""
+    plain = read_base(directory)
+    try:
+        return 0 if plain is None else Prefix.from_plain(plain).tasks
+    except CheckpointRefused as e:
+        raise CompactionError(f"nothing removed: the checkpoint's prefix: {e}") from e
 
 
 def _tasks_plan(
-    log: FileLog, after: int, tasks: TaskIndex, watermark: int, now: float, retention: Retention
-) -> list[Removed]:
+    log: FileLog,
+    after: int,
+    first_id: int,
+    tasks: TaskIndex,
+    watermark: int,
+    now: float,
+    retention: Retention,
+) -> tuple[list[Removed], int]:
+    """The tasks segments that may go, and how many tasks are published before the first
+    one kept. A task's id is its index in the topic, so each segment's ids are counted from
+    its records (`first_id` is the id of the record at `after`): the task index cannot say,
+    it forgets the positions of settled tasks (memory independent of history)."""
     sealed, total = _segments(log, after)
-    known = tasks.known
-    facts = [
-        # every record before `end` is a task with an id below this count
-        Segment(
-            base, end, size, mtime, bisect.bisect_left(range(known), end, key=tasks.position_of) - 1
-        )
-        for base, end, size, mtime in sealed
-    ]
+    facts: list[Segment] = []
+    ends: list[int] = []  # tasks published before each segment's end
+    next_id = first_id
+    for base, end, size, mtime in sealed:
+        if end > tasks.next_position:
+            break
+        next_id += _records_between(log, base, end)
+        facts.append(Segment(base, end, size, mtime, next_id - 1))
+        ends.append(next_id)
+        if next_id - 1 >= watermark:
+            break  # a prefix: nothing after an unsettled segment goes
     count = removable(
         facts,
         lambda s: tasks_segment_settled(s, tasks.next_position, watermark),
@@ -328,7 +350,18 @@ def _tasks_plan(
         now,
         retention,
     )
-    return [Removed(s.base, s.end, log.checksum(s.base, s.end)) for s in facts[:count]]
+    removed = [Removed(s.base, s.end, log.checksum(s.base, s.end)) for s in facts[:count]]
+    return removed, ends[count - 1] if count else first_id
+
+
+def _records_between(log: FileLog, base: int, end: int) -> int:
+    """How many records lie between `base` and `end`."""
+    count = 0
+    for entry in log.iter_from(base):
+        if entry.position >= end:
+            break
+        count += 1
+    return count
 
 
 __all__ = ["STEPS", "STOP_ENV", "Compacted", "CompactionError", "LogError", "compact"]

@@ -281,6 +281,33 @@ def test_the_report_adds_up_across_the_compacted_prefix(tmp_path: Path) -> None:
     assert again.ok and again.tasks_done == before.tasks_done + 1
 
 
+def test_compaction_after_a_worker_forgot_the_settled_tasks(tmp_path: Path) -> None:
+    """A worker's checkpoint holds a task index that forgot the positions of settled tasks
+    (memory independent of history): compaction still finds which tasks each segment holds
+    (it counts them), and the report still adds up."""
+    make_queue(tmp_path, done=300, pending=0)
+    before = load_report(tmp_path)
+    tasks_log, claims_log = logs(tmp_path)
+    with tasks_log, claims_log:
+        tasks, claims = TaskIndex(tasks_log.start), ClaimsFollower(claims_log.start)
+        tasks.catch_up(tasks_log)
+        claims.catch_up(claims_log)
+        tasks.settle_below(claims.state.watermark)  # as a worker's catch-up does
+        assert tasks.indexed == 0 and tasks.known == 300
+        save_checkpoint(tmp_path, tasks, tasks_log, claims, claims_log)
+    done = compact(tmp_path, EVERYTHING)
+    assert done.removed["tasks"] and done.removed["claims"]
+    after = load_report(tmp_path)
+    assert after.ok and totals(after) == totals(before)
+    prefix = after.prefix
+    assert prefix is not None
+    # the tasks before the first kept tasks record, counted from the removed segments
+    tasks_log, claims_log = logs(tmp_path)
+    with tasks_log:
+        kept = sum(1 for _ in tasks_log.iter_from(tasks_log.start))
+    assert prefix.tasks + kept == 300
+
+
 def test_a_report_of_lost_history_says_so(tmp_path: Path) -> None:
     queue = tmp_path
     make_queue(queue, done=300, held=250)  # (the held task keeps segments after it)
