@@ -31,7 +31,9 @@ def read_blob(location: str | Path, name: str) -> bytes | None:
     path = Path(text) / name
     try:
         return path.read_bytes()
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
+        # no value there; a location that is a plain file is no data directory at all,
+        # which the caller's own check of the directory says in its words
         return None
     except OSError as exc:
         raise LogError(f"{path}: cannot be read: {exc.strerror or exc}") from exc

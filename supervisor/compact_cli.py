@@ -58,8 +58,9 @@ RetentionOption = Annotated[
         "--retention",
         parser=real("seconds", 0, 10 * 365 * 86_400),
         metavar="SECONDS",
+        show_default=False,
         help="Settled history (segments whose tasks are all done or dead) older than this "
-        "may be removed.",
+        "may be removed (default 86400: a day).",
     ),
 ]
 RetentionBytesOption = Annotated[
@@ -68,7 +69,9 @@ RetentionBytesOption = Annotated[
         "--retention-bytes",
         parser=size("a retention size", 0, 1 << 50),
         metavar="N",
-        help="Settled history of a log over N bytes may be removed too, the oldest first.",
+        show_default=False,
+        help="Settled history of a log over N bytes may be removed too, the oldest first "
+        "(default 1G).",
     ),
 ]
 
