@@ -427,3 +427,23 @@ TestFoldAgainstReference = FoldAgainstReference.TestCase
 TestFoldAgainstReference.settings = settings(
     max_examples=200, stateful_step_count=50, deadline=None
 )
+
+
+# -- the catch-up fold: apply_all ------------------------------------------------------------
+
+
+@SETTINGS
+@given(claims_logs(), st.data())
+def test_apply_all_reaches_the_state_apply_reaches(
+    log: list[ClaimsRecord], data: st.DataObject
+) -> None:
+    """`apply_all` (no outcomes, the common cases inlined) leaves exactly the state that
+    `apply` record by record leaves, however the log is cut into calls."""
+    one_by_one, _ = fold(log)
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(log)), max_size=4)))
+    batched = ClaimState()
+    for start, end in zip([0, *cuts], [*cuts, len(log)], strict=True):
+        batched.apply_all(log[start:end], range(start, end))
+    assert batched.snapshot() == one_by_one.snapshot()
+    assert batched.held_count == one_by_one.held_count
+    assert list(batched.held_tasks()) == list(one_by_one.held_tasks())
