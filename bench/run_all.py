@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench import (
+    fold_bench,
     latency_bench,
     long_bench,
     queue_bench,
@@ -45,6 +46,7 @@ SECTIONS = (
     "collisions",
     "redistribution",
     "long",
+    "fold",
     "durable",
     "redis",
     "log",
@@ -195,6 +197,9 @@ def run(args: argparse.Namespace) -> int:
                 root, sizes.rounds
             ),
             "long": lambda: long_bench.long_section(root, sizes.long_stages),
+            "fold": lambda: fold_bench.fold_section(
+                root, 2 * sizes.long_stages[1], sizes.drain_tasks, sizes.repeats
+            ),
             "durable": lambda: queue_bench.durable_section(
                 root, drains, sizes.drain_tasks, sizes.repeats
             ),
