@@ -12,7 +12,7 @@ from pathlib import Path
 import msgpack
 import pytest
 
-from logstore import Log
+from logstore import Entry, Log
 from logstore.file_log import FileLog
 from queue_worker import topics
 from queue_worker.records import (
@@ -172,3 +172,31 @@ def test_settle_batch_gives_our_records_the_verdicts_of_the_full_fold(
     assert follower.malformed == reference.malformed
     # settling folds exactly up to our last record: the records after it are left unread
     assert follower.next_position == settled[-1].entry.next
+
+
+@pytest.mark.parametrize("stamped", ["all", "some"])
+def test_entries_on_a_servers_clock_are_folded_on_it(stamped: str) -> None:
+    """A backend that stamps records (Redis) has the fold judge `at` by its clock: entries
+    that carry a server time go the record-at-a-time way, which rewrites `at`."""
+    wire = random_log(7, 200)
+    entries = []
+    position = 100
+    for i, (data, _) in enumerate(wire):
+        stamp = T0 + 10_000 * i if stamped == "all" or i % 3 == 0 else None
+        entries.append(Entry(position, position + len(data) + 1, data, stamp))
+        position += len(data) + 1
+    reference = ClaimsFollower(entries[0].position)
+    for entry in entries:
+        reference.apply(entry)
+    follower = ClaimsFollower(entries[0].position)
+    follower.fold_entries(entries[:50])
+    follower.fold_entries(entries[50:])
+    assert comparable(follower.state.snapshot()) == comparable(reference.state.snapshot())
+    assert (follower.next_position, follower.malformed) == (
+        reference.next_position,
+        reference.malformed,
+    )
+    # the server's clock decided: folded on the writers' clocks, the verdicts differ
+    on_writers_clock = ClaimsFollower(entries[0].position)
+    on_writers_clock.fold_entries([e._replace(server_time_us=None) for e in entries])
+    assert comparable(on_writers_clock.state.snapshot()) != comparable(reference.state.snapshot())
