@@ -1,27 +1,64 @@
-"""The drain on the Redis log: the same workers with ``location = redis://…``.
+"""qw on Redis against Huey's RedisHuey, end to end, on one local redis-server.
 
-A redis-server is started for the run on a free loopback port, its data in a scratch
-directory, with persistence off (``--save "" --appendonly no``: the counterpart of the file
-log's `fsync none`). Each drain uses its own key prefix. The section is skipped, with a
-note, when no redis-server binary is installed (or the redis client is missing).
+A redis-server is started for the section on a free loopback port, its data in a scratch
+directory, with persistence off (``--save "" --appendonly no``: what both queues get alike).
+For each worker count (1/2/4/8) and repeat, alternating:
 
-On this backend the fold judges by the server's clock (millisecond stamps), so the drain is
-timed on that clock: first CLAIM → last accepted DONE, as the server stamped them.
+- qw: a backlog of no-op tasks enqueued (one batch, not timed) under a prefix of its own,
+  then ``qw up --log redis://… --workers N --handler bench.noop:noop --fsync none --no-tui
+  --exit-when-drained`` timed from its launch to its exit. After each run the claims
+  stream is folded by the protocol's own fold and every task must have been done exactly
+  once (one accepted DONE, no stale DONE), or the run fails.
+- Huey: bench/huey_redis_peer.py, RedisHuey's process consumer from its launch to its last
+  stored result, on the same server.
+
+Steady state beside it (qw: first CLAIM → last accepted DONE, on the server's clock; Huey:
+first task start → last task end). For qw the server's command statistics of each run
+give the round trips per task (script calls, reads and waits), the bytes the server sent
+per task and per worker, and the server's CPU per task. Between runs the database is
+flushed. The section is skipped, with a note, when redis-server or redis-py is missing.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import resource
 import shutil
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.common import Section, free_port, median, num, scratch, table, wait_for
-from bench.queue_bench import DrainResults, QwDrain, qw_drain
+from bench.common import (
+    ENV,
+    NOOP,
+    REPO,
+    BenchError,
+    Section,
+    Target,
+    enqueue_batch,
+    fold_claims,
+    free_port,
+    median,
+    num,
+    scratch,
+    table,
+    wait_for,
+)
+from bench.huey_peer import HueyDrain, HueyStalled
+
+#: `qw` as a user runs it: the console script beside this interpreter
+QW = str(Path(sys.executable).with_name("qw"))
+TARGET_AT_8 = 1.5
+TARGET_EVERY = 1.0
+#: the commands a client sends on their own, one round trip each. Not XRANGE and GET: the
+#: scripts run them inside (the server counts those too), and qw sends them itself only to
+#: check the queue's identity on a new connection, or to read where scripts are refused.
+ROUND_TRIPS = ("evalsha", "eval", "xread", "xrevrange", "type", "xlen")
 
 
 def log(message: str) -> None:
@@ -56,35 +93,202 @@ def redis_server(directory: Path, binary: str) -> Iterator[str]:
         proc.wait(10)
 
 
-def redis_section(
-    root: Path, drains: DrainResults, tasks: int, repeats: int, workers: int = 8
-) -> Section:
-    title = "Redis log: the drain on redis://"
+@dataclass(frozen=True)
+class RedisUp:
+    """One `qw up` on Redis, launch to exit, with what the server counted meanwhile."""
+
+    workers: int
+    tasks: int
+    wall_s: float  # launch → exit
+    span_s: float  # first CLAIM → last accepted DONE (server clock)
+    round_trips: int  # client calls the server answered during the run
+    sent_bytes: int  # bytes the server sent to clients during the run
+    server_cpu_s: float
+    client_cpu_s: float  # qw up and every process it started
+    lost: int
+
+    @property
+    def rate(self) -> float:
+        return self.tasks / self.wall_s
+
+    @property
+    def steady_rate(self) -> float:
+        return self.tasks / self.span_s if self.span_s > 0 else float("nan")
+
+
+def _server_counts(client: object) -> tuple[int, int, float]:
+    """(round trips, bytes sent, CPU seconds) the server has counted since the reset."""
+    import redis
+
+    assert isinstance(client, redis.Redis)
+    commands = client.info("commandstats")
+    calls = sum(
+        int(v["calls"])
+        for k, v in commands.items()
+        if k.removeprefix("cmdstat_").split("|")[0] in ROUND_TRIPS
+    )
+    stats = client.info("stats")
+    cpu = client.info("cpu")
+    return calls, int(stats["total_net_output_bytes"]), cpu["used_cpu_user"] + cpu["used_cpu_sys"]
+
+
+def qw_up_redis(root: Path, url: str, workers: int, tasks: int, prefix: str) -> RedisUp:
+    """`qw up --log …` on a backlog of `tasks` no-op tasks, checked exactly once."""
+    import redis
+
+    location = f"{url}/0?prefix={prefix}"
+    client = redis.Redis.from_url(f"{url}/0")
+    with scratch(root, f"redis-up-{workers}") as d:
+        enqueue_batch(location, tasks)
+        client.config_resetstat()
+        _, _, cpu0 = _server_counts(client)
+        command = [QW, "up", "--log", location, "--dir", str(d / "run"), "--workers",
+                   str(workers), "--handler", NOOP, "--fsync", "none", "--no-tui",
+                   "--exit-when-drained"]  # fmt: skip
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        with open(d / "up.out", "wb") as out:
+            launched = time.time()
+            code = subprocess.call(command, stdout=out, stderr=subprocess.STDOUT, env=ENV, cwd=REPO)
+            ended = time.time()
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        calls, sent, cpu1 = _server_counts(client)
+        if code != 0:
+            tail = (d / "up.out").read_text(errors="replace")[-600:]
+            raise BenchError(f"qw up on redis exited with {code}: {tail}")
+    fold = fold_claims(location)
+    fold.check_exactly_once(tasks)
+    client.flushdb()
+    client.close()
+    return RedisUp(
+        workers=workers,
+        tasks=tasks,
+        wall_s=ended - launched,
+        span_s=fold.span_us / 1e6,
+        round_trips=calls,
+        sent_bytes=sent,
+        server_cpu_s=cpu1 - cpu0,
+        client_cpu_s=(after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime),
+        lost=fold.lost_total,
+    )
+
+
+def _huey(url: str, workers: int, tasks: int) -> HueyDrain:
+    """One RedisHuey drain; run again when Huey loses a result (up to 3 tries)."""
+    from bench import huey_redis_peer
+
+    for attempt in range(3):
+        try:
+            return huey_redis_peer.drain(f"{url}/0", workers, tasks)
+        except HueyStalled as e:
+            log(f"{e}; running it again ({attempt + 1}/3)")
+    raise BenchError(f"huey lost a result in 3 runs of {tasks} tasks, {workers} workers")
+
+
+@dataclass
+class RedisRuns:
+    tasks: int
+    repeats: int
+    qw: dict[int, list[RedisUp]] = field(default_factory=dict)
+    huey: dict[int, list[HueyDrain]] = field(default_factory=dict)
+
+
+def run_redis(root: Path, counts: Sequence[int], tasks: int, repeats: int) -> RedisRuns | str:
+    """Every run, alternating qw and Huey; a string says why the section is skipped."""
     binary = shutil.which("redis-server")
-    if binary is None or importlib.util.find_spec("redis") is None:
-        missing = "redis-server is not installed" if binary is None else "redis-py is missing"
-        return Section(title, f"Skipped: {missing} (`apt-get install redis-server`).")
-    runs: list[QwDrain] = []
+    for module in ("redis", "huey"):
+        if importlib.util.find_spec(module) is None:
+            return f"Skipped: the Python package {module} is missing (`make bench` installs it)."
+    if binary is None:
+        return "Skipped: redis-server is not installed (`apt-get install redis-server`)."
+    runs = RedisRuns(tasks, repeats)
     with scratch(root, "redis") as d, redis_server(d, binary) as url:
         for rep in range(repeats):
-            log(f"redis drain repeat {rep + 1}/{repeats}: {workers} workers, {tasks} tasks")
-            runs.append(qw_drain(root, workers, tasks, location=f"{url}/0?prefix=bench{rep}"))
-    rate = median(r.rate for r in runs)
-    file_rate = drains.qw_rate(workers)
-    file_note = "" if drains.tasks == tasks else f" ({drains.tasks:,} tasks)"
-    rows = [
-        ["qw on Redis", num(rate), " / ".join(num(r.rate) for r in runs),
-         num(median(r.wall_rate for r in runs)), f"{median(r.lost_pct for r in runs):.2f} %"],
-        [f"qw on the file log (drain section){file_note}", num(file_rate), "",
-         num(median(r.wall_rate for r in drains.qw.get(workers, []))),
-         f"{median(r.lost_pct for r in drains.qw.get(workers, [])):.2f} %"],
-    ]  # fmt: skip
+            for n in counts:
+                log(f"redis repeat {rep + 1}/{repeats}, {n} workers: qw up")
+                up = qw_up_redis(root, url, n, tasks, prefix=f"bench{rep}-{n}")
+                runs.qw.setdefault(n, []).append(up)
+                log(f"redis repeat {rep + 1}/{repeats}, {n} workers: RedisHuey")
+                runs.huey.setdefault(n, []).append(_huey(url, n, tasks))
+    return runs
+
+
+def redis_section(root: Path, counts: Sequence[int], tasks: int, repeats: int) -> Section:
+    title = "Redis: qw up against Huey's RedisHuey, launch to drained"
+    runs = run_redis(root, counts, tasks, repeats)
+    if isinstance(runs, str):
+        return Section(title, runs, [Target("qw on Redis vs RedisHuey", "", "skipped", None)])
+    rows, cost_rows = [], []
+    ratios: dict[int, float] = {}
+    for n in sorted(runs.qw):
+        qw, huey = runs.qw[n], runs.huey[n]
+        qw_rate, huey_rate = median(r.rate for r in qw), median(h.wall_rate for h in huey)
+        ratios[n] = qw_rate / huey_rate
+        rows.append(
+            [n, num(qw_rate), " / ".join(num(r.rate) for r in qw), num(huey_rate),
+             " / ".join(num(h.wall_rate) for h in huey), f"{ratios[n]:.2f}×",
+             num(median(r.steady_rate for r in qw)), num(median(h.rate for h in huey))]
+        )  # fmt: skip
+        cost_rows.append(
+            [n, f"{median(r.round_trips / r.tasks for r in qw):.2f}",
+             num(median(r.sent_bytes / r.tasks / n for r in qw)),
+             num(median(r.server_cpu_s / r.tasks * 1e6 for r in qw)),
+             num(median(r.client_cpu_s / r.tasks * 1e6 for r in qw)),
+             str(sum(r.lost for r in qw))]
+        )  # fmt: skip
     body = "\n".join(
         [
-            f"{tasks:,} no-op tasks, {workers} workers, `fsync none`, median of {repeats}; "
-            "redis-server on loopback, persistence off. Every run passed the exactly-once check.",
+            f"{runs.tasks:,} no-op tasks enqueued beforehand on one local redis-server "
+            "(persistence off); `qw up --log redis://… --workers N --handler bench.noop:noop "
+            "--fsync none --no-tui --exit-when-drained` from its launch to its exit, against "
+            "RedisHuey's process consumer (bench/huey_redis_peer.py) from its launch to its "
+            f"last stored result. Medians of {runs.repeats} alternating run(s) (qw, Huey, at "
+            "each count in turn); × = qw's tasks/s / Huey's. Steady state: first CLAIM → "
+            "last DONE (qw, server clock), first task start → last task end (Huey). Every qw "
+            "run passed the exactly-once check (its claims stream folded by the protocol's "
+            "fold: one accepted DONE per task, no stale DONE).",
             "",
-            table(["", "tasks/s", "runs", "wall tasks/s", "lost CLAIMs"], rows),
+            table(
+                [
+                    "workers",
+                    "qw tasks/s",
+                    "qw runs",
+                    "Huey tasks/s",
+                    "Huey runs",
+                    "×",
+                    "qw steady /s",
+                    "Huey steady /s",
+                ],
+                rows,
+            ),
+            "",
+            "What each qw task cost (medians; the server's command statistics of the run): "
+            "round trips (script calls, appends and reads, and blocking waits) per task, "
+            "bytes the server sent per task per worker, CPU per task of redis-server and of "
+            "`qw up` with its workers "
+            "(start-up included), and the CLAIMs lost in all runs.",
+            "",
+            table(
+                [
+                    "workers",
+                    "round trips / task",
+                    "bytes sent / task / worker",
+                    "server CPU µs / task",
+                    "qw CPU µs / task",
+                    "lost CLAIMs",
+                ],
+                cost_rows,
+            ),
         ]
     )
-    return Section(title, body)
+    targets = []
+    for n, ratio in sorted(ratios.items()):
+        wanted = TARGET_AT_8 if n == max(ratios) else TARGET_EVERY
+        targets.append(
+            Target(
+                f"qw on Redis vs RedisHuey, end to end, {n} workers",
+                f"≥ {wanted}×",
+                f"{ratio:.2f}×",
+                ratio >= wanted,
+            )
+        )
+    return Section(title, body, targets)

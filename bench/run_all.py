@@ -76,7 +76,7 @@ FULL = Sizes(
     wake_samples=300,
     rounds=15,
     long_stages=(100_000, 500_000, 1_000_000),
-    redis_repeats=1,
+    redis_repeats=3,
 )
 QUICK = Sizes(
     drain_tasks=2_000,
@@ -124,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
     if args.tasks:
         sizes = Sizes(**{**sizes.__dict__, "drain_tasks": args.tasks})
     if args.repeats:
-        sizes = Sizes(**{**sizes.__dict__, "repeats": args.repeats})
+        sizes = Sizes(**{**sizes.__dict__, "repeats": args.repeats, "redis_repeats": args.repeats})
     wanted = SECTIONS if not args.only else tuple(s.strip() for s in args.only.split(","))
     unknown = [s for s in wanted if s not in SECTIONS]
     if unknown:
@@ -204,7 +204,7 @@ def run(args: argparse.Namespace) -> int:
                 root, drains, sizes.drain_tasks, sizes.repeats
             ),
             "redis": lambda: redis_bench.redis_section(
-                root, need_drains(), sizes.drain_tasks, sizes.redis_repeats
+                root, sizes.worker_counts, sizes.drain_tasks, sizes.redis_repeats
             ),
             "log": lambda: _log_section(args.quick),
             "dashboard": _dashboard_section,

@@ -122,6 +122,16 @@ class Log(ABC):
         them) and return their positions in order. All or nothing: on an error none is
         visible."""
 
+    def append_and_read(
+        self, records: Sequence[bytes], read_from: int, *, durable: bool = False, max_records: int
+    ) -> tuple[list[int], list[Entry]]:
+        """`append_many`, and the entries from `read_from` on that the backend reads in the
+        same call: a prefix (at most `max_records`) of what `read(read_from)` returns once
+        the append has returned, possibly empty — the caller reads on from there. A
+        networked log (Redis) reads them in the append's own round trip; this default reads
+        nothing."""
+        return self.append_many(records, durable=durable), []
+
     @abstractmethod
     def read(self, position: int, max_records: int | None = None) -> list[Entry]:
         """The complete records at or after `position`, in order (at most `max_records`).

@@ -86,6 +86,7 @@ def run_worker_process(config_json: str) -> None:
     Returns on a clean exit (drained, or the queue drained with exit_when_drained); raises
     SystemExit with one of the EXIT_* codes otherwise, the reason on stderr in one line.
     """
+    from queue_worker.clock import process_clock
     from queue_worker.handlers import error_text
     from queue_worker.worker import Worker
 
@@ -113,8 +114,8 @@ def run_worker_process(config_json: str) -> None:
         raise SystemExit(EXIT_CONFIG) from None
     _die_with_parent(_parent_pid(config))
     try:
-        worker = Worker(config)
-    except ValueError as e:  # the handler cannot be loaded
+        worker = Worker(config, clock=process_clock())
+    except ValueError as e:  # the handler cannot be loaded, or a bad clock offset
         print(f"qw worker {config.name}: {e}", file=sys.stderr)
         raise SystemExit(EXIT_CONFIG) from None
     except LogError as e:

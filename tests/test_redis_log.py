@@ -238,7 +238,7 @@ def test_a_retried_append_whose_reply_was_lost_is_not_added_twice(
 ) -> None:
     """The server did the append but the reply never came: the retry returns the same
     positions and adds nothing."""
-    real = log._client.evalsha
+    real = log._run_script
     lost: list[object] = []
 
     def reply_lost_once(*args: Any) -> Any:
@@ -248,7 +248,7 @@ def test_a_retried_append_whose_reply_was_lost_is_not_added_twice(
             raise redis.exceptions.ConnectionError("Connection reset by peer (simulated)")
         return result
 
-    monkeypatch.setattr(log._client, "evalsha", reply_lost_once)
+    monkeypatch.setattr(log, "_run_script", reply_lost_once)
     positions = log.append_many([b"a", b"b", b"c"])
     assert lost, "the simulated failure did not happen"
     assert [e.position for e in log.read(log.start)] == positions
@@ -265,13 +265,13 @@ def test_an_append_whose_every_reply_is_lost_says_it_may_have_been_made(
     are then in the log once (the retries did not add them again)."""
     with RedisLog.open(f"{redis_url}?retries=2", "t") as handle:
         assert isinstance(handle, RedisLog)
-        real = handle._client.evalsha
+        real = handle._run_script
 
         def reply_always_lost(*args: Any) -> Any:
             real(*args)
             raise redis.exceptions.ConnectionError("Connection reset by peer (simulated)")
 
-        monkeypatch.setattr(handle._client, "evalsha", reply_always_lost)
+        monkeypatch.setattr(handle, "_run_script", reply_always_lost)
         with pytest.raises(AppendError, match="may still have been made") as info:
             handle.append_many([b"a", b"b"])
         assert "3 attempts" in str(info.value)
