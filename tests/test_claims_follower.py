@@ -200,3 +200,35 @@ def test_entries_on_a_servers_clock_are_folded_on_it(stamped: str) -> None:
     on_writers_clock = ClaimsFollower(entries[0].position)
     on_writers_clock.fold_entries([e._replace(server_time_us=None) for e in entries])
     assert comparable(on_writers_clock.state.snapshot()) != comparable(reference.state.snapshot())
+
+
+@pytest.mark.parametrize("given", ["none", "before ours", "through ours"])
+def test_settle_batch_folds_entries_given_and_read_once(tmp_path: Path, given: str) -> None:
+    """Entries the caller already read (`read=`, as the append's own read gives them) are
+    folded once, together with the ones read after them, however far they reach."""
+    rng = random.Random(11)
+    wire = random_log(11, 80)
+    with FileLog.open(tmp_path / "claims.log") as log:
+        append_in_batches(log, [data for data, _ in wire[:20]], rng)
+        follower = ClaimsFollower(log.start)
+        follower.catch_up(log)
+        later = [data for data, _ in wire[20:]]
+        later[5::10] = [UNKNOWN] * len(later[5::10])  # each folded twice would count twice
+        append_in_batches(log, later, rng)
+        mine: list[ClaimsRecord] = [Claim(3, "me-9-ff", T0, LEASE)]
+        ours = log.append_many([encode(r) for r in mine])
+        everything = log.read(log.start)
+        if given == "none":
+            read: list[Entry] = []
+        elif given == "before ours":  # from before the follower's position, stopping short
+            read = everything[10:50]
+        else:
+            read = everything[5:]
+        settled = follower.settle_batch(log, list(zip(ours, mine, strict=True)), read=read)
+        reference, outcomes = one_at_a_time(log, last=ours[-1])
+    assert [s.outcome for s in settled] == [outcomes[p] for p in ours]
+    assert comparable(follower.state.snapshot()) == comparable(reference.state.snapshot())
+    assert (follower.malformed, follower.next_position) == (
+        reference.malformed,
+        reference.next_position,
+    )
