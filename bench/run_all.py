@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench import (
+    fold_bench,
     latency_bench,
     long_bench,
     memory_bench,
@@ -49,6 +50,7 @@ SECTIONS = (
     "long",
     "retention",
     "memory",
+    "fold",
     "durable",
     "redis",
     "log",
@@ -208,6 +210,9 @@ def run(args: argparse.Namespace) -> int:
                 root, sizes.retention_tasks, max(sizes.retention_tasks // 30, 1_000)
             ),
             "memory": lambda: memory_bench.memory_section(root, sizes.memory_tasks),
+            "fold": lambda: fold_bench.fold_section(
+                root, 2 * sizes.long_stages[1], sizes.drain_tasks, sizes.repeats
+            ),
             "durable": lambda: queue_bench.durable_section(
                 root, drains, sizes.drain_tasks, sizes.repeats
             ),

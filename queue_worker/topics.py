@@ -30,13 +30,14 @@ that knows it.
 
 from __future__ import annotations
 
+import operator
 import time
 from array import array
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final, NamedTuple
+from typing import Final, NamedTuple, cast
 
 from logstore import Durability, Entry, IdentityError, Log, LogError, open_log
 from logstore.location import shown
@@ -49,6 +50,7 @@ from queue_worker.records import (
     TaskRecord,
     Unknown,
     decode_claims,
+    decode_claims_all,
     decode_task,
 )
 from queue_worker.state import ClaimState, Outcome
@@ -239,22 +241,51 @@ class ClaimsFollower:
     def catch_up(self, log: Log) -> int:
         """Fold every record now in the log; return how many were folded."""
         count = 0
-        fold = self.state.apply
         while entries := log.read(self.next_position, READ_BATCH):
-            # `apply`, inlined for the common case (a record that decodes): every worker
-            # folds every record, so this loop is a drain's hot path.
-            for entry in entries:
-                try:
-                    record = decode_claims(entry.data)
-                except RecordDecodeError:
-                    self.apply(entry)  # counts and notes it
-                    continue
-                if entry.server_time_us is not None:
-                    record = on_server_clock(record, entry.server_time_us)
-                fold(record, entry.position)
-            self.next_position = entries[-1].next
+            self.fold_entries(entries)
             count += len(entries)
         return count
+
+    def fold_entries(self, entries: Sequence[Entry]) -> None:
+        """Fold entries read in order from `next_position` on (none of them ours to settle).
+
+        Every worker folds every record, so this is a drain's hot path: the entries are
+        decoded in one loop (`decode_claims_all`) and folded in another
+        (`ClaimState.apply_all`), with no verdict built for a record nobody asked about.
+        """
+        if not entries:
+            return
+        records = decode_claims_all(map(_DATA, entries))
+        if None in records:
+            records = self._malformed(records, entries)
+        times = list(map(_SERVER_TIME, entries))
+        if times.count(None) != len(times):  # stamped by the server: on its clock (apply's way)
+            records = [
+                record if time_us is None or record is None else on_server_clock(record, time_us)
+                for record, time_us in zip(records, times, strict=True)
+            ]
+        positions = list(map(_POSITION, entries))
+        self.state.apply_all(cast("list[ClaimsRecord]", records), positions)  # no None left
+        self.next_position = entries[-1].next
+
+    def _malformed(
+        self, records: list[ClaimsRecord | None], entries: Sequence[Entry]
+    ) -> list[ClaimsRecord | None]:
+        """The records with each malformed one (None) folded as Unknown(MALFORMED), as
+        `apply` does: counted, and the last one's reason kept."""
+        fixed: list[ClaimsRecord | None] = []
+        for record, entry in zip(records, entries, strict=True):
+            if record is None:
+                try:
+                    record = decode_claims(entry.data)  # raises, naming what is wrong
+                except RecordDecodeError as e:
+                    self.malformed += 1
+                    self.last_malformed = (
+                        f"malformed claims record at position {entry.position}: {e}"
+                    )
+                    record = Unknown(MALFORMED)
+            fixed.append(record)
+        return fixed
 
     def settle(
         self,
@@ -282,12 +313,16 @@ class ClaimsFollower:
         index = 0
         position, record = mine[0]
         last = mine[-1][0]
+        others: list[Entry] = []  # read, not ours: folded in one go before our next record
         for entry in _chain_read(read, log, self, last, timeout):
             if entry.position > last:
+                self.fold_entries(others)
                 raise SettleError(f"{log.name}: no record at position {last}")
             if entry.position != position:
-                self.apply(entry)
+                others.append(entry)
                 continue
+            self.fold_entries(others)
+            others = []
             outcome, folded = self.apply(entry, record)
             settled.append(Settled(outcome, folded, entry))
             index += 1
@@ -295,6 +330,7 @@ class ClaimsFollower:
                 position, record = mine[index]
             if entry.position == last:
                 break
+        self.fold_entries(others)
         if len(settled) != len(mine):
             raise SettleError(f"{log.name}: no record at position {position}")
         return settled
@@ -316,14 +352,21 @@ def _chain_read(
 ) -> Iterator[Entry]:
     """The entries of `read`, then (unless they reach `last`) the log's from where the
     follower has folded to, through `last` (see `read_through`)."""
+    start = follower.next_position  # (the caller may fold what it is given later)
     for entry in read:
-        if entry.position < follower.next_position:
+        if entry.position < start:
             continue  # not ours to fold twice (a prefix the caller read before)
         yield entry
         if entry.position >= last:
             return
-    yield from read_through(log, follower.next_position, last, timeout)
+        start = entry.next
+    yield from read_through(log, start, last, timeout)
 
+
+# an entry's fields (Entry is a tuple), fetched in C by `map` rather than by a Python loop
+_POSITION: Final = operator.itemgetter(0)
+_DATA: Final = operator.itemgetter(2)
+_SERVER_TIME: Final = operator.itemgetter(3)
 
 #: the first bytes of a TASK record of this schema: msgpack [1, "T", payload, enqueued_at]
 _TASK_PREFIX: Final = b"\x94\x01\xa1T"

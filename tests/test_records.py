@@ -31,6 +31,7 @@ from queue_worker.records import (
     Unknown,
     decode,
     decode_claims,
+    decode_claims_all,
     decode_task,
     encode,
 )
@@ -132,10 +133,20 @@ def pack(value: Any) -> bytes:
 
 
 def decodes_or_refuses(data: bytes) -> None:
-    """The contract for untrusted bytes: a record, or RecordDecodeError, and nothing else."""
-    for decoder in (decode, decode_claims, decode_task):
+    """The contract for untrusted bytes: a record, or RecordDecodeError, and nothing else;
+    and the claims topic's batch decoder makes of them what `decode_claims` makes."""
+    for decoder in (decode, decode_task):
         with contextlib.suppress(RecordDecodeError):
             decoder(data)
+    try:
+        alone: ClaimsRecord | None = decode_claims(data)
+    except RecordDecodeError:
+        alone = None
+    (batched,) = decode_claims_all([data])
+    if alone is None or batched is None:
+        assert batched is alone
+    else:
+        assert same_record(batched, alone)
 
 
 # -- round trips -------------------------------------------------------------------------
@@ -151,6 +162,24 @@ def test_every_record_round_trips(record: Record) -> None:
 @given(claims_records)
 def test_claims_records_round_trip_through_decode_claims(record: ClaimsRecord) -> None:
     assert same_record(decode_claims(encode(record)), record)
+
+
+@FAST
+@given(st.lists(claims_records, max_size=8), st.lists(st.binary(max_size=30), max_size=3))
+def test_the_batch_decoder_decodes_each_record_as_decode_claims_does(
+    records_: list[ClaimsRecord], junk: list[bytes]
+) -> None:
+    """A read's records decoded in one loop, well-formed and junk mixed: each one is what
+    `decode_claims` makes of it alone, or None where that raises."""
+    datas = [encode(r) for r in records_] + junk
+    datas = datas[1::2] + datas[::2]  # interleave junk and records
+    for data, batched in zip(datas, decode_claims_all(datas), strict=True):
+        try:
+            alone = decode_claims(data)
+        except RecordDecodeError:
+            assert batched is None
+        else:
+            assert batched is not None and same_record(batched, alone)
 
 
 @FAST
