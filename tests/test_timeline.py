@@ -114,6 +114,9 @@ def test_the_page_is_self_contained() -> None:
     assert "http" not in without_ns and "@import" not in page
     assert re.findall(r"url\((?!#)", page) == []
     assert "total-queue check: VALID: 1 recovered" in page
+    # the facts agree in number with their counts
+    assert "<b>1</b> takeover</li>" in page and "<b>2</b> worker processes</li>" in page
+    assert "<b>2</b> tasks published</li>" in page
     for chart in ("chart-throughput", "chart-depth", "chart-claim-wait", "chart-takeover-delay"):
         assert f'id="{chart}"' in page
 

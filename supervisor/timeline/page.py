@@ -172,17 +172,22 @@ def _facts(view: View) -> str:
     kinds = Counter(mark.kind for mark in m.marks)
     ops = Counter(o.kind for o in m.ops)
     items = [
-        ("", f"<b>{len(m.lanes)}</b> worker processes"),
-        ("", f"<b>{len(m.enqueued)}</b> tasks published"),
-        ("", f"<b>{len(m.done_at)}</b> done"),
-        ("", f"<b>{len(m.bars)}</b> claims won"),
-        ("warn" if m.arrows else "", f"<b>{len(m.arrows)}</b> takeovers"),
-        ("", f"<b>{kinds[LOST]}</b> lost claims"),
-        ("bad" if kinds[STALE] else "", f"<b>{kinds[STALE]}</b> stale DONEs"),
+        ("", _count(len(m.lanes), "worker process", "worker processes")),
+        ("", _count(len(m.enqueued), "task published", "tasks published")),
+        ("", _count(len(m.done_at), "done", "done")),
+        ("", _count(len(m.bars), "claim won", "claims won")),
+        ("warn" if m.arrows else "", _count(len(m.arrows), "takeover", "takeovers")),
+        ("", _count(kinds[LOST], "lost claim", "lost claims")),
+        ("bad" if kinds[STALE] else "", _count(kinds[STALE], "stale DONE", "stale DONEs")),
     ]
     items += [("warn", f"<b>{n}</b> {esc(kind)}") for kind, n in sorted(ops.items())]
     items.append(("" if m.checks.valid else "bad", esc(m.checks.summary)))
     return "".join(f'<li class="{cls}">{text}</li>' for cls, text in items)
+
+
+def _count(n: int, one: str, many: str) -> str:
+    """`n` in bold and the noun that agrees with it ("1 takeover", "2 takeovers")."""
+    return f"<b>{n}</b> {one if n == 1 else many}"
 
 
 def _charts(view: View) -> str:
