@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Final, NamedTuple
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from logstore import IdentityError, Log, is_redis_url
+from logstore import IdentityError, Log, LogError, is_redis_url
 from logstore.blob import read_blob
 from logstore.identity import QUEUE_ID_SIZE
 from logstore.location import shown
@@ -140,6 +140,25 @@ def read_manifest(location: str | Path) -> Manifest | None:
     without partitions (or no queue yet). PartitionError for a damaged manifest."""
     raw = read_blob(location, MANIFEST_NAME)
     return None if raw is None else Manifest.decode(raw, f"{shown(location)} {MANIFEST_NAME}")
+
+
+def one_partition_text(location: str | Path) -> str | None:
+    """What to tell a command that works one queue's topics when `location` holds a
+    partitioned queue (None when it does not): which locations it can be given instead."""
+    try:
+        manifest = read_manifest(location)
+    except (PartitionError, LogError):
+        return None  # (a damaged manifest is reported by the commands that read it)
+    if manifest is None:
+        return None
+    count = manifest.count
+    first = shown(partition_location(location, 0, count))
+    last = shown(partition_location(location, count - 1, count))
+    return (
+        f"{shown(location)} holds a queue of {count} partitions and this command works on "
+        f"one: give a partition's location, {first} to {last} (qw report, enqueue, task, "
+        "why and compact take the whole queue)"
+    )
 
 
 def partition_location(location: str | Path, partition: int, count: int) -> str:

@@ -38,6 +38,7 @@ from queue_worker.checkpoint import (
 )
 from queue_worker.errors import QwError
 from queue_worker.names import worker_label
+from queue_worker.partitions import one_partition_text
 from queue_worker.prefix import COUNTERS as PREFIX_COUNTERS
 from queue_worker.prefix import Prefix
 from queue_worker.records import (
@@ -666,6 +667,9 @@ def has_logs(location: str | Path) -> bool:
 def missing_logs_text(location: str | Path) -> str:
     """What to say when `has_logs(location)` is False."""
     text = str(location)
+    partitioned = one_partition_text(location)
+    if partitioned is not None:
+        return partitioned
     if is_redis_url(text):
         from logstore.redis_log import RedisLog  # redis is an optional extra
 

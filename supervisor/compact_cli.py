@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from pathlib import Path
 from typing import Annotated, Final
 
 import typer
@@ -90,15 +91,33 @@ def compact_command(
     runs): the oldest segments whose tasks are all done or dead and that are older than
     --retention or beyond --retention-bytes. The fold checkpoint keeps what they held
     (which tasks are done, the report's totals) and a digest of each segment removed."""
-    from queue_worker.compaction import CompactionError, compact  # not for `qw --help`
+    from queue_worker.partitions import PartitionError, partition_location, read_manifest
     from queue_worker.report import has_logs
 
     if is_redis_url(str(directory)):
         bad("--dir", str(directory), "a data directory (qw compact works on file logs)")
-    if not has_logs(directory):
-        fail(f"{directory}: no qw logs there (a data directory with tasks.log and claims.log)")
     try:
-        done = compact(directory, Retention(retention, retention_bytes))
+        manifest = read_manifest(directory)
+    except (PartitionError, LogError) as e:
+        fail(str(e), EXIT_UNSAFE)
+    if manifest is None:
+        if not has_logs(directory):
+            fail(f"{directory}: no qw logs there (a data directory with tasks.log and claims.log)")
+        _compact_one(directory, Retention(retention, retention_bytes), "")
+        return
+    # a partitioned queue: each partition is a queue of its own, compacted in turn
+    for k in range(manifest.count):
+        where = Path(partition_location(directory, k, manifest.count))
+        if has_logs(where):
+            _compact_one(where, Retention(retention, retention_bytes), f"p{k} ")
+
+
+def _compact_one(directory: Path, retention: Retention, label: str) -> None:
+    """Compact the one queue at `directory` and say what went (`label` names a partition)."""
+    from queue_worker.compaction import CompactionError, compact  # not for `qw --help`
+
+    try:
+        done = compact(directory, retention)
     except CompactionError as e:
         fail(f"{directory}: {e}", EXIT_UNSAFE)
     except LogError as e:
@@ -106,10 +125,10 @@ def compact_command(
     for topic, removed in done.removed.items():
         count = len(removed)
         typer.echo(
-            f"{topic}: {count} segment{'s' * (count != 1)} removed, "
+            f"{label}{topic}: {count} segment{'s' * (count != 1)} removed, "
             f"the log starts at position {done.starts[topic]}"
         )
-    typer.echo(f"freed {done.freed_bytes} bytes")
+    typer.echo(f"{label}freed {done.freed_bytes} bytes")
 
 
 __all__ = [

@@ -302,3 +302,40 @@ def test_qw_task_and_why_name_a_task_partition_colon_id(tmp_path: Path) -> None:
         q.enqueue({"n": 0})
     result = qw("task", "0:0", "--dir", str(plain), cwd=tmp_path)
     assert result.returncode == 2 and "has no partitions (name a task by its id)" in result.stderr
+
+
+def test_commands_that_work_one_partition_name_the_partitions(tmp_path: Path) -> None:
+    data = tmp_path / "qw"
+    resolve_partitions(data, 2)
+    for command in (["status"], ["tail"], ["timeline", "--out", str(tmp_path / "t.html")]):
+        result = qw(*command, "--dir", str(data), cwd=tmp_path)
+        assert result.returncode == 2, (command, result.stderr)
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1, (command, result.stderr)
+        assert "holds a queue of 2 partitions" in lines[0], command
+        assert f"{data / 'p0'} to {data / 'p1'}" in lines[0], command
+
+
+def test_qw_compact_compacts_every_partition(tmp_path: Path) -> None:
+    data = tmp_path / "qw"
+    result = qw(
+        "up", "--no-tui", "--dir", str(data), "--partitions", "2", "--workers", "2",
+        "--tasks", "600", "--work-ms", "0", "--segment-bytes", "4096", "--exit-when-drained",
+        cwd=tmp_path, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    before = {p: len(list((data / p).glob("*.seg"))) for p in ("p0", "p1")}
+    assert all(before.values()), before  # small segments: several files in each partition
+    compact = qw(
+        "compact", "--dir", str(data), "--retention", "0", "--retention-bytes", "0",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert compact.returncode == 0, compact.stderr
+    for p in ("p0", "p1"):
+        removed = [line for line in compact.stdout.splitlines() if line.startswith(f"{p} claims: ")]
+        assert removed and not removed[0].startswith(f"{p} claims: 0 segments"), compact.stdout
+        assert len(list((data / p).glob("*.seg"))) < before[p]
+    report = qw("report", "--json", "--dir", str(data), cwd=tmp_path)
+    assert report.returncode == 0, report.stdout + report.stderr
+    body = json.loads(report.stdout)
+    assert body["ok"] and body["tasks_published"] == body["tasks_done"] == 600
