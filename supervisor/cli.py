@@ -473,7 +473,7 @@ timeline_cli.register(app)
 
 def main(argv: list[str] | None = None) -> int:
     """Run `qw`; every usage error is one line on stderr and exit code 2."""
-    from supervisor.entry import starts_workers
+    from supervisor.up_args import starts_workers
 
     args = sys.argv[1:] if argv is None else argv
     up = args[:1] == ["up"]

@@ -12,10 +12,7 @@ from __future__ import annotations
 
 import sys
 
-
-def starts_workers(args: list[str]) -> bool:
-    """Whether the command line is a `qw up` that will start workers (not its --help)."""
-    return args[:1] == ["up"] and "--help" not in args
+from supervisor.up_args import starts_workers
 
 
 def main() -> int:
