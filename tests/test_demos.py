@@ -138,3 +138,14 @@ def test_the_first_collision_is_one_plain_sentence(
         first = claims.append(encode(Claim(0, "w1-101-aaaa", 1_000_000, 5_000_000)))
         second = claims.append(encode(Claim(0, "w2-102-bbbb", second_at, 5_000_000)))
     assert first_collision(data_dir) == said.format(first=first, second=second)
+
+
+def test_a_worker_that_exits_at_start_fails_the_demos_wait_at_once(tmp_path: Path) -> None:
+    """A demo waiting for its workers to start says which one exited, and what it said,
+    instead of waiting out its patience (a run that timed out said only "timed out")."""
+    from supervisor.demos.fleet import DemoFailed, Fleet, wait_for
+
+    with Fleet(tmp_path, {"handler": "qw_no_such_module:handler"}) as fleet:
+        fleet.start("w0", slot=0, slots=1)
+        with pytest.raises(DemoFailed, match=r"worker w0 \(pid \d+\) exited with code [1-9]"):
+            wait_for(fleet.started, 120, "1 worker to start")

@@ -130,9 +130,27 @@ class Fleet:
         return next((w for w in self.workers if w.pid == pid), None)
 
     def started(self) -> bool:
-        """Has every worker published a snapshot in which it is past starting up?"""
+        """Has every worker published a snapshot in which it is past starting up?
+
+        DemoFailed at once for a worker that exited before it did, with the last line it
+        wrote: a wait for it would only run out and say less."""
         states = {s.pid: s.state for s in read_snapshots(self.run_dir) if s.pid is not None}
-        return all(states.get(w.pid) not in (None, WorkerState.STARTING) for w in self.workers)
+        waiting = [w for w in self.workers if states.get(w.pid) in (None, WorkerState.STARTING)]
+        for worker in waiting:
+            if not worker.alive:
+                raise DemoFailed(
+                    f"worker {worker.name} (pid {worker.pid}) exited with code "
+                    f"{worker.process.returncode} before it started: {self._last_line(worker)}"
+                )
+        return not waiting
+
+    def _last_line(self, worker: WorkerProcess) -> str:
+        """The last line the worker wrote (its stdout and stderr), or "(no output)"."""
+        try:
+            lines = (self.run_dir / f"{worker.name}.out").read_text(errors="replace").splitlines()
+        except OSError:
+            lines = []
+        return lines[-1].strip() if lines else "(no output)"
 
     def kill(self, worker: WorkerProcess) -> None:
         """kill -9: no goodbye, no DONE, no release; its lease must run out."""
