@@ -259,7 +259,11 @@ def test_kill_9_writers_mid_append_never_shows_a_partial_record(log_path: Path) 
         results: Queue[Any] = CTX.Queue()
         readers = [start(_read_checking_until_end, path, results) for _ in range(2)]
         torn = 0
-        for i in range(iterations):
+        # Past `iterations`, go on (to 8x) until a kill has landed mid-append: the check
+        # below needs one, and on a loaded machine 25 kills have all landed between appends.
+        for i in itertools.count():
+            if i >= iterations * (1 if torn else 8):
+                break
             target = _disk_end(log_path) + rng.randint(1, 3 * 1024 * 1024)
             writer = start(_append_big_records_forever, path, i)
 
