@@ -6,6 +6,7 @@ import os
 import shutil
 import socket
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import pytest
 
@@ -59,3 +60,23 @@ def redis_server_binary() -> str:
             pytest.fail("redis-server is not installed but QW_REQUIRE_REDIS=1")
         pytest.skip("redis-server is not installed")
     return binary
+
+
+def lose_first_script_reply(log: Any, monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """Make the first script call of a RedisLog `log` run on the server and then lose its
+    reply (a ConnectionError, as a dropped connection gives). Returns the list the lost
+    reply goes into: empty while nothing was lost."""
+    import redis
+
+    real = log._run_script
+    lost: list[object] = []
+
+    def reply_lost_once(*args: Any) -> Any:
+        result = real(*args)
+        if not lost:
+            lost.append(result)
+            raise redis.exceptions.ConnectionError("Connection reset by peer (simulated)")
+        return result
+
+    monkeypatch.setattr(log, "_run_script", reply_lost_once)
+    return lost

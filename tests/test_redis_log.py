@@ -41,7 +41,7 @@ from logstore.redis_log import (
     parse_id,
     unpack_position,
 )
-from tests.helpers import free_port, redis_server_binary, wait_until
+from tests.helpers import free_port, lose_first_script_reply, redis_server_binary, wait_until
 
 pytestmark = pytest.mark.redis
 
@@ -238,17 +238,7 @@ def test_a_retried_append_whose_reply_was_lost_is_not_added_twice(
 ) -> None:
     """The server did the append but the reply never came: the retry returns the same
     positions and adds nothing."""
-    real = log._run_script
-    lost: list[object] = []
-
-    def reply_lost_once(*args: Any) -> Any:
-        result = real(*args)
-        if not lost:
-            lost.append(result)
-            raise redis.exceptions.ConnectionError("Connection reset by peer (simulated)")
-        return result
-
-    monkeypatch.setattr(log, "_run_script", reply_lost_once)
+    lost = lose_first_script_reply(log, monkeypatch)
     positions = log.append_many([b"a", b"b", b"c"])
     assert lost, "the simulated failure did not happen"
     assert [e.position for e in log.read(log.start)] == positions

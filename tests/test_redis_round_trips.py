@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from logstore.base import CorruptLogError
 from logstore.redis_log import RedisLog, redis_key
+from tests.helpers import lose_first_script_reply
 
 pytestmark = pytest.mark.redis
 
@@ -86,17 +87,7 @@ def test_a_retried_append_and_read_answers_as_the_first_attempt(
 ) -> None:
     """The reply of the append was lost: the retry adds nothing and reads the same."""
     start = log.append(b"before")
-    real = log._run_script
-    lost: list[object] = []
-
-    def reply_lost_once(*args: Any) -> Any:
-        result = real(*args)
-        if not lost:
-            lost.append(result)
-            raise redis.exceptions.ConnectionError("Connection reset by peer (simulated)")
-        return result
-
-    monkeypatch.setattr(log, "_run_script", reply_lost_once)
+    lost = lose_first_script_reply(log, monkeypatch)
     positions, entries = log.append_and_read([b"x", b"y"], start, max_records=100)
     assert lost, "the simulated failure did not happen"
     assert [e.data for e in entries] == [b"before", b"x", b"y"]
