@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from logstore import Entry, IdentityError, Log
+from logstore import Entry, IdentityError, Log, is_redis_url
 from logstore.base import Durability
 from logstore.location import log_file
 from queue_worker.names import worker_label
@@ -137,7 +137,8 @@ class Monitor:
         from queue_worker.checkpoint import CheckpointRefused, restore_checkpoint
 
         try:
-            index, follower = restore_checkpoint(Path(self.location), self._tasks, self._claims)
+            where = self.location if is_redis_url(self.location) else Path(self.location)
+            index, follower = restore_checkpoint(where, self._tasks, self._claims)
         except CheckpointRefused as e:
             self.close()
             raise IdentityError(
