@@ -106,7 +106,8 @@ def _compact_locked(url: str, retention: Retention, now: float) -> Compacted:
         plan: dict[str, list[Removed]] = {CLAIMS_TOPIC: [], TASKS_TOPIC: []}
         if any(_old_or_big(log, listed[t], sizes[t], now, retention) for t, log in logs):
             plan = _plan(url, tasks_log, claims_log, listed, sizes, now, retention)
-        stop_at("checkpointed")
+        if any(plan.values()):  # (the kill point is after a checkpoint was written)
+            stop_at("checkpointed")
         freed = 0
         listed_now = removed_segments(url)  # what the checkpoint lists now
         for topic, log in logs:

@@ -30,6 +30,8 @@ from queue_worker.settled import Retention
 from queue_worker.state import ClaimSnapshot
 from queue_worker.topics import ClaimsFollower, TaskIndex, open_topics
 from queue_worker.worker import Worker
+from tests.helpers import wait_until
+from tests.test_compaction import _ours
 
 QW = [sys.executable, "-m", "supervisor.cli"]
 NOW_US = 1_700_000_000_000_000
@@ -318,3 +320,143 @@ def test_a_worker_behind_a_trim_restarts_from_the_checkpoint(
         assert behind.stats.finished == 10  # the 10 left, none of the 20 again
     report = load_report(redis_url)
     assert report.ok and report.tasks_done == 30 and report.completions == 30
+
+
+def test_qw_why_after_a_trim(redis_url: str) -> None:
+    make_queue(redis_url, done=300, held=250)
+    compact_redis(redis_url, EVERYTHING)
+    shown = qw("why", "--log", redis_url, "4")
+    assert shown.returncode == 0, shown.stderr
+    assert "removed by compaction" in shown.stdout, shown.stdout
+
+
+def _writer(url: str, first: int, count: int) -> None:
+    """Tasks published, claimed and done, one after another (each settled at once)."""
+    tasks_log, claims_log = open_topics(url)
+    with tasks_log, claims_log:
+        for t in range(first, first + count):
+            tasks_log.append(encode(TaskRecord({"n": t}, NOW_US + t)))
+            claim = claims_log.append(encode(Claim(t, "w0-1-aaaa", NOW_US + t, LEASE)))
+            claims_log.append(encode(Done(t, "w0-1-aaaa", NOW_US + t + 1, claim, None)))
+
+
+def _reader(url: str, stop: Any, out: Any, back: bool) -> None:
+    """Follow the claims stream from its start; on PositionCompactedError go on from the
+    new start. Anything else is a failure, reported. `back`: now and then start again from
+    the origin (a reader left behind by a trim)."""
+    claims_log = RedisLog.open(url, "claims")
+    position, seen, compacted = claims_log.start, 0, 0
+    try:
+        while not stop.is_set() or claims_log.read(position, 1):
+            try:
+                entries = claims_log.read(position, 256)
+            except PositionCompactedError as e:
+                compacted += 1
+                position = e.start
+                continue
+            for entry in entries:
+                assert entry.position >= position
+                msgpack.unpackb(entry.data)
+                position = entry.next
+                seen += 1
+            if back and seen % 7 == 0 and not stop.is_set():
+                position = claims_log.origin
+            if not entries:
+                claims_log.wait(position, 0.05)
+        out.put(("ok", seen, compacted, position))
+    except Exception as e:  # the test fails on it, naming it
+        out.put(("error", repr(e), compacted, position))
+    finally:
+        claims_log.close()
+
+
+def test_readers_and_a_writer_during_trims_see_only_the_typed_error(redis_url: str) -> None:
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    make_queue(redis_url, done=50, pending=0)
+    stop, out = ctx.Event(), ctx.Queue()
+    readers = [
+        ctx.Process(target=_reader, args=(redis_url, stop, out, back)) for back in (False, True)
+    ]
+    writer = ctx.Process(target=_writer, args=(redis_url, 50, 1500))
+    for proc in (*readers, writer):
+        proc.start()
+    trims = 0
+    while writer.is_alive():
+        trims += len(compact_redis(redis_url, EVERYTHING).removed["claims"])
+    writer.join(60)
+    assert writer.exitcode == 0
+    trims += len(compact_redis(redis_url, EVERYTHING).removed["claims"])
+    stop.set()
+    results = [out.get(timeout=60) for _ in readers]
+    for proc in readers:
+        proc.join(60)
+    assert trims > 3  # trims ran while they read and wrote
+    assert all(kind == "ok" for kind, *_ in results), results
+    assert sum(compacted for _, _, compacted, _ in results) > 0  # the typed error was met
+    _, claims_log = open_topics(redis_url)
+    with claims_log:
+        end = claims_log.end()
+    assert all(position == end for *_, position in results)  # each read to the end
+    assert fold(redis_url)[0].done_count == 1550 - 5  # (every tenth of the first 50: dead)
+
+
+SUPERVISOR = """
+import sys
+from pathlib import Path
+
+from queue_worker.settled import Retention
+from supervisor.supervisor import Supervisor, SupervisorOptions
+
+options = SupervisorOptions(
+    data_dir=Path(sys.argv[1]),
+    location=sys.argv[2],
+    workers=2,
+    work_ms=5,  # (a drain of a second or so: several compactions on the way)
+    tasks=400,
+    retention=Retention(seconds=0, bytes=0),
+    compact_every_s=0.2,
+    exit_when_drained={exit},
+)
+supervisor = Supervisor(options)
+supervisor.start()
+supervisor.wait(120)
+"""
+
+
+def test_qw_up_trims_as_it_runs(redis_url: str, tmp_path: Path) -> None:
+    """The supervisor's compactor trims a Redis queue while its workers drain it; the
+    report still adds up to every task, each done once."""
+    ran = subprocess.run(
+        [sys.executable, "-c", SUPERVISOR.format(exit=True), str(tmp_path / "run"), redis_url],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert starts(redis_url)[1] > 0  # trimmed while it ran
+    report = load_report(redis_url)
+    assert report.ok and report.tasks_done == 400 and report.prefix is not None
+
+
+@pytest.mark.parametrize("step", ["checkpointed", "dropped"])
+def test_kill_9_of_the_supervisor_while_it_trims(redis_url: str, tmp_path: Path, step: str) -> None:
+    """`qw up` trims in its supervisor; the supervisor killed in the middle of it (its
+    workers die with it) leaves streams that fold as they did, and trim later."""
+    tag = str(tmp_path)
+    killed = subprocess.run(
+        [sys.executable, "-c", SUPERVISOR.format(exit=False), str(tmp_path / "run"), redis_url],
+        env={**os.environ, STOP_ENV: step, "QW_TEST_TAG": tag},
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert killed.returncode == -9, killed.stderr
+    wait_until(lambda: not _ours(tag), 60, "the workers to die with their supervisor")
+    before = fold(redis_url)
+    assert before[0].done_count > 0
+    finished = qw("compact", "--log", redis_url, "--retention", "0", "--retention-bytes", "0")
+    assert finished.returncode == 0, finished.stderr
+    report = load_report(redis_url)
+    assert report.ok and report.tasks_done == before[0].done_count
