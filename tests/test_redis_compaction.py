@@ -460,3 +460,16 @@ def test_kill_9_of_the_supervisor_while_it_trims(redis_url: str, tmp_path: Path,
     assert finished.returncode == 0, finished.stderr
     report = load_report(redis_url)
     assert report.ok and report.tasks_done == before[0].done_count
+
+
+def test_ids_of_tasks_enqueued_after_a_trim_go_on(queue: str) -> None:
+    """A task's id is its index in the topic: a producer opened after the trim, and one
+    opened before it, both count on from the tasks the checkpoint says were removed."""
+    with Queue(queue) as before_the_trim:  # it has counted nothing: it stands at 0
+        compact_redis(queue, EVERYTHING)
+        assert before_the_trim.enqueue("a") == 320  # (position 0 was trimmed: recounted)
+        assert before_the_trim.enqueue("b") == 321
+    with Queue(queue) as after_the_trim:
+        assert after_the_trim.enqueue_many(["c", "d"]) == [322, 323]
+    report = load_report(queue)
+    assert report.tasks_published == 324
