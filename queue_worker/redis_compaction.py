@@ -161,12 +161,21 @@ def _plan(
     stop_at("folded")
     watermark = claims.state.watermark
     claims_cut = _claims_cut(
-        claims_log, listed[CLAIMS_TOPIC], claims.next_position, watermark, sizes[CLAIMS_TOPIC]
+        claims_log,
+        listed[CLAIMS_TOPIC],
+        claims.next_position,
+        watermark,
+        _Budget(now, retention, sizes[CLAIMS_TOPIC]),
     )
     claims_end = _cut(claims_cut, claims_segment_settled, now, retention, sizes[CLAIMS_TOPIC])
     first_id = first_task_id(url)
     tasks_cut = _tasks_cut(
-        tasks_log, listed[TASKS_TOPIC], first_id, tasks, watermark, sizes[TASKS_TOPIC]
+        tasks_log,
+        listed[TASKS_TOPIC],
+        first_id,
+        tasks,
+        watermark,
+        _Budget(now, retention, sizes[TASKS_TOPIC]),
     )
     tasks_end = _cut(tasks_cut, tasks_segment_settled, now, retention, sizes[TASKS_TOPIC])
     plan = {
@@ -192,6 +201,24 @@ def _plan(
     return plan
 
 
+class _Budget:
+    """Retention's side of the walk: it stops at the first entry retention keeps (neither
+    old enough nor needed to get under the size budget), where `removable` would stop
+    too, so that a walk does not read the young part of a stream for nothing."""
+
+    def __init__(self, now: float, retention: Retention, size: _Size) -> None:
+        self.now = now
+        self.seconds = retention.seconds
+        self.per_entry = size.per_entry
+        self.over = size.total - retention.bytes  # bytes still over the budget
+
+    def keeps(self, written_at: float) -> bool:
+        if self.now - written_at > self.seconds or self.over > 0:
+            self.over -= self.per_entry
+            return False
+        return True
+
+
 class _Walk(NamedTuple):
     """The entries of a stream compaction considered, each as a one-entry segment, and the
     fold's position the settled rule checks them against."""
@@ -201,30 +228,38 @@ class _Walk(NamedTuple):
     watermark: int
 
 
-def _claims_cut(log: RedisLog, after: int, folded_to: int, watermark: int, size: _Size) -> _Walk:
-    """The claims entries from `after`, up to the first that names an open task."""
+def _claims_cut(
+    log: RedisLog, after: int, folded_to: int, watermark: int, budget: _Budget
+) -> _Walk:
+    """The claims entries from `after`, up to the first that names an open task (or that
+    retention keeps)."""
     segments: list[Segment] = []
     for position, end, written_at, data in _entries(log, after, folded_to):
+        if budget.keeps(written_at):
+            break
         try:
             record = decode_claims(data)
         except RecordDecodeError:
             record = None  # a malformed record changes nothing (the fold skips it)
         task = -1 if record is None or isinstance(record, Unknown) else record.task
-        segments.append(Segment(position, end, size.per_entry, written_at, task))
+        segments.append(Segment(position, end, budget.per_entry, written_at, task))
         if task >= watermark:
             break  # a prefix: nothing after an unsettled entry goes
     return _Walk(segments, folded_to, watermark)
 
 
 def _tasks_cut(
-    log: RedisLog, after: int, first_id: int, tasks: TaskIndex, watermark: int, size: _Size
+    log: RedisLog, after: int, first_id: int, tasks: TaskIndex, watermark: int, budget: _Budget
 ) -> _Walk:
-    """The tasks entries from `after` (the task `first_id`'s), up to the first open task.
-    A task's id is its index in the topic: counted from `first_id`."""
+    """The tasks entries from `after` (the task `first_id`'s), up to the first open task
+    (or one retention keeps). A task's id is its index in the topic: counted from
+    `first_id`."""
     segments: list[Segment] = []
     task = first_id
     for position, end, written_at, _data in _entries(log, after, tasks.next_position):
-        segments.append(Segment(position, end, size.per_entry, written_at, task))
+        if budget.keeps(written_at):
+            break
+        segments.append(Segment(position, end, budget.per_entry, written_at, task))
         if task >= watermark:
             break
         task += 1
