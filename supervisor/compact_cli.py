@@ -61,8 +61,8 @@ RetentionOption = Annotated[
         parser=real("seconds", 0, 10 * 365 * 86_400),
         metavar="SECONDS",
         show_default=False,
-        help="Settled history (segments whose tasks are all done or dead) older than this "
-        "may be removed (default 86400: a day).",
+        help="Settled history (segments, or Redis stream entries, whose tasks are all done "
+        "or dead) older than this may be removed (default 86400: a day).",
     ),
 ]
 RetentionBytesOption = Annotated[
@@ -73,7 +73,7 @@ RetentionBytesOption = Annotated[
         metavar="N",
         show_default=False,
         help="Settled history of a log over N bytes may be removed too, the oldest first "
-        "(default 1G).",
+        "(default 1G; on Redis, bytes by Redis's MEMORY USAGE estimate).",
     ),
 ]
 

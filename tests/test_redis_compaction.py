@@ -473,3 +473,27 @@ def test_ids_of_tasks_enqueued_after_a_trim_go_on(queue: str) -> None:
         assert after_the_trim.enqueue_many(["c", "d"]) == [322, 323]
     report = load_report(queue)
     assert report.tasks_published == 324
+
+
+def test_every_read_path_refuses_a_trimmed_position(queue: str) -> None:
+    """The read script, the append that reads in the same call, and XRANGE (where a server
+    refuses scripts) all refuse to read on from before the start."""
+    compact_redis(queue, EVERYTHING)
+    claims_log = RedisLog.open(queue, "claims")
+    with claims_log:
+        record = encode(Claim(310, "w1-2-bbbb", NOW_US, LEASE))
+        positions, entries = claims_log.append_and_read([record], 0, max_records=10)
+        assert entries == []  # not the entries after the trimmed ones: nothing
+        assert claims_log.read(claims_log.start)[0].position == positions[0]
+        claims_log._script_reads = False  # as after a server refused EVALSHA
+        with pytest.raises(PositionCompactedError):
+            claims_log.read(0, 10)
+        assert [e.position for e in claims_log.read(claims_log.start)] == positions
+
+
+def test_qw_compact_on_an_empty_database_says_so(redis_url: str) -> None:
+    result = qw("compact", "--log", redis_url)
+    assert result.returncode == 2
+    assert result.stderr == (
+        f"qw: error: {redis_url}: no qw logs there (expected streams qw:tasks and qw:claims)\n"
+    )
