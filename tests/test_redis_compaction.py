@@ -67,14 +67,15 @@ def make_queue(url: str, done: int, pending: int = 20, held: int | None = None) 
 
 
 def fold(url: str) -> tuple[ClaimSnapshot, int]:
-    """The fold a starting worker reaches (the checkpoint, if the streams were trimmed, and
-    the rest): the claims state, in a canonical order, and the tasks known."""
+    """The fold a starting worker reaches (the checkpoint, if there is one, and the rest; a
+    full replay without one): the claims state, in a canonical order, and the tasks known."""
     tasks_log, claims_log = open_topics(url)
     try:
-        if tasks_log.start == 0 and claims_log.start == 0:
-            tasks, claims = TaskIndex(0), ClaimsFollower(0)
-        else:
+        try:  # (a checkpoint written before a kill, trims not made yet, loads as well)
             tasks, claims = restore_checkpoint(url, tasks_log, claims_log)
+        except CheckpointRefused:
+            assert tasks_log.start == 0 and claims_log.start == 0
+            tasks, claims = TaskIndex(0), ClaimsFollower(0)
         tasks.catch_up(tasks_log)
         claims.catch_up(claims_log)
         snap = claims.state.snapshot()
