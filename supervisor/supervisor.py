@@ -263,7 +263,8 @@ class Supervisor:
 
     def _start_segments(self) -> None:
         """A file log's segment size (kept by the logs for every writer) and the compactor
-        (settled history removed as the run goes: see supervisor/compactor.py)."""
+        (settled history removed as the run goes, file segments or Redis stream entries:
+        see supervisor/compactor.py)."""
         opts = self.options
         on_redis = is_redis_url(opts.location)
         if opts.segment_bytes is not None and not on_redis:
