@@ -498,3 +498,30 @@ def test_qw_compact_on_an_empty_database_says_so(redis_url: str) -> None:
     assert result.stderr == (
         f"qw: error: {redis_url}: no qw logs there (expected streams qw:tasks and qw:claims)\n"
     )
+
+
+def test_the_lock_on_redis_keeps_a_second_saver_out_and_is_renewed(
+    queue: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from queue_worker import redis_checkpoint
+    from queue_worker.checkpoint import CheckpointError, checkpoint_lock, save_checkpoint
+
+    monkeypatch.setattr(redis_checkpoint, "LOCK_TTL_MS", 600)  # renewed every 0.2 s
+    client = redis.Redis.from_url(queue)
+    tasks_log, claims_log = open_topics(queue)
+    with tasks_log, claims_log, checkpoint_lock(queue):
+        tasks, claims = TaskIndex(0), ClaimsFollower(0)
+        with pytest.raises(CheckpointError) as skipped:
+            save_checkpoint(queue, tasks, tasks_log, claims, claims_log)
+        assert "a compaction under way" in str(skipped.value)
+        assert f"pid {os.getpid()}" in str(skipped.value)
+        lowest = [600]
+
+        def renewed() -> bool:  # its time to live went down, then back up
+            ttl = client.pttl("qw:fold.checkpoint:lock")
+            lowest[0] = min(lowest[0], ttl)
+            return ttl > lowest[0] + 100
+
+        wait_until(renewed, 30, "the lock to be renewed")
+    assert client.get("qw:fold.checkpoint:lock") is None  # released
+    client.close()
