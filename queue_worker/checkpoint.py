@@ -170,12 +170,13 @@ def _read_checkpoint(location: Location) -> bytes:
 
 
 def checkpoint_exists(location: Location) -> bool:
-    """Whether `location` has a checkpoint (of any content). OSError when it cannot tell."""
-    try:
-        _read_checkpoint(location)
-    except FileNotFoundError:
-        return False
-    return True
+    """Whether `location` has a checkpoint (of any content; nothing of it is read). OSError
+    when it cannot tell."""
+    if _on_redis(location):
+        from queue_worker import redis_checkpoint
+
+        return redis_checkpoint.exists(str(location))
+    return (Path(location) / CHECKPOINT_NAME).exists()
 
 
 @contextlib.contextmanager

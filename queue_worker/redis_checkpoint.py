@@ -93,6 +93,19 @@ def read(url: str) -> bytes | None:
     return value
 
 
+def exists(url: str) -> bool:
+    """Whether there is a checkpoint (EXISTS: its bytes are not sent). OSError when the
+    server cannot be asked."""
+    log = _handle(url)
+    try:
+        client = log._client
+        return bool(log._call("look for", lambda: client.exists(log.key)))
+    except LogError as e:
+        raise OSError(str(e)) from e
+    finally:
+        log.close()
+
+
 def write(url: str, data: bytes) -> None:
     """Replace the checkpoint with `data` (one SET). OSError when it could not be written."""
     log = _handle(url)
@@ -178,4 +191,4 @@ def _dead_here(holder: bytes) -> bool:
     return False
 
 
-__all__ = ["LOCK_TTL_MS", "NAME", "LockHeld", "lock", "name_of", "read", "write"]
+__all__ = ["LOCK_TTL_MS", "NAME", "LockHeld", "exists", "lock", "name_of", "read", "write"]
