@@ -423,6 +423,8 @@ options = SupervisorOptions(
 supervisor = Supervisor(options)
 supervisor.start()
 supervisor.wait(120)
+print(supervisor.log_failure or "")
+sys.exit(supervisor.exit_code)
 """
 
 
@@ -435,7 +437,7 @@ def test_qw_up_trims_as_it_runs(redis_url: str, tmp_path: Path) -> None:
         text=True,
         timeout=180,
     )
-    assert ran.returncode == 0, ran.stderr
+    assert ran.returncode == 0, ran.stdout + ran.stderr  # (its monitor never lost its way)
     assert starts(redis_url)[1] > 0  # trimmed while it ran
     report = load_report(redis_url)
     assert report.ok and report.tasks_done == 400 and report.prefix is not None
@@ -525,3 +527,19 @@ def test_the_lock_on_redis_keeps_a_second_saver_out_and_is_renewed(
         wait_until(renewed, 30, "the lock to be renewed")
     assert client.get("qw:fold.checkpoint:lock") is None  # released
     client.close()
+
+
+def test_the_supervisors_monitor_behind_a_trim_goes_on_from_the_checkpoint(queue: str) -> None:
+    """The supervisor's own fold (its monitor) reads a batch at a time; a trim past where it
+    stands is not a failed log (which would stop the run): it restores the checkpoint."""
+    from supervisor.monitor import Monitor
+
+    monitor = Monitor(queue, batch=50, read_only=True)
+    try:
+        monitor.poll()  # 50 records of each stream: far behind
+        compact_redis(queue, EVERYTHING)
+        wait_until(lambda: not monitor.poll() and monitor.queue_view().done == 270, 60, "done")
+        view = monitor.queue_view()
+        assert (view.published, view.pending, view.dead) == (320, 20, 30)
+    finally:
+        monitor.close()
