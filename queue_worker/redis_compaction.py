@@ -36,6 +36,7 @@ and the next compaction makes them (a trim to where a stream starts already is h
 from __future__ import annotations
 
 import time
+import zlib
 from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
@@ -179,8 +180,8 @@ def _plan(
     )
     tasks_end = _cut(tasks_cut, tasks_segment_settled, now, retention, sizes[TASKS_TOPIC])
     plan = {
-        CLAIMS_TOPIC: _removed(claims_log, listed[CLAIMS_TOPIC], claims_end),
-        TASKS_TOPIC: _removed(tasks_log, listed[TASKS_TOPIC], tasks_end),
+        CLAIMS_TOPIC: _removed(listed[CLAIMS_TOPIC], claims_end, claims_cut),
+        TASKS_TOPIC: _removed(listed[TASKS_TOPIC], tasks_end, tasks_cut),
     }
     if any(plan.values()):
         tasks_before = first_id + tasks_end[1]  # (a task's id is its index in the topic)
@@ -226,6 +227,9 @@ class _Walk(NamedTuple):
     segments: list[Segment]
     folded_to: int
     watermark: int
+    #: `Log.checksum` from the walk's first entry through each segment (the digest of a
+    #: trim, taken as the walk reads: the entries are not read again for it)
+    crcs: list[int]
 
 
 def _claims_cut(
@@ -234,7 +238,8 @@ def _claims_cut(
     """The claims entries from `after`, up to the first that names an open task (or that
     retention keeps)."""
     segments: list[Segment] = []
-    for position, end, written_at, data in _entries(log, after, folded_to):
+    crcs: list[int] = []
+    for position, end, written_at, data, crc in _entries(log, after, folded_to):
         if budget.keeps(written_at):
             break
         try:
@@ -243,9 +248,10 @@ def _claims_cut(
             record = None  # a malformed record changes nothing (the fold skips it)
         task = -1 if record is None or isinstance(record, Unknown) else record.task
         segments.append(Segment(position, end, budget.per_entry, written_at, task))
+        crcs.append(crc)
         if task >= watermark:
             break  # a prefix: nothing after an unsettled entry goes
-    return _Walk(segments, folded_to, watermark)
+    return _Walk(segments, folded_to, watermark, crcs)
 
 
 def _tasks_cut(
@@ -255,30 +261,37 @@ def _tasks_cut(
     (or one retention keeps). A task's id is its index in the topic: counted from
     `first_id`."""
     segments: list[Segment] = []
+    crcs: list[int] = []
     task = first_id
-    for position, end, written_at, _data in _entries(log, after, tasks.next_position):
+    for position, end, written_at, _data, crc in _entries(log, after, tasks.next_position):
         if budget.keeps(written_at):
             break
         segments.append(Segment(position, end, budget.per_entry, written_at, task))
+        crcs.append(crc)
         if task >= watermark:
             break
         task += 1
-    return _Walk(segments, tasks.next_position, watermark)
+    return _Walk(segments, tasks.next_position, watermark, crcs)
 
 
-def _entries(log: RedisLog, after: int, folded_to: int) -> Iterator[tuple[int, int, float, bytes]]:
-    """(position, cut after it, written at, bytes) of each entry from `after` up to
-    `folded_to`: the cut after an entry is the next entry's position (or `folded_to`), so
-    that a stream trimmed there starts at a record of its own."""
-    held: tuple[int, float, bytes] | None = None
+def _entries(
+    log: RedisLog, after: int, folded_to: int
+) -> Iterator[tuple[int, int, float, bytes, int]]:
+    """(position, cut after it, written at, bytes, checksum through it) of each entry from
+    `after` up to `folded_to`: the cut after an entry is the next entry's position (or
+    `folded_to`), so that a stream trimmed there starts at a record of its own; the
+    checksum is `Log.checksum(after, cut)`, computed as `Log.checksum` does."""
+    held: tuple[int, float, bytes, int] | None = None
+    crc = 0
     for entry in log.iter_from(after):
         if entry.position >= folded_to:
             break
         if held is not None:
-            yield held[0], entry.position, held[1], held[2]
-        held = (entry.position, _written_at(entry.server_time_us), entry.data)
+            yield held[0], entry.position, held[1], held[2], held[3]
+        crc = zlib.crc32(entry.data, zlib.crc32(entry.position.to_bytes(8, "little"), crc))
+        held = (entry.position, _written_at(entry.server_time_us), entry.data, crc)
     if held is not None:
-        yield held[0], folded_to, held[1], held[2]
+        yield held[0], folded_to, held[1], held[2], held[3]
 
 
 def _cut(
@@ -299,12 +312,13 @@ def _cut(
     return (walk.segments[count - 1].end if count else -1), count
 
 
-def _removed(log: RedisLog, start: int, cut: tuple[int, int]) -> list[Removed]:
-    """The trim from the stream's `start` to the cut, as the checkpoint lists it."""
+def _removed(start: int, cut: tuple[int, int], walk: _Walk) -> list[Removed]:
+    """The trim from the stream's `start` (where the walk began) to the cut, as the
+    checkpoint lists it."""
     end, count = cut
     if not count:
         return []
-    return [Removed(start, end, log.checksum(start, end))]
+    return [Removed(start, end, walk.crcs[count - 1])]
 
 
 __all__ = ["compact_redis"]

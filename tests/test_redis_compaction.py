@@ -125,7 +125,11 @@ def queue(redis_url: str) -> Iterator[str]:
 
 def test_settled_history_is_trimmed_and_the_fold_stays(queue: str) -> None:
     before = fold(queue)
+    tasks_log, claims_log = open_topics(queue)
+    with tasks_log, claims_log:
+        digest = claims_log.checksum(0, claims_log.end())  # (every claims entry will go)
     done = compact_redis(queue, EVERYTHING)
+    assert done.removed["claims"][0].crc == digest
     assert len(done.removed["claims"]) == 1 and len(done.removed["tasks"]) == 1
     assert fold(queue) == before  # the checkpoint and what is left: the same fold
     tasks_start, claims_start = starts(queue)
@@ -191,7 +195,8 @@ def test_retention_by_size(queue: str) -> None:
     # a budget of half the stream's estimated bytes: about half its entries go
     half = compact_redis(queue, Retention(seconds=3600, bytes=used // 2))
     assert half.removed["claims"]
-    with open_topics(queue)[1] as claims_log:
+    tasks_log, claims_log = open_topics(queue)
+    with tasks_log, claims_log:
         left = sum(1 for _ in claims_log.iter_from(claims_log.start))
     assert 0 < left < entries
 
