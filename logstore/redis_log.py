@@ -136,10 +136,12 @@ from logstore.base import (
     Log,
     LogClosedError,
     LogError,
+    PositionCompactedError,
     RecordTooLargeError,
 )
 from logstore.identity import QUEUE_ID_SIZE, IdentityError, LogIdentity, new_queue_id
 from logstore.location import redact_url as _redact
+from logstore.redis_trim import TRIMMED_ERROR, TRIMMED_LUA, start_of
 
 __all__ = [
     "DEFAULT_MAX_RECORD",
@@ -197,23 +199,29 @@ local function entries(key, first, last, count)
 end
 """
 
-# KEYS[1] the stream. ARGV[1] the first id, ARGV[2] the most entries.
+# KEYS[1] the stream, KEYS[2] its start key (logstore.redis_trim). ARGV[1] the first id,
+# ARGV[2] the most entries. A first id the stream was trimmed past is an error (QWTRIMMED).
 _READ_LUA = (
     _ENTRIES_LUA
+    + TRIMMED_LUA
     + """
+local start = trimmed_before(KEYS[2], ARGV[1])
+if start then return redis.error_reply('QWTRIMMED ' .. start) end
 return entries(KEYS[1], ARGV[1], '+', ARGV[2])
 """
 )
 
-# KEYS[1] the stream, KEYS[2] this handle's last-append record.
+# KEYS[1] the stream, KEYS[2] this handle's last-append record, KEYS[3] the stream's start
+# key (an id to read from that was trimmed away reads nothing: the caller's read raises).
 # ARGV[1] the call number, ARGV[2] the record's ttl (ms), ARGV[3] the seq limit,
 # ARGV[4] the id to read from ('' reads nothing), ARGV[5] the most entries to read,
 # ARGV[6..] the records. Returns {ids, entries from ARGV[4] through the last id added}.
 _APPEND_LUA = (
     _ENTRIES_LUA
+    + TRIMMED_LUA
     + """
 local function reply(ids)
-  if ARGV[4] == '' then return {ids, ''} end
+  if ARGV[4] == '' or trimmed_before(KEYS[3], ARGV[4]) then return {ids, ''} end
   return {ids, entries(KEYS[1], ARGV[4], ids[#ids], ARGV[5])}
 end
 local last = redis.call('GET', KEYS[2])
@@ -403,6 +411,8 @@ class RedisLog(Log):
         self.key = redis_key(settings.prefix, topic)
         #: the queue's identity (`logstore.identity`): 16 random bytes, set with its first log
         self.id_key = redis_key(settings.prefix, "queue")
+        #: where the stream starts once compaction trimmed it (logstore.redis_trim)
+        self.start_key = redis_key(settings.prefix, topic, "start")
         #: the queue and topic this handle was opened as (None: opened without a family)
         self.identity: LogIdentity | None = None
         #: opened for reading only (`open(read_only=True)`): appends raise LogError
@@ -684,7 +694,7 @@ class RedisLog(Log):
         args += records
 
         def run() -> object:
-            return self._run_script(self._script, [self.key, writer], args)
+            return self._run_script(self._script, [self.key, writer, self.start_key], args)
 
         try:
             raw = self._call("append to", run, AppendError)
@@ -715,20 +725,29 @@ class RedisLog(Log):
 
             def by_script() -> object:
                 try:
-                    return self._run_script(self._read_script, [self.key], [first, count])
+                    keys = [self.key, self.start_key]
+                    return self._run_script(self._read_script, keys, [first, count])
                 except rex.ResponseError as exc:
-                    if "WRONGTYPE" in str(exc):
+                    if "WRONGTYPE" in str(exc) or TRIMMED_ERROR in str(exc):
                         raise
                     self._script_reads = False  # scripts refused here: XRANGE from now on
                     return None
 
-            blob = self._call("read from", by_script)
+            try:
+                blob = self._call("read from", by_script)
+            except LogError as exc:
+                if TRIMMED_ERROR in str(exc):
+                    raise PositionCompactedError(self.name, position, self.start) from None
+                raise
             if isinstance(blob, bytes):
                 return self._parse_entries(blob)
         raw = self._call(
             "read from",
             lambda: self._client.xrange(self.key, min=first, max="+", count=max_records),
         )
+        # after the XRANGE: a trim since may have taken what it skipped over
+        if position < self.start:
+            raise PositionCompactedError(self.name, position, self.start)
         return self._entries(raw)
 
     def _parse_entries(self, blob: bytes) -> list[Entry]:
@@ -777,6 +796,11 @@ class RedisLog(Log):
 
     @property
     def start(self) -> int:
+        """0, or where compaction trimmed the stream to (logstore.redis_trim)."""
+        return start_of(self)
+
+    @property
+    def origin(self) -> int:
         return 0
 
     def end(self) -> int:

@@ -58,9 +58,10 @@ from logstore import (
     is_redis_url,
 )
 from queue_worker.checkpoint import (
-    CHECKPOINT_NAME,
     CheckpointError,
     CheckpointRefused,
+    Location,
+    checkpoint_exists,
     restore_checkpoint,
     save_checkpoint,
 )
@@ -186,8 +187,10 @@ class Worker:
         )
         self._clock = clock
         self._rng = rng if rng is not None else random.Random()
-        # A fold checkpoint belongs to a data directory whose logs we open ourselves.
-        checkpoints = tasks_log is None and claims_log is None and not is_redis_url(config.location)
+        # A fold checkpoint belongs to the queue whose logs we open ourselves. On Redis only
+        # compaction writes one (queue_worker.redis_compaction): a worker reads it.
+        checkpoints = tasks_log is None and claims_log is None
+        on_redis = is_redis_url(config.location)
         if tasks_log is None or claims_log is None:
             opened_tasks, opened_claims = open_topics(config.location, config.durability)
             self._owned_logs = [opened_tasks, opened_claims]
@@ -208,7 +211,10 @@ class Worker:
             rng=self._rng,
         )
         self.claims = ClaimsFollower(claims_log.start)
-        self._checkpoint_dir = Path(config.location) if checkpoints else None
+        self._checkpoint_dir: Location | None = None
+        if checkpoints:
+            self._checkpoint_dir = config.location if on_redis else Path(config.location)
+        self._saves_checkpoints = checkpoints and not on_redis
         checkpoint_note = self._load_checkpoint()
         self._covered = False  # whether the claims fold was checked against the tasks log
         self.tasks.keep_payloads(config.slot, config.slots)  # the tasks spread gives us
@@ -259,7 +265,7 @@ class Worker:
         # A log whose first segments were compacted away cannot be replayed from its start:
         # the checkpoint is then the only record of what they held (lost, loudly, without it).
         compacted = any(log.start != log.origin for log in (self.tasks_log, self.claims_log))
-        if directory is None or not (directory / CHECKPOINT_NAME).exists():
+        if directory is None or not checkpoint_exists(directory):
             if compacted:
                 raise CheckpointRefused(
                     f"{self.claims_log.name}: the logs were compacted and there is no fold "
@@ -281,7 +287,7 @@ class Worker:
         """The worker in slot 0 saves the fold every CHECKPOINT_EVERY_BYTES of claims log,
         and when it exits cleanly, so that the next start replays only what came after."""
         directory = self._checkpoint_dir
-        if directory is None or self.config.slot != 0:
+        if directory is None or not self._saves_checkpoints or self.config.slot != 0:
             return
         now_at = (self.tasks.next_position, self.claims.next_position)
         moved = now_at[1] - self._checkpointed[1]
