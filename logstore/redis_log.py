@@ -803,6 +803,33 @@ class RedisLog(Log):
         self._client.close()
         self._blocking.close()
 
+    # -- other modules' scripts on this stream (queue_worker.server_verdicts)
+
+    def register_script(self, source: str) -> Script:
+        """A Lua script to run with `call_script` or `call_appending_script`."""
+        return self._client.register_script(source)
+
+    def call_script(
+        self, script: Script, keys: Sequence[str], args: Sequence[bytes | int | str]
+    ) -> object:
+        """Run a script that only reads: KEYS = [this stream, *keys], retried as a read."""
+        return self._call("read from", lambda: self._run_script(script, [self.key, *keys], args))
+
+    def call_appending_script(
+        self, script: Script, keys: Sequence[str], args: Sequence[bytes | int | str]
+    ) -> object:
+        """Run a script that appends to this stream, retried as an append is (AppendError
+        when it gives up). KEYS = [this stream, this handle's last-append record, *keys];
+        ARGV = [the call number, the record's ttl (ms), the seq limit, *args]: the script
+        keeps its reply in the record under the call number and answers a retry with it,
+        as `_APPEND_LUA` does, so that a call whose reply was lost is not made twice."""
+        self._check_open()
+        if self.read_only:
+            raise LogError(f"{self.name} is opened read-only: nothing may be appended")
+        keys = [self.key, self._writer(), *keys]
+        argv: list[bytes | int | str] = [next(self._calls), DEDUP_TTL_MS, SEQ_LIMIT, *args]
+        return self._call("append to", lambda: self._run_script(script, keys, argv), AppendError)
+
     def __repr__(self) -> str:
         return f"RedisLog({self.name!r})"
 
