@@ -15,6 +15,8 @@ TLS, ``unix:///path/to.sock?db=0``), with these query parameters of our own:
                     gives up after about 3 s of not reaching the server).
 ``max_record=B``    the largest record in bytes (default 16 MiB).
 ``socket_timeout=S`` (redis-py's own) seconds to wait for a reply (default 5).
+``verdicts=server`` workers claim through the server's copy of the rules
+                    (queue_worker.server_claim; default ``client``).
 
 Positions
 ---------
@@ -174,7 +176,7 @@ _SEQ_MASK = SEQ_LIMIT - 1
 _U64_MAX = (1 << 64) - 1
 
 # URL query parameters this module takes (or overrides) rather than passing to redis-py.
-_OWN_PARAMS = ("prefix", "retries", "max_record", "cluster")
+_OWN_PARAMS = ("prefix", "retries", "max_record", "cluster", "verdicts")
 _FORCED_PARAMS = ("socket_timeout", "decode_responses", "protocol")
 
 # Both scripts answer entries as one string (`_parse_entries`): for each entry its id, a
@@ -331,6 +333,13 @@ class _Settings:
         if cluster not in ("yes", "no"):
             raise ValueError(f"cluster={cluster!r} in {self.display_url}: expected yes or no")
         self.cluster = cluster == "yes"
+        #: who computes the verdicts: every reader's fold, or the server too (see
+        #: queue_worker.server_verdicts); a log of bytes only keeps the word
+        self.verdicts = own.get("verdicts", "client")
+        if self.verdicts not in ("client", "server"):
+            raise ValueError(
+                f"verdicts={self.verdicts!r} in {self.display_url}: expected client or server"
+            )
         self.retries = _int_param(own, "retries", DEFAULT_RETRIES, url)
         self.max_record = _int_param(own, "max_record", DEFAULT_MAX_RECORD, url)
         self.socket_timeout = DEFAULT_SOCKET_TIMEOUT
@@ -400,6 +409,7 @@ class RedisLog(Log):
         settings = _Settings(url)
         self.url = settings.display_url
         self.prefix = settings.prefix
+        self.verdicts = settings.verdicts
         self.key = redis_key(settings.prefix, topic)
         #: the queue's identity (`logstore.identity`): 16 random bytes, set with its first log
         self.id_key = redis_key(settings.prefix, "queue")

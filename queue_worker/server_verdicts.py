@@ -37,6 +37,7 @@ from __future__ import annotations
 from typing import Any, Final, NamedTuple
 
 import msgpack
+from redis.commands.core import Script
 
 from logstore import AppendError, LogError
 from logstore.redis_log import RedisLog, format_id, pack_id, parse_id, redis_key, unpack_position
@@ -51,81 +52,114 @@ THROUGH: Final = "~through"
 #: a time, < 2^51 µs until the year 2041 and < 2^53 until 2255, plus this stays exact)
 MAX_EXACT: Final = 2**52
 
-# KEYS[1] the claims stream, KEYS[2] this handle's last-append record, KEYS[3] the state.
-# ARGV[1] the call number, ARGV[2] the record's ttl (ms), ARGV[3] the seq limit (see
-# RedisLog.call_appending_script), ARGV[4] the record's bytes, ARGV[5] its type (C R D F),
-# ARGV[6] the task, ARGV[7] the worker, ARGV[8] the lease (C, R), ARGV[9] the claim's entry
-# id (R, D, F), ARGV[10] retry_at - at (F; '' for a dead task), ARGV[11] the error (F).
-# Returns {entry id, verdict, the task's state after it (packed; '' for none)}.
-_VERDICT_LUA: Final = r"""
-local mine = ARGV[1] .. ' '
-local last = redis.call('GET', KEYS[2])
-if last and string.sub(last, 1, #mine) == mine then
-  return cmsgpack.unpack(string.sub(last, #mine + 1))  -- a retry: the first call's reply
-end
-local through = redis.call('HGET', KEYS[3], '~through') or '0-0'
-local tail = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
-local tail_id = '0-0'
-if tail[1] then tail_id = tail[1][1] end
-if tail_id ~= through then
-  return redis.error_reply('QWBEHIND ' .. tail_id .. ' ' .. through)
-end
-local kind, task, worker = ARGV[5], ARGV[6], ARGV[7]
-if kind ~= 'C' and kind ~= 'R' and kind ~= 'D' and kind ~= 'F' then
-  return redis.error_reply('QWTYPE ' .. kind)
-end
-local id = redis.call('XADD', KEYS[1], '*', 'd', ARGV[4])
-local ms, seq = string.match(id, '^(%d+)-(%d+)$')
-if tonumber(seq) >= tonumber(ARGV[3]) then
-  redis.call('XDEL', KEYS[1], id)
-  return redis.error_reply('QWSEQ entry id ' .. id .. ' has a sequence number of '
-    .. ARGV[3] .. ' or more within one millisecond')
-end
-local at = tonumber(ms) * 1000
-local raw = redis.call('HGET', KEYS[3], task)
-local st = nil
-if raw then st = cmsgpack.unpack(raw) end
--- Rule 2: the holder is a claim (its entry id) and its worker
-local function holds()
-  return st ~= nil and st.s == 'o' and st.c == ARGV[9] and st.w == worker
-end
-local verdict, changed = nil, true
-if kind == 'C' then  -- Rule 1
-  if st and st.s == 'd' then verdict, changed = 'lost: done', false
-  elseif st and st.s == 'x' then verdict, changed = 'lost: dead', false
-  elseif st and st.c and at < st.e then verdict, changed = 'lost: held', false
-  elseif st and st.r and at < st.r then verdict, changed = 'lost: backoff', false
-  else
-    if st and st.c then verdict = 'takeover' else verdict = 'won' end
-    st = st or {s = 'o', n = 0}
-    st.c, st.w, st.a, st.e = id, worker, at, at + tonumber(ARGV[8])
-    st.n = st.n + 1
-    st.r = nil
+# The rules, shared by every script that appends claims records (this module's and
+# queue_worker.server_claim's). KEYS[1] the claims stream, KEYS[2] this handle's last-append
+# record, KEYS[3] the per-task state, KEYS[4] the index of open tasks (a sorted set: an open
+# task's score is when it may next be claimed, its holder's expiry or its retry_at).
+# ARGV[1] the call number, ARGV[2] the last-append record's ttl (ms), ARGV[3] the seq limit
+# (see RedisLog.call_appending_script).
+RULES_LUA: Final = r"""
+-- nil to go on; else the reply to give (a retried call's first reply, or an error)
+local function prelude()
+  local mine = ARGV[1] .. ' '
+  local last = redis.call('GET', KEYS[2])
+  if last and string.sub(last, 1, #mine) == mine then
+    return cmsgpack.unpack(string.sub(last, #mine + 1))
   end
-elseif kind == 'R' then  -- Rule 3
-  if holds() then st.e = at + tonumber(ARGV[8]); verdict = 'renewed'
-  else verdict, changed = 'lease lost', false end
-elseif kind == 'D' then  -- Rule 4
-  if holds() then st = {s = 'd'}; verdict = 'done'
-  else verdict, changed = 'stale done', false end
-else  -- FAIL, Rule 5
-  if not holds() then verdict, changed = 'stale fail', false
-  elseif ARGV[10] == '' then st = {s = 'x', l = ARGV[11]}; verdict = 'dead'
-  else
-    st.c, st.w, st.a, st.e = nil, nil, nil, nil
-    st.r = at + tonumber(ARGV[10])
-    st.l = ARGV[11]
-    verdict = 'released'
+  local through = redis.call('HGET', KEYS[3], '~through') or '0-0'
+  local tail = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
+  local tail_id = '0-0'
+  if tail[1] then tail_id = tail[1][1] end
+  if tail_id ~= through then
+    return redis.error_reply('QWBEHIND ' .. tail_id .. ' ' .. through)
   end
+  return nil
 end
-local packed = ''
-if st then packed = cmsgpack.pack(st) end
-if changed then redis.call('HSET', KEYS[3], task, packed) end
-redis.call('HSET', KEYS[3], '~through', id)
-local reply = {id, verdict, packed}
-redis.call('SET', KEYS[2], mine .. cmsgpack.pack(reply), 'PX', ARGV[2])
-return reply
+
+-- keep the reply for a retry of this call (a lost reply), and give it
+local function save(reply)
+  redis.call('SET', KEYS[2], ARGV[1] .. ' ' .. cmsgpack.pack(reply), 'PX', ARGV[2])
+  return reply
+end
+
+-- Append one record and fold it: {entry id, verdict, the task's state after it (packed;
+-- '' for none)}, or an error reply. `task_entry`: a winning CLAIM's task's entry id in the
+-- tasks stream, kept in its state (the claiming script reads the payload with it).
+local function fold_in(data, kind, task, worker, lease, claim, delta, err, task_entry)
+  if kind ~= 'C' and kind ~= 'R' and kind ~= 'D' and kind ~= 'F' then
+    return redis.error_reply('QWTYPE ' .. kind)
+  end
+  local id = redis.call('XADD', KEYS[1], '*', 'd', data)
+  local ms, seq = string.match(id, '^(%d+)-(%d+)$')
+  if tonumber(seq) >= tonumber(ARGV[3]) then
+    redis.call('XDEL', KEYS[1], id)
+    return redis.error_reply('QWSEQ entry id ' .. id .. ' has a sequence number of '
+      .. ARGV[3] .. ' or more within one millisecond')
+  end
+  local at = tonumber(ms) * 1000
+  local raw = redis.call('HGET', KEYS[3], task)
+  local st = nil
+  if raw then st = cmsgpack.unpack(raw) end
+  -- Rule 2: the holder is a claim (its entry id) and its worker
+  local function holds()
+    return st ~= nil and st.s == 'o' and st.c == claim and st.w == worker
+  end
+  local verdict, changed = nil, true
+  if kind == 'C' then  -- Rule 1
+    if st and st.s == 'd' then verdict, changed = 'lost: done', false
+    elseif st and st.s == 'x' then verdict, changed = 'lost: dead', false
+    elseif st and st.c and at < st.e then verdict, changed = 'lost: held', false
+    elseif st and st.r and at < st.r then verdict, changed = 'lost: backoff', false
+    else
+      if st and st.c then verdict = 'takeover' else verdict = 'won' end
+      st = st or {s = 'o', n = 0}
+      st.c, st.w, st.a, st.e = id, worker, at, at + tonumber(lease)
+      st.n = st.n + 1
+      st.r = nil
+      if task_entry then st.t = task_entry end
+    end
+  elseif kind == 'R' then  -- Rule 3
+    if holds() then st.e = at + tonumber(lease); verdict = 'renewed'
+    else verdict, changed = 'lease lost', false end
+  elseif kind == 'D' then  -- Rule 4
+    if holds() then st = {s = 'd'}; verdict = 'done'
+    else verdict, changed = 'stale done', false end
+  else  -- FAIL, Rule 5
+    if not holds() then verdict, changed = 'stale fail', false
+    elseif delta == '' then st = {s = 'x', l = err}; verdict = 'dead'
+    else
+      st.c, st.w, st.a, st.e = nil, nil, nil, nil
+      st.r = at + tonumber(delta)
+      st.l = err
+      verdict = 'released'
+    end
+  end
+  local packed = ''
+  if st then packed = cmsgpack.pack(st) end
+  if changed then
+    redis.call('HSET', KEYS[3], task, packed)
+    if st.s ~= 'o' then redis.call('ZREM', KEYS[4], task)
+    elseif st.c then redis.call('ZADD', KEYS[4], st.e, task)
+    else redis.call('ZADD', KEYS[4], st.r, task) end
+  end
+  redis.call('HSET', KEYS[3], '~through', id)
+  return {id, verdict, packed}
+end
 """
+
+# ARGV[4] the record's bytes, ARGV[5] its type (C R D F), ARGV[6] the task, ARGV[7] the
+# worker, ARGV[8] the lease (C, R), ARGV[9] the claim's entry id (R, D, F), ARGV[10]
+# retry_at - at (F; '' for a dead task), ARGV[11] the error (F).
+_VERDICT_LUA: Final = (
+    RULES_LUA
+    + r"""
+local early = prelude()
+if early then return early end
+local reply = fold_in(ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11])
+if reply.err then return reply end
+return save(reply)
+"""
+)
 
 # KEYS[1] the claims stream, KEYS[2] the state. Returns {the stream's last entry id ('' for
 # none), every field and value of the state}: both at one moment.
@@ -170,6 +204,16 @@ class ServerState(NamedTuple):
 def state_key(log: RedisLog) -> str:
     """The hash the script keeps beside `log`'s stream (same prefix: same cluster slot)."""
     return redis_key(log.prefix, log.topic, "verdicts")
+
+
+def index_key(log: RedisLog) -> str:
+    """The sorted set of open tasks by when they may next be claimed, beside `log`'s stream."""
+    return redis_key(log.prefix, log.topic, "verdicts", "open")
+
+
+def state_keys(log: RedisLog) -> list[str]:
+    """KEYS[3..4] of every script that folds claims records (after the stream's two)."""
+    return [state_key(log), index_key(log)]
 
 
 def fold_view(state: ClaimState, task: int) -> TaskView | None:
@@ -234,8 +278,8 @@ def _exact(value: int, name: str) -> int:
     return value
 
 
-def _args(record: Claim | Renew | Done | Fail) -> list[bytes | int | str]:
-    """ARGV[5..11] of the script for `record`."""
+def record_args(record: Claim | Renew | Done | Fail) -> list[bytes | int | str]:
+    """A record's fields as `fold_in` takes them (after its bytes)."""
     claim = "" if isinstance(record, Claim) else format_id(*unpack_position(record.claim))
     lease: int | str = ""
     retry: int | str = ""
@@ -253,6 +297,31 @@ def _args(record: Claim | Renew | Done | Fail) -> list[bytes | int | str]:
     return [kind, record.task, record.worker, lease, claim, retry, error]
 
 
+def call_folding_script(
+    log: RedisLog, script: Script, keys: list[str], args: list[bytes | int | str]
+) -> object:
+    """Run a script built on RULES_LUA (KEYS: the stream, the last-append record, the
+    state, the index, then `keys`), turning its refusals into errors that say why."""
+    try:
+        return log.call_appending_script(script, [*state_keys(log), *keys], args)
+    except AppendError as e:
+        text = str(e)
+        if "QWBEHIND" in text:
+            tail, through = text.split("QWBEHIND ", 1)[1].split()[:2]
+            raise VerdictsBehindError(
+                f"{log.name}: the stream's last entry is {tail}, but the server's "
+                f"verdicts folded through {through}: a writer appended without them "
+                "(every writer of a queue with server verdicts must use them); "
+                "nothing was appended"
+            ) from e
+        if "QWSEQ" in text:
+            raise AppendError(
+                f"{log.name}: cannot append: the stream's last id has its most entries in "
+                "one millisecond already (has the server's clock stood still?)"
+            ) from e
+        raise
+
+
 class ServerVerdicts:
     """Appends claims records through the verdict script of one claims stream."""
 
@@ -267,20 +336,8 @@ class ServerVerdicts:
     ) -> ServerVerdict:
         """Append `record` (encoded as `data`, or by `encode`) and return the server's verdict
         on it. Raises VerdictsBehindError when the stream has records the script did not fold."""
-        args = [encode(record) if data is None else data, *_args(record)]
-        try:
-            raw = self.log.call_appending_script(self._append, [self.key], args)
-        except AppendError as e:
-            text = str(e)
-            if "QWBEHIND" in text:
-                tail, through = text.split("QWBEHIND ", 1)[1].split()[:2]
-                raise VerdictsBehindError(
-                    f"{self.log.name}: the stream's last entry is {tail}, but the server's "
-                    f"verdicts folded through {through}: a writer appended without them "
-                    "(every writer of a queue with server verdicts must use them); "
-                    "nothing was appended"
-                ) from e
-            raise
+        args = [encode(record) if data is None else data, *record_args(record)]
+        raw = call_folding_script(self.log, self._append, [], args)
         if not isinstance(raw, list) or len(raw) != 3:
             raise AppendError(
                 f"{self.log.name}: unexpected reply from the verdict script: {raw!r:.200}"

@@ -1,0 +1,92 @@
+"""The claiming script (queue_worker.server_claim) on a real redis-server: the next task in
+one call, orphans before fresh tasks, the previous task's DONE/FAIL in the same call, and
+the report's fold agreeing with the server's state after all of it."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from logstore.redis_log import RedisLog
+from queue_worker.records import Done, Fail, TaskRecord, decode_task, encode
+from queue_worker.server_claim import ServerClaims
+from queue_worker.state import Verdict
+from queue_worker.topics import open_topics
+from queue_worker.verdict_check import check_log
+
+pytestmark = pytest.mark.redis
+
+NEVER = 10**9
+
+
+@pytest.fixture
+def logs(redis_url: str) -> Iterator[tuple[RedisLog, RedisLog]]:
+    tasks, claims = open_topics(f"{redis_url}?prefix=c{uuid.uuid4().hex[:10]}")
+    with tasks, claims:
+        assert isinstance(tasks, RedisLog) and isinstance(claims, RedisLog)
+        yield tasks, claims
+
+
+def _enqueue(tasks: RedisLog, count: int) -> None:
+    tasks.append_many([encode(TaskRecord({"n": n}, 1)) for n in range(count)])
+
+
+def test_tasks_are_claimed_in_order_with_the_done_of_the_last(
+    logs: tuple[RedisLog, RedisLog],
+) -> None:
+    tasks, claims = logs
+    _enqueue(tasks, 3)
+    server = ServerClaims(claims, tasks)
+    got = server.next("a", NEVER, 1)
+    seen = []
+    while got.claimed is not None:
+        assert got.claimed.verdict is Verdict.WON
+        assert got.claim is not None and got.payload is not None
+        assert decode_task(got.payload) == TaskRecord({"n": got.claim.task}, 1)
+        seen.append(got.claim.task)
+        done = Done(got.claim.task, "a", 2, got.claimed.position, "ok")
+        got = server.next("a", NEVER, 2, finish=done)
+        assert got.finished is not None and got.finished.verdict is Verdict.DONE
+    assert seen == [0, 1, 2]
+    assert got.nothing_open and got.next_change is None
+    assert got.tasks_read == tasks.end()  # a worker waits for a task after the last one
+    assert check_log(claims) == []
+
+
+def test_a_lapsed_lease_is_taken_over_before_a_fresh_task(
+    logs: tuple[RedisLog, RedisLog],
+) -> None:
+    tasks, claims = logs
+    _enqueue(tasks, 2)
+    server = ServerClaims(claims, tasks)
+    dead = server.next("killed", -1000, 1)  # a lease already over: its worker is gone
+    assert dead.claim is not None and dead.claim.task == 0
+    survivor = server.next("b", NEVER, 2)
+    assert survivor.claimed is not None and survivor.claimed.verdict is Verdict.TAKEOVER
+    assert survivor.claim is not None and survivor.claim.task == 0
+    assert survivor.claimed.task is not None and survivor.claimed.task.attempts == 2
+    assert survivor.payload is not None  # read again by the entry id kept in its state
+    stale = Done(0, "killed", 3, dead.claimed.position if dead.claimed else 0)
+    late = server.next("killed", NEVER, 3, finish=stale, claim=False)
+    assert late.finished is not None and late.finished.verdict is Verdict.STALE_DONE
+    assert late.claimed is None
+    assert check_log(claims) == []
+
+
+def test_a_task_backing_off_is_not_claimed_until_its_time(
+    logs: tuple[RedisLog, RedisLog],
+) -> None:
+    tasks, claims = logs
+    _enqueue(tasks, 1)
+    server = ServerClaims(claims, tasks)
+    got = server.next("a", NEVER, 1)
+    assert got.claimed is not None and got.claim is not None
+    fail = Fail(0, "a", 5, got.claimed.position, "boom", 5 + NEVER)
+    after = server.next("a", NEVER, 6, finish=fail)
+    assert after.finished is not None and after.finished.verdict is Verdict.RELEASED
+    assert after.claimed is None and not after.nothing_open
+    # when the worker should look again: the retry time, on the server's clock
+    assert after.next_change == after.finished.position // 2**20 * 1000 + NEVER
+    assert check_log(claims) == []
