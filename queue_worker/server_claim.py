@@ -36,7 +36,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any, Final, NamedTuple
 
-from logstore import Entry, Log
+from logstore import Entry, Log, RecordTooLargeError
 from logstore.redis_log import RedisLog, pack_id, parse_id
 from queue_worker.records import Claim, Done, Fail, Renew, decode_claims, encode
 from queue_worker.server_verdicts import (
@@ -53,8 +53,8 @@ from queue_worker.state import Verdict
 # script takes a record; ARGV[4] '' for none), ARGV[12] the worker, ARGV[13] its lease,
 # ARGV[14] its clock, ARGV[15] '1' to claim a task. Returns {the finish's id, verdict and
 # state ('' each for none), the CLAIM's id, verdict and state, its task, the task's payload
-# record ('' each for none), the last tasks entry read, the earliest time an open task
-# becomes claimable ('' for none), '1' when no task is open}.
+# record ('' each for none); when nothing was claimed, the last tasks entry read, the
+# earliest time an open task becomes claimable ('' for none), '1' when no task is open}.
 _NEXT_LUA: Final = (
     RULES_LUA
     + r"""
@@ -113,10 +113,12 @@ if task then
   if c.err then return c end
   reply[4], reply[5], reply[6], reply[7], reply[8] = c[1], c[2], c[3], task, payload or ''
 end
-reply[9] = redis.call('HGET', KEYS[3], '~tasks') or ''
-local soonest = redis.call('ZRANGE', KEYS[4], 0, 0, 'WITHSCORES')
-if soonest[1] then reply[10] = string.format('%d', tonumber(soonest[2])) end
-if redis.call('ZCARD', KEYS[4]) == 0 then reply[11] = '1' end
+if not task then  -- nothing claimed: how far the tasks were read, and when to look again
+  reply[9] = redis.call('HGET', KEYS[3], '~tasks') or ''
+  local soonest = redis.call('ZRANGE', KEYS[4], 0, 0, 'WITHSCORES')
+  if soonest[1] then reply[10] = string.format('%d', tonumber(soonest[2]))
+  else reply[11] = '1' end
+end
 return save(reply)
 """
 )
@@ -129,7 +131,7 @@ class NextTask(NamedTuple):
     claimed: ServerVerdict | None  # our CLAIM (None: nothing to claim now)
     claim: Claim | None  # that CLAIM as the fold sees it: on the server's clock
     payload: bytes | None  # the claimed task's record in the tasks stream (None: not found)
-    tasks_read: int | None  # the position after the last tasks entry the server has read
+    tasks_read: int | None  # nothing claimed: the position after the last tasks entry read
     next_change: int | None  # nothing claimed: when an open task becomes claimable (µs)
     nothing_open: bool  # nothing claimed, and no task is open (held, or waiting to retry)
 
@@ -149,6 +151,9 @@ class ServerClaims:
         self.log = claims_log
         self.tasks_key = tasks_log.key
         self._next = claims_log.register_script(_NEXT_LUA)
+        #: the claims log for everything else the worker appends (renewals, a time-out's
+        #: FAIL, a recovery): through the verdict script as well
+        self.verdict_log = ServerVerdictLog(claims_log)
 
     def next(
         self,
@@ -166,6 +171,8 @@ class ServerClaims:
             head: list[bytes | int | str] = ["", "", "", "", "", "", "", ""]
         else:
             data = encode(finish) if finish_data is None else finish_data
+            if len(data) > self.log.max_record:
+                raise RecordTooLargeError(len(data), self.log.max_record)
             head = [data, *record_args(finish)]
         args = [*head, worker, lease_us, now, "1" if claim else "0"]
         raw = call_folding_script(self.log, self._next, [self.tasks_key], args)

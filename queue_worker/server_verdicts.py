@@ -39,7 +39,7 @@ from typing import Any, Final, NamedTuple
 import msgpack
 from redis.commands.core import Script
 
-from logstore import AppendError, LogError
+from logstore import AppendError, LogError, RecordTooLargeError
 from logstore.redis_log import RedisLog, format_id, pack_id, parse_id, redis_key, unpack_position
 from queue_worker.errors import QwError
 from queue_worker.records import Claim, Done, Fail, Renew, encode
@@ -137,12 +137,13 @@ local function fold_in(data, kind, task, worker, lease, claim, delta, err, task_
   local packed = ''
   if st then packed = cmsgpack.pack(st) end
   if changed then
-    redis.call('HSET', KEYS[3], task, packed)
+    redis.call('HSET', KEYS[3], task, packed, '~through', id)
     if st.s ~= 'o' then redis.call('ZREM', KEYS[4], task)
     elseif st.c then redis.call('ZADD', KEYS[4], st.e, task)
     else redis.call('ZADD', KEYS[4], st.r, task) end
+  else
+    redis.call('HSET', KEYS[3], '~through', id)
   end
-  redis.call('HSET', KEYS[3], '~through', id)
   return {id, verdict, packed}
 end
 """
@@ -336,7 +337,10 @@ class ServerVerdicts:
     ) -> ServerVerdict:
         """Append `record` (encoded as `data`, or by `encode`) and return the server's verdict
         on it. Raises VerdictsBehindError when the stream has records the script did not fold."""
-        args = [encode(record) if data is None else data, *record_args(record)]
+        data = encode(record) if data is None else data
+        if len(data) > self.log.max_record:
+            raise RecordTooLargeError(len(data), self.log.max_record)
+        args = [data, *record_args(record)]
         raw = call_folding_script(self.log, self._append, [], args)
         if not isinstance(raw, list) or len(raw) != 3:
             raise AppendError(
