@@ -46,20 +46,23 @@ from queue_worker.server_verdicts import (
     call_folding_script,
     record_args,
     server_view,
+    unpack_reply,
 )
 from queue_worker.state import Verdict
 
 # KEYS[5] the tasks stream. ARGV[4..11] the previous task's DONE or FAIL (as the verdict
 # script takes a record; ARGV[4] '' for none), ARGV[12] the worker, ARGV[13] its lease,
-# ARGV[14] its clock, ARGV[15] '1' to claim a task. Returns {the finish's id, verdict and
-# state ('' each for none), the CLAIM's id, verdict and state, its task, the task's payload
-# record ('' each for none); when nothing was claimed, the last tasks entry read, the
-# earliest time an open task becomes claimable ('' for none), '1' when no task is open}.
+# ARGV[14] its clock, ARGV[15] '1' to claim a task. Returns, packed as one msgpack array
+# (`unpack_reply`): {the finish's id, verdict and state ('' each for none), the CLAIM's id,
+# verdict and state, its task, the task's payload record ('' each for none); when nothing
+# was claimed, the last tasks entry read, the earliest time an open task becomes claimable
+# ('' for none), '1' when no task is open}.
 _NEXT_LUA: Final = (
     RULES_LUA
     + r"""
-local early = prelude()
-if early then return early end
+local saved, refused = prelude()
+if refused then return refused end
+if saved then return saved end
 local reply = {'', '', '', '', '', '', '', '', '', '', ''}
 if ARGV[4] ~= '' then
   local f = fold_in(ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11])
@@ -176,9 +179,7 @@ class ServerClaims:
             head = [data, *record_args(finish)]
         args = [*head, worker, lease_us, now, "1" if claim else "0"]
         raw = call_folding_script(self.log, self._next, [self.tasks_key], args)
-        if not isinstance(raw, list) or len(raw) != 11:
-            raise ValueError(f"{self.log.name}: unexpected reply from redis: {raw!r:.200}")
-        items: list[bytes] = raw
+        items = unpack_reply(self.log, raw, 11)
         finished = _verdict(*items[0:3]) if items[0] else None
         claimed = _verdict(*items[3:6]) if items[3] else None
         record = None

@@ -59,27 +59,28 @@ MAX_EXACT: Final = 2**52
 # ARGV[1] the call number, ARGV[2] the last-append record's ttl (ms), ARGV[3] the seq limit
 # (see RedisLog.call_appending_script).
 RULES_LUA: Final = r"""
--- nil to go on; else the reply to give (a retried call's first reply, or an error)
+-- nil, nil to go on; else a retried call's first reply (packed), or an error to give
 local function prelude()
   local mine = ARGV[1] .. ' '
   local last = redis.call('GET', KEYS[2])
   if last and string.sub(last, 1, #mine) == mine then
-    return cmsgpack.unpack(string.sub(last, #mine + 1))
+    return string.sub(last, #mine + 1), nil
   end
   local through = redis.call('HGET', KEYS[3], '~through') or '0-0'
   local tail = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
   local tail_id = '0-0'
   if tail[1] then tail_id = tail[1][1] end
   if tail_id ~= through then
-    return redis.error_reply('QWBEHIND ' .. tail_id .. ' ' .. through)
+    return nil, redis.error_reply('QWBEHIND ' .. tail_id .. ' ' .. through)
   end
-  return nil
+  return nil, nil
 end
 
--- keep the reply for a retry of this call (a lost reply), and give it
+-- keep the reply (packed) for a retry of this call (a lost reply), and return it packed
 local function save(reply)
-  redis.call('SET', KEYS[2], ARGV[1] .. ' ' .. cmsgpack.pack(reply), 'PX', ARGV[2])
-  return reply
+  local packed = cmsgpack.pack(reply)
+  redis.call('SET', KEYS[2], ARGV[1] .. ' ' .. packed, 'PX', ARGV[2])
+  return packed
 end
 
 -- Append one record and fold it: {entry id, verdict, the task's state after it (packed;
@@ -150,12 +151,14 @@ end
 
 # ARGV[4] the record's bytes, ARGV[5] its type (C R D F), ARGV[6] the task, ARGV[7] the
 # worker, ARGV[8] the lease (C, R), ARGV[9] the claim's entry id (R, D, F), ARGV[10]
-# retry_at - at (F; '' for a dead task), ARGV[11] the error (F).
+# retry_at - at (F; '' for a dead task), ARGV[11] the error (F). Returns {entry id, verdict,
+# the task's state after it ('' for none)}, packed as one msgpack array (`unpack_reply`).
 _VERDICT_LUA: Final = (
     RULES_LUA
     + r"""
-local early = prelude()
-if early then return early end
+local saved, refused = prelude()
+if refused then return refused end
+if saved then return saved end
 local reply = fold_in(ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11])
 if reply.err then return reply end
 return save(reply)
@@ -298,6 +301,18 @@ def record_args(record: Claim | Renew | Done | Fail) -> list[bytes | int | str]:
     return [kind, record.task, record.worker, lease, claim, retry, error]
 
 
+def unpack_reply(log: RedisLog, raw: object, size: int) -> list[bytes]:
+    """A folding script's reply: `size` strings, packed as one msgpack array (one string
+    to read instead of a nested reply, which redis-py parses item by item)."""
+    try:
+        items = msgpack.unpackb(raw, raw=True) if isinstance(raw, bytes) else None
+    except Exception:  # msgpack raises several unrelated types on garbage
+        items = None
+    if not isinstance(items, list) or len(items) != size:
+        raise LogError(f"{log.name}: unexpected reply from redis: {raw!r:.200}")
+    return items
+
+
 def call_folding_script(
     log: RedisLog, script: Script, keys: list[str], args: list[bytes | int | str]
 ) -> object:
@@ -342,11 +357,7 @@ class ServerVerdicts:
             raise RecordTooLargeError(len(data), self.log.max_record)
         args = [data, *record_args(record)]
         raw = call_folding_script(self.log, self._append, [], args)
-        if not isinstance(raw, list) or len(raw) != 3:
-            raise AppendError(
-                f"{self.log.name}: unexpected reply from the verdict script: {raw!r:.200}"
-            )
-        entry_id, word, packed = raw
+        entry_id, word, packed = unpack_reply(self.log, raw, 3)
         position = pack_id(*parse_id(entry_id))
         task = server_view(packed) if packed else None
         return ServerVerdict(position, Verdict(word.decode()), task)
