@@ -39,7 +39,7 @@ from typing import Any, Final, NamedTuple
 import msgpack
 from redis.commands.core import Script
 
-from logstore import AppendError, LogError, RecordTooLargeError
+from logstore import AppendError, IdentityError, LogError, RecordTooLargeError
 from logstore.redis_log import RedisLog, format_id, pack_id, parse_id, redis_key, unpack_position
 from queue_worker.errors import QwError
 from queue_worker.records import Claim, Done, Fail, Renew, encode
@@ -165,18 +165,22 @@ return save(reply)
 """
 )
 
-# KEYS[1] the claims stream, KEYS[2] the state. Returns {the stream's last entry id ('' for
-# none), every field and value of the state}: both at one moment.
+# KEYS[1] the claims stream, KEYS[2] the state, KEYS[3] the index of open tasks. Returns
+# {the stream's last entry id ('' for none), every field and value of the state, every
+# task and score of the index}: all at one moment.
 _SNAPSHOT_LUA: Final = r"""
 local tail = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
 local tail_id = ''
 if tail[1] then tail_id = tail[1][1] end
-return {tail_id, redis.call('HGETALL', KEYS[2])}
+return {tail_id, redis.call('HGETALL', KEYS[2]),
+        redis.call('ZRANGE', KEYS[3], 0, -1, 'WITHSCORES')}
 """
 
 
-class VerdictsBehindError(AppendError, QwError):
-    """The claims stream holds records the server's verdicts did not fold."""
+class VerdictsBehindError(IdentityError, AppendError, QwError):
+    """The claims stream holds records the server's verdicts did not fold: a writer of the
+    queue does not use them. An IdentityError (a log not the one expected), so a worker
+    stops rather than retry an append that can never be made."""
 
 
 class TaskView(NamedTuple):
@@ -203,6 +207,7 @@ class ServerState(NamedTuple):
     through: int | None  # the position of the last entry the script folded
     tail: int | None  # the position of the stream's last entry (None: empty)
     tasks: dict[int, bytes]  # task id -> its packed state
+    index: dict[int, int]  # open task id -> when it may next be claimed (expiry or retry_at)
 
 
 def state_key(log: RedisLog) -> str:
@@ -365,10 +370,10 @@ class ServerVerdicts:
     def state(self) -> ServerState | None:
         """The server's per-task state with the stream's end, read at one moment; None when
         the script has never folded a record here."""
-        raw = self.log.call_script(self._snapshot, [self.key], [])
-        if not isinstance(raw, list) or len(raw) != 2 or not isinstance(raw[1], list):
+        raw = self.log.call_script(self._snapshot, state_keys(self.log), [])
+        if not isinstance(raw, list) or len(raw) != 3 or not isinstance(raw[1], list):
             raise LogError(f"{self.log.name}: unexpected reply from redis: {raw!r:.200}")
-        tail_id, flat = raw
+        tail_id, flat, scored = raw
         tail = pack_id(*parse_id(tail_id)) if tail_id else None
         through: int | None = None
         tasks: dict[int, bytes] = {}
@@ -380,4 +385,9 @@ class ServerVerdicts:
                 tasks[int(name)] = value
         if through is None and not tasks:
             return None
-        return ServerState(through, tail, tasks)
+        # scores are doubles, exact for times (< 2^53 µs): "1764500000000000"
+        index = {
+            int(task): int(float(score))
+            for task, score in zip(scored[::2], scored[1::2], strict=True)
+        }
+        return ServerState(through, tail, tasks, index)

@@ -100,6 +100,20 @@ def check_log(log: RedisLog) -> list[str]:
                 f"task {task}: the server's verdicts say {describe(theirs)}; "
                 f"the fold of the claims stream says {describe(mine)}"
             )
+    # the index the claiming script picks from: every open task, scored by when it may next
+    # be claimed (its holder's expiry, or its retry time), and nothing else
+    wanted = {
+        o.task: o.holder.expiry if o.holder is not None else o.retry_at
+        for o in snap.open
+        if o.holder is not None or o.retry_at is not None
+    }
+    for task in sorted(set(wanted) | set(server.index)):
+        if wanted.get(task) != server.index.get(task):
+            differ.append(
+                f"task {task}: the server's index of open tasks says claimable from "
+                f"{server.index.get(task, 'never (not indexed)')}; the fold says "
+                f"{wanted.get(task, 'not open')}"
+            )
     problems += differ[:SHOWN]
     if len(differ) > SHOWN:
         problems.append(f"… and {len(differ) - SHOWN} more tasks")

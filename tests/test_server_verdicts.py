@@ -11,6 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from logstore import IdentityError
 from logstore.redis_log import RedisLog
 from queue_worker.records import Claim, Done, Fail, Renew
 from queue_worker.server_verdicts import (
@@ -158,7 +159,8 @@ def test_a_record_appended_without_the_script_stops_it(claims_log: RedisLog) -> 
     from queue_worker.records import encode
 
     sneaked = claims_log.append(encode(Claim(1, "b", 2, 10**9)))
-    with pytest.raises(VerdictsBehindError, match="a writer appended without them"):
+    with pytest.raises(VerdictsBehindError, match="a writer appended without them") as refused:
         server.append(Claim(1, "a", 3, 10**9))
+    assert isinstance(refused.value, IdentityError)  # a worker stops: it cannot go on
     assert claims_log.end() == sneaked + 1  # nothing appended
     assert state_key(claims_log).endswith(":qw:claims:verdicts")

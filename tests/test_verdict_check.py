@@ -18,7 +18,7 @@ import redis
 
 from logstore.redis_log import RedisLog
 from queue_worker.records import Claim, Done, Fail, TaskRecord, encode
-from queue_worker.server_verdicts import ServerVerdicts, state_key
+from queue_worker.server_verdicts import ServerVerdicts, index_key, state_key
 from queue_worker.topics import open_topics
 from queue_worker.verdict_check import check_log
 
@@ -90,6 +90,19 @@ def test_a_task_only_the_fold_knows_is_named(url: str, claims: RedisLog) -> None
     [problem] = check_log(claims)
     assert problem.startswith("task 2: the server's verdicts say never claimed;")
     assert "retry at" in problem and "'boom'" in problem
+
+
+def test_an_index_that_is_not_the_open_tasks_is_named(url: str, claims: RedisLog) -> None:
+    client = redis.Redis.from_url(url.split("?")[0])
+    try:
+        client.zadd(index_key(claims), {"0": 5})  # task 0 is done: not open
+        client.zincrby(index_key(claims), 1, "1")  # task 1's expiry, off by one
+    finally:
+        client.close()
+    first, second = check_log(claims)
+    assert first.startswith("task 0: the server's index of open tasks says claimable from 5;")
+    assert first.endswith("the fold says not open")
+    assert second.startswith("task 1: the server's index of open tasks says claimable from ")
 
 
 def test_a_record_written_without_the_script_is_named(claims: RedisLog) -> None:
