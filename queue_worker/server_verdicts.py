@@ -207,7 +207,7 @@ class ServerState(NamedTuple):
     through: int | None  # the position of the last entry the script folded
     tail: int | None  # the position of the stream's last entry (None: empty)
     tasks: dict[int, bytes]  # task id -> its packed state
-    index: dict[int, int]  # open task id -> when it may next be claimed (expiry or retry_at)
+    scheduled: dict[int, int]  # open task id -> when it may next be claimed (expiry or retry_at)
 
 
 def state_key(log: RedisLog) -> str:

@@ -107,11 +107,11 @@ def check_log(log: RedisLog) -> list[str]:
         for o in snap.open
         if o.holder is not None or o.retry_at is not None
     }
-    for task in sorted(set(wanted) | set(server.index)):
-        if wanted.get(task) != server.index.get(task):
+    for task in sorted(set(wanted) | set(server.scheduled)):
+        if wanted.get(task) != server.scheduled.get(task):
             differ.append(
                 f"task {task}: the server's index of open tasks says claimable from "
-                f"{server.index.get(task, 'never (not indexed)')}; the fold says "
+                f"{server.scheduled.get(task, 'never (not indexed)')}; the fold says "
                 f"{wanted.get(task, 'not open')}"
             )
     problems += differ[:SHOWN]
