@@ -103,6 +103,8 @@ def report_command(
     if at is None and timeline is None:
         code = partitioned_cli.report(location, as_json)
         if code is not None:  # a partitioned queue: every partition, and the whole
+            if _server_verdicts_disagree(location, partitioned=True):
+                raise typer.Exit(EXIT_VERDICTS_DISAGREE)
             raise typer.Exit(code)
     try:
         report = load_report(location, up_to=at)
@@ -126,14 +128,26 @@ def report_command(
     raise typer.Exit(report.exit_code)
 
 
-def _server_verdicts_disagree(location: str) -> list[str]:
+def _server_verdicts_disagree(location: str, *, partitioned: bool = False) -> list[str]:
     """On Redis with server verdicts: where they disagree with the fold (a bug, said loudly
-    on stderr whatever the output format; see queue_worker.verdict_check)."""
+    on stderr whatever the output format; see queue_worker.verdict_check), in every
+    partition of a partitioned queue."""
     if not is_redis_url(location):
         return []
     from queue_worker.verdict_check import check_location
 
-    disagreements = check_location(location)
+    if partitioned:
+        from queue_worker.partitions import partition_location
+
+        manifest = partitioned_cli.manifest_at(location, create=False)
+        count = manifest.count if manifest is not None else 0
+        disagreements = [
+            f"partition {k}: {line}"
+            for k in range(count)
+            for line in check_location(partition_location(location, k, count))
+        ]
+    else:
+        disagreements = check_location(location)
     if disagreements:
         typer.echo(
             "qw: BUG: the server's verdicts disagree with the fold of the claims log "

@@ -1,16 +1,22 @@
 """`qw up --log redis://…?verdicts=server`: worker processes that claim through the server
 (queue_worker.server_claim) drain a queue exactly once without folding the claims stream,
-and `qw report` re-folds it and agrees with the server. (Kill -9 of workers and of the
-server under them: test_redis_chaos.py, run with both kinds of verdicts.)"""
+and `qw report` re-folds it and agrees with the server, partition by partition on a
+partitioned queue. (Kill -9 of workers and of the server under them: test_redis_chaos.py,
+run with both kinds of verdicts.)"""
 
 from __future__ import annotations
 
 import subprocess
 from pathlib import Path
 
+import msgpack
 import pytest
+import redis
 
+from logstore.redis_log import RedisLog
+from queue_worker.partitions import partition_location
 from queue_worker.producer import Queue
+from queue_worker.server_verdicts import state_key
 from queue_worker.stats import read_all
 from tests.test_redis_e2e import ENV, finish, queue_url, qw, qw_command
 
@@ -49,3 +55,30 @@ def test_a_drain_with_server_verdicts_folds_no_claims_record_in_any_worker(
     assert report.returncode == 0, report.stdout + report.stderr
     assert f"OK: every finished task was completed exactly once ({tasks} done)" in report.stdout
     assert "BUG" not in report.stderr
+
+
+def test_a_partitioned_queue_with_server_verdicts_is_checked_partition_by_partition(
+    redis_url: str, tmp_path: Path
+) -> None:
+    url = f"{queue_url(redis_url)}&verdicts=server"
+    # fmt: off
+    up = qw(
+        "up", "--log", url, "--dir", str(tmp_path / "d"), "--partitions", "2", "--workers", "2",
+        "--tasks", "30", "--work-ms", "2", "--exit-when-drained", "--no-tui", cwd=tmp_path,
+    )
+    # fmt: on
+    assert up.returncode == 0, up.stdout + up.stderr
+    ok = qw("report", "--log", url, cwd=tmp_path)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    claims = RedisLog(partition_location(url, 1, 2), "claims")
+    key = state_key(claims)
+    claims.close()
+    client = redis.Redis.from_url(redis_url)
+    try:
+        assert client.hlen(key) > 1  # partition 1's workers claimed through the server
+        client.hset(key, "0", msgpack.packb({"s": "x", "l": "forged"}))
+    finally:
+        client.close()
+    bad = qw("report", "--log", url, cwd=tmp_path)
+    assert bad.returncode == 3, bad.stdout + bad.stderr
+    assert "qw: BUG: partition 1: task 0: the server's verdicts say dead ('forged');" in bad.stderr
