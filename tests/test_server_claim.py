@@ -8,12 +8,15 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from logstore.redis_log import RedisLog
 from queue_worker.records import Done, Fail, TaskRecord, decode_task, encode
 from queue_worker.server_claim import ServerClaims
-from queue_worker.state import Verdict
-from queue_worker.topics import open_topics
+from queue_worker.server_verdicts import fold_view
+from queue_worker.state import ClaimState, Verdict
+from queue_worker.topics import decode_claims_entry, open_topics
 from queue_worker.verdict_check import check_log
 
 pytestmark = pytest.mark.redis
@@ -90,3 +93,57 @@ def test_a_task_backing_off_is_not_claimed_until_its_time(
     # when the worker should look again: the retry time, on the server's clock
     assert after.next_change == after.finished.position // 2**20 * 1000 + NEVER
     assert check_log(claims) == []
+
+
+WORKERS = ("w0-1-aa", "w1-2-bb", "w2-3-cc")
+# a call of the claiming script by a worker: its lease, and how it ends the task it holds
+# (if any) in the same call: DONE, FAIL with a backoff, dead FAIL, or not at all
+calls = st.tuples(
+    st.sampled_from(WORKERS),
+    st.sampled_from([-1000, 0, 500, 1000, 10**9]),
+    st.sampled_from(["done", "retry", "dead", "keep"]),
+    st.sampled_from([-1000, 0, 2000, 10**9]),
+    st.booleans(),
+)
+
+
+@settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(history=st.lists(calls, min_size=1, max_size=30), tasks=st.integers(0, 4))
+def test_the_claiming_scripts_verdicts_are_the_folds(
+    redis_url: str, history: list[tuple[str, int, str, int, bool]], tasks: int
+) -> None:
+    """Generated runs of the claiming script (each call maybe finishing the caller's task,
+    maybe claiming): every record it appends, CLAIMs built on the server included, is folded
+    by ClaimState from the stream's bytes with the server's verdict and task state, and the
+    report's cross-check finds nothing."""
+    tasks_log, claims = open_topics(f"{redis_url}?prefix=h{uuid.uuid4().hex[:10]}")
+    with tasks_log, claims:
+        assert isinstance(tasks_log, RedisLog) and isinstance(claims, RedisLog)
+        _enqueue(tasks_log, tasks)
+        server = ServerClaims(claims, tasks_log)
+        fold = ClaimState()
+        held: dict[str, tuple[int, int]] = {}  # worker -> (task, claim position) it holds
+        for i, (worker, lease, end, backoff, claim) in enumerate(history):
+            finish: Done | Fail | None = None
+            if worker in held and end != "keep":
+                task, position = held.pop(worker)
+                at = 1_700_000_000_000_000 + i
+                if end == "done":
+                    finish = Done(task, worker, at, position, i)
+                else:
+                    retry = at + backoff if end == "retry" else None
+                    finish = Fail(task, worker, at, position, f"boom {i}", retry)
+            got = server.next(worker, lease, i, finish=finish, claim=claim or finish is None)
+            answers = [a for a in (got.finished, got.claimed) if a is not None]
+            for answer in answers:
+                [entry] = claims.read(answer.position, 1)
+                record = decode_claims_entry(entry)
+                outcome = fold.apply(record, entry.position)
+                assert answer.verdict is outcome.verdict, (i, record)
+                assert answer.task == fold_view(fold, record.task), (i, record)
+            if got.claimed is not None and got.claim is not None:
+                assert got.claimed.verdict.won  # the pick chose a task the rules let go
+                held[worker] = (got.claim.task, got.claimed.position)
+        assert check_log(claims) == []
