@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from logstore.redis_log import RedisLog
-from queue_worker.records import Done, Fail, TaskRecord, decode_task, encode
+from queue_worker.records import Done, Fail, TaskRecord, Unknown, decode_task, encode
 from queue_worker.server_claim import ServerClaims
 from queue_worker.server_verdicts import fold_view
 from queue_worker.state import ClaimState, Verdict
@@ -140,6 +140,7 @@ def test_the_claiming_scripts_verdicts_are_the_folds(
             for answer in answers:
                 [entry] = claims.read(answer.position, 1)
                 record = decode_claims_entry(entry)
+                assert not isinstance(record, Unknown)
                 outcome = fold.apply(record, entry.position)
                 assert answer.verdict is outcome.verdict, (i, record)
                 assert answer.task == fold_view(fold, record.task), (i, record)
