@@ -82,3 +82,13 @@ def test_a_partitioned_queue_with_server_verdicts_is_checked_partition_by_partit
     bad = qw("report", "--log", url, cwd=tmp_path)
     assert bad.returncode == 3, bad.stdout + bad.stderr
     assert "qw: BUG: partition 1: task 0: the server's verdicts say dead ('forged');" in bad.stderr
+
+
+def test_a_bad_verdicts_parameter_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    for command in ("report", "up"):
+        result = qw(command, "--log", "redis://127.0.0.1:1/0?verdicts=maybe", cwd=tmp_path)
+        assert result.returncode == 2
+        assert result.stderr == (
+            "qw: error: --log: verdicts='maybe' in redis://127.0.0.1:1/0?verdicts=maybe: "
+            "expected client or server\n"
+        )
