@@ -31,6 +31,11 @@ A log out of reach (a Redis server restarting, a network partition): a failed re
 only pauses the loop, and the worker resumes from the positions it has folded; an append
 whose reply was lost is resolved from the log (`queue_worker.recovery`).
 
+With server verdicts (Redis, ``?verdicts=server``) steps 1–3 happen on the server: one
+call appends the last task's DONE/FAIL and claims the next task, and the worker folds no
+claims record (`queue_worker.server_claim`); its other appends go through the server's
+rules too.
+
 What the worker does is counted by `queue_worker.recorder` (one named event per call), which
 publishes the stats snapshot and hears the lease keeper.
 """
