@@ -15,6 +15,8 @@ TLS, ``unix:///path/to.sock?db=0``), with these query parameters of our own:
                     gives up after about 3 s of not reaching the server).
 ``max_record=B``    the largest record in bytes (default 16 MiB).
 ``socket_timeout=S`` (redis-py's own) seconds to wait for a reply (default 5).
+``verdicts=server`` workers claim through the server's copy of the rules
+                    (queue_worker.server_claim; default ``client``).
 
 Positions
 ---------
@@ -176,7 +178,7 @@ _SEQ_MASK = SEQ_LIMIT - 1
 _U64_MAX = (1 << 64) - 1
 
 # URL query parameters this module takes (or overrides) rather than passing to redis-py.
-_OWN_PARAMS = ("prefix", "retries", "max_record", "cluster")
+_OWN_PARAMS = ("prefix", "retries", "max_record", "cluster", "verdicts")
 _FORCED_PARAMS = ("socket_timeout", "decode_responses", "protocol")
 
 # Both scripts answer entries as one string (`_parse_entries`): for each entry its id, a
@@ -339,6 +341,13 @@ class _Settings:
         if cluster not in ("yes", "no"):
             raise ValueError(f"cluster={cluster!r} in {self.display_url}: expected yes or no")
         self.cluster = cluster == "yes"
+        #: who computes the verdicts: every reader's fold, or the server too (see
+        #: queue_worker.server_verdicts); a log of bytes only keeps the word
+        self.verdicts = own.get("verdicts", "client")
+        if self.verdicts not in ("client", "server"):
+            raise ValueError(
+                f"verdicts={self.verdicts!r} in {self.display_url}: expected client or server"
+            )
         self.retries = _int_param(own, "retries", DEFAULT_RETRIES, url)
         self.max_record = _int_param(own, "max_record", DEFAULT_MAX_RECORD, url)
         self.socket_timeout = DEFAULT_SOCKET_TIMEOUT
@@ -408,6 +417,7 @@ class RedisLog(Log):
         settings = _Settings(url)
         self.url = settings.display_url
         self.prefix = settings.prefix
+        self.verdicts = settings.verdicts
         self.key = redis_key(settings.prefix, topic)
         #: the queue's identity (`logstore.identity`): 16 random bytes, set with its first log
         self.id_key = redis_key(settings.prefix, "queue")
@@ -826,6 +836,33 @@ class RedisLog(Log):
         self._conn = None
         self._client.close()
         self._blocking.close()
+
+    # -- other modules' scripts on this stream (queue_worker.server_verdicts)
+
+    def register_script(self, source: str) -> Script:
+        """A Lua script to run with `call_script` or `call_appending_script`."""
+        return self._client.register_script(source)
+
+    def call_script(
+        self, script: Script, keys: Sequence[str], args: Sequence[bytes | int | str]
+    ) -> object:
+        """Run a script that only reads: KEYS = [this stream, *keys], retried as a read."""
+        return self._call("read from", lambda: self._run_script(script, [self.key, *keys], args))
+
+    def call_appending_script(
+        self, script: Script, keys: Sequence[str], args: Sequence[bytes | int | str]
+    ) -> object:
+        """Run a script that appends to this stream, retried as an append is (AppendError
+        when it gives up). KEYS = [this stream, this handle's last-append record, *keys];
+        ARGV = [the call number, the record's ttl (ms), the seq limit, *args]: the script
+        keeps its reply in the record under the call number and answers a retry with it,
+        as `_APPEND_LUA` does, so that a call whose reply was lost is not made twice."""
+        self._check_open()
+        if self.read_only:
+            raise LogError(f"{self.name} is opened read-only: nothing may be appended")
+        keys = [self.key, self._writer(), *keys]
+        argv: list[bytes | int | str] = [next(self._calls), DEDUP_TTL_MS, SEQ_LIMIT, *args]
+        return self._call("append to", lambda: self._run_script(script, keys, argv), AppendError)
 
     def __repr__(self) -> str:
         return f"RedisLog({self.name!r})"
