@@ -25,8 +25,8 @@ $(VENV)/.installed-bench: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q -e '.[test,bench]'
 	touch $@
 
-## compiled: build the fold's modules with mypyc (queue_worker.compiled); a no-op when the
-## build of the current sources exists. Without a C compiler it says so and the pure-Python
+## compiled: build the fold's modules with mypyc (queue_worker.compiled) and the frame loop in
+## C (logstore.native); a no-op when the build of the current sources exists. Without a C compiler it says so and the pure-Python
 ## modules run (QW_REQUIRE_COMPILED=1 makes that an error, as in CI).
 compiled: $(VENV)/.installed
 	$(BIN)/python -m queue_worker.build_compiled
@@ -59,4 +59,4 @@ bench-partitions: $(VENV)/.installed-bench
 	$(BIN)/python -m bench.partitions_bench $(ARGS)
 
 clean:
-	rm -rf $(VENV) .qw queue_worker/_compiled .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) .qw queue_worker/_compiled logstore/_compiled .mypy_cache .ruff_cache .pytest_cache

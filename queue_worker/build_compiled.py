@@ -1,4 +1,8 @@
-"""Build the compiled fold (see `queue_worker.compiled`): python -m queue_worker.build_compiled
+"""Build the compiled fold and the C frame loop: python -m queue_worker.build_compiled
+
+The fold's modules are compiled by mypyc (see `queue_worker.compiled`); the frame-decoding
+loop is `logstore/_cframes.c` (see `logstore.native`). Each build lands in a directory
+named by the hash of its sources, which is the only place its loader looks.
 
 `make up`, `make test` and CI run it. It copies the sources to a scratch directory first and
 takes the key from the copies, so that an edit made while it builds cannot end up under the
@@ -19,6 +23,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from logstore import native
 from queue_worker.compiled import (
     BUILD_ROOT,
     COMPILED,
@@ -63,17 +68,68 @@ def build(verbose: bool = False) -> Path:
         if target.is_dir():
             return target
         built = _compile(root, key, [c for c in copies if _module(c) in COMPILED], verbose)
-        BUILD_ROOT.mkdir(exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=BUILD_ROOT))
-        for file in built:
-            shutil.copy2(file, staging / file.name)
-        try:
-            staging.rename(target)  # all or nothing: a reader sees no half-copied build
-        except OSError:  # another build of the same sources got there first
-            shutil.rmtree(staging, ignore_errors=True)
-    for old in BUILD_ROOT.iterdir():  # builds of other sources can never be loaded again
+        _install(built, BUILD_ROOT, target)
+    _forget_others(BUILD_ROOT, target)
+    return target
+
+
+def _forget_others(root: Path, target: Path) -> None:
+    for old in root.iterdir():  # builds of other sources can never be loaded again
         if old != target:
             shutil.rmtree(old, ignore_errors=True)
+
+
+def _install(built: list[Path], root: Path, target: Path) -> None:
+    """Copy `built` into `target` (under `root`) all at once: a reader never sees half."""
+    root.mkdir(exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=root))
+    for file in built:
+        shutil.copy2(file, staging / file.name)
+    try:
+        staging.rename(target)
+    except OSError:  # another build of the same sources got there first
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def build_frames(verbose: bool = False) -> Path:
+    """Build logstore/_cframes.c for the sources as they are now; return the extension file
+    (at once when it is already built). Raises BuildError."""
+    with tempfile.TemporaryDirectory(prefix="qw-cframes-") as tmp:
+        root = Path(tmp)
+        for name in native.SOURCES:
+            shutil.copyfile(Path(native.PACKAGE_DIR) / name, root / name)
+        target = Path(native.extension_path(native.source_key(str(root))))
+        if target.is_file():
+            return target
+        try:
+            extension = importlib.import_module("setuptools").Extension
+            distribution = importlib.import_module("setuptools").Distribution
+        except ImportError as e:
+            raise BuildError(f"setuptools is not installed ({e.name})") from None
+        out = io.StringIO()
+        try:
+            with contextlib.redirect_stdout(sys.stdout if verbose else out):
+                ext = extension(
+                    native.MODULE,
+                    [str(root / "_cframes.c")],
+                    libraries=["z"],
+                    extra_compile_args=["-O2"],
+                )
+                dist = distribution({"name": "qw-cframes", "ext_modules": [ext]})
+                command = dist.get_command_obj("build_ext")
+                command.build_lib = str(root / "lib")
+                command.build_temp = str(root / "tmp")
+                command.ensure_finalized()
+                command.run()
+        except SystemExit as e:
+            raise BuildError(f"the C build failed: {e}; {_last_line(out.getvalue())}") from None
+        except Exception as e:  # a missing compiler or header surfaces in several types
+            raise BuildError(f"the C build failed: {type(e).__name__}: {e}") from None
+        built = sorted((root / "lib").rglob(f"*{EXT_SUFFIX}"))
+        if [f.name for f in built] != [target.name]:
+            raise BuildError(f"the C build made {[f.name for f in built]}, not {target.name}")
+        _install(built, Path(native.BUILD_ROOT), target.parent)
+    _forget_others(Path(native.BUILD_ROOT), target.parent)
     return target
 
 
@@ -131,19 +187,24 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-v", "--verbose", action="store_true", help="show mypyc and the compiler")
     args = parser.parse_args(argv)
-    names = ", ".join(COMPILED)
-    try:
-        target = build(args.verbose)
-    except BuildError as e:
-        required = os.environ.get(REQUIRE_ENV, "") not in ("", "0")
-        print(
-            f"qw: {names} not compiled: {e}; "
-            + (f"{REQUIRE_ENV} is set" if required else "the pure-Python modules run"),
-            file=sys.stderr,
-        )
-        return 1 if required else 0
-    print(f"qw: {names} compiled (mypyc) in {target}")
-    return 0
+    required = os.environ.get(REQUIRE_ENV, "") not in ("", "0")
+    failed = False
+    for names, how, builder in (
+        (", ".join(COMPILED), "mypyc", build),
+        ("the frame loop (logstore/_cframes.c)", "C", build_frames),
+    ):
+        try:
+            target = builder(args.verbose)
+        except BuildError as e:
+            failed = True
+            print(
+                f"qw: {names} not compiled: {e}; "
+                + (f"{REQUIRE_ENV} is set" if required else "the Python runs instead"),
+                file=sys.stderr,
+            )
+        else:
+            print(f"qw: {names} compiled ({how}): {target}")
+    return 1 if failed and required else 0
 
 
 if __name__ == "__main__":

@@ -157,8 +157,13 @@ def in_use() -> list[str]:
 
 
 def status() -> str:
-    """One line: which path the fold runs (for a bench line, `qw --version`, /stats)."""
+    """One line: which path the fold runs (for a bench line, `qw --version`, /stats), and
+    which frame-decoding loop the log reads with (logstore.native)."""
+    from logstore.framing import frames_loop_status  # only asked for now and then
+
     compiled = in_use()
     if compiled:
-        return f"compiled (mypyc, sources {_choice.key}): {', '.join(compiled)}"
-    return f"pure Python ({_choice.reason})"
+        fold = f"compiled (mypyc, sources {_choice.key}): {', '.join(compiled)}"
+    else:
+        fold = f"pure Python ({_choice.reason})"
+    return f"{fold}; frames: {frames_loop_status()}"
