@@ -26,8 +26,9 @@ $(VENV)/.installed-bench: pyproject.toml | $(BIN)/python
 	touch $@
 
 ## compiled: build the fold's modules with mypyc (queue_worker.compiled) and the frame loop in
-## C (logstore.native); a no-op when the build of the current sources exists. Without a C compiler it says so and the pure-Python
-## modules run (QW_REQUIRE_COMPILED=1 makes that an error, as in CI).
+## C (logstore.native); a no-op when the build of the current sources exists. Without a C
+## compiler it says so and the Python runs (QW_REQUIRE_COMPILED=1 makes that an error, as
+## in CI).
 compiled: $(VENV)/.installed
 	$(BIN)/python -m queue_worker.build_compiled
 
