@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import subprocess
 import sys
 import tempfile
@@ -191,6 +192,12 @@ def replay_on(path: str, data: Path, repeats: int) -> Replay:
     return Replay(json.loads(done.stdout))
 
 
+def children_cpu() -> float:
+    """CPU seconds (user + system) of this process's waited-for children: a drain's workers."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def replay_child(data: Path, repeats: int) -> None:
     """--replay-of: measure in this process, print JSON for `replay_on`."""
     rates = replay_rates(data, repeats)
@@ -215,13 +222,16 @@ def fold_section(root: Path, records: int, tasks: int, repeats: int) -> Section:
             log(f"fold: replaying it, {repeats} × 3 ways, {path}")
             replays[path] = replay_on(path, data, repeats)
     drains: dict[tuple[str, int], list[float]] = {(p, n): [] for p in PATHS for n in WORKER_COUNTS}
+    cpus: dict[tuple[str, int], list[float]] = {(p, n): [] for p in PATHS for n in WORKER_COUNTS}
     raws: dict[int, list[float]] = {n: [] for n in WORKER_COUNTS}
     for rep in range(repeats):
         for n in WORKER_COUNTS:
             log(f"fold: drain repeat {rep + 1}/{repeats}, {n} workers: qw pure, compiled, raw")
             for path in PATHS:
+                before = children_cpu()
                 with on_path(path):
                     drains[path, n].append(qw_drain(root, n, tasks).rate)
+                cpus[path, n].append((children_cpu() - before) / tasks * 1e6)
             raws[n].append(raw_loop.drain(n, tasks))
 
     reference = median(replays["pure"].rates["record at a time (`decode_claims` + `apply` each)"])
@@ -248,7 +258,8 @@ def fold_section(root: Path, records: int, tasks: int, repeats: int) -> Section:
             shares = [q / r for q, r in zip(drains[path, n], raws[n], strict=True)]
             drain_rows.append(
                 [str(n), path, num(qw), num(raw), f"{qw / raw:.1%}",
-                 " / ".join(f"{share:.1%}" for share in shares)]
+                 " / ".join(f"{share:.1%}" for share in shares),
+                 f"{median(cpus[path, n]):.0f}"]
             )  # fmt: skip
         ratio = median(drains["compiled", n]) / raw
         targets.append(
@@ -286,10 +297,19 @@ def fold_section(root: Path, records: int, tasks: int, repeats: int) -> Section:
             "",
             f"Drain of {tasks:,} no-op tasks (`fsync none`, pick spread; start-up excluded, "
             f"as in the drain section) beside the raw loop with as many processes, "
-            f"interleaved, median of {repeats}:",
+            f"interleaved, median of {repeats}; CPU µs/task = the workers' user + system time "
+            f"(start-up included) over the tasks, which a shared machine's load does not skew:",
             "",
             table(
-                ["workers", "path", "qw tasks/s", "raw loop tasks/s", "qw / raw", "runs"],
+                [
+                    "workers",
+                    "path",
+                    "qw tasks/s",
+                    "raw loop tasks/s",
+                    "qw / raw",
+                    "runs",
+                    "CPU µs/task",
+                ],
                 drain_rows,
             ),
         ]
