@@ -9,6 +9,7 @@ without one they are skipped, unless QW_REQUIRE_COMPILED=1 (CI) makes that a fai
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import os
 import shutil
@@ -249,3 +250,22 @@ def test_without_a_build_the_python_modules_run(package_copy: Path) -> None:
     state_file, _records_file, status, _marks = which_code(package_copy)
     assert state_file == str(package_copy / "state.py")
     assert status.startswith("pure Python (not built")
+
+
+def test_the_key_covers_every_module_the_compiled_ones_import() -> None:
+    """mypyc compiles against the types (and inlines the Final constants) of what a compiled
+    module imports from the package: each such module must be in the key (DEPENDS), so that
+    an edit to it also sends the compiled modules back to their Python."""
+    keyed = {*compiled.COMPILED, *compiled.DEPENDS}
+    for name in compiled.COMPILED:
+        tree = ast.parse((compiled.PACKAGE_DIR / (name.rsplit(".", 1)[1] + ".py")).read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module is not None:
+                imported = [node.module]
+            elif isinstance(node, ast.Import):
+                imported = [alias.name for alias in node.names]
+            else:
+                continue
+            for module in imported:
+                if module.split(".")[0] in ("queue_worker", "logstore", "supervisor"):
+                    assert module in keyed, f"{name} imports {module}, which is not in the key"
