@@ -20,6 +20,10 @@ from queue_worker.partitions import MAX_PARTITIONS, Manifest
 from supervisor.cli_options import fail, shown
 
 if TYPE_CHECKING:  # the supervisor is imported by `up` only (enqueue and report skip it)
+    from supervisor.http_api import StatsServer
+    from supervisor.members import MemberSupervisor
+    from supervisor.partitioned import PartitionedSupervisor
+    from supervisor.partitioned_view import PartitionedView
     from supervisor.supervisor import SupervisorOptions
 
 
@@ -36,27 +40,30 @@ def manifest_at(location: str, asked: int | None = None, *, create: bool = True)
 
 
 def up(
-    options: SupervisorOptions, asked: int | None, *, http: str | None, rebalance: bool = False
+    options: SupervisorOptions,
+    asked: int | None,
+    *,
+    http: str | None,
+    http_address: tuple[str, int] | None = None,
+    rebalance: bool = False,
+    tui: bool = False,
 ) -> int | None:
     """`qw up` on a partitioned queue: runs it and returns the exit code. `rebalance`:
-    member processes that share the partitions with every other `qw up --rebalance`."""
+    member processes that share the partitions with every other `qw up --rebalance`.
+    `tui`: the live dashboard (`supervisor.partitioned_view`), else a status line a second;
+    `http_address`: serve /stats, /metrics, /health and /task/K:ID there."""
     manifest = manifest_at(options.location, asked)
     if manifest is None:
         if rebalance:
             fail("--rebalance: the queue has no partitions (create it with --partitions P)")
         return None
     from supervisor.members import MemberSupervisor
-    from supervisor.partitioned import (
-        PartitionedRun,
-        PartitionedSupervisor,
-        run_partitioned_progress,
-    )
-    from supervisor.signals import stop_on_signals
+    from supervisor.partitioned import PartitionedSupervisor
 
-    if http is not None:
+    if http is not None and rebalance:
         fail(
-            f"--http {http}: not served for a partitioned queue (yet): each partition's "
-            "workers publish their stats under <dir>/p<k>/run"
+            f"--http {http}: not served with --rebalance (yet): each member's workers "
+            "publish their stats under <dir>/p<k>/run"
         )
     sup: PartitionedSupervisor | MemberSupervisor
     try:
@@ -67,19 +74,19 @@ def up(
         )
     except ValueError as e:
         fail(f"--workers {options.workers}: {e} (or --rebalance: a member takes several)")
-    run: PartitionedRun = sup
-    with stop_on_signals(sup.request_stop):
-        try:
-            sup.start()
-        except (LogError, OSError) as e:
-            fail(str(e))
-        try:
-            run_partitioned_progress(run, sys.stdout)
-            sup.wait()
-        except BaseException:
-            sup.stop_now()
-            sup.wait(10)
-            raise
+    server = None
+    if isinstance(sup, PartitionedSupervisor):
+        from supervisor.partitioned_view import PartitionedView
+
+        view = PartitionedView(sup, shown=shown(options.location))
+        if http_address is not None:
+            from supervisor.http_api import StatsServer
+
+            try:
+                server = StatsServer(view, *http_address, logs=options.location)
+            except OSError as e:
+                fail(f"--http {http}: not an address this machine can listen on ({e.strerror})")
+    _run(sup, view if tui and isinstance(sup, PartitionedSupervisor) else None, server)
     code = sup.exit_code
     assert code is not None
     q = sup.snapshot().queue
@@ -94,6 +101,41 @@ def up(
     else:
         typer.echo(f"qw: drained ({counts})")
     return code
+
+
+def _run(
+    sup: PartitionedSupervisor | MemberSupervisor,
+    dashboard: PartitionedView | None,
+    server: StatsServer | None,
+) -> None:
+    """Start `sup`, show it (the dashboard, or a status line a second) until it has ended;
+    on any way out, no worker is left behind."""
+    from supervisor.partitioned import run_partitioned_progress
+    from supervisor.signals import stop_on_signals
+
+    with stop_on_signals(sup.request_stop):
+        try:
+            sup.start()
+        except (LogError, OSError) as e:
+            fail(str(e))
+        try:
+            if server is not None:
+                server.start()
+                typer.echo(f"qw: stats on http://{server.address}/stats", err=True)
+            if dashboard is not None:
+                from supervisor.tui import run_dashboard
+
+                run_dashboard(dashboard)
+            else:
+                run_partitioned_progress(sup, sys.stdout)
+            sup.wait()
+        except BaseException:
+            sup.stop_now()
+            sup.wait(10)
+            raise
+        finally:
+            if server is not None:
+                server.close()
 
 
 def task_parser(high: int) -> Callable[[str], str]:
