@@ -206,6 +206,28 @@ def enqueued_text(names: list[str], where: str) -> str:
     return f"enqueued {len(names)} tasks ({spans}) on {where}"
 
 
+def refuse_one_partition_option(location: str, option: str) -> None:
+    """One line and exit 2 when `option` (of `qw report`) is given the whole of a
+    partitioned queue: a claims position, and a run's timeline, are one partition's."""
+    manifest = manifest_at(location, create=False)
+    if manifest is None:
+        return
+    from queue_worker.partitions import partition_location
+
+    what = (
+        "positions are each partition's own"
+        if option == "--at"
+        else "a timeline is one partition's"
+    )
+    first = shown(partition_location(location, 0, manifest.count))
+    last = shown(partition_location(location, manifest.count - 1, manifest.count))
+    fail(
+        f"{option}: {shown(location)} holds a queue of {manifest.count} partitions and "
+        f"{what}: give a partition's location, {first} to {last} (qw report alone proves "
+        "the whole queue)"
+    )
+
+
 def report(location: str, as_json: bool) -> int | None:
     """`qw report` on a partitioned queue: each partition's line and the whole queue's
     verdict (or one JSON object); returns the exit code."""

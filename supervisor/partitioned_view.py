@@ -22,12 +22,12 @@ from __future__ import annotations
 
 import dataclasses
 import random
-import re
 from collections.abc import Callable
 
 from queue_worker.partitions import TaskRef, parse_task_ref, partition_location
 from supervisor.model import Event, SupervisorSnapshot, WorkerView
 from supervisor.monitor import TaskInfo
+from supervisor.partition_names import tagged
 from supervisor.partitioned import PartitionedSupervisor, sum_queues
 from supervisor.supervisor import EVENTS_KEPT, Supervisor, enqueue_hint
 
@@ -150,20 +150,6 @@ class PartitionedView:
                 return None if text is None else tagged(text, k)
             offset += count
         return None
-
-
-#: "task 17", "tasks 17, 18": a partition's task ids in what its supervisor says
-_TASKS = re.compile(r"\b(tasks? )(\d+(?:, \d+)*)\b")
-
-
-def tagged(text: str, partition: int) -> str:
-    """What partition `partition`'s supervisor said, as the whole queue's screen says it:
-    ``p2`` first, and each task named ``2:17`` (its name on a partitioned queue)."""
-    named = _TASKS.sub(
-        lambda m: m.group(1) + ", ".join(f"{partition}:{t}" for t in m.group(2).split(", ")),
-        text,
-    )
-    return f"p{partition} {named}"
 
 
 def partition_event(event: Event, partition: int) -> Event:

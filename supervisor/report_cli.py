@@ -99,6 +99,10 @@ def report_command(
         code = partitioned_cli.report(location, as_json)
         if code is not None:  # a partitioned queue: every partition, and the whole
             raise typer.Exit(code)
+    else:
+        partitioned_cli.refuse_one_partition_option(
+            location, "--at" if at is not None else "--timeline"
+        )
     try:
         report = load_report(location, up_to=at)
     except ReportInputError as e:

@@ -307,13 +307,18 @@ def test_qw_task_and_why_name_a_task_partition_colon_id(tmp_path: Path) -> None:
 def test_commands_that_work_one_partition_name_the_partitions(tmp_path: Path) -> None:
     data = tmp_path / "qw"
     resolve_partitions(data, 2)
-    for command in (["status"], ["tail"], ["timeline", "--out", str(tmp_path / "t.html")]):
+    for command in (
+        ["timeline", "--out", str(tmp_path / "t.html")],
+        ["report", "--at", "100"],
+        ["report", "--timeline", str(tmp_path / "t.html")],
+    ):
         result = qw(*command, "--dir", str(data), cwd=tmp_path)
         assert result.returncode == 2, (command, result.stderr)
         lines = result.stderr.strip().splitlines()
         assert len(lines) == 1, (command, result.stderr)
         assert "holds a queue of 2 partitions" in lines[0], command
         assert f"{data / 'p0'} to {data / 'p1'}" in lines[0], command
+    assert not (tmp_path / "t.html").exists()
 
 
 def test_qw_compact_compacts_every_partition(tmp_path: Path) -> None:
