@@ -19,9 +19,10 @@ from rich.console import Console
 from queue_worker.partitioned import resolve_partitions
 from supervisor.http_api import StatsServer
 from supervisor.model import Event, Orphan, QueueView
+from supervisor.partition_names import tagged
 from supervisor.partition_panel import partition_section
 from supervisor.partitioned import PartitionedSupervisor
-from supervisor.partitioned_view import PartitionedView, merge_alike, tagged
+from supervisor.partitioned_view import PartitionedView, merge_alike
 from supervisor.supervisor import SupervisorOptions
 from tests.helpers import wait_until
 from tests.test_http import get
