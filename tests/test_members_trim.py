@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import os
 import random
+import secrets
 import subprocess
 from pathlib import Path
+
+import pytest
 
 from logstore import Entry, MemoryLog
 from queue_worker.config import WorkerConfig
@@ -24,6 +27,8 @@ from queue_worker.membership import (
 )
 from queue_worker.partitioned import resolve_partitions
 from tests.helpers import wait_until
+from tests.test_redis_cluster import Cluster
+from tests.test_redis_cluster import cluster as cluster_fixture  # noqa: F401 - the fixture
 
 S = 1_000_000  # µs
 LEASE = 3 * S
@@ -108,9 +113,9 @@ def test_the_members_topic_stays_bounded_across_many_rebalances(tmp_path: Path) 
     assert written > 20 * biggest, (written, biggest)
 
 
-def test_on_redis_the_stream_is_trimmed_to_the_live_members(redis_url: str) -> None:
-    """On Redis the records' times are the server's: members that left are dropped once
-    their heartbeats have lapsed by it, and what stays is each live member's last beat."""
+def _trim_on_redis(redis_url: str) -> None:
+    """Members that left are dropped once their heartbeats have lapsed by the server's
+    clock, and what stays is each live member's last beat."""
     writer = open_members(redis_url)
     reader_log = open_members(redis_url)
     reader = MemberView()
@@ -138,6 +143,16 @@ def test_on_redis_the_stream_is_trimmed_to_the_live_members(redis_url: str) -> N
     assert reader.alive() == fresh.alive() == live
     writer.close()
     reader_log.close()
+
+
+def test_on_redis_the_stream_is_trimmed_to_the_live_members(redis_url: str) -> None:
+    _trim_on_redis(redis_url)
+
+
+def test_on_a_redis_cluster_the_stream_is_trimmed_too(request: pytest.FixtureRequest) -> None:
+    """(The members stream's keys share one hash tag: XTRIM goes to its node.)"""
+    cluster: Cluster = request.getfixturevalue("cluster_fixture")  # tests.test_redis_cluster's
+    _trim_on_redis(f"{cluster.url}&prefix=t{secrets.token_hex(3)}")
 
 
 def test_a_member_process_trims_the_topic_as_it_beats(tmp_path: Path) -> None:
