@@ -22,6 +22,7 @@ from supervisor.cli_options import fail, shown
 if TYPE_CHECKING:  # the supervisor is imported by `up` only (enqueue and report skip it)
     from supervisor.http_api import StatsServer
     from supervisor.members import MemberSupervisor
+    from supervisor.members_view import MembersView
     from supervisor.partitioned import PartitionedSupervisor
     from supervisor.partitioned_view import PartitionedView
     from supervisor.supervisor import SupervisorOptions
@@ -50,7 +51,8 @@ def up(
 ) -> int | None:
     """`qw up` on a partitioned queue: runs it and returns the exit code. `rebalance`:
     member processes that share the partitions with every other `qw up --rebalance`.
-    `tui`: the live dashboard (`supervisor.partitioned_view`), else a status line a second;
+    `tui`: the live dashboard (`supervisor.partitioned_view`, `supervisor.members_view`),
+    else a status line a second;
     `http_address`: serve /stats, /metrics, /health and /task/K:ID there."""
     manifest = manifest_at(options.location, asked)
     if manifest is None:
@@ -60,11 +62,6 @@ def up(
     from supervisor.members import MemberSupervisor
     from supervisor.partitioned import PartitionedSupervisor
 
-    if http is not None and rebalance:
-        fail(
-            f"--http {http}: not served with --rebalance (yet): each member's workers "
-            "publish their stats under <dir>/p<k>/run"
-        )
     sup: PartitionedSupervisor | MemberSupervisor
     try:
         sup = (
@@ -74,19 +71,24 @@ def up(
         )
     except ValueError as e:
         fail(f"--workers {options.workers}: {e} (or --rebalance: a member takes several)")
-    server = None
-    if isinstance(sup, PartitionedSupervisor):
+    view: PartitionedView | MembersView
+    if isinstance(sup, MemberSupervisor):
+        from supervisor.members_view import MembersView
+
+        view = MembersView(sup, shown=shown(options.location))
+    else:
         from supervisor.partitioned_view import PartitionedView
 
         view = PartitionedView(sup, shown=shown(options.location))
-        if http_address is not None:
-            from supervisor.http_api import StatsServer
+    server = None
+    if http_address is not None:
+        from supervisor.http_api import StatsServer
 
-            try:
-                server = StatsServer(view, *http_address, logs=options.location)
-            except OSError as e:
-                fail(f"--http {http}: not an address this machine can listen on ({e.strerror})")
-    _run(sup, view if tui and isinstance(sup, PartitionedSupervisor) else None, server)
+        try:
+            server = StatsServer(view, *http_address, logs=options.location)
+        except OSError as e:
+            fail(f"--http {http}: not an address this machine can listen on ({e.strerror})")
+    _run(sup, view if tui else None, server)
     code = sup.exit_code
     assert code is not None
     q = sup.snapshot().queue
@@ -105,7 +107,7 @@ def up(
 
 def _run(
     sup: PartitionedSupervisor | MemberSupervisor,
-    dashboard: PartitionedView | None,
+    dashboard: PartitionedView | MembersView | None,
     server: StatsServer | None,
 ) -> None:
     """Start `sup`, show it (the dashboard, or a status line a second) until it has ended;

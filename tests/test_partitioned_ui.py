@@ -8,7 +8,8 @@ import io
 import json
 import re
 import shutil
-from collections.abc import Iterator
+import signal
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ from supervisor.partitioned import PartitionedSupervisor
 from supervisor.partitioned_view import PartitionedView, merge_alike
 from supervisor.supervisor import SupervisorOptions
 from tests.helpers import wait_until
+from tests.test_cli import start_up
 from tests.test_http import get
 from tests.test_tui_tmux import QW, Tmux, at_prompt, exit_status, keys_line_intact
 
@@ -232,3 +234,96 @@ def test_partition_texts_name_tasks_partition_colon_id() -> None:
     merged = merge_alike([*alike, other], 3)
     assert [e.text for e in merged] == ["p* publishing 1 demo tasks/s", "p1 w0·7 killed"]
     assert merge_alike(alike[:2], 3) == alike[:2]  # said by some partitions only: kept each
+
+
+# -- qw up --rebalance: members --------------------------------------------------------------
+
+#: a member's worker row: slot, m<member>.p<k>·pid, partition, state
+MEMBER_ROW = re.compile(r"^\s*▶?(\d+)\s+(m(\d)\.p(\d)·(\d+))\s+p(\d)\s+(\w+)", re.MULTILINE)
+
+
+def on_screen(term: Tmux, pattern: re.Pattern[str]) -> Callable[[], bool]:
+    return lambda: pattern.search(term.screen()) is not None
+
+
+def test_rebalance_dashboard_shows_members_partitions_and_a_killed_members_takeovers(
+    tmp_path: Path,
+) -> None:
+    if shutil.which("tmux") is None:
+        pytest.skip("tmux is not installed")
+    term = Tmux(tmp_path / "tmux.sock", 100, 30)
+    try:
+        term.start(tmp_path)
+        term.type_line(
+            f"{QW} up --dir {tmp_path / 'qw'} --partitions 4 --workers 2 --rebalance "
+            "--lease 3 --work-ms 2000 --tasks 120"
+        )
+
+        def both_members() -> dict[int, set[int]] | None:
+            works: dict[int, set[int]] = {}
+            for m in MEMBER_ROW.finditer(term.screen()):
+                assert m.group(4) == m.group(6), m.group(0)  # the row's partition is its name's
+                works.setdefault(int(m.group(3)), set()).add(int(m.group(4)))
+            if sorted(works) != [0, 1] or len(works[0] | works[1]) != 4:
+                return None
+            # (while a member joins, the other may still work a partition it is giving up)
+            return works if not works[0] & works[1] else None
+
+        wait_until(both_members, 60, "two members sharing the four partitions, two each")
+        assert "4 partitions  ·  up " in term.screen().splitlines()[0]
+
+        term.send("k")
+        killed = re.compile(
+            r"member m(\d) \(pid (\d+)\) killed by SIGKILL while holding tasks? ([\d:, ]+)"
+        )
+
+        def death() -> tuple[str, str, list[str]] | None:
+            m = killed.search(term.screen())
+            return (m.group(1), m.group(2), m.group(3).split(", ")) if m else None
+
+        found = wait_until(death, 20, "the death of the killed member, with its tasks")
+        assert isinstance(found, tuple)
+        member, pid, tasks = found
+        for task in tasks:  # each taken over in its partition, by lease expiry
+            k = task.split(":")[0]
+            taken = re.compile(
+                rf"^task {task}  m{member}\.p{k}·{pid} → (m\d\.p{k}·\d+)  took over ", re.MULTILINE
+            )
+            wait_until(on_screen(term, taken), 60, f"the takeover of {task}")
+        assert keys_line_intact(term.screen()), term.screen()
+        term.send("q")
+        assert exit_status(term, "qw up --rebalance to drain and exit", 60) == 0, term.screen()
+    finally:
+        term.kill_server()
+
+
+def test_rebalance_serves_stats_with_each_members_partitions(tmp_path: Path) -> None:
+    up = start_up(
+        tmp_path, "up", "--dir", str(tmp_path / "qw"), "--partitions", "2", "--workers", "2",
+        "--rebalance", "--tasks", "400", "--work-ms", "50", "--http", "0",
+    )  # fmt: skip
+    try:
+
+        def address() -> str | None:
+            found = re.search(r"qw: stats on (http://\S+)/stats", (tmp_path / "up.err").read_text())
+            return found.group(1) if found else None
+
+        endpoint = wait_until(address, 60, "the stats address")
+        assert isinstance(endpoint, str)
+
+        def two_members() -> dict[str, Any] | None:
+            body = stats(endpoint)
+            names = {w["name"] for w in body["workers"]}
+            return body if names == {"m0.p0", "m1.p1"} or names == {"m0.p1", "m1.p0"} else None
+
+        body = wait_until(two_members, 60, "each member on one partition")
+        assert isinstance(body, dict)
+        assert sorted(w["partition"] for w in body["workers"]) == [0, 1]
+        assert [p["published"] for p in body["partitions"]] == [200, 200]
+        assert body["queue"]["published"] == 400
+        status, _, text = get(f"{endpoint}/task/1:0")
+        assert status == 200 and json.loads(text)["task"] == "1:0"
+    finally:
+        up.send_signal(signal.SIGTERM)
+        up.send_signal(signal.SIGTERM)
+        up.wait(60)
