@@ -11,6 +11,7 @@ import json
 import sys
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
@@ -208,31 +209,38 @@ def enqueued_text(names: list[str], where: str) -> str:
     return f"enqueued {len(names)} tasks ({spans}) on {where}"
 
 
-def refuse_one_partition_option(location: str, option: str) -> None:
-    """One line and exit 2 when `option` (of `qw report`) is given the whole of a
-    partitioned queue: a claims position, and a run's timeline, are one partition's."""
+def refuse_at(location: str) -> None:
+    """One line and exit 2 for `qw report --at` on the whole of a partitioned queue: a
+    claims position is one partition's."""
     manifest = manifest_at(location, create=False)
     if manifest is None:
         return
     from queue_worker.partitions import partition_location
 
-    what = (
-        "positions are each partition's own"
-        if option == "--at"
-        else "a timeline is one partition's"
-    )
     first = shown(partition_location(location, 0, manifest.count))
     last = shown(partition_location(location, manifest.count - 1, manifest.count))
     fail(
-        f"{option}: {shown(location)} holds a queue of {manifest.count} partitions and "
-        f"{what}: give a partition's location, {first} to {last} (qw report alone proves "
-        "the whole queue)"
+        f"--at: {shown(location)} holds a queue of {manifest.count} partitions and a claims "
+        f"position is one partition's: give a partition's location, {first} to {last} "
+        "(qw report alone proves the whole queue)"
     )
 
 
-def report(location: str, as_json: bool) -> int | None:
+def write_timeline(location: str, manifest: Manifest, out: Path) -> None:
+    """`qw report --timeline FILE` on a partitioned queue: the page of every partition."""
+    from queue_worker.report import ReportInputError
+    from supervisor.timeline.partitioned import load_partition_views, write_page
+
+    try:
+        write_page(load_partition_views(location, manifest, None, None, None), shown(location), out)
+    except (ReportInputError, OSError) as e:
+        fail(f"--timeline {out}: {e}")
+    typer.echo(f"qw: timeline: {out}", err=True)
+
+
+def report(location: str, as_json: bool, timeline: Path | None = None) -> int | None:
     """`qw report` on a partitioned queue: each partition's line and the whole queue's
-    verdict (or one JSON object); returns the exit code."""
+    verdict (or one JSON object), and the page of `timeline`; returns the exit code."""
     manifest = manifest_at(location, create=False)
     if manifest is None:
         return None
@@ -243,6 +251,8 @@ def report(location: str, as_json: bool) -> int | None:
         result = load_partitioned_report(location, manifest)
     except ReportInputError as e:
         fail(str(e))
+    if timeline is not None:
+        write_timeline(location, manifest, timeline)
     if as_json:
         body = result.to_json()
         now_us = time.time_ns() // 1000

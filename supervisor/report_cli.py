@@ -95,14 +95,12 @@ def report_command(
     from supervisor.report_text import render_report
 
     location = _location(directory, log)
-    if at is None and timeline is None:
-        code = partitioned_cli.report(location, as_json)
+    if at is None:
+        code = partitioned_cli.report(location, as_json, timeline)
         if code is not None:  # a partitioned queue: every partition, and the whole
             raise typer.Exit(code)
     else:
-        partitioned_cli.refuse_one_partition_option(
-            location, "--at" if at is not None else "--timeline"
-        )
+        partitioned_cli.refuse_at(location)
     try:
         report = load_report(location, up_to=at)
     except ReportInputError as e:

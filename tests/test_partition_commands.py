@@ -1,5 +1,6 @@
-"""`qw status` and `qw tail` on a partitioned queue: each partition's counts, workers and
-held tasks with the totals; every partition's records in one tail, tasks named k:id."""
+"""`qw status`, `qw tail` and `qw timeline` on a partitioned queue: each partition's
+counts, workers and held tasks with the totals; every partition's records in one tail,
+tasks named k:id; a timeline section per partition."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ import signal
 from pathlib import Path
 from typing import Any
 
+from queue_worker.names import worker_label
 from queue_worker.partitions import partition_location
+from queue_worker.records import Unknown
 from queue_worker.report import read_claims
 from tests.helpers import wait_until
 from tests.test_cli import qw, start_up
@@ -112,3 +115,44 @@ def test_tail_prints_every_partitions_records_named_k_id(tmp_path: Path) -> None
     assert sorted((int(k), int(t)) for _, k, t in names) == [
         (k, t) for k in range(3) for t in range(10)
     ]
+
+
+def test_timeline_draws_a_section_per_partition(tmp_path: Path) -> None:
+    data = tmp_path / "qw"
+    result = qw(
+        "up", "--no-tui", "--dir", str(data), "--partitions", "2", "--workers", "2",
+        "--tasks", "20", "--work-ms", "1", "--exit-when-drained", cwd=tmp_path, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    workers = {
+        k: {
+            r.worker
+            for _, r in read_claims(partition_location(data, k, 2))
+            if not isinstance(r, Unknown)
+        }
+        for k in range(2)
+    }
+    page = tmp_path / "t.html"
+    drawn = qw("timeline", "--dir", str(data), "--out", str(page), cwd=tmp_path)
+    assert drawn.returncode == 0, drawn.stderr
+    assert drawn.stdout.strip() == str(page)
+    html = page.read_text()
+    assert "a queue of 2 partitions" in html and "<b>20</b> tasks published" in html
+    sections = html.split('<h2 id="p')[1:]
+    assert [s[0] for s in sections] == ["0", "1"]
+    for k, section in enumerate(sections):
+        assert "<b>10</b> tasks published" in section
+        labels = {worker_label(w) for w in workers[k]}
+        others = {worker_label(w) for w in workers[1 - k]}
+        assert all(f">{label}<" in section for label in labels), (k, labels)
+        assert not any(f">{label}<" in section for label in others), (k, others)
+
+    only = qw("timeline", "--dir", str(data), "--text", "--tasks", "1:0-2", cwd=tmp_path)
+    assert only.returncode == 0, only.stderr
+    assert only.stdout.startswith("── partition 1 (task n here is 1:n)")
+    assert "partition 0" not in only.stdout
+
+    report = qw("report", "--dir", str(data), "--timeline", str(tmp_path / "r.html"), cwd=tmp_path)
+    assert report.returncode == 0, report.stderr
+    assert f"qw: timeline: {tmp_path / 'r.html'}" in report.stderr
+    assert '<h2 id="p1">' in (tmp_path / "r.html").read_text()
