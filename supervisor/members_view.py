@@ -49,7 +49,6 @@ class MembersView:
                 continue
             for view in sup.member_rows(member, pid):
                 view.slot = len(rows)
-                view.cpu_percent = 0.0
                 rows.append(view)
         orphans, departed, events = sup.board([r.pid for r in rows])
         for view in departed:  # a dead member's rows: its tasks struck through, until taken
