@@ -137,6 +137,8 @@ class MemberSupervisor:
                 book.update(self._monitors[k].takeover_of, now=time.time())
         drained = all(m.is_drained() for m in self._monitors)
         if self._stops >= 2:
+            # (both stop requests may come before a tick: stopping, never restarting)
+            self._draining = True
             self._signal_all(kill=True)
         elif (self._stops or (self.options.exit_when_drained and drained)) and not self._draining:
             self._draining = True

@@ -327,3 +327,24 @@ def test_rebalance_serves_stats_with_each_members_partitions(tmp_path: Path) -> 
         up.send_signal(signal.SIGTERM)
         up.send_signal(signal.SIGTERM)
         up.wait(60)
+
+
+def test_a_second_stop_request_before_any_tick_still_ends_the_members(tmp_path: Path) -> None:
+    """Two stop requests at once (two SIGTERMs in a row): the members are killed and not
+    restarted, and the run ends (it restarted them for ever)."""
+    from supervisor.members import MemberSupervisor
+    from supervisor.supervisor import EXIT_FORCED
+
+    data = tmp_path / "qw"
+    manifest = resolve_partitions(str(data), 2)
+    assert manifest is not None
+    options = SupervisorOptions(data_dir=data, location=str(data), workers=2, tasks=50, work_ms=200)
+    sup = MemberSupervisor(options, manifest)
+    sup.request_stop()
+    sup.request_stop()
+    sup.start()
+    try:
+        assert sup.wait(60), "the members supervisor did not end"
+        assert sup.exit_code == EXIT_FORCED
+    finally:
+        sup.stop_now()
