@@ -223,4 +223,4 @@ def why_command(
     else:
         typer.echo(positions_note(location))
         console = stdout_console()
-        console.print(render_story(story, plain=not console.is_terminal))
+        console.print(render_story(story, plain=not console.is_terminal, name=shown_task))

@@ -288,6 +288,7 @@ def test_qw_task_and_why_name_a_task_partition_colon_id(tmp_path: Path) -> None:
     why = qw("why", name, "--dir", str(data), cwd=tmp_path)
     assert why.returncode == 0, why.stderr
     assert f"p{refs[1].partition}/claims.log" in why.stdout
+    assert f"task {name}: never claimed" in why.stdout  # named as the user named it
     for bad, says in (
         ("1", "holds a queue of 2 partitions; name a task PARTITION:ID"),
         ("2:0", "partition 2 does not exist: the queue has 2 (0–1)"),
