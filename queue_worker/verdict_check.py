@@ -21,7 +21,7 @@ from logstore.redis_log import RedisLog
 from queue_worker.names import printable, worker_label
 from queue_worker.records import RecordDecodeError, Unknown
 from queue_worker.server_verdicts import ServerVerdicts, TaskView, fold_view, server_view
-from queue_worker.state import ClaimState
+from queue_worker.state import ClaimSnapshot, ClaimState
 from queue_worker.topics import CLAIMS_TOPIC, MALFORMED, decode_claims_entry, open_topic
 
 __all__ = ["check_location", "check_log", "describe"]
@@ -56,13 +56,23 @@ def check_location(location: str | Path) -> list[str]:
     each (empty when they agree, or when the queue has no server verdicts)."""
     if not is_redis_url(str(location)):
         return []
+    from queue_worker.report import compacted_prefix  # (the report's account of a trim)
+
+    # A trimmed stream: the server's state still describes the tasks whose records went;
+    # the fold starts from the checkpoint's fold of them, as the report's does.
+    compacted = compacted_prefix(location)
     with open_topic(location, CLAIMS_TOPIC, read_only=True) as log:
         assert isinstance(log, RedisLog)
-        return check_log(log)
+        if compacted is None:
+            return check_log(log)
+        return check_log(log, compacted[0].state, compacted[1])
 
 
-def check_log(log: RedisLog) -> list[str]:
-    """`check_location` for an open claims stream."""
+def check_log(
+    log: RedisLog, prefix: ClaimSnapshot | None = None, start: int | None = None
+) -> list[str]:
+    """`check_location` for an open claims stream; `prefix` is the fold of the records
+    before `start` (a trimmed stream's checkpoint), None for a stream that holds them all."""
     server = ServerVerdicts(log).state()
     if server is None:
         return []
@@ -72,9 +82,9 @@ def check_log(log: RedisLog) -> list[str]:
             f"the claims stream ends at position {server.tail}, but the server's verdicts "
             f"folded through {server.through}: a writer appended without them"
         )
-    fold = ClaimState()
+    fold = ClaimState() if prefix is None else ClaimState.restore(prefix)
     through = server.through if server.through is not None else -1
-    for entry in log.iter_from(log.start):
+    for entry in log.iter_from(log.start if start is None else start):
         if entry.position > through:
             break
         try:

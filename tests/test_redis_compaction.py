@@ -433,19 +433,24 @@ sys.exit(supervisor.exit_code)
 """
 
 
-def test_qw_up_trims_as_it_runs(redis_url: str, tmp_path: Path) -> None:
-    """The supervisor's compactor trims a Redis queue while its workers drain it; the
-    report still adds up to every task, each done once."""
+@pytest.mark.parametrize("verdicts", ["", "?verdicts=server"])
+def test_qw_up_trims_as_it_runs(redis_url: str, tmp_path: Path, verdicts: str) -> None:
+    """The supervisor's compactor trims a Redis queue while its workers drain it (folding
+    the claims themselves, or claiming through the server's verdicts); the report still
+    adds up to every task, each done once."""
+    location = redis_url + verdicts
     ran = subprocess.run(
-        [sys.executable, "-c", SUPERVISOR.format(exit=True), str(tmp_path / "run"), redis_url],
+        [sys.executable, "-c", SUPERVISOR.format(exit=True), str(tmp_path / "run"), location],
         capture_output=True,
         text=True,
         timeout=180,
     )
     assert ran.returncode == 0, ran.stdout + ran.stderr  # (its monitor never lost its way)
     assert starts(redis_url)[1] > 0  # trimmed while it ran
-    report = load_report(redis_url)
+    report = load_report(location)
     assert report.ok and report.tasks_done == 400 and report.prefix is not None
+    checked = qw("report", "--log", location)  # (with server verdicts: their cross-check too)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
 
 
 @pytest.mark.parametrize("step", ["checkpointed", "dropped"])
