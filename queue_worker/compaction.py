@@ -259,6 +259,9 @@ def fold_logs(
         tasks, claims = TaskIndex(tasks_log.start), ClaimsFollower(claims_log.start)
     tasks.catch_up(tasks_log)
     claims.catch_up(claims_log)
+    # The checkpoint it writes must not grow with history: the index forgets the tasks the
+    # fold has closed for ever, as a worker's does (TaskIndex.settle_below).
+    tasks.settle_below(claims.state.watermark)
     return tasks, claims
 
 

@@ -142,6 +142,18 @@ def test_settled_history_goes_and_the_fold_stays(queue: Path) -> None:
     assert fold(queue) == before
 
 
+def test_the_checkpoint_compaction_writes_does_not_grow_with_history(tmp_path: Path) -> None:
+    """The task index it saves keeps the live tasks only (a retention run of millions of
+    tasks had a checkpoint of 8 bytes for every task ever published)."""
+    make_queue(tmp_path, done=5000, pending=20)  # (the index drops 4,096 tasks or more at once)
+    before = fold(tmp_path)
+    compact(tmp_path, EVERYTHING)
+    tasks = body(tmp_path)["tasks"]
+    assert tasks["settled"] == 5000  # every task below the fold's watermark: forgotten
+    assert len(tasks["positions"]) == 8 * 20  # an int64 position for each pending task
+    assert fold(tmp_path) == before
+
+
 def test_a_live_lease_keeps_its_segment_and_every_later_one(tmp_path: Path) -> None:
     make_queue(tmp_path, done=300, held=40)
     before = fold(tmp_path)
