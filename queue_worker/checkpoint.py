@@ -88,7 +88,6 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Final, NamedTuple
 
-import filelock
 import msgpack
 
 from logstore import Log, LogClosedError, LogError, LogIdentity
@@ -141,6 +140,8 @@ def checkpoint_lock(directory: Path, *, wait: bool = True) -> Iterator[None]:
     """Saves and compactions of `directory`'s checkpoint, one at a time (across processes).
     `wait=False`: CheckpointError at once when another holds it (a worker's save does not
     wait for a compaction, which takes seconds: it saves next time)."""
+    import filelock  # imported when a save or compaction first locks (logstore.locking)
+
     lock = maintenance_lock(str(directory / LOCK_NAME))
     try:
         lock.acquire(timeout=-1 if wait else 0)

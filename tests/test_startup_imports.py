@@ -1,0 +1,61 @@
+"""What the small commands import: only what each needs (the start figures in bench/start_bench.py).
+
+Each probe runs `supervisor.cli.main` in a fresh interpreter on a queue that already exists
+and reports which of the modules named here it loaded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+def _loaded_after(tmp_path: Path, args: list[str], modules: list[str]) -> dict[str, bool]:
+    probe = (
+        "import json, sys\n"
+        "from supervisor.cli import main\n"
+        f"code = main({args!r})\n"
+        f"loaded = {{m: m in sys.modules for m in {modules!r}}}\n"
+        "print(json.dumps([code, loaded]), file=sys.stderr)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "COLUMNS": "80"},
+    )
+    code, loaded = json.loads(result.stderr.splitlines()[-1])
+    assert code == 0, result.stderr
+    return dict(loaded)
+
+
+@pytest.fixture
+def queue(tmp_path: Path) -> Path:
+    subprocess.run(
+        [sys.executable, "-m", "supervisor.cli", "enqueue", "--fsync", "none"],
+        cwd=tmp_path,
+        check=True,
+        capture_output=True,
+    )
+    return tmp_path
+
+
+@pytest.mark.parametrize("args", [["--help"], ["status"], ["task", "0"], ["why", "0"]])
+def test_a_reader_of_an_existing_queue_does_not_import_filelock(
+    queue: Path, args: list[str]
+) -> None:
+    assert _loaded_after(queue, args, ["filelock"]) == {"filelock": False}
+
+
+def test_creating_a_queue_still_takes_the_maintenance_lock(tmp_path: Path) -> None:
+    # The lock that keeps two creators from racing is filelock's: creating imports it.
+    assert _loaded_after(tmp_path, ["enqueue", "--fsync", "none"], ["filelock"]) == {
+        "filelock": True
+    }
