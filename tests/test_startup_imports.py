@@ -59,3 +59,16 @@ def test_creating_a_queue_still_takes_the_maintenance_lock(tmp_path: Path) -> No
     assert _loaded_after(tmp_path, ["enqueue", "--fsync", "none"], ["filelock"]) == {
         "filelock": True
     }
+
+
+def test_the_supervisor_imports_psutil_only_once_it_has_forked() -> None:
+    # psutil (~20-30 ms of CPU) is first used on a forked worker: `qw up` imports it after
+    # its first fork, not with the modules it needs before (supervisor/supervisor.py).
+    probe = (
+        "import sys, supervisor.cli, supervisor.supervisor, supervisor.slots, "
+        "supervisor.pausing; print('psutil' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
+    ).stdout
+    assert out.split() == ["False"]
