@@ -72,3 +72,20 @@ def test_the_supervisor_imports_psutil_only_once_it_has_forked() -> None:
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
     ).stdout
     assert out.split() == ["False"]
+
+
+@pytest.mark.parametrize("args", [["status"], ["kill", "w0"]])
+def test_status_and_kill_do_not_import_the_supervisor(queue: Path, args: list[str]) -> None:
+    # which supervisors and workers run is supervisor.run_files' question, not the
+    # supervisor's (`qw kill w0` finds no running w0 here: exit 2, after that question)
+    probe = (
+        "import sys\n"
+        "from supervisor.cli import main\n"
+        f"code = main({args!r})\n"
+        "print([m in sys.modules for m in ('supervisor.run_files', 'supervisor.supervisor')],"
+        " file=sys.stderr)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], cwd=queue, capture_output=True, text=True, timeout=60
+    )
+    assert result.stderr.splitlines()[-1] == "[True, False]", result.stderr
