@@ -59,6 +59,9 @@ TARGET_EVERY = 1.0
 #: scripts run them inside (the server counts those too), and qw sends them itself only to
 #: check the queue's identity on a new connection, or to read where scripts are refused.
 ROUND_TRIPS = ("evalsha", "eval", "xread", "xrevrange", "type", "xlen")
+#: ... with server verdicts, whose scripts run XREVRANGE inside (once a call, to find the
+#: stream's last entry): not counted there (qw sends it itself only to find a log's end)
+SERVER_ROUND_TRIPS = tuple(c for c in ROUND_TRIPS if c != "xrevrange")
 
 
 def log(message: str) -> None:
@@ -116,7 +119,9 @@ class RedisUp:
         return self.tasks / self.span_s if self.span_s > 0 else float("nan")
 
 
-def _server_counts(client: object) -> tuple[int, int, float]:
+def _server_counts(
+    client: object, round_trips: tuple[str, ...] = ROUND_TRIPS
+) -> tuple[int, int, float]:
     """(round trips, bytes sent, CPU seconds) the server has counted since the reset."""
     import redis
 
@@ -125,18 +130,21 @@ def _server_counts(client: object) -> tuple[int, int, float]:
     calls = sum(
         int(v["calls"])
         for k, v in commands.items()
-        if k.removeprefix("cmdstat_").split("|")[0] in ROUND_TRIPS
+        if k.removeprefix("cmdstat_").split("|")[0] in round_trips
     )
     stats = client.info("stats")
     cpu = client.info("cpu")
     return calls, int(stats["total_net_output_bytes"]), cpu["used_cpu_user"] + cpu["used_cpu_sys"]
 
 
-def qw_up_redis(root: Path, url: str, workers: int, tasks: int, prefix: str) -> RedisUp:
-    """`qw up --log …` on a backlog of `tasks` no-op tasks, checked exactly once."""
+def qw_up_redis(
+    root: Path, url: str, workers: int, tasks: int, prefix: str, verdicts: str = "client"
+) -> RedisUp:
+    """`qw up --log …` on a backlog of `tasks` no-op tasks, checked exactly once.
+    `verdicts`: "server" claims through the server's copy of the rules (?verdicts=server)."""
     import redis
 
-    location = f"{url}/0?prefix={prefix}"
+    location = f"{url}/0?prefix={prefix}&verdicts={verdicts}"
     client = redis.Redis.from_url(f"{url}/0")
     with scratch(root, f"redis-up-{workers}") as d:
         enqueue_batch(location, tasks)
@@ -151,7 +159,8 @@ def qw_up_redis(root: Path, url: str, workers: int, tasks: int, prefix: str) -> 
             code = subprocess.call(command, stdout=out, stderr=subprocess.STDOUT, env=ENV, cwd=REPO)
             ended = time.time()
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        calls, sent, cpu1 = _server_counts(client)
+        trips = SERVER_ROUND_TRIPS if verdicts == "server" else ROUND_TRIPS
+        calls, sent, cpu1 = _server_counts(client, trips)
         if code != 0:
             tail = (d / "up.out").read_text(errors="replace")[-600:]
             raise BenchError(f"qw up on redis exited with {code}: {tail}")
@@ -189,6 +198,8 @@ class RedisRuns:
     tasks: int
     repeats: int
     qw: dict[int, list[RedisUp]] = field(default_factory=dict)
+    #: qw with ?verdicts=server (queue_worker.server_claim)
+    qw_server: dict[int, list[RedisUp]] = field(default_factory=dict)
     huey: dict[int, list[HueyDrain]] = field(default_factory=dict)
 
 
@@ -207,6 +218,9 @@ def run_redis(root: Path, counts: Sequence[int], tasks: int, repeats: int) -> Re
                 log(f"redis repeat {rep + 1}/{repeats}, {n} workers: qw up")
                 up = qw_up_redis(root, url, n, tasks, prefix=f"bench{rep}-{n}")
                 runs.qw.setdefault(n, []).append(up)
+                log(f"redis repeat {rep + 1}/{repeats}, {n} workers: qw up, server verdicts")
+                up = qw_up_redis(root, url, n, tasks, f"bench{rep}-{n}-s", verdicts="server")
+                runs.qw_server.setdefault(n, []).append(up)
                 log(f"redis repeat {rep + 1}/{repeats}, {n} workers: RedisHuey")
                 runs.huey.setdefault(n, []).append(_huey(url, n, tasks))
     return runs
@@ -220,29 +234,37 @@ def redis_section(root: Path, counts: Sequence[int], tasks: int, repeats: int) -
     rows, cost_rows = [], []
     ratios: dict[int, float] = {}
     for n in sorted(runs.qw):
-        qw, huey = runs.qw[n], runs.huey[n]
+        qw, served, huey = runs.qw[n], runs.qw_server[n], runs.huey[n]
         qw_rate, huey_rate = median(r.rate for r in qw), median(h.wall_rate for h in huey)
-        ratios[n] = qw_rate / huey_rate
+        served_rate = median(r.rate for r in served)
+        ratios[n] = served_rate / huey_rate
         rows.append(
-            [n, num(qw_rate), " / ".join(num(r.rate) for r in qw), num(huey_rate),
-             " / ".join(num(h.wall_rate) for h in huey), f"{ratios[n]:.2f}×",
-             num(median(r.steady_rate for r in qw)), num(median(h.rate for h in huey))]
+            [n, num(qw_rate), " / ".join(num(r.rate) for r in qw), num(served_rate),
+             " / ".join(num(r.rate) for r in served), num(huey_rate),
+             " / ".join(num(h.wall_rate) for h in huey), f"{qw_rate / huey_rate:.2f}×",
+             f"{ratios[n]:.2f}×", num(median(r.steady_rate for r in qw)),
+             num(median(r.steady_rate for r in served)), num(median(h.rate for h in huey))]
         )  # fmt: skip
-        cost_rows.append(
-            [n, f"{median(r.round_trips / r.tasks for r in qw):.2f}",
-             num(median(r.sent_bytes / r.tasks / n for r in qw)),
-             num(median(r.server_cpu_s / r.tasks * 1e6 for r in qw)),
-             num(median(r.client_cpu_s / r.tasks * 1e6 for r in qw)),
-             str(sum(r.lost for r in qw))]
-        )  # fmt: skip
+        for kind, ups in (("client", qw), ("server", served)):
+            cost_rows.append(
+                [n, kind, f"{median(r.round_trips / r.tasks for r in ups):.2f}",
+                 num(median(r.sent_bytes / r.tasks / n for r in ups)),
+                 num(median(r.server_cpu_s / r.tasks * 1e6 for r in ups)),
+                 num(median(r.client_cpu_s / r.tasks * 1e6 for r in ups)),
+                 str(sum(r.lost for r in ups))]
+            )  # fmt: skip
     body = "\n".join(
         [
             f"{runs.tasks:,} no-op tasks enqueued beforehand on one local redis-server "
             "(persistence off); `qw up --log redis://… --workers N --handler bench.noop:noop "
             "--fsync none --no-tui --exit-when-drained` from its launch to its exit, against "
             "RedisHuey's process consumer (bench/huey_redis_peer.py) from its launch to its "
-            f"last stored result. Medians of {runs.repeats} alternating run(s) (qw, Huey, at "
-            "each count in turn); × = qw's tasks/s / Huey's. Steady state: first CLAIM → "
+            "last stored result. qw twice: with its workers' own folds settling each claim "
+            "(client verdicts, the default) and with `&verdicts=server` in the URL (the "
+            "server's copy of the rules claims the next task for a worker in one call, "
+            f"queue_worker/server_claim.py). Medians of {runs.repeats} alternating run(s) "
+            "(qw, qw server verdicts, Huey, at each count in turn); × = qw's tasks/s / "
+            "Huey's. Steady state: first CLAIM → "
             "last DONE (qw, server clock), first task start → last task end (Huey). Every qw "
             "run passed the exactly-once check (its claims stream folded by the protocol's "
             "fold: one accepted DONE per task, no stale DONE).",
@@ -252,10 +274,14 @@ def redis_section(root: Path, counts: Sequence[int], tasks: int, repeats: int) -
                     "workers",
                     "qw tasks/s",
                     "qw runs",
+                    "qw server verdicts /s",
+                    "server verdicts runs",
                     "Huey tasks/s",
                     "Huey runs",
-                    "×",
+                    "× client",
+                    "× server",
                     "qw steady /s",
+                    "server verdicts steady /s",
                     "Huey steady /s",
                 ],
                 rows,
@@ -270,6 +296,7 @@ def redis_section(root: Path, counts: Sequence[int], tasks: int, repeats: int) -
             table(
                 [
                     "workers",
+                    "verdicts",
                     "round trips / task",
                     "bytes sent / task / worker",
                     "server CPU µs / task",
@@ -285,7 +312,7 @@ def redis_section(root: Path, counts: Sequence[int], tasks: int, repeats: int) -
         wanted = TARGET_AT_8 if n == max(ratios) else TARGET_EVERY
         targets.append(
             Target(
-                f"qw on Redis vs RedisHuey, end to end, {n} workers",
+                f"qw on Redis (server verdicts) vs RedisHuey, end to end, {n} workers",
                 f"≥ {wanted}×",
                 f"{ratio:.2f}×",
                 ratio >= wanted,

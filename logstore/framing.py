@@ -70,7 +70,9 @@ from collections.abc import Sequence
 from itertools import repeat
 from typing import NamedTuple
 
+from logstore import native
 from logstore.base import CorruptLogError, Entry, ForeignFileError
+from logstore.native import Loop, LoopResult
 
 Buffer = bytes | bytearray | memoryview
 
@@ -307,9 +309,33 @@ def decode_frames(
         # memoryview slice + crc32 ~300 ns, and Entry.data would still need a copy.)
         buf = bytes(buf)
     size = len(buf)
+    starts, datas, pos, batch_start, ready = _frames_loop(buf, max_record, verified, limit)
+
+    if ready >= limit:
+        # A batch verified in full may go on past the limit: return the first `limit`
+        # records, and report the batch's end as verified.
+        consumed = starts[limit] if limit < ready else batch_start
+        entries = _entries(base, starts, datas, limit, consumed)
+        return Decoded(entries, consumed, batch_start, Stop.CLEAN, 0)
+    entries = _entries(base, starts, datas, ready, batch_start)
+    if pos == size == batch_start:
+        return Decoded(entries, pos, pos, Stop.CLEAN, 0)
+    return _stopped(buf, base, pos, batch_start, entries, at_eof, max_record, path)
+
+
+def _decode_loop(buf: bytes, max_record: int, verified: int, limit: int) -> LoopResult:
+    """The hot loop of `decode_frames`: walk the whole, valid frames of `buf` from offset 0.
+
+    Returns (starts, datas, pos, batch_start, ready): every frame decoded (its offset and
+    payload), where the walk stopped, the end of the last batch that ended (a frame not
+    CONTINUED, or ending at or before `verified`) and how many frames precede it, stopping
+    once `ready` reaches `limit`. `logstore/_cframes.c` is this function in C, used when
+    built (logstore.native); this is its definition.
+    """
+    size = len(buf)
     last = size - FRAME_HEADER_SIZE  # a frame header fits while pos <= last
-    # The hot loop: one frame an iteration, everything it touches in locals; entries are
-    # built after it, a column at a time (see _make_entries).
+    # One frame an iteration, everything it touches in locals; entries are built after it,
+    # a column at a time (see _make_entries).
     unpack = _SIGNED_HEADER.unpack_from
     crc32 = _crc32
     starts: list[int] = []  # the offset of every frame decoded, returnable or not
@@ -337,17 +363,19 @@ def decode_frames(
             ready = len(datas)
             if ready >= limit:
                 break
+    return starts, datas, pos, batch_start, ready
 
-    if ready >= limit:
-        # A batch verified in full may go on past the limit: return the first `limit`
-        # records, and report the batch's end as verified.
-        consumed = starts[limit] if limit < ready else batch_start
-        entries = _entries(base, starts, datas, limit, consumed)
-        return Decoded(entries, consumed, batch_start, Stop.CLEAN, 0)
-    entries = _entries(base, starts, datas, ready, batch_start)
-    if pos == size == batch_start:
-        return Decoded(entries, pos, pos, Stop.CLEAN, 0)
-    return _stopped(buf, base, pos, batch_start, entries, at_eof, max_record, path)
+
+#: the loop decode_frames runs: in C when a build of these very sources exists
+_frames_loop: Loop = _decode_loop
+_c_loop = native.load()
+if _c_loop is not None:
+    _frames_loop = _c_loop
+
+
+def frames_loop_status() -> str:
+    """Which frame-decoding loop runs (for a bench line and `queue_worker.compiled.status`)."""
+    return native.status(_c_loop)
 
 
 def scan_frames(buf: Buffer, base: int, *, at_eof: bool, max_record: int, path: str) -> Decoded:

@@ -15,6 +15,8 @@ TLS, ``unix:///path/to.sock?db=0``), with these query parameters of our own:
                     gives up after about 3 s of not reaching the server).
 ``max_record=B``    the largest record in bytes (default 16 MiB).
 ``socket_timeout=S`` (redis-py's own) seconds to wait for a reply (default 5).
+``verdicts=server`` workers claim through the server's copy of the rules
+                    (queue_worker.server_claim; default ``client``).
 
 Positions
 ---------
@@ -136,10 +138,12 @@ from logstore.base import (
     Log,
     LogClosedError,
     LogError,
+    PositionCompactedError,
     RecordTooLargeError,
 )
 from logstore.identity import QUEUE_ID_SIZE, IdentityError, LogIdentity, new_queue_id
 from logstore.location import redact_url as _redact
+from logstore.redis_trim import TRIMMED_ERROR, TRIMMED_LUA, start_of
 
 __all__ = [
     "DEFAULT_MAX_RECORD",
@@ -174,7 +178,7 @@ _SEQ_MASK = SEQ_LIMIT - 1
 _U64_MAX = (1 << 64) - 1
 
 # URL query parameters this module takes (or overrides) rather than passing to redis-py.
-_OWN_PARAMS = ("prefix", "retries", "max_record", "cluster")
+_OWN_PARAMS = ("prefix", "retries", "max_record", "cluster", "verdicts")
 _FORCED_PARAMS = ("socket_timeout", "decode_responses", "protocol")
 
 # Both scripts answer entries as one string (`_parse_entries`): for each entry its id, a
@@ -197,23 +201,29 @@ local function entries(key, first, last, count)
 end
 """
 
-# KEYS[1] the stream. ARGV[1] the first id, ARGV[2] the most entries.
+# KEYS[1] the stream, KEYS[2] its start key (logstore.redis_trim). ARGV[1] the first id,
+# ARGV[2] the most entries. A first id the stream was trimmed past is an error (QWTRIMMED).
 _READ_LUA = (
     _ENTRIES_LUA
+    + TRIMMED_LUA
     + """
+local start = trimmed_before(KEYS[2], ARGV[1])
+if start then return redis.error_reply('QWTRIMMED ' .. start) end
 return entries(KEYS[1], ARGV[1], '+', ARGV[2])
 """
 )
 
-# KEYS[1] the stream, KEYS[2] this handle's last-append record.
+# KEYS[1] the stream, KEYS[2] this handle's last-append record, KEYS[3] the stream's start
+# key (an id to read from that was trimmed away reads nothing: the caller's read raises).
 # ARGV[1] the call number, ARGV[2] the record's ttl (ms), ARGV[3] the seq limit,
 # ARGV[4] the id to read from ('' reads nothing), ARGV[5] the most entries to read,
 # ARGV[6..] the records. Returns {ids, entries from ARGV[4] through the last id added}.
 _APPEND_LUA = (
     _ENTRIES_LUA
+    + TRIMMED_LUA
     + """
 local function reply(ids)
-  if ARGV[4] == '' then return {ids, ''} end
+  if ARGV[4] == '' or trimmed_before(KEYS[3], ARGV[4]) then return {ids, ''} end
   return {ids, entries(KEYS[1], ARGV[4], ids[#ids], ARGV[5])}
 end
 local last = redis.call('GET', KEYS[2])
@@ -331,6 +341,13 @@ class _Settings:
         if cluster not in ("yes", "no"):
             raise ValueError(f"cluster={cluster!r} in {self.display_url}: expected yes or no")
         self.cluster = cluster == "yes"
+        #: who computes the verdicts: every reader's fold, or the server too (see
+        #: queue_worker.server_verdicts); a log of bytes only keeps the word
+        self.verdicts = own.get("verdicts", "client")
+        if self.verdicts not in ("client", "server"):
+            raise ValueError(
+                f"verdicts={self.verdicts!r} in {self.display_url}: expected client or server"
+            )
         self.retries = _int_param(own, "retries", DEFAULT_RETRIES, url)
         self.max_record = _int_param(own, "max_record", DEFAULT_MAX_RECORD, url)
         self.socket_timeout = DEFAULT_SOCKET_TIMEOUT
@@ -400,9 +417,12 @@ class RedisLog(Log):
         settings = _Settings(url)
         self.url = settings.display_url
         self.prefix = settings.prefix
+        self.verdicts = settings.verdicts
         self.key = redis_key(settings.prefix, topic)
         #: the queue's identity (`logstore.identity`): 16 random bytes, set with its first log
         self.id_key = redis_key(settings.prefix, "queue")
+        #: where the stream starts once compaction trimmed it (logstore.redis_trim)
+        self.start_key = redis_key(settings.prefix, topic, "start")
         #: the queue and topic this handle was opened as (None: opened without a family)
         self.identity: LogIdentity | None = None
         #: opened for reading only (`open(read_only=True)`): appends raise LogError
@@ -684,7 +704,7 @@ class RedisLog(Log):
         args += records
 
         def run() -> object:
-            return self._run_script(self._script, [self.key, writer], args)
+            return self._run_script(self._script, [self.key, writer, self.start_key], args)
 
         try:
             raw = self._call("append to", run, AppendError)
@@ -715,20 +735,29 @@ class RedisLog(Log):
 
             def by_script() -> object:
                 try:
-                    return self._run_script(self._read_script, [self.key], [first, count])
+                    keys = [self.key, self.start_key]
+                    return self._run_script(self._read_script, keys, [first, count])
                 except rex.ResponseError as exc:
-                    if "WRONGTYPE" in str(exc):
+                    if "WRONGTYPE" in str(exc) or TRIMMED_ERROR in str(exc):
                         raise
                     self._script_reads = False  # scripts refused here: XRANGE from now on
                     return None
 
-            blob = self._call("read from", by_script)
+            try:
+                blob = self._call("read from", by_script)
+            except LogError as exc:
+                if TRIMMED_ERROR in str(exc):
+                    raise PositionCompactedError(self.name, position, self.start) from None
+                raise
             if isinstance(blob, bytes):
                 return self._parse_entries(blob)
         raw = self._call(
             "read from",
             lambda: self._client.xrange(self.key, min=first, max="+", count=max_records),
         )
+        # after the XRANGE: a trim since may have taken what it skipped over
+        if position < self.start:
+            raise PositionCompactedError(self.name, position, self.start)
         return self._entries(raw)
 
     def _parse_entries(self, blob: bytes) -> list[Entry]:
@@ -777,6 +806,11 @@ class RedisLog(Log):
 
     @property
     def start(self) -> int:
+        """0, or where compaction trimmed the stream to (logstore.redis_trim)."""
+        return start_of(self)
+
+    @property
+    def origin(self) -> int:
         return 0
 
     def end(self) -> int:
@@ -802,6 +836,33 @@ class RedisLog(Log):
         self._conn = None
         self._client.close()
         self._blocking.close()
+
+    # -- other modules' scripts on this stream (queue_worker.server_verdicts)
+
+    def register_script(self, source: str) -> Script:
+        """A Lua script to run with `call_script` or `call_appending_script`."""
+        return self._client.register_script(source)
+
+    def call_script(
+        self, script: Script, keys: Sequence[str], args: Sequence[bytes | int | str]
+    ) -> object:
+        """Run a script that only reads: KEYS = [this stream, *keys], retried as a read."""
+        return self._call("read from", lambda: self._run_script(script, [self.key, *keys], args))
+
+    def call_appending_script(
+        self, script: Script, keys: Sequence[str], args: Sequence[bytes | int | str]
+    ) -> object:
+        """Run a script that appends to this stream, retried as an append is (AppendError
+        when it gives up). KEYS = [this stream, this handle's last-append record, *keys];
+        ARGV = [the call number, the record's ttl (ms), the seq limit, *args]: the script
+        keeps its reply in the record under the call number and answers a retry with it,
+        as `_APPEND_LUA` does, so that a call whose reply was lost is not made twice."""
+        self._check_open()
+        if self.read_only:
+            raise LogError(f"{self.name} is opened read-only: nothing may be appended")
+        keys = [self.key, self._writer(), *keys]
+        argv: list[bytes | int | str] = [next(self._calls), DEDUP_TTL_MS, SEQ_LIMIT, *args]
+        return self._call("append to", lambda: self._run_script(script, keys, argv), AppendError)
 
     def __repr__(self) -> str:
         return f"RedisLog({self.name!r})"

@@ -5,8 +5,10 @@ Without it every worker start replays both logs from the beginning (`TaskIndex.c
 `TaskIndex` and the `ClaimsFollower` (with its `ClaimState`) saved at known positions of
 the two logs. It is a cache: losing it, or refusing it, only costs a full replay.
 
-The file: ``<data directory>/fold.checkpoint`` (file-log data directories only; a Redis
-location has none). One msgpack map::
+The file: ``<data directory>/fold.checkpoint``; on Redis the same bytes in the key
+``qw:fold.checkpoint`` beside the streams (`queue_worker.redis_checkpoint`: written by
+compaction only, and there a "segment" is a trimmed run of a stream's entries). One msgpack
+map::
 
     {"format": "qw-fold-checkpoint", "version": 3, "crc32": crc32(body), "body": bytes}
 
@@ -90,7 +92,7 @@ from typing import Any, Final, NamedTuple
 
 import msgpack
 
-from logstore import Log, LogClosedError, LogError, LogIdentity
+from logstore import Log, LogClosedError, LogError, LogIdentity, is_redis_url
 from logstore.locking import maintenance_lock
 from logstore.segments import sync_directory
 from queue_worker.errors import QwError
@@ -135,13 +137,64 @@ def chain_of(removed: Sequence[Removed]) -> int:
     return chain
 
 
+#: where a checkpoint lives: a data directory, or a Redis URL (a str: a Path would mangle
+#: its "//"), whose checkpoint is a key beside the streams (`queue_worker.redis_checkpoint`)
+Location = Path | str
+
+
+def _on_redis(location: Location) -> bool:
+    return isinstance(location, str) and is_redis_url(location)
+
+
+def checkpoint_name(location: Location) -> str:
+    """The checkpoint of `location` as messages name it: its file, or its Redis key."""
+    if _on_redis(location):
+        from queue_worker import redis_checkpoint
+
+        return redis_checkpoint.name_of(str(location))
+    return str(Path(location) / CHECKPOINT_NAME)
+
+
+def _read_checkpoint(location: Location) -> bytes:
+    """The checkpoint's bytes: FileNotFoundError when there is none, OSError when it
+    cannot be read."""
+    if _on_redis(location):
+        from queue_worker import redis_checkpoint
+
+        data = redis_checkpoint.read(str(location))
+        if data is None:
+            raise FileNotFoundError(checkpoint_name(location))
+        return data
+    return (Path(location) / CHECKPOINT_NAME).read_bytes()
+
+
+def checkpoint_exists(location: Location) -> bool:
+    """Whether `location` has a checkpoint (of any content; nothing of it is read). OSError
+    when it cannot tell."""
+    if _on_redis(location):
+        from queue_worker import redis_checkpoint
+
+        return redis_checkpoint.exists(str(location))
+    return (Path(location) / CHECKPOINT_NAME).exists()
+
+
 @contextlib.contextmanager
-def checkpoint_lock(directory: Path, *, wait: bool = True) -> Iterator[None]:
+def checkpoint_lock(directory: Location, *, wait: bool = True) -> Iterator[None]:
     """Saves and compactions of `directory`'s checkpoint, one at a time (across processes).
     `wait=False`: CheckpointError at once when another holds it (a worker's save does not
     wait for a compaction, which takes seconds: it saves next time)."""
+    if _on_redis(directory):
+        from queue_worker import redis_checkpoint
+
+        try:
+            with redis_checkpoint.lock(str(directory), wait=wait):
+                yield
+        except redis_checkpoint.LockHeld as e:
+            raise CheckpointError(f"{e} (a compaction under way): not saved this time") from None
+        return
     import filelock  # imported when a save or compaction first locks (logstore.locking)
 
+    directory = Path(directory)
     lock = maintenance_lock(str(directory / LOCK_NAME))
     try:
         lock.acquire(timeout=-1 if wait else 0)
@@ -168,7 +221,7 @@ class _Record(NamedTuple):
 
 
 def save_checkpoint(
-    directory: Path,
+    directory: Location,
     tasks: TaskIndex,
     tasks_log: Log,
     claims: ClaimsFollower,
@@ -206,7 +259,7 @@ def save_checkpoint(
                     locked=True,
                 )
         except OSError as e:
-            raise CheckpointError(f"cannot lock {directory / LOCK_NAME}: {e}") from e
+            raise CheckpointError(f"cannot lock the checkpoint of {directory}: {e}") from e
         return
     try:
         before = _removed_before(directory)
@@ -239,10 +292,15 @@ def save_checkpoint(
     except (LogError, OSError, ValueError, TypeError, OverflowError) as e:
         raise CheckpointError(f"cannot take a checkpoint: {e}") from e
     try:
-        _sweep_tmp(directory)
-        _write_atomically(directory, data, durable=removing is not None)
+        if _on_redis(directory):
+            from queue_worker import redis_checkpoint
+
+            redis_checkpoint.write(str(directory), data)  # (durable: see its docstring)
+        else:
+            _sweep_tmp(Path(directory))
+            _write_atomically(Path(directory), data, durable=removing is not None)
     except OSError as e:
-        raise CheckpointError(f"cannot write {directory / CHECKPOINT_NAME}: {e}") from e
+        raise CheckpointError(f"cannot write {checkpoint_name(directory)}: {e}") from e
     finally:
         del data
         _give_back_memory()
@@ -282,34 +340,34 @@ def _ends(index: TaskIndexSnapshot) -> tuple[int | None, int | None]:
     return index.first, index.last
 
 
-def _removed_before(directory: Path) -> dict[str, list[Removed]]:
+def _removed_before(directory: Location) -> dict[str, list[Removed]]:
     """The removed segments the current checkpoint lists, per topic (a save carries them
     forward). Nothing for no checkpoint; a checkpoint that cannot be read when segments
     were removed makes `_log_plain` refuse the save (the log does not start at its origin)."""
     try:
-        body = _open_envelope((directory / CHECKPOINT_NAME).read_bytes())
+        body = _open_envelope(_read_checkpoint(directory))
         return {topic: _removed_of(_map(_map(body, topic), "log")) for topic in ("tasks", "claims")}
     except (OSError, CheckpointRefused):
         return {}
 
 
-def removed_segments(directory: Path) -> dict[str, list[Removed]]:
+def removed_segments(directory: Location) -> dict[str, list[Removed]]:
     """The segments the checkpoint lists as removed, per topic ("tasks", "claims")."""
     return _removed_before(directory)
 
 
-def read_base(directory: Path) -> dict[str, Any] | None:
+def read_base(directory: Location) -> dict[str, Any] | None:
     """The fold of the removed claims records the checkpoint keeps (see `save_checkpoint`),
     None when it keeps none (nothing was compacted) or cannot be read."""
     try:
-        body = _open_envelope((directory / CHECKPOINT_NAME).read_bytes())
+        body = _open_envelope(_read_checkpoint(directory))
     except (OSError, CheckpointRefused):
         return None
     base = body.get("base")
     return base if isinstance(base, dict) else None
 
 
-def listed_start(directory: Path, topic: str, origin: int) -> int:
+def listed_start(directory: Location, topic: str, origin: int) -> int:
     """Where `topic`'s log starts by the checkpoint's list of removed segments (`origin`
     when it lists none): compaction removes what the durable checkpoint lists."""
     removed = _removed_before(directory).get(topic, [])
@@ -484,7 +542,7 @@ def _alive(pid: int) -> bool:
 
 
 def load_checkpoint(
-    directory: Path, tasks_log: Log, claims_log: Log
+    directory: Location, tasks_log: Log, claims_log: Log
 ) -> tuple[TaskIndex, ClaimsFollower] | None:
     """The folds saved in `directory`'s checkpoint, to catch up from where they stopped; or
     None when there is no usable checkpoint for these logs (then replay from the start).
@@ -496,12 +554,12 @@ def load_checkpoint(
 
 
 def restore_checkpoint(
-    directory: Path, tasks_log: Log, claims_log: Log
+    directory: Location, tasks_log: Log, claims_log: Log
 ) -> tuple[TaskIndex, ClaimsFollower]:
     """`load_checkpoint`, saying why not: raises CheckpointRefused with the reason."""
-    path = directory / CHECKPOINT_NAME
+    path = checkpoint_name(directory)
     try:
-        data = path.read_bytes()
+        data = _read_checkpoint(directory)
     except FileNotFoundError:
         raise CheckpointRefused(f"{path}: no checkpoint") from None
     except OSError as e:

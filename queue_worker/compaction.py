@@ -31,12 +31,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Final, NamedTuple
 
-from logstore import LogError
+from logstore import Log, LogError, is_redis_url
 from logstore.file_log import FileLog
 from logstore.segments import segment_files
 from queue_worker.checkpoint import (
     CheckpointError,
     CheckpointRefused,
+    Location,
     Removed,
     checkpoint_lock,
     listed_start,
@@ -81,10 +82,22 @@ class Compacted(NamedTuple):
     starts: dict[str, int]
 
 
-def _stop_at(step: str) -> None:
+def stop_at(step: str) -> None:
     """The tests' kill points (module docstring)."""
     if os.environ.get(STOP_ENV) == step:
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+def compact_queue(
+    location: Location, retention: Retention, *, now: float | None = None
+) -> Compacted:
+    """Compact the queue at `location`: a data directory (`compact`), or a Redis URL given
+    as a str (`queue_worker.redis_compaction`: its streams trimmed)."""
+    if isinstance(location, str) and is_redis_url(location):
+        from queue_worker.redis_compaction import compact_redis  # (imports this module)
+
+        return compact_redis(location, retention, now=now)
+    return compact(Path(location), retention, now=now)
 
 
 def compact(directory: Path, retention: Retention, *, now: float | None = None) -> Compacted:
@@ -93,7 +106,7 @@ def compact(directory: Path, retention: Retention, *, now: float | None = None) 
     LogError when a log cannot be read."""
     now = time.time() if now is None else now
     with checkpoint_lock(directory):
-        _stop_at("locked")
+        stop_at("locked")
         tasks_log, claims_log = open_topics(directory)
         try:
             assert isinstance(tasks_log, FileLog) and isinstance(claims_log, FileLog)
@@ -113,7 +126,7 @@ def compact(directory: Path, retention: Retention, *, now: float | None = None) 
             plan: dict[str, list[Removed]] = {CLAIMS_TOPIC: [], TASKS_TOPIC: []}
             if _retention_allows_any(tasks_log, claims_log, listed, now, retention):
                 plan = _plan(directory, tasks_log, claims_log, listed, now, retention)
-            _stop_at("checkpointed")
+            stop_at("checkpointed")
             freed = 0
             for topic, log in ((CLAIMS_TOPIC, claims_log), (TASKS_TOPIC, tasks_log)):
                 # every segment the durable checkpoint lists as removed: this compaction's,
@@ -125,7 +138,7 @@ def compact(directory: Path, retention: Retention, *, now: float | None = None) 
                         break
                     log.drop_segments(end)
                     freed += sizes.get(base, 0)
-                    _stop_at("dropped")
+                    stop_at("dropped")
             starts = {CLAIMS_TOPIC: claims_log.start, TASKS_TOPIC: tasks_log.start}
             return Compacted(plan, freed, starts)
         finally:
@@ -160,8 +173,8 @@ def _plan(
 ) -> dict[str, list[Removed]]:
     """Fold both logs, choose the settled segments retention lets go, and make the durable
     checkpoint that lists them (steps 2 and 3 of the module docstring)."""
-    tasks, claims = _fold(directory, tasks_log, claims_log)
-    _stop_at("folded")
+    tasks, claims = fold_logs(directory, tasks_log, claims_log)
+    stop_at("folded")
     watermark = claims.state.watermark
     plan = {
         CLAIMS_TOPIC: _claims_plan(
@@ -171,14 +184,14 @@ def _plan(
     plan[TASKS_TOPIC], tasks_before = _tasks_plan(
         tasks_log,
         listed[TASKS_TOPIC],
-        _first_task_id(directory),
+        first_task_id(directory),
         tasks,
         watermark,
         now,
         retention,
     )
     if any(plan.values()):
-        prefix = _next_base(directory, claims_log, tasks_before, listed, plan)
+        prefix = next_base(directory, claims_log, tasks_before, listed, plan)
         try:
             save_checkpoint(
                 directory,
@@ -195,9 +208,9 @@ def _plan(
     return plan
 
 
-def _next_base(
-    directory: Path,
-    claims_log: FileLog,
+def next_base(
+    directory: Location,
+    claims_log: Log,
     tasks_before: int,
     listed: dict[str, int],
     plan: dict[str, list[Removed]],
@@ -219,7 +232,7 @@ def _next_base(
     return fold_prefix(before, _claims_between(claims_log, begin, end), end, tasks_before)
 
 
-def _claims_between(log: FileLog, begin: int, end: int) -> Iterator[tuple[int, ClaimsRecord]]:
+def _claims_between(log: Log, begin: int, end: int) -> Iterator[tuple[int, ClaimsRecord]]:
     """The claims records from `begin` to `end`, decoded as every reader decodes them."""
     if begin >= end:
         return
@@ -232,8 +245,8 @@ def _claims_between(log: FileLog, begin: int, end: int) -> Iterator[tuple[int, C
             yield entry.position, Unknown(MALFORMED)
 
 
-def _fold(
-    directory: Path, tasks_log: FileLog, claims_log: FileLog
+def fold_logs(
+    directory: Location, tasks_log: Log, claims_log: Log
 ) -> tuple[TaskIndex, ClaimsFollower]:
     """The folds of both logs, caught up to their end."""
     try:
@@ -309,7 +322,7 @@ def _highest_claimed(log: FileLog, base: int, end: int) -> int:
     return highest
 
 
-def _first_task_id(directory: Path) -> int:
+def first_task_id(directory: Location) -> int:
     """The id of the first retained tasks record: the tasks the last compaction removed."""
     plain = read_base(directory)
     try:
@@ -364,4 +377,16 @@ def _records_between(log: FileLog, base: int, end: int) -> int:
     return count
 
 
-__all__ = ["STEPS", "STOP_ENV", "Compacted", "CompactionError", "LogError", "compact"]
+__all__ = [
+    "STEPS",
+    "STOP_ENV",
+    "Compacted",
+    "CompactionError",
+    "LogError",
+    "compact",
+    "compact_queue",
+    "first_task_id",
+    "fold_logs",
+    "next_base",
+    "stop_at",
+]

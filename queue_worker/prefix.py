@@ -15,7 +15,14 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from queue_worker.checkpoint import CheckpointRefused, state_from, state_plain
+from queue_worker.checkpoint import (
+    CheckpointRefused,
+    Location,
+    listed_start,
+    read_base,
+    state_from,
+    state_plain,
+)
 from queue_worker.state import ClaimSnapshot
 
 #: the counters of the report's replay a prefix carries (names of `_Replay` attributes)
@@ -86,3 +93,18 @@ class Prefix:
         shown["tasks_done"] = self.state.done_count
         shown["tasks_dead"] = self.state.dead_count
         return shown
+
+
+def first_retained_task(location: Location, origin: int) -> tuple[int, int]:
+    """For a tasks log compaction removed records of: the id of the task whose record is
+    the first retained, by the checkpoint, and its position (where the checkpoint's list of
+    removed segments ends: a killed compaction may have left them on disk, still counted
+    as removed). A task's id is its index in the topic: a producer counts on from it.
+    CheckpointRefused when the checkpoint keeps no usable prefix (history lost)."""
+    plain = read_base(location)
+    if plain is None:
+        raise CheckpointRefused(
+            f"{location}: the tasks log was compacted and no checkpoint says how many tasks "
+            "it held (lost history): task ids cannot be given"
+        )
+    return Prefix.from_plain(plain).tasks, listed_start(location, "tasks", origin)

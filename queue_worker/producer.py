@@ -19,7 +19,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from logstore import Durability, Log, LogError
+from logstore import Durability, Log, LogError, PositionCompactedError, is_redis_url
 from queue_worker.clock import Clock, now_us
 from queue_worker.records import RecordEncodeError, TaskRecord, encode
 from queue_worker.topics import READ_BATCH, TASKS_TOPIC, open_topic
@@ -44,10 +44,24 @@ class Queue:
             tasks_log if tasks_log is not None else open_topic(location, TASKS_TOPIC, durability)
         )
         self._clock = clock
+        self._location = location if is_redis_url(str(location)) else Path(location)
         # How far this producer has counted: the record at `_counted_position` is task
-        # `_counted`. Starts at the beginning of the log.
-        self._counted = 0
-        self._counted_position = self.log.start
+        # `_counted`. Starts at the beginning of the log (of what compaction left of it).
+        self._counted, self._counted_position = self._count_from()
+
+    def _count_from(self) -> tuple[int, int]:
+        """Task 0 at the log's start; or, once compaction removed settled tasks, the first
+        retained task's id and position by the fold checkpoint (ids go on from there)."""
+        start = self.log.start
+        if start == self.log.origin:
+            return 0, start
+        from queue_worker.checkpoint import CheckpointRefused
+        from queue_worker.prefix import first_retained_task
+
+        try:
+            return first_retained_task(self._location, self.log.origin)
+        except CheckpointRefused as e:
+            raise LogError(str(e)) from e
 
     def enqueue(self, payload: Any) -> int:
         """Append one task; return its id."""
@@ -71,7 +85,13 @@ class Queue:
         """The index of the record at `position` (one this producer appended)."""
         index, at = self._counted, self._counted_position
         while True:
-            entries = self.log.read(at, READ_BATCH)
+            try:
+                entries = self.log.read(at, READ_BATCH)
+            except PositionCompactedError as e:  # settled tasks removed since: count on
+                index, at = self._counted, self._counted_position = self._count_from()
+                if at < e.start:  # (the checkpoint does not cover what went: never loop)
+                    raise LogError(f"{e}, but the checkpoint covers only up to {at}") from e
+                continue
             if not entries:
                 raise LogError(f"{self.log.name}: appended record at {position} is not readable")
             for entry in entries:

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import reprlib
 from collections.abc import Iterable
-from typing import Any, Final, NamedTuple
+from typing import Any, Final, NamedTuple, TypeVar
 
 import msgpack
 
@@ -136,7 +136,7 @@ def _pack(items: list[Any], *, free_form: bool) -> bytes:
     try:
         data: bytes = msgpack.packb(items, use_bin_type=True)
     except (TypeError, ValueError, OverflowError, BufferError) as e:
-        raise RecordEncodeError(f"cannot encode as msgpack: {e}") from e
+        raise _caused(RecordEncodeError(f"cannot encode as msgpack: {e}"), e) from e
     # msgpack packs some values that no reader can decode (a map keyed by a tuple comes
     # back keyed by an unhashable list): written to a log, such a record would stop every
     # reader. A record with a free-form value (a payload, a result) is decoded once here to
@@ -148,8 +148,18 @@ def _pack(items: list[Any], *, free_form: bool) -> bytes:
         except TaskIdRangeError:
             pass  # written as given, as in a record without a free-form value (see above)
         except RecordDecodeError as e:
-            raise RecordEncodeError(f"encodes to bytes that do not decode: {e}") from e
+            raise _caused(RecordEncodeError(f"encodes to bytes that do not decode: {e}"), e) from e
     return data
+
+
+_E = TypeVar("_E", bound=BaseException)
+
+
+def _caused(error: _E, cause: BaseException) -> _E:
+    """`error` with `cause` as its __cause__ already: compiled by mypyc (queue_worker.compiled),
+    `raise … from cause` loses the `from`, so the modules it compiles spell it out too."""
+    error.__cause__ = cause
+    return error
 
 
 #: values that msgpack always packs into something that decodes (no check needed)
@@ -166,22 +176,25 @@ def _fields(*checks: tuple[Any, str, type]) -> None:
 def encode(record: Record) -> bytes:
     """The wire bytes of a record (raises RecordEncodeError for an unencodable payload, or
     for fields that would not decode back)."""
+    # The fields are read as Any: compiled (queue_worker.compiled), a field read as `int`
+    # would be converted on the way (True to 1, a float refused with TypeError), and the
+    # checks below must see the values the caller gave, as the Python does.
     if isinstance(record, Claim):
-        c = record
+        c: Any = record
         _fields((c.task, "task", int), (c.worker, "worker", str), (c.at, "at", int))
         _fields((c.lease, "lease", int))
         return _pack([SCHEMA, CLAIM, c.task, c.worker, c.at, c.lease], free_form=False)
     if isinstance(record, Renew):
-        r = record
+        r: Any = record
         _fields((r.task, "task", int), (r.worker, "worker", str), (r.at, "at", int))
         _fields((r.claim, "claim", int), (r.lease, "lease", int))
         return _pack([SCHEMA, RENEW, r.task, r.worker, r.at, r.claim, r.lease], free_form=False)
     if isinstance(record, Done):
-        d = record
+        d: Any = record
         items = [SCHEMA, DONE, d.task, d.worker, d.at, d.claim, d.result]
         return _pack(items, free_form=type(d.result) not in _SCALARS)
     if isinstance(record, Fail):
-        f = record
+        f: Any = record
         _fields((f.task, "task", int), (f.worker, "worker", str), (f.at, "at", int))
         _fields((f.claim, "claim", int), (f.error, "error", str))
         if f.retry_at is not None:
@@ -189,8 +202,9 @@ def encode(record: Record) -> bytes:
         items = [SCHEMA, FAIL, f.task, f.worker, f.at, f.claim, f.error, f.retry_at]
         return _pack(items, free_form=False)
     if isinstance(record, TaskRecord):
-        payload = record.payload
-        items = [SCHEMA, TASK, payload, record.enqueued_at]
+        t: Any = record
+        payload = t.payload
+        items = [SCHEMA, TASK, payload, t.enqueued_at]
         return _pack(items, free_form=type(payload) not in _SCALARS)
     raise TypeError(f"cannot encode {_quote(record)}: not a qw record")
 
@@ -230,7 +244,7 @@ def _unpack(data: bytes) -> Any:
     try:
         return msgpack.unpackb(data, raw=False, strict_map_key=False, use_list=True)
     except Exception as e:
-        raise RecordDecodeError(f"not msgpack: {type(e).__name__}: {e}") from e
+        raise _caused(RecordDecodeError(f"not msgpack: {type(e).__name__}: {e}"), e) from e
 
 
 _UNPACKB: Final = msgpack.unpackb

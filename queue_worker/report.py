@@ -31,6 +31,7 @@ from logstore.base import LogError
 from queue_worker.checker import QueueChecker, QueueChecks
 from queue_worker.checkpoint import (
     CheckpointRefused,
+    Location,
     listed_start,
     read_base,
     removed_segments,
@@ -657,7 +658,8 @@ def has_logs(location: str | Path) -> bool:
     if is_redis_url(text):
         for topic in (TASKS_TOPIC, CLAIMS_TOPIC):
             with open_log(text, topic) as log:
-                if log.end() != log.start:
+                start = log.start  # (a stream trimmed to nothing was a queue all the same)
+                if log.end() != start or start != log.origin:
                     return True
         return False
     directory = Path(text)
@@ -807,11 +809,13 @@ def compacted_prefix(location: str | Path) -> tuple[Prefix, int, int, int] | Non
     segments were removed; None for logs that still hold every record. ReportInputError
     when the removed history is not accounted for (no usable checkpoint, a broken digest
     chain): the report cannot prove what it cannot see."""
+    directory: Location
     if is_redis_url(str(location)):
-        return None
-    directory = Path(location)
-    if not all((directory / f"{t}.log").is_file() for t in (TASKS_TOPIC, CLAIMS_TOPIC)):
-        return None  # (a log not there yet was never compacted)
+        directory = str(location)  # the checkpoint is a key beside the streams
+    else:
+        directory = Path(location)
+        if not all((directory / f"{t}.log").is_file() for t in (TASKS_TOPIC, CLAIMS_TOPIC)):
+            return None  # (a log not there yet was never compacted)
     tasks_log, claims_log = open_topics(location, read_only=True)
     with tasks_log, claims_log:
         if tasks_log.start == tasks_log.origin and claims_log.start == claims_log.origin:

@@ -30,11 +30,13 @@ that knows it.
 
 from __future__ import annotations
 
+import gc
 import operator
 import time
 from array import array
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, NamedTuple, cast
@@ -200,6 +202,26 @@ def read_through(log: Log, start: int, position: int, timeout: float) -> Iterato
             log.wait(next_position, remaining)
 
 
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """The cyclic garbage collector held off while records are read and folded.
+
+    Every record makes several short-lived containers (its entry, msgpack's list, the
+    record, a lease), and the collector runs every few hundred of them to look for cycles
+    that a fold never makes: ~1 µs of a catch-up's ~6 µs a record, measured
+    (bench.fold_bench). Reference counting still frees everything at once; the collector
+    runs again as soon as the fold returns (it is process-wide: nested uses leave it to the
+    outermost)."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
 @dataclass(frozen=True, slots=True)
 class Settled:
     """A record this worker appended, with the verdict the fold gave it."""
@@ -241,9 +263,10 @@ class ClaimsFollower:
     def catch_up(self, log: Log) -> int:
         """Fold every record now in the log; return how many were folded."""
         count = 0
-        while entries := log.read(self.next_position, READ_BATCH):
-            self.fold_entries(entries)
-            count += len(entries)
+        with gc_paused():  # the read's entries too (see gc_paused)
+            while entries := log.read(self.next_position, READ_BATCH):
+                self.fold_entries(entries)
+                count += len(entries)
         return count
 
     def fold_entries(self, entries: Sequence[Entry]) -> None:
@@ -255,6 +278,10 @@ class ClaimsFollower:
         """
         if not entries:
             return
+        with gc_paused():
+            self._fold_entries(entries)
+
+    def _fold_entries(self, entries: Sequence[Entry]) -> None:
         records = decode_claims_all(map(_DATA, entries))
         if None in records:
             records = self._malformed(records, entries)

@@ -31,6 +31,11 @@ A log out of reach (a Redis server restarting, a network partition): a failed re
 only pauses the loop, and the worker resumes from the positions it has folded; an append
 whose reply was lost is resolved from the log (`queue_worker.recovery`).
 
+With server verdicts (Redis, ``?verdicts=server``) steps 1–3 happen on the server: one
+call appends the last task's DONE/FAIL and claims the next task, and the worker folds no
+claims record (`queue_worker.server_claim`); its other appends go through the server's
+rules too.
+
 What the worker does is counted by `queue_worker.recorder` (one named event per call), which
 publishes the stats snapshot and hears the lease keeper.
 """
@@ -48,9 +53,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from logstore import (
+    Entry,
     Log,
     LogError,
     PositionCompactedError,
@@ -58,9 +64,10 @@ from logstore import (
     is_redis_url,
 )
 from queue_worker.checkpoint import (
-    CHECKPOINT_NAME,
     CheckpointError,
     CheckpointRefused,
+    Location,
+    checkpoint_exists,
     restore_checkpoint,
     save_checkpoint,
 )
@@ -86,19 +93,26 @@ from queue_worker.records import (
     Fail,
     RecordDecodeError,
     RecordEncodeError,
+    TaskRecord,
+    decode_task,
     encode,
 )
 from queue_worker.recovery import OutageRecovery
-from queue_worker.state import Verdict
+from queue_worker.state import Outcome, Verdict
 from queue_worker.stats import WorkerStats
 from queue_worker.topics import (
     ClaimsFollower,
     Settled,
     TaskIndex,
     check_tasks_cover,
+    on_server_clock,
     open_topics,
 )
 from queue_worker.watchdog import TimeLimits
+
+if TYPE_CHECKING:  # redis is an optional extra: imported by `_server_claims` when used
+    from queue_worker.server_claim import NextTask, ServerClaims
+    from queue_worker.server_verdicts import TaskView
 
 #: claim ahead: a fold settled this recently (seconds) is fresh enough to pick from
 FRESH_FOLD_S: Final = 0.002
@@ -186,8 +200,10 @@ class Worker:
         )
         self._clock = clock
         self._rng = rng if rng is not None else random.Random()
-        # A fold checkpoint belongs to a data directory whose logs we open ourselves.
-        checkpoints = tasks_log is None and claims_log is None and not is_redis_url(config.location)
+        # A fold checkpoint belongs to the queue whose logs we open ourselves. On Redis only
+        # compaction writes one (queue_worker.redis_compaction): a worker reads it.
+        checkpoints = tasks_log is None and claims_log is None
+        on_redis = is_redis_url(config.location)
         if tasks_log is None or claims_log is None:
             opened_tasks, opened_claims = open_topics(config.location, config.durability)
             self._owned_logs = [opened_tasks, opened_claims]
@@ -197,6 +213,14 @@ class Worker:
             self._owned_logs = []
         self.tasks_log: Log = tasks_log
         self.claims_log: Log = claims_log
+        #: ?verdicts=server (Redis): the server folds every claims record we write, and
+        #: hands us the next task (queue_worker.server_claim); None: our own fold decides
+        self._server: ServerClaims | None = None
+        self._server_won: tuple[int, TaskView | None, bytes | None] | None = None
+        self._server_tasks_read = tasks_log.start  # where the server has read the tasks to
+        if getattr(claims_log, "verdicts", None) == "server":
+            self._server = _server_claims(tasks_log, claims_log)
+            self.claims_log = self._server.verdict_log
         self.tasks = TaskIndex(tasks_log.start)
         #: which task to try next, and what that choice keeps between picks (see pick.py)
         self._picker = Picker(
@@ -208,7 +232,10 @@ class Worker:
             rng=self._rng,
         )
         self.claims = ClaimsFollower(claims_log.start)
-        self._checkpoint_dir = Path(config.location) if checkpoints else None
+        self._checkpoint_dir: Location | None = None
+        if checkpoints:
+            self._checkpoint_dir = config.location if on_redis else Path(config.location)
+        self._saves_checkpoints = checkpoints and not on_redis
         checkpoint_note = self._load_checkpoint()
         self._covered = False  # whether the claims fold was checked against the tasks log
         self.tasks.keep_payloads(config.slot, config.slots)  # the tasks spread gives us
@@ -259,7 +286,7 @@ class Worker:
         # A log whose first segments were compacted away cannot be replayed from its start:
         # the checkpoint is then the only record of what they held (lost, loudly, without it).
         compacted = any(log.start != log.origin for log in (self.tasks_log, self.claims_log))
-        if directory is None or not (directory / CHECKPOINT_NAME).exists():
+        if directory is None or not checkpoint_exists(directory):
             if compacted:
                 raise CheckpointRefused(
                     f"{self.claims_log.name}: the logs were compacted and there is no fold "
@@ -281,7 +308,7 @@ class Worker:
         """The worker in slot 0 saves the fold every CHECKPOINT_EVERY_BYTES of claims log,
         and when it exits cleanly, so that the next start replays only what came after."""
         directory = self._checkpoint_dir
-        if directory is None or self.config.slot != 0:
+        if directory is None or not self._saves_checkpoints or self.config.slot != 0:
             return
         now_at = (self.tasks.next_position, self.claims.next_position)
         moved = now_at[1] - self._checkpointed[1]
@@ -307,6 +334,8 @@ class Worker:
         ahead = self._ahead
         if ahead is not None:
             return self._settle_ahead(ahead)
+        if self._server is not None:
+            return self._server_step()
         self.catch_up()
         if now is None:
             # After the catch-up: a long replay must not leave the CLAIM's `at` (and so its
@@ -447,7 +476,7 @@ class Worker:
         self.record.state("working")
         self._task_started = time.monotonic()
         try:
-            attempt = self.claims.state.attempts(task)
+            attempt, _ = self._history(task)
             if attempt > self.config.max_attempts:
                 return self._give_up(task, settled, attempt, latency_us)
             keeper = LeaseKeeper(
@@ -541,12 +570,11 @@ class Worker:
         claim = settled.record
         assert isinstance(claim, Claim)
         previous = settled.outcome.previous if settled.outcome.verdict is Verdict.TAKEOVER else None
-        st = self.claims.state.task_state(task)
         error = attempts_used_up(
             attempt,
             self.config.max_attempts,
             worker_label(previous.worker) if previous is not None else None,
-            st.last_error if st is not None else None,
+            self._history(task)[1],
         )
         keeper = LeaseKeeper(  # never started: `_finish` only asks whether it lost the lease
             self.claims_log,
@@ -559,9 +587,31 @@ class Worker:
         outcome = HandlerOutcome(error=error, permanent=True)
         return self._finish(task, settled.entry.position, attempt, outcome, keeper, latency_us)
 
+    def _history(self, task: int) -> tuple[int, str | None]:
+        """The task's winning claims so far and its last FAIL's error, by the fold that
+        decides: ours, or the server's (its state when it gave us the task)."""
+        won = self._server_won
+        if won is not None and won[0] == task:
+            view = won[1]
+            return (0, None) if view is None else (view.attempts, view.error)
+        st = self.claims.state.task_state(task)
+        return (0, None) if st is None else (st.attempts, st.last_error)
+
+    def _load(self, task: int) -> TaskRecord:
+        """The task's record: as the server handed it over with the task, or from the log."""
+        won = self._server_won
+        if won is not None and won[0] == task and won[2] is not None:
+            record = decode_task(won[2])
+            if not isinstance(record, TaskRecord):
+                raise RecordDecodeError(f"task {task} is a record of unknown type {record.code!r}")
+            return record
+        if self._server is not None:
+            self.tasks.catch_up(self.tasks_log)  # not indexed as we go: the server picks
+        return self.tasks.load(self.tasks_log, task)
+
     def _run_task(self, task: int, ctx: TaskContext) -> HandlerOutcome:
         try:
-            record = self.tasks.load(self.tasks_log, task)
+            record = self._load(task)
         except RecordDecodeError as e:  # it will not decode next time either: fail for good
             return HandlerOutcome(error=f"RecordDecodeError: {e}", exception=e, permanent=True)
         return run_handler(self.handler, record.payload, ctx)
@@ -658,6 +708,8 @@ class Worker:
         """The CLAIM to append with the DONE/FAIL about to be written, or None."""
         if not self.claim_ahead or self._draining.is_set() or self._stop.is_set():
             return None
+        if self._server is not None:  # the server picks it: the task id here is unused
+            return Claim(0, self.worker_id, self._clock(), self.config.lease_us)
         try:
             # The fold is as fresh as our claim's settling: after a short task, pick on it
             # as it is (the batch's settling folds what others appended meanwhile; a read
@@ -689,6 +741,8 @@ class Worker:
         not be in the log: `OutageRecovery.resolve` finds out, and returns None for a record
         given up. A record that landed clears `stats.log_error`.
         """
+        if self._server is not None and not isinstance(record, Claim):
+            return self._server_finish(record, ahead)
         durable = not isinstance(record, Claim)
         data = encode(record)
         started = time.perf_counter_ns()
@@ -716,6 +770,77 @@ class Worker:
             if found is None:
                 return None
             settled = found
+        self.record.log_recovered()
+        return settled
+
+    # -- claiming on the server (?verdicts=server, see queue_worker.server_claim) ---------------
+
+    def _server_step(self) -> StepResult:
+        """The server picks and claims the next task: no fold of ours to catch up."""
+        assert self._server is not None
+        if self._draining.is_set():
+            return StepResult(StepKind.DRAINING)
+        self.record.state("claiming")
+        now = self._clock()
+        started = time.perf_counter_ns()
+        got = self._server.next(self.worker_id, self.config.lease_us, now)
+        latency_us = (time.perf_counter_ns() - started) // 1000
+        settled = self._server_claimed(got)
+        if settled is None:
+            self.record.state("idle")
+            return StepResult(StepKind.IDLE, drained=got.nothing_open, next_change=got.next_change)
+        assert got.claim is not None
+        claim = Claim(got.claim.task, self.worker_id, now, self.config.lease_us)
+        return self._claimed(claim, settled, latency_us)
+
+    def _server_claimed(self, got: NextTask) -> Settled | None:
+        """The CLAIM the server made for us, as our own fold would have settled it."""
+        if got.tasks_read is not None:
+            self._server_tasks_read = got.tasks_read
+        claimed, claim = got.claimed, got.claim
+        if claimed is None or claim is None:
+            return None
+        self._server_won = (claim.task, claimed.task, got.payload)
+        holder = claimed.task.holder if claimed.task is not None else None
+        outcome = Outcome(claimed.verdict, claimed.position, claim.task, claim.worker, holder)
+        entry = Entry(claimed.position, claimed.position + 1, b"", claim.at)
+        return Settled(outcome, claim, entry)
+
+    def _server_finish(self, record: Done | Fail, ahead: Claim | None) -> Settled | None:
+        """Our DONE or FAIL, and (with `ahead`) the next task's CLAIM, in one call."""
+        assert self._server is not None
+        data = encode(record)
+        started = time.perf_counter_ns()
+        try:
+            got = self._server.next(
+                self.worker_id,
+                self.config.lease_us,
+                ahead.at if ahead is not None else self._clock(),
+                finish=record,
+                finish_data=data,
+                claim=ahead is not None,
+            )
+        except (RecordTooLargeError, *FATAL_LOG_ERRORS):
+            raise
+        except LogError as e:
+            # Out of reach: our fold finds out whether it landed (a claim ahead that did
+            # land holds its task until its lease lapses; then it is taken over).
+            found, _ = self._recovery.resolve((self.tasks, self.claims), record, data, None, e)
+            if found is not None:
+                self.record.log_recovered()
+            return found
+        latency_us = (time.perf_counter_ns() - started) // 1000
+        assert got.finished is not None
+        done = got.finished
+        at = (done.position >> 20) * 1000  # the entry's millisecond: the server's time
+        holder = done.task.holder if done.task is not None else None
+        outcome = Outcome(done.verdict, done.position, record.task, record.worker, holder)
+        entry = Entry(done.position, done.position + 1, data, at)
+        settled = Settled(outcome, on_server_clock(record, at), entry)
+        ahead_settled = self._server_claimed(got)
+        if ahead is not None and ahead_settled is not None and got.claim is not None:
+            claim = ahead._replace(task=got.claim.task)
+            self._ahead = AheadClaim(claim, ahead_settled, latency_us)
         self.record.log_recovered()
         return settled
 
@@ -773,7 +898,9 @@ class Worker:
         if idle.next_change is not None:
             until_change = us_to_seconds(idle.next_change - self.fold_time(self._clock()))
             timeout = max(0.0, min(timeout, until_change))
-        self.tasks_log.wait(self.tasks.next_position, timeout)
+        # with the server picking, the tasks log is read by the server: wait after its read
+        wait_from = self.tasks.next_position if self._server is None else self._server_tasks_read
+        self.tasks_log.wait(wait_from, timeout)
 
     # -- stats ---------------------------------------------------------------------------------
 
@@ -791,3 +918,12 @@ class Worker:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+def _server_claims(tasks_log: Log, claims_log: Log) -> ServerClaims:
+    """The server's claiming script for these logs (imported here: redis is optional)."""
+    from logstore.redis_log import RedisLog
+    from queue_worker.server_claim import ServerClaims
+
+    assert isinstance(tasks_log, RedisLog) and isinstance(claims_log, RedisLog)
+    return ServerClaims(claims_log, tasks_log)

@@ -14,9 +14,10 @@ from typing import Annotated, Final
 import typer
 
 from logstore import LogError, is_redis_url
+from logstore.location import shown
 from logstore.segments import DEFAULT_SEGMENT_BYTES
 from queue_worker.settled import DEFAULT_RETENTION_BYTES, DEFAULT_RETENTION_S, Retention
-from supervisor.cli_options import DEFAULT_DIR, DirOption, bad, fail, real
+from supervisor.cli_options import DEFAULT_DIR, DirOption, LogOption, fail, location_of, real
 
 EXIT_UNSAFE: Final = 1  # compaction refused to run: nothing was removed
 
@@ -60,8 +61,8 @@ RetentionOption = Annotated[
         parser=real("seconds", 0, 10 * 365 * 86_400),
         metavar="SECONDS",
         show_default=False,
-        help="Settled history (segments whose tasks are all done or dead) older than this "
-        "may be removed (default 86400: a day).",
+        help="Settled history (segments, or Redis stream entries, whose tasks are all done "
+        "or dead) older than this may be removed (default 86400: a day).",
     ),
 ]
 RetentionBytesOption = Annotated[
@@ -72,7 +73,7 @@ RetentionBytesOption = Annotated[
         metavar="N",
         show_default=False,
         help="Settled history of a log over N bytes may be removed too, the oldest first "
-        "(default 1G).",
+        "(default 1G; on Redis, bytes by Redis's MEMORY USAGE estimate).",
     ),
 ]
 
@@ -84,51 +85,62 @@ def register(app: typer.Typer) -> None:
 
 def compact_command(
     directory: DirOption = DEFAULT_DIR,
+    log: LogOption = None,
     retention: RetentionOption = DEFAULT_RETENTION_S,
     retention_bytes: RetentionBytesOption = DEFAULT_RETENTION_BYTES,
 ) -> None:
-    """Remove settled history from the logs of a data directory now (qw up does it as it
-    runs): the oldest segments whose tasks are all done or dead and that are older than
-    --retention or beyond --retention-bytes. The fold checkpoint keeps what they held
-    (which tasks are done, the report's totals) and a digest of each segment removed."""
+    """Remove settled history from the logs of a data directory (or the streams of a
+    --log redis://… queue) now (qw up does it as it runs): the oldest segments (stream
+    entries) whose tasks are all done or dead and that are older than --retention or beyond
+    --retention-bytes. The fold checkpoint keeps what they held (which tasks are done, the
+    report's totals) and a digest of each segment removed."""
     from queue_worker.partitions import PartitionError, partition_location, read_manifest
     from queue_worker.report import has_logs
 
-    if is_redis_url(str(directory)):
-        bad("--dir", str(directory), "a data directory (qw compact works on file logs)")
+    location = location_of(directory, log)
+    on_redis = is_redis_url(location)
     try:
-        manifest = read_manifest(directory)
+        manifest = read_manifest(location)
     except (PartitionError, LogError) as e:
         fail(str(e), EXIT_UNSAFE)
     if manifest is None:
-        if not has_logs(directory):
-            fail(f"{directory}: no qw logs there (a data directory with tasks.log and claims.log)")
-        _compact_one(directory, Retention(retention, retention_bytes), "")
+        if not has_logs(location):
+            where = "streams qw:tasks and qw:claims" if on_redis else "tasks.log and claims.log"
+            fail(f"{shown(location)}: no qw logs there (expected {where})")
+        _compact_one(location, Retention(retention, retention_bytes), "")
         return
     # a partitioned queue: each partition is a queue of its own, compacted in turn
     for k in range(manifest.count):
-        where = Path(partition_location(directory, k, manifest.count))
+        where = partition_location(location, k, manifest.count)
         if has_logs(where):
             _compact_one(where, Retention(retention, retention_bytes), f"p{k} ")
 
 
-def _compact_one(directory: Path, retention: Retention, label: str) -> None:
-    """Compact the one queue at `directory` and say what went (`label` names a partition)."""
-    from queue_worker.compaction import CompactionError, compact  # not for `qw --help`
+def _compact_one(location: str, retention: Retention, label: str) -> None:
+    """Compact the one queue at `location` and say what went (`label` names a partition)."""
+    from queue_worker.compaction import CompactionError, compact_queue  # not for `qw --help`
 
+    on_redis = is_redis_url(location)
     try:
-        done = compact(directory, retention)
+        done = compact_queue(location if on_redis else Path(location), retention)
     except CompactionError as e:
-        fail(f"{directory}: {e}", EXIT_UNSAFE)
+        fail(f"{shown(location)}: {e}", EXIT_UNSAFE)
     except LogError as e:
         fail(str(e), EXIT_UNSAFE)
     for topic, removed in done.removed.items():
         count = len(removed)
-        typer.echo(
-            f"{label}{topic}: {count} segment{'s' * (count != 1)} removed, "
-            f"the log starts at position {done.starts[topic]}"
-        )
-    typer.echo(f"{label}freed {done.freed_bytes} bytes")
+        if on_redis:  # one trim per topic at most, of however many entries
+            what = "trimmed" if count else "not trimmed"
+            typer.echo(
+                f"{label}{topic}: {what}, the stream starts at position {done.starts[topic]}"
+            )
+        else:
+            typer.echo(
+                f"{label}{topic}: {count} segment{'s' * (count != 1)} removed, "
+                f"the log starts at position {done.starts[topic]}"
+            )
+    estimate = " (Redis's estimate: MEMORY USAGE)" if on_redis else ""
+    typer.echo(f"{label}freed {done.freed_bytes} bytes{estimate}")
 
 
 __all__ = [

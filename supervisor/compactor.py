@@ -1,5 +1,9 @@
 """The supervisor's compactor: `qw up` removes settled history as it runs.
 
+On Redis (`qw up --dir redis://…`) the same thread trims the queue's streams
+(`queue_worker.redis_compaction`); the estimate of what that freed is Redis's own (MEMORY
+USAGE).
+
 A thread of the supervisor (never a worker: compaction reads whole segments, which has no
 place on a worker's path) runs `queue_worker.compaction.compact` every `every_s` seconds
 and says what it removed, or why it could not, as a dashboard event. A compaction killed
@@ -26,7 +30,7 @@ class Compactor(threading.Thread):
 
     def __init__(
         self,
-        directory: Path,
+        directory: Path | str,
         retention: Retention,
         report: Callable[[str], None],
         every_s: float = COMPACT_EVERY_S,
@@ -45,10 +49,10 @@ class Compactor(threading.Thread):
             self.compact_once()
 
     def compact_once(self) -> None:
-        from queue_worker.compaction import CompactionError, compact
+        from queue_worker.compaction import CompactionError, compact_queue
 
         try:
-            done = compact(self.directory, self.retention)
+            done = compact_queue(self.directory, self.retention)
         except (CompactionError, LogError, OSError) as e:
             self._report(f"compaction skipped: {e}")
         else:

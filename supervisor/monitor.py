@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from logstore import Entry, IdentityError, Log
+from logstore import Entry, IdentityError, Log, PositionCompactedError, is_redis_url
 from logstore.base import Durability
 from logstore.location import log_file
 from queue_worker.names import worker_label
@@ -137,7 +137,8 @@ class Monitor:
         from queue_worker.checkpoint import CheckpointRefused, restore_checkpoint
 
         try:
-            index, follower = restore_checkpoint(Path(self.location), self._tasks, self._claims)
+            where = self.location if is_redis_url(self.location) else Path(self.location)
+            index, follower = restore_checkpoint(where, self._tasks, self._claims)
         except CheckpointRefused as e:
             self.close()
             raise IdentityError(
@@ -191,8 +192,14 @@ class Monitor:
         """Read one batch of each log; return the events it produced."""
         with self._lock:
             self._history_from = int(time.time()) - HISTORY_SECONDS
-            tasks_read = self._read_tasks()
-            events, claims_read = self._read_claims()
+            try:
+                tasks_read = self._read_tasks()
+                events, claims_read = self._read_claims()
+            except PositionCompactedError:
+                # Compaction removed records this monitor had not read yet (settled history,
+                # which the checkpoint keeps): go on from the checkpoint, as a worker does.
+                self._start_from_checkpoint()
+                return []
             self._forget_settled_foreign()
             self._caught_up = tasks_read < self._batch and claims_read < self._batch
             return events

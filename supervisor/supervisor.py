@@ -262,18 +262,18 @@ class Supervisor:
 
     def _start_segments(self) -> None:
         """A file log's segment size (kept by the logs for every writer) and the compactor
-        (settled history removed as the run goes: see supervisor/compactor.py)."""
+        (settled history removed as the run goes, file segments or Redis stream entries:
+        see supervisor/compactor.py)."""
         opts = self.options
-        if is_redis_url(opts.location):
-            return
-        if opts.segment_bytes is not None:
+        on_redis = is_redis_url(opts.location)
+        if opts.segment_bytes is not None and not on_redis:
             for topic in (TASKS_TOPIC, CLAIMS_TOPIC):
                 open_log(
                     opts.location, topic, family=TOPICS, segment_bytes=opts.segment_bytes
                 ).close()
         if opts.retention is not None:
             self._compactor = Compactor(
-                Path(opts.location),
+                opts.location if on_redis else Path(opts.location),  # (Redis: its streams)
                 opts.retention,
                 lambda text: self._event("info", text),
                 opts.compact_every_s,

@@ -494,3 +494,14 @@ def test_readers_and_a_writer_during_compactions_see_only_the_typed_error(
         end = claims_log.end()
     assert all(position == end for *_, position in results)  # each read to the end
     assert fold(tmp_path)[0].done_count == 3050
+
+
+def test_ids_of_tasks_enqueued_after_compaction_go_on(queue: Path) -> None:
+    """A task's id is its index in the topic, removed segments included: a producer counts
+    on from the checkpoint's count of the tasks compaction removed."""
+    from queue_worker.producer import Queue
+
+    compact(queue, EVERYTHING)
+    with Queue(queue, fsync="none") as producer:
+        assert producer.enqueue_many(["a", "b"]) == [320, 321]
+    assert load_report(queue).tasks_published == 322

@@ -22,6 +22,8 @@ from pathlib import Path
 import pytest
 
 from logstore import LogError
+from logstore.redis_log import RedisLog
+from queue_worker.server_verdicts import ServerVerdicts
 from queue_worker.stats import read_all
 from supervisor.demos.fleet import ClaimsTail
 from tests.helpers import wait_until
@@ -42,13 +44,16 @@ WIDE = Plan(workers=8, tasks=3000, work_ms=60, lease_s=3.0, tasks_between_kills=
 KILLS_PER_SERVER_RESTART = 3 if not LONG else 5
 
 
+@pytest.mark.parametrize("verdicts", ["client", "server"])
 def test_kill_9_workers_and_the_server_and_every_task_is_done_exactly_once(
-    tmp_path: Path,
+    tmp_path: Path, verdicts: str
 ) -> None:
+    """`verdicts`: the workers' own folds decide, or the server's copy of the rules does
+    (?verdicts=server, queue_worker.server_claim; the report checks it against the fold)."""
     plan = WIDE if LONG else SHORT
     server = OwnRedis(tmp_path / "redis")
     server.start()
-    url = server.url
+    url = f"{server.url}?verdicts={verdicts}"
     data_dir = tmp_path / "qw"
     # fmt: off
     supervisor = subprocess.Popen(
@@ -105,5 +110,11 @@ def test_kill_9_workers_and_the_server_and_every_task_is_done_exactly_once(
             (int(s["consumed_up_to"]), int(s["done_tasks"])) for s in read_all(data_dir / "run")
         }
         check_the_run(url, plan, views, ["--log", url], ENV)
+        if verdicts == "server":  # the server folded every record (and the report checked)
+            with RedisLog.open(url, "claims") as claims:
+                assert isinstance(claims, RedisLog)
+                state = ServerVerdicts(claims).state()
+            assert state is not None and state.through == state.tail
+            assert len(state.tasks) == plan.tasks
     finally:
         server.kill9()

@@ -334,3 +334,28 @@ def test_members_on_the_cluster_rebalance_after_a_kill_9(
     ]
     assert takeovers, "the killed member held a task: it must have been taken over"
     assert all(t.gap_after_expiry >= 0 for t in takeovers)
+
+
+def test_retention_trims_each_partition_on_the_cluster(queue_url: str, tmp_path: Path) -> None:
+    """`qw compact --log` on a partitioned queue of the cluster: each partition's checkpoint
+    key, start key and streams share its hash tag (one slot), so the trim script and the
+    checkpoint work there as on one server, and the report still adds up."""
+    from tests.test_redis_compaction import fold, make_queue, starts
+
+    resolve_partitions(queue_url, 2, create=True)
+    where = [partition_location(queue_url, k, 2) for k in range(2)]
+    for location in where:
+        make_queue(location, done=40, pending=5)
+    before = [fold(location) for location in where]
+    result = qw(
+        "compact", "--log", queue_url, "--retention", "0", "--retention-bytes", "0", cwd=tmp_path
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert [line for line in result.stdout.splitlines() if "claims: trimmed" in line] == [
+        line for line in result.stdout.splitlines() if "claims:" in line
+    ]
+    for location, folded in zip(where, before, strict=True):
+        assert fold(location) == folded
+        assert all(start > 0 for start in starts(location))
+    body = _report(tmp_path, queue_url)
+    assert body["ok"] is True

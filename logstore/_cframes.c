@@ -1,0 +1,94 @@
+/* The frame-decoding loop of logstore.framing, in C (see logstore/native.py).
+
+   decode_loop(buf, max_record, verified, limit) -> (starts, datas, pos, batch_start, ready)
+
+   Exactly `framing._decode_loop`, which stays the definition (the tests compare the two on
+   arbitrary, torn and corrupt buffers): walk the frames of `buf` (bytes) from offset 0 while
+   each is whole and valid, keeping each frame's offset and a copy of its payload. A frame
+   ends its batch when it is not CONTINUED, or when it ends at or before `verified`; stop
+   once `limit` frames of ended batches are kept. No protocol rule lives here: frames only.
+*/
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+#include <zlib.h>
+
+#define HEADER 12
+#define LENGTH_MASK 0x7FFFFFFFu
+
+static uint32_t
+le32(const unsigned char *p)
+{
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+}
+
+static PyObject *
+decode_loop(PyObject *self, PyObject *args)
+{
+    PyObject *buf;
+    long long max_record, verified, limit;
+    if (!PyArg_ParseTuple(args, "SLLL:decode_loop", &buf, &max_record, &verified, &limit))
+        return NULL;
+    const unsigned char *base = (const unsigned char *)PyBytes_AS_STRING(buf);
+    long long size = (long long)PyBytes_GET_SIZE(buf);
+    long long last = size - HEADER;
+    long long pos = 0, batch_start = 0, ready = 0, kept = 0;
+    PyObject *starts = PyList_New(0), *datas = PyList_New(0);
+    if (starts == NULL || datas == NULL)
+        goto error;
+    while (pos <= last) {
+        const unsigned char *h = base + pos;
+        uint32_t word = le32(h), check = le32(h + 4), crc = le32(h + 8);
+        long long length = (long long)(word & LENGTH_MASK);
+        long long start = pos + HEADER, end = start + length;
+        if ((word ^ check) != 0xFFFFFFFFu || length > max_record || end > size)
+            break;
+        /* zlib.crc32(data, word): the seed is the word's 32 bits */
+        uLong sum = crc32((uLong)word, base + start, (uInt)length);
+        if ((uint32_t)sum != crc)
+            break;
+        PyObject *offset = PyLong_FromLongLong(pos);
+        if (offset == NULL)
+            goto error;
+        int failed = PyList_Append(starts, offset);
+        Py_DECREF(offset);
+        if (failed)
+            goto error;
+        PyObject *data = PyBytes_FromStringAndSize((const char *)base + start, (Py_ssize_t)length);
+        if (data == NULL)
+            goto error;
+        failed = PyList_Append(datas, data);
+        Py_DECREF(data);
+        if (failed)
+            goto error;
+        kept++;
+        pos = end;
+        if (!(word & 0x80000000u) || end <= verified) {
+            batch_start = end;
+            ready = kept;
+            if (ready >= limit)
+                break;
+        }
+    }
+    return Py_BuildValue("(NNLLL)", starts, datas, pos, batch_start, ready);
+error:
+    Py_XDECREF(starts);
+    Py_XDECREF(datas);
+    return NULL;
+}
+
+static PyMethodDef methods[] = {
+    {"decode_loop", decode_loop, METH_VARARGS, "framing._decode_loop, in C."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "logstore._cframes", "The frame-decoding loop in C.", -1, methods,
+};
+
+PyMODINIT_FUNC
+PyInit__cframes(void)
+{
+    return PyModule_Create(&module);
+}

@@ -1,0 +1,73 @@
+"""The frame-decoding loop in C (`logstore/_cframes.c`), used only for its exact sources.
+
+`framing._decode_loop` is the loop's one definition; the C file does the same walk over the
+frame headers and checksums, with no rule of the protocol in it. It is built by
+`python -m queue_worker.build_compiled` (which `make` runs) into
+`logstore/_compiled/<key>/`, where `key` hashes the C file and framing.py: an edit to either
+means no build of that key exists, and the Python loop runs (as with `QW_PURE=1`, or on a
+machine where the build could not run). Never next to the sources, where an editable
+install would load a stale build.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from importlib.machinery import EXTENSION_SUFFIXES, ExtensionFileLoader
+from importlib.util import module_from_spec, spec_from_loader
+from typing import Final
+
+#: (starts, datas, pos, batch_start, ready), as framing._decode_loop returns them
+LoopResult = tuple[list[int], list[bytes], int, int, int]
+Loop = Callable[[bytes, int, int, int], LoopResult]
+
+MODULE: Final = "logstore._cframes"
+PURE_ENV: Final = "QW_PURE"
+PACKAGE_DIR: Final = os.path.dirname(os.path.abspath(__file__))
+SOURCES: Final = ("_cframes.c", "framing.py")
+BUILD_ROOT: Final = os.path.join(PACKAGE_DIR, "_compiled")
+EXT_SUFFIX: Final = EXTENSION_SUFFIXES[0]
+
+#: why the C loop is not in use ("" when it is)
+reason = "not loaded yet"
+
+
+def source_key(directory: str = PACKAGE_DIR) -> str:
+    from _blake2 import blake2b  # built in, cheap to import (hashlib loads OpenSSL)
+
+    digest = blake2b(digest_size=8)
+    for name in SOURCES:
+        with open(os.path.join(directory, name), "rb") as f:
+            digest.update(name.encode() + b"\0" + f.read() + b"\0")
+    return digest.hexdigest()
+
+
+def extension_path(key: str) -> str:
+    return os.path.join(BUILD_ROOT, key, "_cframes" + EXT_SUFFIX)
+
+
+def load() -> Loop | None:
+    """The C loop when a build of the current sources exists (and QW_PURE is not set)."""
+    global reason
+    if os.environ.get(PURE_ENV, "") not in ("", "0"):
+        reason = f"{PURE_ENV}={os.environ[PURE_ENV]}"
+        return None
+    try:
+        path = extension_path(source_key())
+    except OSError as e:  # an install without the C source: nothing to match
+        reason = f"cannot read the sources to hash: {e}"
+        return None
+    if not os.path.isfile(path):
+        reason = "no build of these sources (`make compiled`)"
+        return None
+    spec = spec_from_loader(MODULE, ExtensionFileLoader(MODULE, path), origin=path)
+    assert spec is not None
+    module = module_from_spec(spec)
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    loop: Loop = module.decode_loop
+    reason = ""
+    return loop
+
+
+def status(loop: object) -> str:
+    return "C (logstore/_cframes.c)" if loop is not None else f"Python ({reason})"

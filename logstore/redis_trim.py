@@ -1,0 +1,98 @@
+"""Retention on the Redis log: where a trimmed stream starts, and the trim itself.
+
+Compaction (`queue_worker.redis_compaction`) removes settled history from the front of a
+stream with ``XTRIM <stream> MINID <id>``. A reader whose position lies before the trimmed
+point must not silently skip what went (its fold would miss DONE records and run tasks
+again): it gets `PositionCompactedError`, as on the file log, and restarts from the fold
+checkpoint.
+
+So each stream has a **start key** beside it, ``<stream key>:start`` (``qw:claims:start``;
+the same hash tag as the stream under a cluster ``prefix``), holding the id of the first
+position still retained. It only moves forward, and it moves in the same script call as
+the ``XTRIM`` (`trim`): no reader ever sees the stream trimmed while the key still says it
+starts earlier. Every read script checks it first (`TRIMMED_LUA`, called by the scripts of
+`logstore.redis_log`): a read from before the start answers the error ``QWTRIMMED <start
+id>``, which the handle raises as `PositionCompactedError`. A stream never trimmed has no
+start key, and starts at 0 (its origin) as before.
+
+Sizes: Redis does not say how many bytes one stream entry takes; `stream_bytes` is Redis's
+own estimate of the whole stream's memory (``MEMORY USAGE``, which samples a few of its
+nodes), and compaction spreads it evenly over the entries (`XLEN`) to decide how many
+entries take the stream under ``--retention-bytes``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Final
+
+if TYPE_CHECKING:
+    from logstore.redis_log import RedisLog
+
+#: the error a read script answers for a position before the stream's start
+TRIMMED_ERROR: Final = "QWTRIMMED"
+
+# trimmed_before(start key, id): the start id when `id` is before it, nil otherwise. Ids are
+# compared as (ms, seq) numbers: both fit a Lua double exactly (ms < 2^53, seq < 2^20).
+TRIMMED_LUA: Final = r"""
+local function trimmed_before(start_key, first)
+  local s = redis.call('GET', start_key)
+  if not s then return nil end
+  local sm, ss = string.match(s, '^(%d+)-(%d+)$')
+  local fm, fs = string.match(first, '^(%d+)-(%d+)$')
+  sm, ss, fm, fs = tonumber(sm), tonumber(ss), tonumber(fm), tonumber(fs)
+  if fm < sm or (fm == sm and fs < ss) then return s end
+  return nil
+end
+"""
+
+# KEYS[1] the stream, KEYS[2] its start key. ARGV[1] the new start id. Moves the start key
+# forward (never back) and trims the stream to it, in one step. Returns the entries removed.
+_TRIM_LUA: Final = (
+    TRIMMED_LUA
+    + r"""
+if not trimmed_before(KEYS[2], ARGV[1]) then
+  redis.call('SET', KEYS[2], ARGV[1])
+end
+return redis.call('XTRIM', KEYS[1], 'MINID', redis.call('GET', KEYS[2]))
+"""
+)
+
+
+def start_of(log: RedisLog) -> int:
+    """The first position `log`'s stream still holds (0 when it was never trimmed)."""
+    from logstore.redis_log import pack_id, parse_id
+
+    client = log._client
+    raw = log._call("find the start of", lambda: client.get(log.start_key))
+    return 0 if raw is None else pack_id(*parse_id(raw))
+
+
+def trim(log: RedisLog, start: int) -> int:
+    """Remove every entry before `start` from `log`'s stream, and make `start` the stream's
+    start (unless it starts later already: trimming again is harmless). Returns how many
+    entries went."""
+    from logstore.redis_log import format_id, unpack_position
+
+    first = format_id(*unpack_position(start))
+    script = log._client.register_script(_TRIM_LUA)
+    removed = log._call(
+        "trim", lambda: script(keys=[log.key, log.start_key], args=[first], client=log._client)
+    )
+    return int(removed) if isinstance(removed, int) else 0
+
+
+def stream_length(log: RedisLog) -> int:
+    """How many entries the stream holds now (XLEN)."""
+    client = log._client
+    return int(log._call("count the entries of", lambda: client.xlen(log.key)))
+
+
+def stream_bytes(log: RedisLog) -> int:
+    """Redis's estimate of the stream's memory in bytes (MEMORY USAGE, sampled); 0 when
+    the stream does not exist."""
+    client = log._client
+    used = log._call("measure", lambda: client.memory_usage(log.key))
+    return int(used) if isinstance(used, int) else 0
+
+
+__all__ = ["TRIMMED_ERROR", "TRIMMED_LUA", "start_of", "stream_bytes", "stream_length", "trim"]

@@ -1,0 +1,169 @@
+"""The compiled hot path: the fold's modules built by mypyc, used only for their exact sources.
+
+Every worker decodes and folds every claims record, so `queue_worker.records` and
+`queue_worker.state` are compiled with mypyc (`python -m queue_worker.build_compiled`, run by
+`make`). The Python files stay the one definition of the rules: the extension modules are
+those same files compiled, and the Python is what runs whenever they cannot be used.
+
+Why it can never run stale code: a compiled build is not put next to the .py files (where
+an editable install would import it and ignore every later edit to the source). It goes to
+`queue_worker/_compiled/<key>/`, where `key` is a hash of the compiled modules' sources (and
+of the modules they import from this package); the finder below loads an extension only
+from the directory named by the hash of the sources as they are *now*. Edit a compiled
+module, or one it imports, and the key changes: nothing is found there, the edited Python
+runs, and `status()` says so until the build is run again. The hash is taken once, at the
+first import of a compiled module.
+
+`QW_PURE=1` in the environment forces the Python modules (as does a machine where the build
+could not run, for want of a C compiler or of mypy). `status()` says which path is in use.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+from importlib.machinery import EXTENSION_SUFFIXES, ExtensionFileLoader, ModuleSpec
+from pathlib import Path
+from types import ModuleType
+from typing import Final
+
+#: the modules compiled, by their import name (they are compiled together, as one group)
+COMPILED: Final = ("queue_worker.records", "queue_worker.state")
+#: the package's modules the compiled ones import: an edit there must invalidate them too
+#: (mypyc compiles against their types)
+DEPENDS: Final = ("queue_worker.errors",)
+PURE_ENV: Final = "QW_PURE"
+
+PACKAGE_DIR: Final = Path(__file__).resolve().parent
+BUILD_ROOT: Final = PACKAGE_DIR / "_compiled"
+#: the prefix of the mypyc group's shared library module: qwc_<key>__mypyc
+GROUP_PREFIX: Final = "qwc_"
+EXT_SUFFIX: Final = EXTENSION_SUFFIXES[0]
+
+
+def source_files() -> list[Path]:
+    """The files whose bytes the key covers, in a fixed order."""
+    return [PACKAGE_DIR / (name.rsplit(".", 1)[1] + ".py") for name in (*COMPILED, *DEPENDS)]
+
+
+def source_key(files: Sequence[Path] | None = None) -> str:
+    """The hash of the sources as they are now: 16 hex digits (a valid identifier part)."""
+    # blake2b is built in (no OpenSSL to load): this runs at the import of the fold
+    from _blake2 import blake2b
+
+    digest = blake2b(digest_size=8)
+    for path in files if files is not None else source_files():
+        digest.update(path.name.encode() + b"\0")
+        digest.update(path.read_bytes())
+        digest.update(b"\0")
+    return digest.hexdigest()
+
+
+def group_name(key: str) -> str:
+    return f"{GROUP_PREFIX}{key}"
+
+
+def build_dir(key: str) -> Path:
+    return BUILD_ROOT / key
+
+
+class _Choice:
+    """What the finder decided, once per process: the build directory to load from, or why
+    the Python modules run."""
+
+    def __init__(self) -> None:
+        self.decided = False
+        self.directory: Path | None = None
+        self.key = ""
+        self.reason = "not decided yet (no compiled module imported)"
+
+    def decide(self) -> Path | None:
+        if self.decided:
+            return self.directory
+        self.decided = True
+        if os.environ.get(PURE_ENV, "") not in ("", "0"):
+            self.reason = f"{PURE_ENV}={os.environ[PURE_ENV]}"
+            return None
+        try:
+            self.key = source_key()
+        except OSError as e:  # a source missing (an install without them): nothing to match
+            self.reason = f"cannot read the sources to hash: {e}"
+            return None
+        directory = build_dir(self.key)
+        missing = [name for name in COMPILED if not _extension(directory, name).is_file()]
+        if missing:
+            built = BUILD_ROOT.is_dir() and any(BUILD_ROOT.iterdir())
+            self.reason = (
+                "the compiled build is of other sources (edited since): rebuild with "
+                "`make compiled`"
+                if built
+                else "not built (`make compiled`; it needs mypy and a C compiler)"
+            )
+            return None
+        self.directory = directory
+        self.reason = ""
+        return directory
+
+
+def _extension(directory: Path, module: str) -> Path:
+    return directory / (module.rsplit(".", 1)[-1] + EXT_SUFFIX)
+
+
+_choice = _Choice()
+
+
+class CompiledFinder:
+    """A meta path finder for the compiled modules and their group's shared library: it
+    answers only from the build directory of the current sources' key (else the normal
+    finders load the .py)."""
+
+    @staticmethod
+    def find_spec(
+        fullname: str, path: Sequence[str] | None = None, target: ModuleType | None = None
+    ) -> ModuleSpec | None:
+        if fullname in COMPILED:
+            directory = _choice.decide()
+            if directory is None:
+                return None
+            file = _extension(directory, fullname)
+        elif fullname.startswith(GROUP_PREFIX) and fullname.endswith("__mypyc"):
+            directory = _choice.decide()
+            if directory is None or fullname != group_name(_choice.key) + "__mypyc":
+                return None
+            file = directory / (fullname + EXT_SUFFIX)
+        else:
+            return None
+        if not file.is_file():
+            return None
+        return ModuleSpec(fullname, ExtensionFileLoader(fullname, str(file)), origin=str(file))
+
+
+def install() -> None:
+    """Put the finder first on sys.meta_path (once); cheap: nothing is hashed until a
+    compiled module is imported."""
+    if not any(finder is CompiledFinder for finder in sys.meta_path):
+        sys.meta_path.insert(0, CompiledFinder)
+
+
+def in_use() -> list[str]:
+    """The compiled modules imported so far that run compiled."""
+    return [
+        name
+        for name in COMPILED
+        if (module := sys.modules.get(name)) is not None
+        and str(getattr(module, "__file__", "")).endswith(EXT_SUFFIX)
+    ]
+
+
+def status() -> str:
+    """One line: which path the fold runs (for a bench line, `qw --version`, /stats), and
+    which frame-decoding loop the log reads with (logstore.native)."""
+    from logstore.framing import frames_loop_status  # only asked for now and then
+
+    compiled = in_use()
+    if compiled:
+        fold = f"compiled (mypyc, sources {_choice.key}): {', '.join(compiled)}"
+    else:
+        fold = f"pure Python ({_choice.reason})"
+    return f"{fold}; frames: {frames_loop_status()}"

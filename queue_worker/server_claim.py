@@ -1,0 +1,251 @@
+"""Claiming on the server (Redis, ``?verdicts=server``): the next task in one call.
+
+With server verdicts (`queue_worker.server_verdicts`) the server holds every task's state,
+so it can also choose the task: one script call finishes the previous task (its DONE or
+FAIL, folded by the same rules) and claims the next one for the worker, returning the task,
+its payload and the CLAIM's verdict. A worker then never reads the claims stream on its hot
+path: the work per task no longer grows with the number of workers.
+
+What the script picks (the pick rules of `queue_worker.pick` as far as they apply):
+
+1. an orphan first: the open task that has been claimable longest, its holder's lease
+   lapsed (a worker killed with -9) or its backoff over, by the index of open tasks beside
+   the state (`server_verdicts.index_key`: scored by expiry or retry_at), judged on the
+   server's clock (`TIME`, to the millisecond below, so that the CLAIM's own time, the
+   entry's millisecond, is at or past it: the claim wins);
+2. else the next task of the tasks stream that no claim has touched (a cursor beside the
+   state: ``~tasks``, the last tasks entry handed out, and ``~next``, its id + 1; a task id
+   is its index in the tasks stream, as everywhere).
+
+The CLAIM is appended and folded by the same rules as any record (`RULES_LUA`): the pick
+chooses what to try, the rules decide what wins (always the claim, by the argument above;
+the verdict is still returned and obeyed). The CLAIM's bytes are built on the server
+(``[1, "C", task, worker, at, lease]``, `at` the worker's clock as sent) since only the
+server knows the task. With nothing to claim the reply says when the earliest lease or
+backoff runs out (server clock), whether nothing is open at all, and how far the tasks
+stream was read (a worker waits for a new task from there).
+
+Everything else keeps the worker's contract: its renewals, a timed-out attempt's FAIL and
+a lost reply's recovery append through the verdict script too (`ServerVerdictLog`), a
+worker killed with -9 leaves a lease that lapses and a survivor's next call takes the task
+over, and `qw report` re-folds the stream and checks the server's state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any, Final, NamedTuple
+
+from logstore import Entry, Log, RecordTooLargeError
+from logstore.redis_log import RedisLog, pack_id, parse_id
+from queue_worker.records import Claim, Done, Fail, Renew, decode_claims, encode
+from queue_worker.server_verdicts import (
+    RULES_LUA,
+    ServerVerdict,
+    ServerVerdicts,
+    call_folding_script,
+    record_args,
+    server_view,
+    unpack_reply,
+)
+from queue_worker.state import Verdict
+
+# KEYS[5] the tasks stream. ARGV[4..11] the previous task's DONE or FAIL (as the verdict
+# script takes a record; ARGV[4] '' for none), ARGV[12] the worker, ARGV[13] its lease,
+# ARGV[14] its clock, ARGV[15] '1' to claim a task. Returns, packed as one msgpack array
+# (`unpack_reply`): {the finish's id, verdict and state ('' each for none), the CLAIM's id,
+# verdict and state, its task, the task's payload record ('' each for none); when nothing
+# was claimed, the last tasks entry read, the earliest time an open task becomes claimable
+# ('' for none), '1' when no task is open}.
+_NEXT_LUA: Final = (
+    RULES_LUA
+    + r"""
+local saved, refused = prelude()
+if refused then return refused end
+if saved then return saved end
+local reply = {'', '', '', '', '', '', '', '', '', '', ''}
+if ARGV[4] ~= '' then
+  local f = fold_in(ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11])
+  if f.err then return f end
+  reply[1], reply[2], reply[3] = f[1], f[2], f[3]
+end
+local function payload_of(entry)
+  local fields = entry[2]
+  for j = 1, #fields, 2 do
+    if fields[j] == 'd' then return fields[j + 1] end
+  end
+  return ''
+end
+-- the pick: an orphan (lease lapsed, backoff over) first, else the next untouched task
+local task, task_entry, payload = nil, nil, nil
+if ARGV[15] == '1' then
+  local t = redis.call('TIME')
+  local now = (tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)) * 1000
+  local due = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now, 'LIMIT', 0, 1)
+  if due[1] then
+    task = due[1]
+    task_entry = cmsgpack.unpack(redis.call('HGET', KEYS[3], task)).t
+    if task_entry then
+      local e = redis.call('XRANGE', KEYS[5], task_entry, task_entry)
+      if e[1] then payload = payload_of(e[1]) end
+    end
+  else
+    local cursor = redis.call('HGET', KEYS[3], '~tasks')
+    local next_id = tonumber(redis.call('HGET', KEYS[3], '~next') or '0')
+    while true do
+      local start = '-'
+      if cursor then start = '(' .. cursor end
+      local e = redis.call('XRANGE', KEYS[5], start, '+', 'COUNT', 1)
+      if not e[1] then break end
+      cursor = e[1][1]
+      local id = string.format('%d', next_id)
+      next_id = next_id + 1
+      redis.call('HSET', KEYS[3], '~tasks', cursor, '~next', string.format('%d', next_id))
+      -- a task some CLAIM of another path has touched is the index's, or closed
+      if redis.call('HEXISTS', KEYS[3], id) == 0 then
+        task, task_entry, payload = id, cursor, payload_of(e[1])
+        break
+      end
+    end
+  end
+end
+if task then
+  local data = cmsgpack.pack({1, 'C', tonumber(task), ARGV[12], tonumber(ARGV[14]),
+                              tonumber(ARGV[13])})
+  local c = fold_in(data, 'C', task, ARGV[12], ARGV[13], '', '', '', task_entry)
+  if c.err then return c end
+  reply[4], reply[5], reply[6], reply[7], reply[8] = c[1], c[2], c[3], task, payload or ''
+end
+if not task then  -- nothing claimed: how far the tasks were read, and when to look again
+  reply[9] = redis.call('HGET', KEYS[3], '~tasks') or ''
+  local soonest = redis.call('ZRANGE', KEYS[4], 0, 0, 'WITHSCORES')
+  if soonest[1] then reply[10] = string.format('%d', tonumber(soonest[2]))
+  else reply[11] = '1' end
+end
+return save(reply)
+"""
+)
+
+
+class NextTask(NamedTuple):
+    """What one call of the claiming script answered."""
+
+    finished: ServerVerdict | None  # the previous task's DONE or FAIL, as folded
+    claimed: ServerVerdict | None  # our CLAIM (None: nothing to claim now)
+    claim: Claim | None  # that CLAIM as the fold sees it: on the server's clock
+    payload: bytes | None  # the claimed task's record in the tasks stream (None: not found)
+    tasks_read: int | None  # nothing claimed: the position after the last tasks entry read
+    next_change: int | None  # nothing claimed: when an open task becomes claimable (µs)
+    nothing_open: bool  # nothing claimed, and no task is open (held, or waiting to retry)
+
+
+def _verdict(entry_id: bytes, word: bytes, packed: bytes) -> ServerVerdict:
+    return ServerVerdict(
+        pack_id(*parse_id(entry_id)),
+        Verdict(word.decode()),
+        server_view(packed) if packed else None,
+    )
+
+
+class ServerClaims:
+    """The claiming script of one queue on Redis (its claims and tasks streams)."""
+
+    def __init__(self, claims_log: RedisLog, tasks_log: RedisLog) -> None:
+        self.log = claims_log
+        self.tasks_key = tasks_log.key
+        self._next = claims_log.register_script(_NEXT_LUA)
+        #: the claims log for everything else the worker appends (renewals, a time-out's
+        #: FAIL, a recovery): through the verdict script as well
+        self.verdict_log = ServerVerdictLog(claims_log)
+
+    def next(
+        self,
+        worker: str,
+        lease_us: int,
+        now: int,
+        *,
+        finish: Done | Fail | None = None,
+        finish_data: bytes | None = None,
+        claim: bool = True,
+    ) -> NextTask:
+        """Append `finish` (when given) and, with `claim`, claim the next task for `worker`
+        with a lease of `lease_us` (its clock reads `now`), in one call."""
+        if finish is None:
+            head: list[bytes | int | str] = ["", "", "", "", "", "", "", ""]
+        else:
+            data = encode(finish) if finish_data is None else finish_data
+            if len(data) > self.log.max_record:
+                raise RecordTooLargeError(len(data), self.log.max_record)
+            head = [data, *record_args(finish)]
+        args = [*head, worker, lease_us, now, "1" if claim else "0"]
+        raw = call_folding_script(self.log, self._next, [self.tasks_key], args)
+        items = unpack_reply(self.log, raw, 11)
+        finished = _verdict(*items[0:3]) if items[0] else None
+        claimed = _verdict(*items[3:6]) if items[3] else None
+        record = None
+        if claimed is not None:
+            at = (claimed.position >> 20) * 1000  # the entry's millisecond: the server's time
+            record = Claim(int(items[6]), worker, at, lease_us)
+        tasks_read = pack_id(*parse_id(items[8])) + 1 if items[8] else None
+        return NextTask(
+            finished,
+            claimed,
+            record,
+            items[7] if claimed is not None and items[7] else None,
+            tasks_read,
+            int(items[9]) if items[9] else None,
+            items[10] == b"1",
+        )
+
+
+class ServerVerdictLog(Log):
+    """A claims log whose appends go through the verdict script: what a worker with server
+    verdicts gives every part that appends claims records (its lease keeper's renewals, a
+    timed-out attempt's FAIL, a lost reply's recovery), so that the server folds them all.
+    Reads, waits and everything else are the stream's own."""
+
+    def __init__(self, log: RedisLog) -> None:
+        self.inner = log
+        self.server = ServerVerdicts(log)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    @property
+    def name(self) -> str:  # type: ignore[override]
+        return self.inner.name
+
+    def append(self, data: bytes, *, durable: bool = False) -> int:
+        record = decode_claims(data)
+        assert isinstance(record, Claim | Renew | Done | Fail), "a worker appends these only"
+        return self.server.append(record, data).position
+
+    def append_many(self, records: Sequence[bytes], *, durable: bool = False) -> list[int]:
+        return [self.append(data) for data in records]
+
+    def read(self, position: int, max_records: int | None = None) -> list[Entry]:
+        return self.inner.read(position, max_records)
+
+    def wait(self, position: int, timeout: float) -> bool:
+        return self.inner.wait(position, timeout)
+
+    @property
+    def start(self) -> int:
+        return self.inner.start
+
+    def end(self) -> int:
+        return self.inner.end()
+
+    def iter_from(self, position: int, batch: int = 4096) -> Iterator[Entry]:
+        return self.inner.iter_from(position, batch)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def wants_server_verdicts(log: Log) -> bool:
+    """Was this claims log opened with ``?verdicts=server``?"""
+    return isinstance(log, RedisLog) and log.verdicts == "server"
+
+
+__all__ = ["NextTask", "ServerClaims", "ServerVerdictLog", "wants_server_verdicts"]

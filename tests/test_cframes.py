@@ -1,0 +1,148 @@
+"""The frame-decoding loop in C (logstore/_cframes.c, loaded by logstore.native) against the
+Python loop it copies (`framing._decode_loop`), on arbitrary, torn and corrupt buffers; and
+its loader, which uses a build only for the exact sources it was built from.
+
+Needs a build of the current sources (`make compiled`); skipped without one, unless
+QW_REQUIRE_COMPILED=1 (CI) makes that a failure.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from logstore import framing, native
+from logstore.base import LogError
+
+REQUIRED = os.environ.get("QW_REQUIRE_COMPILED", "") not in ("", "0")
+SETTINGS = settings(max_examples=300, deadline=None)
+C_LOOP = framing._c_loop
+
+
+@pytest.fixture(autouse=True)
+def c_loop_built() -> None:
+    if C_LOOP is None:
+        why = f"the C frame loop is not in use: {framing.frames_loop_status()}"
+        if REQUIRED:
+            pytest.fail(why)
+        pytest.skip(why)
+
+
+@st.composite
+def buffers(draw: st.DrawFn) -> bytes:
+    """Frames as writers leave them (batches, CONTINUED frames), then damage: cut short
+    (a torn tail), bytes overwritten (corruption), zeros or junk appended."""
+    frames = []
+    for _ in range(draw(st.integers(0, 8))):
+        batch = draw(st.lists(st.binary(max_size=40), min_size=1, max_size=4))
+        frames.append(framing.encode_batch(batch))
+    buf = bytearray(b"".join(frames))
+    damage = draw(st.sampled_from(["none", "cut", "flip", "zeros", "junk", "random"]))
+    if damage == "cut" and buf:
+        del buf[draw(st.integers(0, len(buf) - 1)) :]
+    elif damage == "flip" and buf:
+        for _ in range(draw(st.integers(1, 3))):
+            i = draw(st.integers(0, len(buf) - 1))
+            buf[i] = draw(st.integers(0, 255))
+    elif damage == "zeros":
+        buf += bytes(draw(st.integers(1, 30)))
+    elif damage == "junk":
+        buf += draw(st.binary(min_size=1, max_size=30))
+    elif damage == "random":
+        buf = bytearray(draw(st.binary(max_size=120)))
+    return bytes(buf)
+
+
+limits = st.sampled_from([sys.maxsize, 1, 2, 3, 5])
+max_records = st.sampled_from([framing.MAX_RECORD, 0, 3, 16, 40])
+
+
+@SETTINGS
+@given(buffers(), max_records, st.integers(0, 400), limits)
+def test_the_c_loop_walks_frames_as_the_python_loop(
+    buf: bytes, max_record: int, verified: int, limit: int
+) -> None:
+    assert C_LOOP is not None
+    assert C_LOOP(buf, max_record, verified, limit) == framing._decode_loop(
+        buf, max_record, verified, limit
+    )
+
+
+def decoded(buf: bytes, at_eof: bool, limit: int | None, verified: int) -> Any:
+    try:
+        return framing.decode_frames(
+            buf, 48, at_eof=at_eof, max_record=40, path="x.log", limit=limit, verified=verified
+        )
+    except LogError as e:
+        return (type(e).__name__, str(e))
+
+
+@SETTINGS
+@given(buffers(), st.booleans(), st.none() | limits, st.integers(0, 400))
+def test_decode_frames_answers_the_same_with_either_loop(
+    buf: bytes, at_eof: bool, limit: int | None, verified: int
+) -> None:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(framing, "_frames_loop", framing._decode_loop)
+        python = decoded(buf, at_eof, limit, verified)
+    assert framing._frames_loop is C_LOOP
+    assert decoded(buf, at_eof, limit, verified) == python
+
+
+def test_a_buffer_that_is_not_bytes_is_refused_not_misread() -> None:
+    assert C_LOOP is not None
+    with pytest.raises(TypeError):
+        C_LOOP(bytearray(framing.encode_frame(b"x")), 10, 0, 1)  # type: ignore[arg-type]
+
+
+# -- never stale -------------------------------------------------------------------------
+
+
+def frames_status(tmp_path: Path, edit: str | None = None, **env: str) -> list[str]:
+    """A copy of logstore with its build, `edit` (a file name) edited: which loop runs."""
+    copy = tmp_path / "src" / "logstore"
+    shutil.copytree(native.PACKAGE_DIR, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    if edit is not None:
+        with (copy / edit).open("a") as f:
+            f.write("\n/* edited */\n" if edit.endswith(".c") else "\nEDITED = 'yes'\n")
+    probe = (
+        "import logstore.framing as f\n"
+        "print(f.__file__); print(f.frames_loop_status()); print(getattr(f, 'EDITED', None))\n"
+    )
+    environ = {k: v for k, v in os.environ.items() if k != native.PURE_ENV}
+    environ.update(PYTHONPATH=str(copy.parent), **env)
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        cwd=copy.parent,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    lines = done.stdout.splitlines()
+    assert lines[0] == str(copy / "framing.py")
+    return lines[1:]
+
+
+def test_the_build_runs_for_its_own_sources(tmp_path: Path) -> None:
+    assert frames_status(tmp_path) == ["C (logstore/_cframes.c)", "None"]
+
+
+@pytest.mark.parametrize("edited", ["framing.py", "_cframes.c"])
+def test_an_edited_source_runs_the_python_loop(tmp_path: Path, edited: str) -> None:
+    status, marker = frames_status(tmp_path, edited)
+    assert status == "Python (no build of these sources (`make compiled`))"
+    assert marker == ("yes" if edited == "framing.py" else "None")
+
+
+def test_qw_pure_forces_the_python_loop(tmp_path: Path) -> None:
+    assert frames_status(tmp_path, QW_PURE="1") == ["Python (QW_PURE=1)", "None"]

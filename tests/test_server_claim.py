@@ -1,0 +1,150 @@
+"""The claiming script (queue_worker.server_claim) on a real redis-server: the next task in
+one call, orphans before fresh tasks, the previous task's DONE/FAIL in the same call, and
+the report's fold agreeing with the server's state after all of it."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from logstore.redis_log import RedisLog
+from queue_worker.records import Done, Fail, TaskRecord, Unknown, decode_task, encode
+from queue_worker.server_claim import ServerClaims
+from queue_worker.server_verdicts import fold_view
+from queue_worker.state import ClaimState, Verdict
+from queue_worker.topics import decode_claims_entry, open_topics
+from queue_worker.verdict_check import check_log
+
+pytestmark = pytest.mark.redis
+
+NEVER = 10**9
+
+
+@pytest.fixture
+def logs(redis_url: str) -> Iterator[tuple[RedisLog, RedisLog]]:
+    tasks, claims = open_topics(f"{redis_url}?prefix=c{uuid.uuid4().hex[:10]}")
+    with tasks, claims:
+        assert isinstance(tasks, RedisLog) and isinstance(claims, RedisLog)
+        yield tasks, claims
+
+
+def _enqueue(tasks: RedisLog, count: int) -> None:
+    tasks.append_many([encode(TaskRecord({"n": n}, 1)) for n in range(count)])
+
+
+def test_tasks_are_claimed_in_order_with_the_done_of_the_last(
+    logs: tuple[RedisLog, RedisLog],
+) -> None:
+    tasks, claims = logs
+    _enqueue(tasks, 3)
+    server = ServerClaims(claims, tasks)
+    got = server.next("a", NEVER, 1)
+    seen = []
+    while got.claimed is not None:
+        assert got.claimed.verdict is Verdict.WON
+        assert got.claim is not None and got.payload is not None
+        assert decode_task(got.payload) == TaskRecord({"n": got.claim.task}, 1)
+        seen.append(got.claim.task)
+        done = Done(got.claim.task, "a", 2, got.claimed.position, "ok")
+        got = server.next("a", NEVER, 2, finish=done)
+        assert got.finished is not None and got.finished.verdict is Verdict.DONE
+    assert seen == [0, 1, 2]
+    assert got.nothing_open and got.next_change is None
+    assert got.tasks_read == tasks.end()  # a worker waits for a task after the last one
+    assert check_log(claims) == []
+
+
+def test_a_lapsed_lease_is_taken_over_before_a_fresh_task(
+    logs: tuple[RedisLog, RedisLog],
+) -> None:
+    tasks, claims = logs
+    _enqueue(tasks, 2)
+    server = ServerClaims(claims, tasks)
+    dead = server.next("killed", -1000, 1)  # a lease already over: its worker is gone
+    assert dead.claim is not None and dead.claim.task == 0
+    survivor = server.next("b", NEVER, 2)
+    assert survivor.claimed is not None and survivor.claimed.verdict is Verdict.TAKEOVER
+    assert survivor.claim is not None and survivor.claim.task == 0
+    assert survivor.claimed.task is not None and survivor.claimed.task.attempts == 2
+    assert survivor.payload is not None  # read again by the entry id kept in its state
+    stale = Done(0, "killed", 3, dead.claimed.position if dead.claimed else 0)
+    late = server.next("killed", NEVER, 3, finish=stale, claim=False)
+    assert late.finished is not None and late.finished.verdict is Verdict.STALE_DONE
+    assert late.claimed is None
+    assert check_log(claims) == []
+
+
+def test_a_task_backing_off_is_not_claimed_until_its_time(
+    logs: tuple[RedisLog, RedisLog],
+) -> None:
+    tasks, claims = logs
+    _enqueue(tasks, 1)
+    server = ServerClaims(claims, tasks)
+    got = server.next("a", NEVER, 1)
+    assert got.claimed is not None and got.claim is not None
+    fail = Fail(0, "a", 5, got.claimed.position, "boom", 5 + NEVER)
+    after = server.next("a", NEVER, 6, finish=fail)
+    assert after.finished is not None and after.finished.verdict is Verdict.RELEASED
+    assert after.claimed is None and not after.nothing_open
+    # when the worker should look again: the retry time, on the server's clock
+    assert after.next_change == after.finished.position // 2**20 * 1000 + NEVER
+    assert check_log(claims) == []
+
+
+WORKERS = ("w0-1-aa", "w1-2-bb", "w2-3-cc")
+# a call of the claiming script by a worker: its lease, and how it ends the task it holds
+# (if any) in the same call: DONE, FAIL with a backoff, dead FAIL, or not at all
+calls = st.tuples(
+    st.sampled_from(WORKERS),
+    st.sampled_from([-1000, 0, 500, 1000, 10**9]),
+    st.sampled_from(["done", "retry", "dead", "keep"]),
+    st.sampled_from([-1000, 0, 2000, 10**9]),
+    st.booleans(),
+)
+
+
+@settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(history=st.lists(calls, min_size=1, max_size=30), tasks=st.integers(0, 4))
+def test_the_claiming_scripts_verdicts_are_the_folds(
+    redis_url: str, history: list[tuple[str, int, str, int, bool]], tasks: int
+) -> None:
+    """Generated runs of the claiming script (each call maybe finishing the caller's task,
+    maybe claiming): every record it appends, CLAIMs built on the server included, is folded
+    by ClaimState from the stream's bytes with the server's verdict and task state, and the
+    report's cross-check finds nothing."""
+    tasks_log, claims = open_topics(f"{redis_url}?prefix=h{uuid.uuid4().hex[:10]}")
+    with tasks_log, claims:
+        assert isinstance(tasks_log, RedisLog) and isinstance(claims, RedisLog)
+        _enqueue(tasks_log, tasks)
+        server = ServerClaims(claims, tasks_log)
+        fold = ClaimState()
+        held: dict[str, tuple[int, int]] = {}  # worker -> (task, claim position) it holds
+        for i, (worker, lease, end, backoff, claim) in enumerate(history):
+            finish: Done | Fail | None = None
+            if worker in held and end != "keep":
+                task, position = held.pop(worker)
+                at = 1_700_000_000_000_000 + i
+                if end == "done":
+                    finish = Done(task, worker, at, position, i)
+                else:
+                    retry = at + backoff if end == "retry" else None
+                    finish = Fail(task, worker, at, position, f"boom {i}", retry)
+            got = server.next(worker, lease, i, finish=finish, claim=claim or finish is None)
+            answers = [a for a in (got.finished, got.claimed) if a is not None]
+            for answer in answers:
+                [entry] = claims.read(answer.position, 1)
+                record = decode_claims_entry(entry)
+                assert not isinstance(record, Unknown)
+                outcome = fold.apply(record, entry.position)
+                assert answer.verdict is outcome.verdict, (i, record)
+                assert answer.task == fold_view(fold, record.task), (i, record)
+            if got.claimed is not None and got.claim is not None:
+                assert got.claimed.verdict.won  # the pick chose a task the rules let go
+                held[worker] = (got.claim.task, got.claimed.position)
+        assert check_log(claims) == []
