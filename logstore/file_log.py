@@ -946,6 +946,12 @@ class FileLog(Log):
         if after == _NO_SEGMENT or end > position:
             return entries  # (the next segment is being created; or this one is not done)
         if after != end:  # a roll forces a segment to disk before the next one begins
+            start = self.start
+            if end < start:
+                # The segments from here on were removed after this handle looked (it read
+                # this one while it was active): compaction, which removes only a prefix,
+                # not a missing middle segment.
+                raise PositionCompactedError(self.name, position, start)
             raise CorruptLogError(
                 segment_path(self.path, self._rbase),
                 end,

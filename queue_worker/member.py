@@ -5,7 +5,8 @@ partitioned queue's own, not a partition's). The process:
 
 1. joins: a heartbeat thread appends a HEARTBEAT to the members topic every lease/3, on a
    log handle of its own (`queue_worker.membership`), so a long task never makes the
-   member look dead;
+   member look dead; every TRIM_EVERY beats it removes what of the topic no longer counts
+   (`queue_worker.members_trim`);
 2. loops: reads the members topic, computes the assignment (`MemberView.assignment`), and
    keeps one `Worker` per partition it is assigned — an ordinary worker on that
    partition's location, with its own worker id — stepping each in turn; when all are idle
@@ -36,6 +37,7 @@ from logstore import LogError
 from queue_worker.clock import Clock, now_us
 from queue_worker.config import WorkerConfig, default_host
 from queue_worker.lease import FATAL_LOG_ERRORS
+from queue_worker.members_trim import TRIM_EVERY, trim_members_at
 from queue_worker.membership import MemberView, encode_heartbeat, encode_leave, open_members
 from queue_worker.partitions import Manifest, partition_location, read_manifest
 from queue_worker.worker import StepKind, Worker
@@ -81,10 +83,14 @@ class Member:
         handle: a handle is for one thread)."""
         period = self.config.lease_s / HEARTBEATS_PER_LEASE
         log = open_members(self.config.location)
+        beats = 0
         try:
             while not self._beating.is_set():
                 try:
                     log.append(encode_heartbeat(self.member_id, self._clock(), self.lease_us))
+                    beats += 1
+                    if beats % TRIM_EVERY == 0:  # the topic stays small (members_trim)
+                        trim_members_at(self.config.location)
                 except LogError as e:  # out of reach for a moment: the next beat retries
                     self._beat_error = str(e)
                 self._beating.wait(period)
@@ -93,7 +99,15 @@ class Member:
 
     def rebalance(self) -> None:
         """Read the members topic, and take or release partitions to match the assignment."""
-        self.view.catch_up(self._members)
+        try:
+            self.view.catch_up(self._members)
+        except LogError:
+            # trimmed ahead of this handle (members_trim), or out of reach: read the topic
+            # again from its start on a new handle (a second failure is the log's)
+            self._members.close()
+            self._members = open_members(self.config.location)
+            self.view = MemberView()
+            self.view.catch_up(self._members)
         mine = self.view.assignment(self.manifest.count).get(self.member_id, [])
         self.assigned = mine
         for k in [k for k in self.workers if k not in mine]:

@@ -19,7 +19,9 @@ decides every task, and a lease still has to lapse before a task held by a depar
 is taken over (Rule 1); a member given a partition takes it over only by lease expiry.
 
 Where the topic lives: ``<dir>/members/members.log`` on the file log; on Redis the stream
-``{members}:qw:members`` (one hash tag: its append touches one slot).
+``{members}:qw:members`` (one hash tag: its append touches one slot). It is kept small:
+the records that no longer decide who is alive are removed as members run
+(`queue_worker.members_trim`).
 """
 
 from __future__ import annotations
@@ -31,11 +33,14 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import msgpack
 
-from logstore import Entry, Log, is_redis_url, open_log
+from logstore import Entry, Log, PositionCompactedError, is_redis_url, open_log
 from queue_worker.partitions import assign
 
 MEMBERS_TOPIC: Final = "members"
 SCHEMA: Final = 1
+#: the members topic's segment size on the file log (~1,000 heartbeats): what is removed
+#: when the topic is trimmed (`queue_worker.members_trim`)
+MEMBERS_SEGMENT_BYTES: Final = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -93,8 +98,16 @@ def members_location(location: str | Path) -> str:
     return urlunsplit(parts._replace(query=urlencode([("prefix", prefix), *rest])))
 
 
-def open_members(location: str | Path) -> Log:
-    return open_log(members_location(location), MEMBERS_TOPIC, family=(MEMBERS_TOPIC,))
+def open_members(location: str | Path, *, segment_bytes: int | None = None) -> Log:
+    """The members topic of the queue at `location`. On the file log it is written in
+    small segments, so that what no longer counts can be removed (`queue_worker.
+    members_trim`): `segment_bytes` from now on, or MEMBERS_SEGMENT_BYTES for a topic
+    created here (an existing one keeps its own)."""
+    where = members_location(location)
+    new_file = not is_redis_url(where) and not (Path(where) / f"{MEMBERS_TOPIC}.log").exists()
+    if segment_bytes is None and new_file:
+        segment_bytes = MEMBERS_SEGMENT_BYTES
+    return open_log(where, MEMBERS_TOPIC, family=(MEMBERS_TOPIC,), segment_bytes=segment_bytes)
 
 
 @dataclass
@@ -119,6 +132,18 @@ class MemberView:
             self.expiry[record.member] = record.at + record.lease
 
     def catch_up(self, log: Log) -> None:
+        """Read the topic on from where the view is. When the records there were trimmed
+        away (`queue_worker.members_trim`), start again from the first one kept: what was
+        removed decided nothing the rest does not."""
+        try:
+            self._read_on(log)
+        except PositionCompactedError:
+            self.position, self.now = None, 0
+            self.expiry.clear()
+            self.left.clear()
+            self._read_on(log)
+
+    def _read_on(self, log: Log) -> None:
         while entries := log.read(log.start if self.position is None else self.position, 4096):
             for entry in entries:
                 self.apply(entry)
@@ -131,6 +156,7 @@ class MemberView:
 
 
 __all__ = [
+    "MEMBERS_SEGMENT_BYTES",
     "MEMBERS_TOPIC",
     "Heartbeat",
     "Leave",

@@ -237,7 +237,7 @@ def up(
             metavar="P",
             help="Create the queue with P partitions (fixed at creation; default: as the "
             "queue was created, 1 for a new one). Each worker works one partition: at "
-            "least P workers. Plain lines, no dashboard.",
+            "least P workers.",
         ),
     ] = None,
     rebalance: Annotated[
@@ -297,7 +297,14 @@ def up(
         segment_bytes=segment_bytes,
         retention=Retention(retention, retention_bytes),
     )
-    code = partitioned_cli.up(options, partitions, http=http, rebalance=rebalance)
+    code = partitioned_cli.up(
+        options,
+        partitions,
+        http=http,
+        http_address=server_address,
+        rebalance=rebalance,
+        tui=sys.stdout.isatty() and not no_tui,
+    )
     if code is not None:  # a partitioned queue: run and ended
         raise typer.Exit(code)
     supervisor = Supervisor(options)

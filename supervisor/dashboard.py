@@ -42,6 +42,7 @@ from supervisor.format import format_bytes, format_duration, format_micros
 from supervisor.model import Event, QueueView, SlotState, SupervisorSnapshot
 from supervisor.orphan_panel import TITLE as ORPHANS_TITLE
 from supervisor.orphan_panel import orphan_lines
+from supervisor.partition_panel import partition_section
 from supervisor.sparkline import sparkline
 from supervisor.worker_table import STATE_STYLES, TextGrid, worker_table
 
@@ -140,7 +141,9 @@ def render(
     """The dashboard as one renderable, top to bottom, at its natural height."""
     at = time.time() if now is None else now
     rows = max(1, len(snapshot.workers) + len(snapshot.departed))
-    plan = ScreenPlan(rows, len(snapshot.orphans), tall_queue=True, feed=feed_lines)
+    plan = ScreenPlan(
+        rows, len(snapshot.orphans), True, feed_lines, partition_lines=len(snapshot.partitions)
+    )
     return _screen(snapshot, at, plan, message, view)
 
 
@@ -169,6 +172,7 @@ class ScreenPlan:
     orphan_lines: int  # below the orphans' title (0: no orphans section)
     tall_queue: bool  # title, counts, progress, sparkline, log; else counts and progress
     feed: int  # event lines, below the events' title
+    partition_lines: int = 0  # below the partitions' title (0: a queue without partitions)
 
 
 def plan_screen(snapshot: SupervisorSnapshot, height: int) -> ScreenPlan:
@@ -180,15 +184,25 @@ def plan_screen(snapshot: SupervisorSnapshot, height: int) -> ScreenPlan:
     room = height - 8 - FEED_MIN
     orphan_lines = min(orphans, 2)
     room -= (1 + orphan_lines) if orphans else 0
+    partitions = len(snapshot.partitions)
+    room -= 2 if partitions else 0  # the partitions' title and one line at least
     worker_rows = max(1, min(rows, room))
     room -= worker_rows
+    partition_lines = min(1, partitions) + max(0, min(partitions - 1, room))
+    room -= max(0, partition_lines - 1)
     feed = FEED_MIN + max(0, min(room, FEED_WANTED - FEED_MIN))
     room -= feed - FEED_MIN
     tall_queue = room >= 3
     room -= 3 if tall_queue else 0
     extra_orphans = max(0, min(orphans - orphan_lines, room))
     room -= extra_orphans
-    return ScreenPlan(worker_rows, orphan_lines + extra_orphans, tall_queue, feed + max(0, room))
+    return ScreenPlan(
+        worker_rows,
+        orphan_lines + extra_orphans,
+        tall_queue,
+        feed + max(0, room),
+        partition_lines,
+    )
 
 
 def _screen(
@@ -203,6 +217,7 @@ def _screen(
         # the lines of everything it covers: the table, the queue, the feed and its title
         lines = 2 + plan.worker_rows + (5 if plan.tall_queue else 2) + 1 + plan.feed
         lines += (1 + plan.orphan_lines) if plan.orphan_lines else 0
+        lines += (1 + plan.partition_lines) if plan.partition_lines else 0
         parts.append(help_panel(snapshot, lines=lines))
     else:
         parts.append(
@@ -220,6 +235,15 @@ def _screen(
             body = Text("\n").join(orphan_lines(snapshot.orphans, now=now, lines=plan.orphan_lines))
             body.no_wrap, body.overflow = True, "ellipsis"
             parts.append(body)
+        if snapshot.partitions and plan.partition_lines:
+            parts.append(
+                partition_section(
+                    snapshot.partitions,
+                    snapshot.workers,
+                    snapshot.orphans,
+                    lines=plan.partition_lines,
+                )
+            )
         parts.append(queue_panel(snapshot.queue, tall=plan.tall_queue))
         parts.append(
             event_feed(
@@ -287,6 +311,9 @@ def header(snapshot: SupervisorSnapshot, *, now: float) -> Spread:
     alive = sum(1 for w in workers if not w.ended)
 
     right = Text()
+    if snapshot.partitions:  # on the right: a long location is cut, this never is
+        right.append(f"{len(snapshot.partitions)} partitions", style="cyan")
+        right.append("  ·  ")
     if snapshot.started_at > 0:
         right.append(f"up {format_duration(now - snapshot.started_at)}")
         right.append("  ·  ")

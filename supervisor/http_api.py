@@ -12,6 +12,11 @@
                  record names, 400 for one that is no task id (0 … 2^63 − 1)
     /metrics     the Prometheus text exposition format (version 0.0.4)
 
+On a partitioned queue (`supervisor.partitioned_view`): /stats adds ``partitions`` (each
+partition's counts; ``queue`` is their sum) and ``orphans``, each worker has its
+``partition``; /metrics adds ``qw_partition_tasks`` and ``qw_orphans`` per partition and a
+``partition`` label on every worker metric; a task is /task/K:ID (task ID of partition K).
+
 Every answer is built from `snapshot()` and `task_info()`, which copy what the supervisor's
 watcher gathered, except /task/{id}: its history is read from the logs (a replay, as `qw task`
 does; `supervisor.task_history`). No request touches a worker.
@@ -104,6 +109,7 @@ def worker_json(w: WorkerView) -> dict[str, Any]:
         },
         # ours
         "slot": w.slot,
+        "partition": w.partition,
         "worker": w.worker_id,
         "label": None if w.worker_id is None else worker_label(w.worker_id),
         "pid": w.pid,
@@ -135,13 +141,27 @@ def health_problems(snap: SupervisorSnapshot) -> list[str]:
 
 
 def stats_json(snap: SupervisorSnapshot) -> dict[str, Any]:
-    return {
+    body = {
         "location": snap.location,
         "startedAt": snap.started_at,
         "draining": snap.draining,
         "queue": asdict(snap.queue),
         "workers": [worker_json(w) for w in snap.workers],
     }
+    if snap.partitions:  # a partitioned queue: `queue` is their sum
+        body["partitions"] = [{"partition": k, **asdict(q)} for k, q in enumerate(snap.partitions)]
+        body["orphans"] = [
+            {
+                "task": o.name,
+                "holder": o.holder_id,
+                "holderLabel": o.holder,
+                "heir": o.heir,
+                "leaseExpiry": o.lease_expiry,
+                "takenAt": o.taken_at,
+            }
+            for o in snap.orphans
+        ]
+    return body
 
 
 def task_json(
@@ -216,17 +236,49 @@ _WORKER_COUNTERS: tuple[tuple[str, Callable[[WorkerSnapshot], int], str], ...] =
 )
 
 
+_STATES = ("published", "pending", "held", "done", "failed", "dead")
+
+
+def _who(w: WorkerView, **more: str) -> dict[str, str]:
+    """A worker's labels: its name, and its partition on a partitioned queue."""
+    labels = {"worker": w.name}
+    if w.partition is not None:
+        labels["partition"] = str(w.partition)
+    return {**labels, **more}
+
+
 def metrics_text(snap: SupervisorSnapshot) -> str:
     q = snap.queue
     lines = _family(
         "qw_tasks",
         "gauge",
         "Tasks by state, from the supervisor's fold of the claims log.",
-        [
-            ("", {"state": state}, getattr(q, state))
-            for state in ("published", "pending", "held", "done", "failed", "dead")
-        ],
+        [("", {"state": state}, getattr(q, state)) for state in _STATES],
     )
+    if snap.partitions:
+        lines += _family(
+            "qw_partition_tasks",
+            "gauge",
+            "Tasks by state in each partition of a partitioned queue.",
+            [
+                ("", {"partition": str(k), "state": state}, getattr(p, state))
+                for k, p in enumerate(snap.partitions)
+                for state in _STATES
+            ],
+        )
+        lines += _family(
+            "qw_orphans",
+            "gauge",
+            "Tasks whose holder died, waiting for their lease to lapse, per partition.",
+            [
+                (
+                    "",
+                    {"partition": str(k)},
+                    sum(1 for o in snap.orphans if o.partition == k and o.heir is None),
+                )
+                for k in range(len(snap.partitions))
+            ],
+        )
     lines += _family(
         "qw_throughput_tasks_per_second",
         "gauge",
@@ -236,35 +288,35 @@ def metrics_text(snap: SupervisorSnapshot) -> str:
     lines += _family("qw_log_bytes", "gauge", "Bytes in both log files.", [("", {}, q.log_bytes)])
     lines += _family("qw_log_records", "gauge", "Records in both logs.", [("", {}, q.record_count)])
     workers = snap.workers
-    alive = [("", {"worker": w.name}, 0 if w.ended else 1) for w in workers]
+    alive = [("", _who(w), 0 if w.ended else 1) for w in workers]
     lines += _family("qw_worker_up", "gauge", "1 while the worker process runs.", alive)
     for name, count, help_text in _WORKER_COUNTERS:
-        samples = [("", {"worker": w.name}, count(w.stats)) for w in workers]
+        samples = [("", _who(w), count(w.stats)) for w in workers]
         lines += _family(name, "counter", help_text, samples)
     lines += _family(
         "qw_worker_restarts_total",
         "counter",
         "Times the slot's worker was restarted.",
-        [("", {"worker": w.name}, w.restarts) for w in workers],
+        [("", _who(w), w.restarts) for w in workers],
     )
     lines += _family(
         "qw_worker_cpu_percent",
         "gauge",
         "CPU use of the worker process (100 = one core).",
-        [("", {"worker": w.name}, w.cpu_percent) for w in workers],
+        [("", _who(w), w.cpu_percent) for w in workers],
     )
     lines += _family(
         "qw_worker_rss_bytes",
         "gauge",
         "Resident memory of the worker process.",
-        [("", {"worker": w.name}, w.rss_bytes) for w in workers],
+        [("", _who(w), w.rss_bytes) for w in workers],
     )
     latency: list[Sample] = []
     for w in workers:
         lat = w.stats.claim_latency_micros
         for quantile, value in (("0.5", lat.p50), ("0.9", lat.p90), ("0.99", lat.p99)):
-            latency.append(("", {"worker": w.name, "quantile": quantile}, value))
-        latency.append(("_count", {"worker": w.name}, lat.samples))
+            latency.append(("", _who(w, quantile=quantile), value))
+        latency.append(("_count", _who(w), lat.samples))
     lines += _family(
         "qw_claim_latency_microseconds",
         "summary",
@@ -299,6 +351,10 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(404, {"error": f"no such path {path}; try /health /stats /task/ID /metrics"})
 
     def _task(self, text: str) -> None:
+        partitioned = getattr(self.source, "partition_task", None)
+        if partitioned is not None:  # a partitioned queue (supervisor.partitioned_view)
+            self._partition_task(partitioned, text)
+            return
         task = parse_task_id(text)
         if task is None:
             shown = text if len(text) <= 40 else text[:39] + "…"
@@ -323,6 +379,39 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(404, {"error": f"no task {task}: no TASK record and no claim names it"})
             return
         self._json(200, task_json(info, history))
+
+    def _partition_task(
+        self, find: Callable[[str], tuple[Any, TaskInfo | None, str]], text: str
+    ) -> None:
+        """/task/K:ID: task ID of partition K, from that partition's fold and logs."""
+        head, sep, tail = text.partition(":")
+        if not sep or not head.isascii() or not head.isdigit() or parse_task_id(tail) is None:
+            shown = text if len(text) <= 40 else text[:39] + "…"
+            self._json(
+                400,
+                {
+                    "error": f"{shown!r} is not a task of a partitioned queue; expected "
+                    "/task/K:ID, like /task/0:17"
+                },
+            )
+            return
+        try:
+            ref, info, where = find(text)
+        except ValueError as e:  # a partition the queue does not have
+            self._json(404, {"error": str(e)})
+            return
+        if info is None:
+            self._json(503, {"error": "the supervisor has not started"})
+            return
+        try:
+            history = read_task_history(where, ref.task)
+        except LogError as e:
+            self._json(500, {"error": str(e)})
+            return
+        if not history.exists:
+            self._json(404, {"error": f"no task {ref}: no TASK record and no claim names it"})
+            return
+        self._json(200, {**task_json(info, history), "task": str(ref), "partition": ref.partition})
 
     def _json(self, status: int, body: object) -> None:
         self._send(status, "application/json", json.dumps(body) + "\n")

@@ -78,19 +78,24 @@ def status(
     log: LogOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
 ) -> None:
-    """What runs on a data directory: supervisors, workers alive and dead, queue counts."""
+    """What runs on a data directory: supervisors, workers alive and dead, queue counts
+    (on a partitioned queue, each partition's and their totals)."""
     from queue_worker.snapshot import read_snapshots
     from supervisor.end_state import held_text
     from supervisor.run_files import is_running_worker, read_status_files
 
     location = location_of(directory, log)
+    from supervisor import partition_status
+
+    if partition_status.status(directory, location, as_json):  # each partition, and the sum
+        return
     require_logs(location)
     run_dir = directory / "run"
     supervisors = read_status_files(run_dir)
     snapshots = read_snapshots(run_dir)
     running = [s for s in snapshots if is_running_worker(s)]
     try:
-        queue, held = _queue_counts(location)
+        queue, held = queue_counts(location)
     except LogError as e:
         fail(str(e))
     disk = space_problem(location)
@@ -156,7 +161,7 @@ def status(
         typer.echo("  (expired: by this machine's clock; a live worker may take the task over)")
 
 
-def _queue_counts(location: str) -> tuple[QueueView, list[tuple[int, Lease, float | None]]]:
+def queue_counts(location: str) -> tuple[QueueView, list[tuple[int, Lease, float | None]]]:
     """The queue as a fold of the whole claims log says it is now, and its held tasks."""
     from supervisor.monitor import Monitor
 
@@ -193,12 +198,17 @@ def tail(
     log: LogOption = None,
 ) -> None:
     """Print the last records of a log, readable: positions, times, workers, and for the
-    claims log the verdict of each record (from a fold of the whole log)."""
+    claims log the verdict of each record (from a fold of the whole log). On a partitioned
+    queue: every partition's, in time order, each line tagged p<k> (tasks named k:id)."""
     location = location_of(directory, log)
+    from supervisor import partition_tail
+
+    if partition_tail.tail(location, topic, lines, follow):  # every partition's, merged
+        return
     require_logs(location)
     try:
         with open_topic(location, topic, read_only=True) as topic_log:
-            printer = _ClaimsPrinter() if topic == CLAIMS_TOPIC else _TasksPrinter()
+            printer = ClaimsPrinter() if topic == CLAIMS_TOPIC else TasksPrinter()
             position = topic_log.start
             recent: deque[str] = deque(maxlen=lines)
             for entry in topic_log.iter_from(position):
@@ -217,28 +227,38 @@ def tail(
         fail(str(e))
 
 
-class _TasksPrinter:
+class TasksPrinter:
+    """The lines of the tasks topic (`qw tail --topic tasks`); `at` is the last line's
+    record time (its enqueue time; None for a record that does not decode)."""
+
     def __init__(self) -> None:
         self.index = 0
+        self.at: int | None = None
 
     def line(self, entry: Any) -> str:
         task, self.index = self.index, self.index + 1
         head = f"#{task}  @{entry.position}"
+        self.at = None
         try:
             record = decode_task(entry.data)
         except RecordDecodeError as e:
             return f"{head}  malformed: {e}"
         if isinstance(record, Unknown):
             return f"{head}  a record of unknown type {_short(record.code, 40)}"
+        self.at = record.enqueued_at
         return f"{head}  {clock_text(record.enqueued_at)}  {_short(record.payload)}"
 
 
-class _ClaimsPrinter:
+class ClaimsPrinter:
+    """The lines of the claims topic, each with the fold's verdict; `at` as TasksPrinter's."""
+
     def __init__(self) -> None:
         self.follower = ClaimsFollower(0)
+        self.at: int | None = None
 
     def line(self, entry: Any) -> str:
         outcome, record = self.follower.apply(entry)
+        self.at = None if isinstance(record, Unknown) else record.at
         if isinstance(record, Unknown) and record.code == MALFORMED:
             why = self.follower.last_malformed or "does not decode"
             return f"@{entry.position}  malformed, skipped by every reader: {printable(why)}"

@@ -16,23 +16,35 @@ died and none will be restarted.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import signal
 import subprocess
 import threading
 import time
+from collections import deque
+from pathlib import Path
 from typing import IO
 
 from queue_worker.member import member_command
 from queue_worker.partitions import Manifest, partition_location
-from supervisor.model import Event, QueueView, SupervisorSnapshot
+from queue_worker.snapshot import WorkerSnapshot, WorkerState, read_snapshots
+from supervisor.model import Event, Orphan, QueueView, SlotState, SupervisorSnapshot, WorkerView
 from supervisor.monitor import Monitor
+from supervisor.orphans import OrphanBook
+from supervisor.partition_names import tagged
 from supervisor.partitioned import sum_queues
 from supervisor.supervisor import (
+    EVENTS_KEPT,
     EXIT_FORCED,
     EXIT_NO_WORKERS,
     EXIT_OK,
     SupervisorOptions,
     demo_payloads,
+    describe_exit,
 )
+
+MICROS = 1_000_000
 
 #: how often the watcher looks at the members and the partitions
 TICK_S = 0.2
@@ -51,6 +63,11 @@ class MemberSupervisor:
         self._restart_at: list[float | None] = [None] * options.workers
         self._monitors: list[Monitor] = []
         self._events: list[Event] = []
+        #: the events kept for the dashboard (`events` hands each out once, to the lines)
+        self.recent: deque[Event] = deque(maxlen=EVENTS_KEPT)
+        #: each partition's orphans: the tasks a dead member's workers held there
+        self.books: list[OrphanBook] = []
+        self._mourned: set[int] = set()  # the pids of members whose death was recorded
         self._stops = 0
         self._draining = False
         self._lock = threading.Lock()
@@ -66,6 +83,7 @@ class MemberSupervisor:
         self._monitors = [
             Monitor(partition_location(self.options.location, k, count)) for k in range(count)
         ]
+        self.books = [OrphanBook() for _ in range(count)]
         self._logs.mkdir(parents=True, exist_ok=True)
         if self.options.tasks:
             with PartitionedQueue(self.options.location, self.manifest, self.options.fsync) as q:
@@ -108,13 +126,19 @@ class MemberSupervisor:
 
     def _tick(self) -> None:
         now = time.monotonic()
-        for monitor in self._monitors:
+        for k, monitor in enumerate(self._monitors):
             try:
-                monitor.poll()
+                for event in monitor.poll():  # takeovers, lost leases: tagged p<k>
+                    self._remember(dataclasses.replace(event, text=tagged(event.text, k)))
             except Exception as e:  # a partition out of reach: say so, keep watching
                 self.log_failure = str(e)
+        with self._lock:
+            for k, book in enumerate(self.books):
+                book.update(self._monitors[k].takeover_of, now=time.time())
         drained = all(m.is_drained() for m in self._monitors)
         if self._stops >= 2:
+            # (both stop requests may come before a tick: stopping, never restarting)
+            self._draining = True
             self._signal_all(kill=True)
         elif (self._stops or (self.options.exit_when_drained and drained)) and not self._draining:
             self._draining = True
@@ -124,10 +148,12 @@ class MemberSupervisor:
         for slot, proc in enumerate(self._procs):
             if proc is None or proc.poll() is None:
                 continue
-            if self._restart_at[slot] is None and not self._draining:
-                self._event(f"member m{slot} (pid {proc.pid}) exited with {proc.returncode}")
-                if self.options.restart.enabled:
-                    self._restart_at[slot] = now + self.options.restart.backoff_s
+            if proc.pid not in self._mourned:
+                self._mourned.add(proc.pid)
+                self._died(slot, proc)
+            restartable = self._restart_at[slot] is None and not self._draining
+            if restartable and self.options.restart.enabled:
+                self._restart_at[slot] = now + self.options.restart.backoff_s
             restart = self._restart_at[slot]
             if restart is not None and now >= restart and not self._draining:
                 self._spawn(slot)
@@ -143,14 +169,94 @@ class MemberSupervisor:
             self.exit_code = EXIT_NO_WORKERS
             self._finished.set()
 
+    def _died(self, slot: int, proc: subprocess.Popen[bytes]) -> None:
+        """A member has exited: the tasks its workers held go to the orphans (read once,
+        after the fold has read everything the member wrote), and the death is an event."""
+        code = proc.returncode
+        views = [v for v in self.member_rows(slot, proc.pid) if v.worker_id]
+        held: list[str] = []
+        for view in views:
+            k = view.partition
+            if k is None:
+                continue
+            monitor = self._monitors[k]
+            for event in monitor.catch_up():
+                self._remember(dataclasses.replace(event, text=tagged(event.text, k)))
+            tasks = monitor.tasks_held_by(view.worker_id or "")
+            held += [f"{k}:{task}" for task, _ in tasks]
+            dead = dataclasses.replace(view, state=SlotState.DEAD, exit_code=code)
+            dead.died_at = time.time()
+            with self._lock:
+                self.books[k].died(
+                    dead, [(t, lease.expiry / MICROS) for t, lease in tasks], now=time.time()
+                )
+        holding = f" while holding task{'s' * (len(held) > 1)} {', '.join(held)}" if held else ""
+        kind = "death" if code else "info"
+        self._event(f"member m{slot} (pid {proc.pid}) {describe_exit(code)}{holding}", kind)
+
+    def member_rows(self, slot: int, pid: int) -> list[WorkerView]:
+        """The workers of member `slot` (process `pid`), one per partition it works, from
+        the stats they publish (a member's workers are named m<slot>.p<k>)."""
+        rows = []
+        for snap in read_snapshots(self._run_dir):
+            if snap.pid != pid or snap.state == WorkerState.EXITED:
+                continue
+            k = _partition_of(snap)
+            if k is None:
+                continue
+            state = SlotState(snap.state.value) if snap.state is not None else SlotState.STARTING
+            rows.append(
+                WorkerView(slot, f"m{slot}.p{k}", snap.worker, pid, state, snap, partition=k)
+            )
+        return sorted(rows, key=lambda v: v.partition or 0)
+
+    @property
+    def _run_dir(self) -> Path:
+        return self.options.run_dir
+
+    def member_pids(self) -> list[int | None]:
+        """Each member slot's process id now (None: not started, or gone)."""
+        return [
+            None if proc is None or proc.poll() is not None else proc.pid for proc in self._procs
+        ]
+
+    def kill_member(self, slot: int) -> str | None:
+        """kill -9 member `slot`; what it did, or None when it does not run."""
+        proc = self._procs[slot] if 0 <= slot < len(self._procs) else None
+        if proc is None or proc.poll() is not None:
+            return None
+        proc.send_signal(signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=2.0)
+        return f"kill -9 member m{slot} (pid {proc.pid})"
+
+    def monitors(self) -> list[Monitor]:
+        return list(self._monitors)
+
+    def board(self, pids: list[int | None]) -> tuple[list[Orphan], list[WorkerView], list[Event]]:
+        """For the dashboard: every partition's orphans (named k:id), the dead members'
+        rows still shown (less those of a process in `pids`), and the recent events."""
+        with self._lock:
+            orphans = [
+                dataclasses.replace(o, partition=k)
+                for k, book in enumerate(self.books)
+                for o in book.orphans()
+            ]
+            departed = [d for book in self.books for d in book.departed(pids)]
+            return orphans, departed, list(self.recent)
+
     def _signal_all(self, *, kill: bool) -> None:
         for proc in self._procs:
             if proc is not None and proc.poll() is None:
                 proc.kill() if kill else proc.terminate()
 
-    def _event(self, text: str) -> None:
+    def _event(self, text: str, kind: str = "info") -> None:
+        self._remember(Event(time.time(), kind, text))
+
+    def _remember(self, event: Event) -> None:
         with self._lock:
-            self._events.append(Event(time.time(), "info", text))
+            self._events.append(event)
+            self.recent.append(event)
 
     # -- what the progress lines show ----------------------------------------------------------
 
@@ -175,6 +281,12 @@ class MemberSupervisor:
     def status_note(self) -> str:
         alive = sum(1 for p in self._procs if p is not None and p.poll() is None)
         return f"members {alive}/{len(self._procs)}"
+
+
+def _partition_of(snap: WorkerSnapshot) -> int | None:
+    name = snap.name or ""
+    head, sep, k = name.rpartition(".p")
+    return int(k) if sep and head and k.isdigit() else None
 
 
 __all__ = ["MemberSupervisor"]

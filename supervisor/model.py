@@ -55,6 +55,7 @@ class WorkerView:
     exit_code: int | None = None  # negative: killed by that signal
     died_at: float | None = None  # wall clock, seconds
     restarts: int = 0
+    partition: int | None = None  # the partition it works, on a partitioned queue
 
     def __post_init__(self) -> None:
         self.state = SlotState(self.state)  # a word given where a state goes is checked here
@@ -115,6 +116,12 @@ class Orphan:
     lease_expiry: float  # wall clock, seconds
     heir: str | None = None  # worker_label of the worker that took it over
     taken_at: float | None = None  # when the takeover CLAIM was written
+    partition: int | None = None  # the task's partition, on a partitioned queue
+
+    @property
+    def name(self) -> str:
+        """The task as people name it: ``17``, or ``3:17`` on a partitioned queue."""
+        return str(self.task) if self.partition is None else f"{self.partition}:{self.task}"
 
 
 @dataclass
@@ -134,6 +141,8 @@ class SupervisorSnapshot:
     # how to put work on this queue, for the first screen: "qw enqueue --count 100 …"
     enqueue_hint: str = "qw enqueue --count 100"
     demo_rate: float = 0.0  # demo tasks/s that `qw up --demo/--rate` adds (0: none)
+    # a partitioned queue: each partition's counts, partition k at index k (empty: none)
+    partitions: list[QueueView] = field(default_factory=list)
 
 
 class Controls(Protocol):

@@ -36,7 +36,7 @@ def orphan_lines(orphans: Sequence[Orphan], *, now: float, lines: int) -> list[T
 
 
 def orphan_line(orphan: Orphan, *, now: float) -> Text:
-    line = Text.assemble(("task ", "dim"), (f"{orphan.task}", "bold"), "  ")
+    line = Text.assemble(("task ", "dim"), (orphan.name, "bold"), "  ")
     line.append(orphan.holder, style="red")
     if orphan.heir is None or orphan.taken_at is None:
         line.append(f" died {format_duration(now - orphan.died_at)} ago", style="dim")

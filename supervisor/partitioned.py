@@ -68,6 +68,10 @@ class PartitionedSupervisor:
         self._seen = [0] * len(self.parts)
         self.started_at = 0.0
 
+    @property
+    def finished(self) -> bool:
+        return all(part.finished for part in self.parts)
+
     def start(self) -> None:
         """Enqueue the start tasks over the partitions, then start every partition's
         supervisor (one that fails to start stops those already started)."""
@@ -150,8 +154,15 @@ class PartitionedSupervisor:
 
 
 def sum_queues(queues: Sequence[QueueView]) -> QueueView:
+    """The partitions' counts as the whole queue's: counts and rates added, the throughput
+    histories added second by second (aligned on the latest second)."""
     total = QueueView()
+    longest = max((len(q.throughput_history) for q in queues), default=0)
+    total.throughput_history = [0.0] * longest
     for q in queues:
+        start = longest - len(q.throughput_history)
+        for i, value in enumerate(q.throughput_history):
+            total.throughput_history[start + i] += value
         total.published += q.published
         total.pending += q.pending
         total.held += q.held

@@ -11,6 +11,7 @@ import json
 import sys
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
@@ -20,6 +21,11 @@ from queue_worker.partitions import MAX_PARTITIONS, Manifest
 from supervisor.cli_options import fail, shown
 
 if TYPE_CHECKING:  # the supervisor is imported by `up` only (enqueue and report skip it)
+    from supervisor.http_api import StatsServer
+    from supervisor.members import MemberSupervisor
+    from supervisor.members_view import MembersView
+    from supervisor.partitioned import PartitionedSupervisor
+    from supervisor.partitioned_view import PartitionedView
     from supervisor.supervisor import SupervisorOptions
 
 
@@ -36,28 +42,27 @@ def manifest_at(location: str, asked: int | None = None, *, create: bool = True)
 
 
 def up(
-    options: SupervisorOptions, asked: int | None, *, http: str | None, rebalance: bool = False
+    options: SupervisorOptions,
+    asked: int | None,
+    *,
+    http: str | None,
+    http_address: tuple[str, int] | None = None,
+    rebalance: bool = False,
+    tui: bool = False,
 ) -> int | None:
     """`qw up` on a partitioned queue: runs it and returns the exit code. `rebalance`:
-    member processes that share the partitions with every other `qw up --rebalance`."""
+    member processes that share the partitions with every other `qw up --rebalance`.
+    `tui`: the live dashboard (`supervisor.partitioned_view`, `supervisor.members_view`),
+    else a status line a second;
+    `http_address`: serve /stats, /metrics, /health and /task/K:ID there."""
     manifest = manifest_at(options.location, asked)
     if manifest is None:
         if rebalance:
             fail("--rebalance: the queue has no partitions (create it with --partitions P)")
         return None
     from supervisor.members import MemberSupervisor
-    from supervisor.partitioned import (
-        PartitionedRun,
-        PartitionedSupervisor,
-        run_partitioned_progress,
-    )
-    from supervisor.signals import stop_on_signals
+    from supervisor.partitioned import PartitionedSupervisor
 
-    if http is not None:
-        fail(
-            f"--http {http}: not served for a partitioned queue (yet): each partition's "
-            "workers publish their stats under <dir>/p<k>/run"
-        )
     sup: PartitionedSupervisor | MemberSupervisor
     try:
         sup = (
@@ -67,19 +72,24 @@ def up(
         )
     except ValueError as e:
         fail(f"--workers {options.workers}: {e} (or --rebalance: a member takes several)")
-    run: PartitionedRun = sup
-    with stop_on_signals(sup.request_stop):
+    view: PartitionedView | MembersView
+    if isinstance(sup, MemberSupervisor):
+        from supervisor.members_view import MembersView
+
+        view = MembersView(sup, shown=shown(options.location))
+    else:
+        from supervisor.partitioned_view import PartitionedView
+
+        view = PartitionedView(sup, shown=shown(options.location))
+    server = None
+    if http_address is not None:
+        from supervisor.http_api import StatsServer
+
         try:
-            sup.start()
-        except (LogError, OSError) as e:
-            fail(str(e))
-        try:
-            run_partitioned_progress(run, sys.stdout)
-            sup.wait()
-        except BaseException:
-            sup.stop_now()
-            sup.wait(10)
-            raise
+            server = StatsServer(view, *http_address, logs=options.location)
+        except OSError as e:
+            fail(f"--http {http}: not an address this machine can listen on ({e.strerror})")
+    _run(sup, view if tui else None, server)
     code = sup.exit_code
     assert code is not None
     q = sup.snapshot().queue
@@ -94,6 +104,41 @@ def up(
     else:
         typer.echo(f"qw: drained ({counts})")
     return code
+
+
+def _run(
+    sup: PartitionedSupervisor | MemberSupervisor,
+    dashboard: PartitionedView | MembersView | None,
+    server: StatsServer | None,
+) -> None:
+    """Start `sup`, show it (the dashboard, or a status line a second) until it has ended;
+    on any way out, no worker is left behind."""
+    from supervisor.partitioned import run_partitioned_progress
+    from supervisor.signals import stop_on_signals
+
+    with stop_on_signals(sup.request_stop):
+        try:
+            sup.start()
+        except (LogError, OSError) as e:
+            fail(str(e))
+        try:
+            if server is not None:
+                server.start()
+                typer.echo(f"qw: stats on http://{server.address}/stats", err=True)
+            if dashboard is not None:
+                from supervisor.tui import run_dashboard
+
+                run_dashboard(dashboard)
+            else:
+                run_partitioned_progress(sup, sys.stdout)
+            sup.wait()
+        except BaseException:
+            sup.stop_now()
+            sup.wait(10)
+            raise
+        finally:
+            if server is not None:
+                server.close()
 
 
 def task_parser(high: int) -> Callable[[str], str]:
@@ -164,9 +209,38 @@ def enqueued_text(names: list[str], where: str) -> str:
     return f"enqueued {len(names)} tasks ({spans}) on {where}"
 
 
-def report(location: str, as_json: bool) -> int | None:
+def refuse_at(location: str) -> None:
+    """One line and exit 2 for `qw report --at` on the whole of a partitioned queue: a
+    claims position is one partition's."""
+    manifest = manifest_at(location, create=False)
+    if manifest is None:
+        return
+    from queue_worker.partitions import partition_location
+
+    first = shown(partition_location(location, 0, manifest.count))
+    last = shown(partition_location(location, manifest.count - 1, manifest.count))
+    fail(
+        f"--at: {shown(location)} holds a queue of {manifest.count} partitions and a claims "
+        f"position is one partition's: give a partition's location, {first} to {last} "
+        "(qw report alone proves the whole queue)"
+    )
+
+
+def write_timeline(location: str, manifest: Manifest, out: Path) -> None:
+    """`qw report --timeline FILE` on a partitioned queue: the page of every partition."""
+    from queue_worker.report import ReportInputError
+    from supervisor.timeline.partitioned import load_partition_views, write_page
+
+    try:
+        write_page(load_partition_views(location, manifest, None, None, None), shown(location), out)
+    except (ReportInputError, OSError) as e:
+        fail(f"--timeline {out}: {e}")
+    typer.echo(f"qw: timeline: {out}", err=True)
+
+
+def report(location: str, as_json: bool, timeline: Path | None = None) -> int | None:
     """`qw report` on a partitioned queue: each partition's line and the whole queue's
-    verdict (or one JSON object); returns the exit code."""
+    verdict (or one JSON object), and the page of `timeline`; returns the exit code."""
     manifest = manifest_at(location, create=False)
     if manifest is None:
         return None
@@ -177,6 +251,8 @@ def report(location: str, as_json: bool) -> int | None:
         result = load_partitioned_report(location, manifest)
     except ReportInputError as e:
         fail(str(e))
+    if timeline is not None:
+        write_timeline(location, manifest, timeline)
     if as_json:
         body = result.to_json()
         now_us = time.time_ns() // 1000

@@ -100,12 +100,14 @@ def report_command(
     from supervisor.report_text import render_report
 
     location = _location(directory, log)
-    if at is None and timeline is None:
-        code = partitioned_cli.report(location, as_json)
+    if at is None:
+        code = partitioned_cli.report(location, as_json, timeline)
         if code is not None:  # a partitioned queue: every partition, and the whole
             if _server_verdicts_disagree(location, partitioned=True):
                 raise typer.Exit(EXIT_VERDICTS_DISAGREE)
             raise typer.Exit(code)
+    else:
+        partitioned_cli.refuse_at(location)
     try:
         report = load_report(location, up_to=at)
     except ReportInputError as e:
@@ -221,4 +223,4 @@ def why_command(
     else:
         typer.echo(positions_note(location))
         console = stdout_console()
-        console.print(render_story(story, plain=not console.is_terminal))
+        console.print(render_story(story, plain=not console.is_terminal, name=shown_task))

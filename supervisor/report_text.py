@@ -324,9 +324,9 @@ def render_checks(r: Report, plain: bool) -> list[RenderableType]:
 # -- `qw why` as text ------------------------------------------------------------------------
 
 
-def render_story(story: TaskStory, plain: bool = False) -> RenderableType:
+def render_story(story: TaskStory, plain: bool = False, name: str | None = None) -> RenderableType:
     table = _table(
-        f"task {story.task}: {printable(story.state)}",
+        f"task {name or story.task}: {printable(story.state)}",
         plain,
         "position",
         "time",

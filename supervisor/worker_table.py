@@ -64,6 +64,8 @@ COLUMNS: Final = (
     Column("cpu", "right", 5, 7),
     Column("rss", "right", 6, 8),
 )
+#: on a partitioned queue, after the worker: the partition it works (p3)
+PART_COLUMN: Final = Column("part", "right", 4, 0)
 
 
 def worker_table(
@@ -80,18 +82,25 @@ def worker_table(
     by_holder: dict[str, list[Orphan]] = {}
     for orphan in orphans:
         by_holder.setdefault(orphan.holder_id, []).append(orphan)
+    partitioned = any(w.partition is not None for w in (*workers, *departed))
+    columns: Sequence[Column] = (
+        (*COLUMNS[:2], PART_COLUMN, *COLUMNS[2:]) if partitioned else COLUMNS
+    )
+
+    def cells(w: WorkerView, *, selected: bool, departed: bool = False) -> list[Text]:
+        row = _cells(w, now, by_holder, selected=selected, departed=departed)
+        return _with_partition(row, w) if partitioned else row
+
     rows: list[tuple[list[Text], str | None]] = []
     chosen = 0
     for w in workers:
         if w.slot == selected:
             chosen = len(rows)
         is_selected = w.slot == selected
-        rows.append(
-            (_cells(w, now, by_holder, selected=is_selected), "reverse" if is_selected else None)
-        )
+        rows.append((cells(w, selected=is_selected), "reverse" if is_selected else None))
         for gone in departed:
             if gone.slot == w.slot:
-                rows.append((_cells(gone, now, by_holder, selected=False, departed=True), None))
+                rows.append((cells(gone, selected=False, departed=True), None))
     if not rows:
         rows = [([Text(""), Text("no workers", style="dim")], None)]
     more = None
@@ -101,7 +110,13 @@ def worker_table(
         hidden = len(rows) - shown
         rows = rows[first : first + shown]
         more = Text(f"… {hidden} more rows: ↑/↓ select to scroll", style="dim")
-    return TextGrid(COLUMNS, rows, more=more)
+    return TextGrid(columns, rows, more=more)
+
+
+def _with_partition(cells: list[Text], w: WorkerView) -> list[Text]:
+    """The row with the worker's partition after its name (PART_COLUMN)."""
+    part = Text("" if w.partition is None else f"p{w.partition}", style="cyan")
+    return [*cells[:2], part, *cells[2:]]
 
 
 class TextGrid:

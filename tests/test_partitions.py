@@ -288,6 +288,7 @@ def test_qw_task_and_why_name_a_task_partition_colon_id(tmp_path: Path) -> None:
     why = qw("why", name, "--dir", str(data), cwd=tmp_path)
     assert why.returncode == 0, why.stderr
     assert f"p{refs[1].partition}/claims.log" in why.stdout
+    assert f"task {name}: never claimed" in why.stdout  # named as the user named it
     for bad, says in (
         ("1", "holds a queue of 2 partitions; name a task PARTITION:ID"),
         ("2:0", "partition 2 does not exist: the queue has 2 (0–1)"),
@@ -307,13 +308,19 @@ def test_qw_task_and_why_name_a_task_partition_colon_id(tmp_path: Path) -> None:
 def test_commands_that_work_one_partition_name_the_partitions(tmp_path: Path) -> None:
     data = tmp_path / "qw"
     resolve_partitions(data, 2)
-    for command in (["status"], ["tail"], ["timeline", "--out", str(tmp_path / "t.html")]):
+    for command, says in (
+        (["timeline", "--from", "@100", "--out", str(tmp_path / "t.html")],
+         "--from @100: a claims position is one partition's; give a time"),
+        (["report", "--at", "100"],
+         f"--at: {data} holds a queue of 2 partitions and a claims position is one "
+         f"partition's: give a partition's location, {data / 'p0'} to {data / 'p1'}"),
+    ):  # fmt: skip
         result = qw(*command, "--dir", str(data), cwd=tmp_path)
         assert result.returncode == 2, (command, result.stderr)
         lines = result.stderr.strip().splitlines()
         assert len(lines) == 1, (command, result.stderr)
-        assert "holds a queue of 2 partitions" in lines[0], command
-        assert f"{data / 'p0'} to {data / 'p1'}" in lines[0], command
+        assert says in lines[0], (command, lines[0])
+    assert not (tmp_path / "t.html").exists()
 
 
 def test_qw_compact_compacts_every_partition(tmp_path: Path) -> None:

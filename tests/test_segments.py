@@ -170,6 +170,29 @@ def test_a_compacted_position_raises_the_typed_error(tmp_path: Path) -> None:
             log.checksum(positions[0], cut)
 
 
+def test_a_reader_of_the_then_active_segment_meets_its_removal_as_compaction(
+    tmp_path: Path,
+) -> None:
+    """A handle that read the active segment, which has since been sealed and removed with
+    the segments after it, reaches its end: compacted, not a missing segment (damage)."""
+    path = str(tmp_path / "members.log")
+    with FileLog.open(path, segment_bytes=SMALL) as log:
+        first = log.append(b"first")
+        reader = FileLog.open(path, segment_bytes=SMALL)
+        assert reader.read(first, 1)[0].data == b"first"  # segment 0, the active one then
+        positions = [log.append(data) for data in records(300, "a")]
+        sealed = log.sealed_segments()
+        cut = sealed[2][1]
+        assert log.drop_segments(cut) == sealed[:3]
+        got = reader.read(positions[0], None)  # on in the file it has open
+        assert [e.position for e in got] == [p for p in positions if p < sealed[0][1]]
+        with pytest.raises(PositionCompactedError) as gone:
+            reader.read(got[-1].next)
+        assert gone.value.start == cut
+        assert reader.read(cut, 1)[0].position == cut
+        reader.close()
+
+
 def test_a_reader_waiting_at_a_segment_end_wakes_for_the_next_segment(tmp_path: Path) -> None:
     path = str(tmp_path / "claims.log")
     with FileLog.open(path, segment_bytes=SMALL) as log:

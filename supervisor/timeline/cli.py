@@ -71,7 +71,8 @@ def timeline(
     ] = False,
 ) -> None:
     """Draw the run as a picture: one lane per worker process, each claim a bar from CLAIM to
-    DONE with its lease, takeovers as arrows, kills and pauses as windows, and charts.
+    DONE with its lease, takeovers as arrows, kills and pauses as windows, and charts. On a
+    partitioned queue, a section per partition (--tasks then takes PARTITION:IDS).
 
     Writes one self-contained HTML file (no script, nothing from the network) and prints its
     path. A large run is narrowed to a readable window (the page says what it left out).
@@ -81,6 +82,9 @@ def timeline(
     from supervisor.timeline.view import BoundError, parse_bound, parse_tasks, select
 
     location = location_of(directory, log)
+    target = out if out is not None else default_out(directory, log)
+    if _partitioned(location, target, tasks, start, end, text=text):
+        return
     try:
         model = load_model(location)
     except ReportInputError as e:
@@ -104,7 +108,6 @@ def timeline(
 
         print_lanes(view)
         return
-    target = out if out is not None else default_out(directory, log)
     try:
         write_timeline(location, target, view)
     except OSError as e:
@@ -112,6 +115,41 @@ def timeline(
     for note in view.notes:
         typer.echo(f"qw: {note}", err=True)
     typer.echo(str(target))
+
+
+def _partitioned(
+    location: str, out: Path, tasks: str | None, start: str | None, end: str | None, *, text: bool
+) -> bool:
+    """`qw timeline` on a partitioned queue: a section per partition (False: the queue has
+    no partitions)."""
+    from supervisor import partitioned_cli
+
+    manifest = partitioned_cli.manifest_at(location, create=False)
+    if manifest is None:
+        return False
+    from queue_worker.report import ReportInputError
+    from supervisor.timeline.partitioned import load_partition_views, write_page
+    from supervisor.timeline.view import BoundError
+
+    try:
+        parts = load_partition_views(location, manifest, tasks, start, end)
+    except (ReportInputError, BoundError) as e:
+        fail(str(e))
+    if text:
+        from supervisor.timeline.text import print_lanes
+
+        for k, view in parts.views:
+            typer.echo(f"── partition {k} (task n here is {k}:n)")
+            print_lanes(view)
+        return True
+    try:
+        write_page(parts, shown(location), out)
+    except OSError as e:
+        fail(f"cannot write {out}: {e.strerror or e}")
+    for note in parts.notes:
+        typer.echo(f"qw: {note}", err=True)
+    typer.echo(str(out))
+    return True
 
 
 __all__ = ["default_out", "register", "write_timeline"]

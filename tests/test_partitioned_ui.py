@@ -1,0 +1,356 @@
+"""A partitioned `qw up` as a user sees it: the live dashboard in a real tmux (each worker's
+partition, each partition's backlog, `k` and the takeover in the partition of the killed
+worker), the stats endpoint over real HTTP, and the partitions section's layouts."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import shutil
+import signal
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from rich.console import Console
+
+from queue_worker.partitioned import resolve_partitions
+from supervisor.http_api import StatsServer
+from supervisor.model import Event, Orphan, QueueView
+from supervisor.partition_names import tagged
+from supervisor.partition_panel import partition_section
+from supervisor.partitioned import PartitionedSupervisor
+from supervisor.partitioned_view import PartitionedView, merge_alike
+from supervisor.supervisor import SupervisorOptions
+from tests.helpers import wait_until
+from tests.test_cli import start_up
+from tests.test_http import get
+from tests.test_tui_tmux import QW, Tmux, at_prompt, exit_status, keys_line_intact
+
+# -- the dashboard in a real terminal --------------------------------------------------------
+
+#: a row of the worker table: slot, worker, partition, state
+ROW = re.compile(r"^\s*▶?(\d+)\s+(w\d+·\d+)(?: ↻\d+)?\s+p(\d+)\s+(\w+)", re.MULTILINE)
+SIZES = [(80, 24), (160, 50)]
+
+
+@pytest.fixture(params=SIZES, ids=[f"{w}x{h}" for w, h in SIZES])
+def term(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Tmux]:
+    if shutil.which("tmux") is None:
+        pytest.skip("tmux is not installed")
+    width, height = request.param
+    tmux = Tmux(tmp_path / "tmux.sock", width, height)
+    try:
+        tmux.start(tmp_path)
+        yield tmux
+    finally:
+        tmux.kill_server()
+
+
+def rows(screen: str) -> dict[str, tuple[int, str]]:
+    """worker label → (its partition, its state), from the worker table."""
+    return {m.group(2): (int(m.group(3)), m.group(4)) for m in ROW.finditer(screen)}
+
+
+def test_dashboard_shows_partitions_and_a_kill_taken_over_in_its_partition(
+    term: Tmux, tmp_path: Path
+) -> None:
+    term.type_line(
+        f"{QW} up --dir {tmp_path / 'qw'} --partitions 4 --workers 8 --lease 3 "
+        "--work-ms 2000 --tasks 200"
+    )
+
+    def eight_workers() -> dict[str, tuple[int, str]] | None:
+        found = rows(term.screen())
+        busy = sum(1 for _, state in found.values() if state == "working")
+        return found if len(found) == 8 and busy >= 4 else None
+
+    found = wait_until(eight_workers, 60, "eight worker rows, working")
+    assert isinstance(found, dict)
+    # two workers in each partition, each named in its partition's line
+    per_partition = sorted(p for p, _ in found.values())
+    assert per_partition == [0, 0, 1, 1, 2, 2, 3, 3], term.screen()
+    screen = term.screen()
+    assert "4 partitions  ·  up " in screen.splitlines()[0]
+    assert "partitions: 4" in screen
+    for k in range(4):
+        line = next(x for x in screen.splitlines() if x.startswith(f"p{k} "))
+        assert re.search(r"done \d+/50\s+pending \d+\s+held \d+", line), line
+        if term.width >= 120:  # the workers of the partition end its line
+            assert all(label in line for label, (p, _) in found.items() if p == k), line
+    assert keys_line_intact(screen), screen
+
+    # k: a holder is killed; its task is named k:id; the survivor that takes it over is
+    # one of the same partition's workers (or the killed slot's replacement)
+    term.send("k")
+
+    def killed() -> tuple[int, str, str] | None:
+        m = re.search(r"p(\d) kill -9 (w\d+·\d+), holding task (\d+):(\d+)", term.screen())
+        if m is None:
+            return None
+        assert m.group(1) == m.group(3), m.group(0)  # the task is the partition's own
+        return int(m.group(1)), m.group(2), f"{m.group(3)}:{m.group(4)}"
+
+    kill = wait_until(killed, 20, "the kill -9 of a worker holding a task")
+    assert isinstance(kill, tuple)
+    partition, victim, task = kill
+    assert found[victim][0] == partition
+    waiting = re.compile(rf"^task {task}  {victim} ", re.MULTILINE)
+    wait_until(lambda: waiting.search(term.screen()), 10, f"task {task} in the orphans")
+    taken = re.compile(rf"^task {task}  {victim} → (w\d+·\d+)  took over ", re.MULTILINE)
+
+    def heir() -> str | None:
+        m = taken.search(term.screen())
+        return m.group(1) if m else None
+
+    survivor = wait_until(heir, 60, f"the takeover of task {task}")
+    assert isinstance(survivor, str)
+    now = rows(term.screen())
+    assert now[survivor][0] == partition, term.screen()
+    assert now[victim] == (partition, "dead") or victim not in now, term.screen()
+    assert keys_line_intact(term.screen()), term.screen()
+
+    term.send("q")
+    wait_until(lambda: "DRAINING" in term.screen() or at_prompt(term), 10, "draining")
+    assert exit_status(term, "qw up to drain and exit", 60) == 0, term.screen()
+    assert "qw: stopped with" in term.screen() and "4 partitions" in term.screen()
+
+
+# -- the stats endpoint ----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """http://127.0.0.1:PORT of a partitioned run: 3 partitions, 4 workers, 30 tasks."""
+    data = tmp_path_factory.mktemp("http") / "qw"
+    manifest = resolve_partitions(str(data), 3)
+    assert manifest is not None
+    options = SupervisorOptions(data_dir=data, location=str(data), workers=4, tasks=30, work_ms=20)
+    sup = PartitionedSupervisor(options, manifest)
+    server = StatsServer(PartitionedView(sup, shown=str(data)), "127.0.0.1", 0)
+    sup.start()
+    server.start()
+    try:
+        yield f"http://{server.address}"
+    finally:
+        server.close()
+        sup.request_stop()
+        sup.wait(30)
+
+
+def stats(endpoint: str) -> dict[str, Any]:
+    body: dict[str, Any] = json.loads(get(f"{endpoint}/stats")[2])
+    return body
+
+
+def all_done(endpoint: str) -> dict[str, Any] | None:
+    """/stats once the 30 tasks are done by the fold and by the workers' own published
+    counts (which follow a moment later)."""
+    body = stats(endpoint)
+    finished = sum(w["finished"] for w in body["workers"])
+    return body if body["queue"]["done"] == 30 and finished == 30 else None
+
+
+def test_stats_give_each_partition_and_their_sum(endpoint: str) -> None:
+    body = wait_until(lambda: all_done(endpoint), 60, "30 tasks done, by the workers too")
+    assert isinstance(body, dict)
+    parts = body["partitions"]
+    assert [p["partition"] for p in parts] == [0, 1, 2]
+    for key in ("published", "done", "pending", "held"):
+        assert sum(p[key] for p in parts) == body["queue"][key]
+    assert sorted(p["published"] for p in parts) == [10, 10, 10]
+    workers = body["workers"]
+    assert sorted(w["partition"] for w in workers) == [0, 0, 1, 2]
+    assert len({w["name"] for w in workers}) == 4  # unique across partitions
+    assert sorted(w["slot"] for w in workers) == [0, 1, 2, 3]
+    assert sum(w["finished"] for w in workers) == 30
+    assert body["orphans"] == []
+
+
+def test_metrics_label_partitions(endpoint: str) -> None:
+    wait_until(lambda: all_done(endpoint), 60, "30 tasks done, by the workers too")
+    status, content_type, text = get(f"{endpoint}/metrics")
+    assert status == 200 and content_type.startswith("text/plain; version=0.0.4")
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    done = {
+        s.labels["partition"]: s.value
+        for s in families["qw_partition_tasks"].samples
+        if s.labels["state"] == "done"
+    }
+    assert done == {"0": 10.0, "1": 10.0, "2": 10.0}
+    finished = families["qw_worker_finished"].samples
+    assert sorted(s.labels["partition"] for s in finished) == ["0", "0", "1", "2"]
+    assert sum(s.value for s in finished) == 30
+    assert [s.value for s in families["qw_orphans"].samples] == [0, 0, 0]
+
+
+def test_task_endpoint_takes_partition_colon_id(endpoint: str) -> None:
+    wait_until(lambda: stats(endpoint)["queue"]["done"] == 30, 60, "30 tasks done")
+    status, _, text = get(f"{endpoint}/task/2:4")
+    body = json.loads(text)
+    assert status == 200, body
+    assert body["task"] == "2:4" and body["partition"] == 2 and body["done"] is True
+    assert [h["kind"] for h in body["history"]][:2] == ["TASK", "CLAIM"]
+    status, _, text = get(f"{endpoint}/task/7:4")
+    assert status == 404 and "partition 7 does not exist" in json.loads(text)["error"]
+    status, _, text = get(f"{endpoint}/task/2:99")
+    assert status == 404 and "no task 2:99" in json.loads(text)["error"]
+    status, _, text = get(f"{endpoint}/task/4")
+    assert status == 400 and "/task/K:ID" in json.loads(text)["error"]
+
+
+# -- the pieces ------------------------------------------------------------------------------
+
+
+def render(renderable: object, width: int) -> str:
+    out = io.StringIO()
+    Console(file=out, width=width, color_system=None).print(renderable)
+    return out.getvalue()
+
+
+def test_many_partitions_are_packed_into_the_lines_given() -> None:
+    queues = [QueueView(published=10, done=k) for k in range(16)]
+    orphan = Orphan(3, "w0·1", "w0-1-ab", 0, 0.0, 0.0, partition=5)
+    text = render(partition_section(queues, [], [orphan], lines=2), 40)
+    lines = text.splitlines()
+    assert lines[0].startswith("── partitions: 16")
+    assert len(lines) == 3
+    assert "p0 0/10" in lines[1] and "p5 5/10 !" in text  # the orphaned partition marked
+    more = re.search(r"… (\d+) more", lines[2])
+    assert more is not None, text
+    shown = len(re.findall(r"\bp\d+ ", text))
+    assert shown + int(more.group(1)) == 16
+    assert all(len(line) <= 40 for line in lines)
+    # room for every partition: one line each
+    text = render(partition_section(queues[:3], [], [], lines=3), 100)
+    assert [line.split()[0] for line in text.splitlines()[1:]] == ["p0", "p1", "p2"]
+
+
+def test_partition_texts_name_tasks_partition_colon_id() -> None:
+    assert tagged("kill -9 w1·3857, holding task 5", 2) == "p2 kill -9 w1·3857, holding task 2:5"
+    assert tagged("w0·1 died holding tasks 4, 17", 1) == "p1 w0·1 died holding tasks 1:4, 1:17"
+    assert tagged("publishing 2.5 demo tasks/s", 0) == "p0 publishing 2.5 demo tasks/s"
+    alike = [
+        Event(100.0 + k / 10, "info", tagged("publishing 1 demo tasks/s", k)) for k in range(3)
+    ]
+    other = Event(101.0, "death", "p1 w0·7 killed")
+    merged = merge_alike([*alike, other], 3)
+    assert [e.text for e in merged] == ["p* publishing 1 demo tasks/s", "p1 w0·7 killed"]
+    assert merge_alike(alike[:2], 3) == alike[:2]  # said by some partitions only: kept each
+
+
+# -- qw up --rebalance: members --------------------------------------------------------------
+
+#: a member's worker row: slot, m<member>.p<k>·pid, partition, state
+MEMBER_ROW = re.compile(r"^\s*▶?(\d+)\s+(m(\d)\.p(\d)·(\d+))\s+p(\d)\s+(\w+)", re.MULTILINE)
+
+
+def on_screen(term: Tmux, pattern: re.Pattern[str]) -> Callable[[], bool]:
+    return lambda: pattern.search(term.screen()) is not None
+
+
+def test_rebalance_dashboard_shows_members_partitions_and_a_killed_members_takeovers(
+    tmp_path: Path,
+) -> None:
+    if shutil.which("tmux") is None:
+        pytest.skip("tmux is not installed")
+    term = Tmux(tmp_path / "tmux.sock", 100, 30)
+    try:
+        term.start(tmp_path)
+        term.type_line(
+            f"{QW} up --dir {tmp_path / 'qw'} --partitions 4 --workers 2 --rebalance "
+            "--lease 3 --work-ms 2000 --tasks 120"
+        )
+
+        def both_members() -> dict[int, set[int]] | None:
+            works: dict[int, set[int]] = {}
+            for m in MEMBER_ROW.finditer(term.screen()):
+                assert m.group(4) == m.group(6), m.group(0)  # the row's partition is its name's
+                works.setdefault(int(m.group(3)), set()).add(int(m.group(4)))
+            if sorted(works) != [0, 1] or len(works[0] | works[1]) != 4:
+                return None
+            # (while a member joins, the other may still work a partition it is giving up)
+            return works if not works[0] & works[1] else None
+
+        wait_until(both_members, 60, "two members sharing the four partitions, two each")
+        assert "4 partitions  ·  up " in term.screen().splitlines()[0]
+
+        term.send("k")
+        killed = re.compile(
+            r"member m(\d) \(pid (\d+)\) killed by SIGKILL while holding tasks? ([\d:, ]+)"
+        )
+
+        def death() -> tuple[str, str, list[str]] | None:
+            m = killed.search(term.screen())
+            return (m.group(1), m.group(2), m.group(3).split(", ")) if m else None
+
+        found = wait_until(death, 20, "the death of the killed member, with its tasks")
+        assert isinstance(found, tuple)
+        member, pid, tasks = found
+        for task in tasks:  # each taken over in its partition, by lease expiry
+            k = task.split(":")[0]
+            taken = re.compile(
+                rf"^task {task}  m{member}\.p{k}·{pid} → (m\d\.p{k}·\d+)  took over ", re.MULTILINE
+            )
+            wait_until(on_screen(term, taken), 60, f"the takeover of {task}")
+        assert keys_line_intact(term.screen()), term.screen()
+        term.send("q")
+        assert exit_status(term, "qw up --rebalance to drain and exit", 60) == 0, term.screen()
+    finally:
+        term.kill_server()
+
+
+def test_rebalance_serves_stats_with_each_members_partitions(tmp_path: Path) -> None:
+    up = start_up(
+        tmp_path, "up", "--dir", str(tmp_path / "qw"), "--partitions", "2", "--workers", "2",
+        "--rebalance", "--tasks", "400", "--work-ms", "50", "--http", "0",
+    )  # fmt: skip
+    try:
+
+        def address() -> str | None:
+            found = re.search(r"qw: stats on (http://\S+)/stats", (tmp_path / "up.err").read_text())
+            return found.group(1) if found else None
+
+        endpoint = wait_until(address, 60, "the stats address")
+        assert isinstance(endpoint, str)
+
+        def two_members() -> dict[str, Any] | None:
+            body = stats(endpoint)
+            names = {w["name"] for w in body["workers"]}
+            return body if names == {"m0.p0", "m1.p1"} or names == {"m0.p1", "m1.p0"} else None
+
+        body = wait_until(two_members, 60, "each member on one partition")
+        assert isinstance(body, dict)
+        assert sorted(w["partition"] for w in body["workers"]) == [0, 1]
+        assert [p["published"] for p in body["partitions"]] == [200, 200]
+        assert body["queue"]["published"] == 400
+        status, _, text = get(f"{endpoint}/task/1:0")
+        assert status == 200 and json.loads(text)["task"] == "1:0"
+    finally:
+        up.send_signal(signal.SIGTERM)
+        up.send_signal(signal.SIGTERM)
+        up.wait(60)
+
+
+def test_a_second_stop_request_before_any_tick_still_ends_the_members(tmp_path: Path) -> None:
+    """Two stop requests at once (two SIGTERMs in a row): the members are killed and not
+    restarted, and the run ends (it restarted them for ever)."""
+    from supervisor.members import MemberSupervisor
+    from supervisor.supervisor import EXIT_FORCED
+
+    data = tmp_path / "qw"
+    manifest = resolve_partitions(str(data), 2)
+    assert manifest is not None
+    options = SupervisorOptions(data_dir=data, location=str(data), workers=2, tasks=50, work_ms=200)
+    sup = MemberSupervisor(options, manifest)
+    sup.request_stop()
+    sup.request_stop()
+    sup.start()
+    try:
+        assert sup.wait(60), "the members supervisor did not end"
+        assert sup.exit_code == EXIT_FORCED
+    finally:
+        sup.stop_now()
