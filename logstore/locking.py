@@ -13,6 +13,11 @@ here (it opens, checks and closes the file each time), flock on a kept descripto
 
 Where `fcntl` is missing, `open_lock` falls back to filelock for the hot path as well (and a
 shared lock is then an exclusive one).
+
+filelock is imported when a maintenance lock is first taken, not with this module: its import
+(logging, secrets, inspect, decimal, platform…) costs more CPU than `qw status` spends on
+everything else, measured on the bench machine, and a reader of an existing log never takes
+that lock.
 """
 
 from __future__ import annotations
@@ -20,9 +25,10 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from functools import partial
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-import filelock
+if TYPE_CHECKING:
+    import filelock
 
 try:
     import fcntl
@@ -123,6 +129,8 @@ def open_lock(path: str) -> HeldLock:
 
 def maintenance_lock(path: str) -> filelock.BaseFileLock:
     """A filelock.FileLock on `path` that keeps the lock file in place on release."""
+    import filelock  # here, not at the top: see the module docstring
+
     try:
         return filelock.FileLock(path, preserve_lock_file=True)
     except TypeError:  # filelock 3.x: no such option; its Unix lock never unlinks the file

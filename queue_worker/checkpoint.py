@@ -90,7 +90,6 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Final, NamedTuple
 
-import filelock
 import msgpack
 
 from logstore import Log, LogClosedError, LogError, LogIdentity, is_redis_url
@@ -193,6 +192,8 @@ def checkpoint_lock(directory: Location, *, wait: bool = True) -> Iterator[None]
         except redis_checkpoint.LockHeld as e:
             raise CheckpointError(f"{e} (a compaction under way): not saved this time") from None
         return
+    import filelock  # imported when a save or compaction first locks (logstore.locking)
+
     directory = Path(directory)
     lock = maintenance_lock(str(directory / LOCK_NAME))
     try:

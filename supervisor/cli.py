@@ -26,6 +26,7 @@ from supervisor import (
     compact_cli,
     enqueue_input,
     inspect_cli,
+    one_command,
     partitioned_cli,
     plain_params,
     report_cli,
@@ -491,7 +492,8 @@ def main(argv: list[str] | None = None) -> int:
         # gets it here, while typer parses the options.
         start_server()
     try:
-        result: object = app(args=argv, prog_name="qw", standalone_mode=False)
+        run = one_command.runner(app, args)  # typer builds the command that runs, alone
+        result: object = run(args=argv, prog_name="qw", standalone_mode=False)
     except typer.TyperException as e:  # typer's usage errors (exit code 2) and the like
         message = " ".join(e.format_message().split())
         if message:  # empty: typer has printed the help (`qw` alone)

@@ -17,6 +17,11 @@ The workers are not the supervisor's children, so waitpid does not apply: the fo
 reaps them and writes each one's exit code (negative: the signal that ended it, as
 `subprocess.Popen` says it) to a pipe per worker, which `ForkedWorker.poll` reads.
 
+No resource tracker is started for them: multiprocessing's fork server starts one (a
+third interpreter, ~65 ms of CPU while the supervisor and the server import theirs, on
+two cores) to hand each child; a forked worker instead starts its own the first time it
+needs one, as a `python -m` worker does (a handler's named semaphores, shared memory).
+
 The config travels pickled through that pipe, never on a command line (a Redis password
 stays out of `ps`); every forked worker's command line is the fork server's.
 
@@ -27,25 +32,30 @@ stays out of `ps`); every forked worker's command line is the fork server's.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import io
 import os
 import signal
-import subprocess
 import sys
+import threading
 import weakref
-from dataclasses import replace
 from multiprocessing import forkserver, popen_forkserver, reduction, resource_tracker, spawn
 from multiprocessing.context import set_spawning_popen
 from multiprocessing.process import BaseProcess
 from multiprocessing.util import Finalize
-from pathlib import Path
 from typing import TYPE_CHECKING, Final, Protocol
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
     from queue_worker.config import WorkerConfig
 
 # This module imports no worker code itself: `start_server` is called first thing by
 # `qw up`, so that the server imports the worker code while the supervisor imports its own.
+# Nor anything else the server's start does not need (dataclasses, subprocess: ~15 ms of
+# CPU before the server is started, measured): what only a worker's start uses is imported
+# there.
 
 #: the environment variable that picks how workers start: "fork" (default) or "exec"
 START_ENV: Final = "QW_WORKER_START"
@@ -91,20 +101,18 @@ def start_worker(config: WorkerConfig, log_path: Path) -> WorkerHandle:
 def start_server() -> int:
     """Start the fork server if it is not running (it then imports the worker code while
     the caller goes on), and return its pid."""
-    global _our_tracker
-    if getattr(resource_tracker._resource_tracker, "_pid", None) is None:
-        _our_tracker = True  # started for the server by `ensure_running` below
     forkserver.set_forkserver_preload(PRELOAD)
-    forkserver.ensure_running()  # also restarts one that died
+    with _no_resource_tracker():
+        forkserver.ensure_running()  # also restarts one that died
     pid = getattr(forkserver._forkserver, "_forkserver_pid", None)
     assert isinstance(pid, int), "multiprocessing's fork server has no pid"
     return pid
 
 
 def stop_server() -> None:
-    """Stop the fork server (and the resource tracker it made us start) unless a worker it
-    forked for us still runs: so that nothing of a supervisor outlives it, even by a
-    moment. The next `start_worker` starts a new server."""
+    """Stop the fork server unless a worker it forked for us still runs: so that nothing
+    of a supervisor outlives it, even by a moment. The next `start_worker` starts a new
+    server."""
     if any(worker.poll() is None for worker in list(_forked)):
         return  # a worker dies with its server: another supervisor's workers may run here
     server = forkserver._forkserver
@@ -119,17 +127,31 @@ def stop_server() -> None:
     # read EOF and tear down an interpreter full of modules (~50 ms), end it now.
     os.kill(pid, signal.SIGKILL)
     os.waitpid(pid, 0)
-    tracker = resource_tracker._resource_tracker
-    tracker_pid = getattr(tracker, "_pid", None)
-    if _our_tracker and isinstance(tracker_pid, int):
-        # The same for the resource tracker the server made us start: it tracks the named
-        # semaphores and shared memory of processes that are all gone.
-        os.kill(tracker_pid, signal.SIGKILL)
-        getattr(tracker, "_stop", lambda: None)()  # closes our end, reaps it
 
 
-#: did `start_server` start multiprocessing's resource tracker (`stop_server` stops it)?
-_our_tracker = False
+@contextlib.contextmanager
+def _no_resource_tracker() -> Iterator[None]:
+    """multiprocessing's fork server without its resource tracker (module docstring): it
+    starts none, and hands each child a descriptor of /dev/null in the tracker's place,
+    which `run_forked_worker` closes at once. Only these two module functions are
+    replaced, and only here: the tracker of this process itself is untouched."""
+    global _null_fd
+    with _tracker_lock:  # (two threads starting workers must not restore each other's)
+        if _null_fd is None:
+            _null_fd = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
+        null_fd = _null_fd
+        saved = resource_tracker.ensure_running, resource_tracker.getfd
+        resource_tracker.ensure_running = lambda: None
+        resource_tracker.getfd = lambda: null_fd
+        try:
+            yield
+        finally:
+            resource_tracker.ensure_running, resource_tracker.getfd = saved
+
+
+#: what each forked worker gets in the resource tracker's place (see _no_resource_tracker)
+_null_fd: int | None = None
+_tracker_lock = threading.Lock()
 #: the workers forked for this process (a worker is forgotten once its handle is)
 _forked: weakref.WeakSet[ForkedWorker] = weakref.WeakSet()
 
@@ -139,6 +161,8 @@ class ForkedWorker:
 
     def __init__(self, config: WorkerConfig, log_path: Path) -> None:
         # Its watchdog compares getppid() with its parent: the fork server, not us.
+        from dataclasses import replace
+
         config = replace(config, parent_pid=start_server())
         process = _WorkerProcess(
             target=run_forked_worker, name=config.name, args=(config.to_json(), str(log_path))
@@ -166,6 +190,8 @@ class ExecWorker:
     """A worker started as a plain subprocess (``python -m queue_worker.process …``)."""
 
     def __init__(self, config: WorkerConfig, log_path: Path) -> None:
+        import subprocess
+
         from queue_worker.process import worker_command
 
         command, env = worker_command(config)  # a password stays off the command line
@@ -191,6 +217,8 @@ class ExecWorker:
         return self._process.poll()
 
     def wait(self, timeout: float | None = None) -> int | None:
+        import subprocess  # (imported by __init__ already)
+
         try:
             return self._process.wait(timeout)
         except subprocess.TimeoutExpired:
@@ -218,7 +246,8 @@ class _Popen(popen_forkserver.Popen):
             reduction.dump(process_obj, buf)
         finally:
             set_spawning_popen(None)
-        self.sentinel, w = forkserver.connect_to_new_process([])
+        with _no_resource_tracker():
+            self.sentinel, w = forkserver.connect_to_new_process([])
         # The child knows its parent is gone (EOF) when the last copy of this end closes.
         parent_w = os.dup(w)
         self.finalizer = Finalize(self, _close_fds, (parent_w, self.sentinel))
@@ -241,6 +270,13 @@ def run_forked_worker(config_json: str, log_path: str) -> None:
     if isinstance(alive_fd, int):
         os.close(alive_fd)
         forkserver._forkserver._forkserver_alive_fd = None  # type: ignore[attr-defined]
+    # No resource tracker came with the fork (_no_resource_tracker): like a fresh process,
+    # the worker starts its own if it ever needs one.
+    tracker = resource_tracker._resource_tracker
+    tracker_fd = getattr(tracker, "_fd", None)
+    if isinstance(tracker_fd, int):
+        os.close(tracker_fd)
+        tracker._fd = None  # type: ignore[attr-defined]
     _redirect_output(log_path)
     from queue_worker.process import run_worker_process  # preloaded by the server
 

@@ -82,7 +82,7 @@ def status(
     (on a partitioned queue, each partition's and their totals)."""
     from queue_worker.snapshot import read_snapshots
     from supervisor.end_state import held_text
-    from supervisor.supervisor import is_running_worker, read_status_files
+    from supervisor.run_files import is_running_worker, read_status_files
 
     location = location_of(directory, log)
     from supervisor import partition_status
@@ -370,7 +370,7 @@ def kill(
     survivor takes over its task once the lease lapses)."""
     from queue_worker.snapshot import read_snapshots
     from supervisor.ops_recorder import now_us, record_kill
-    from supervisor.supervisor import is_running_worker
+    from supervisor.run_files import is_running_worker
 
     running = [s for s in read_snapshots(directory / "run") if is_running_worker(s)]
     matches = [s for s in running if worker in (s.name, s.worker) or worker == str(s.pid)]

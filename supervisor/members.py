@@ -29,11 +29,18 @@ from typing import IO
 from queue_worker.member import member_command
 from queue_worker.partitions import Manifest, partition_location
 from queue_worker.snapshot import WorkerSnapshot, WorkerState, read_snapshots
-from supervisor.model import Event, Orphan, QueueView, SlotState, SupervisorSnapshot, WorkerView
+from supervisor.model import (
+    Event,
+    Orphan,
+    QueueView,
+    SlotState,
+    SupervisorSnapshot,
+    WorkerView,
+    sum_queues,
+)
 from supervisor.monitor import Monitor
 from supervisor.orphans import OrphanBook
 from supervisor.partition_names import tagged
-from supervisor.partitioned import sum_queues
 from supervisor.supervisor import (
     EVENTS_KEPT,
     EXIT_FORCED,

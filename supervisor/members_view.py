@@ -19,9 +19,8 @@ import random
 
 from queue_worker.partitions import TaskRef, parse_task_ref, partition_location
 from supervisor.members import MemberSupervisor
-from supervisor.model import SupervisorSnapshot, WorkerView
+from supervisor.model import SupervisorSnapshot, WorkerView, sum_queues
 from supervisor.monitor import TaskInfo
-from supervisor.partitioned import sum_queues
 from supervisor.supervisor import enqueue_hint
 
 __all__ = ["MembersView"]

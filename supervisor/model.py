@@ -6,6 +6,7 @@ functions of it. `Controls` is what the dashboard's keys may ask the supervisor 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Final, Protocol
@@ -162,3 +163,25 @@ class Controls(Protocol):
     def drain(self) -> None: ...
 
     def select(self, slot: int | None) -> None: ...
+
+
+def sum_queues(queues: Sequence[QueueView]) -> QueueView:
+    """The partitions' counts as the whole queue's: counts and rates added, the throughput
+    histories added second by second (aligned on the latest second)."""
+    total = QueueView()
+    longest = max((len(q.throughput_history) for q in queues), default=0)
+    total.throughput_history = [0.0] * longest
+    for q in queues:
+        start = longest - len(q.throughput_history)
+        for i, value in enumerate(q.throughput_history):
+            total.throughput_history[start + i] += value
+        total.published += q.published
+        total.pending += q.pending
+        total.held += q.held
+        total.done += q.done
+        total.failed += q.failed
+        total.dead += q.dead
+        total.throughput_now += q.throughput_now
+        total.log_bytes += q.log_bytes
+        total.record_count += q.record_count
+    return total

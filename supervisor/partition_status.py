@@ -34,8 +34,7 @@ from queue_worker.partitions import Manifest, partition_location
 from queue_worker.snapshot import WorkerSnapshot, read_snapshots
 from queue_worker.state import Lease
 from supervisor.cli_options import fail
-from supervisor.model import QueueView
-from supervisor.partitioned import sum_queues
+from supervisor.model import QueueView, sum_queues
 
 #: held tasks named one per line (--json lists them all)
 MAX_HELD_SHOWN = 10
@@ -60,7 +59,7 @@ def status(directory: Path, location: str, as_json: bool) -> bool:
     manifest = partitioned_cli.manifest_at(location, create=False)
     if manifest is None:
         return False
-    from supervisor.supervisor import is_running_worker, read_status_files
+    from supervisor.run_files import is_running_worker, read_status_files
 
     try:
         parts = _read(directory, location, manifest)

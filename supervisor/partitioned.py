@@ -22,11 +22,10 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from collections.abc import Sequence
 from typing import Protocol, TextIO
 
 from queue_worker.partitions import Manifest, partition_location, slot_partitions
-from supervisor.model import Event, QueueView, SupervisorSnapshot
+from supervisor.model import Event, QueueView, SupervisorSnapshot, sum_queues
 from supervisor.progress import event_line, progress_line
 from supervisor.supervisor import Supervisor, SupervisorOptions, demo_payloads
 
@@ -151,28 +150,6 @@ class PartitionedSupervisor:
             events, self._seen[k] = part.events_since(self._seen[k])
             new.extend(dataclasses.replace(e, text=f"p{k} {e.text}") for e in events)
         return sorted(new, key=lambda e: e.at)
-
-
-def sum_queues(queues: Sequence[QueueView]) -> QueueView:
-    """The partitions' counts as the whole queue's: counts and rates added, the throughput
-    histories added second by second (aligned on the latest second)."""
-    total = QueueView()
-    longest = max((len(q.throughput_history) for q in queues), default=0)
-    total.throughput_history = [0.0] * longest
-    for q in queues:
-        start = longest - len(q.throughput_history)
-        for i, value in enumerate(q.throughput_history):
-            total.throughput_history[start + i] += value
-        total.published += q.published
-        total.pending += q.pending
-        total.held += q.held
-        total.done += q.done
-        total.failed += q.failed
-        total.dead += q.dead
-        total.throughput_now += q.throughput_now
-        total.log_bytes += q.log_bytes
-        total.record_count += q.record_count
-    return total
 
 
 class PartitionedRun(Protocol):

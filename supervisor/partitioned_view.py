@@ -25,10 +25,10 @@ import random
 from collections.abc import Callable
 
 from queue_worker.partitions import TaskRef, parse_task_ref, partition_location
-from supervisor.model import Event, SupervisorSnapshot, WorkerView
+from supervisor.model import Event, SupervisorSnapshot, WorkerView, sum_queues
 from supervisor.monitor import TaskInfo
 from supervisor.partition_names import tagged
-from supervisor.partitioned import PartitionedSupervisor, sum_queues
+from supervisor.partitioned import PartitionedSupervisor
 from supervisor.supervisor import EVENTS_KEPT, Supervisor, enqueue_hint
 
 __all__ = ["PartitionedView"]

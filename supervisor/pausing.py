@@ -22,14 +22,14 @@ import time
 from pathlib import Path
 from typing import Final
 
-import psutil
-
 #: how often the pause looks again (at the process's state, or after letting it run)
 POLL_S: Final = 0.005
 
 
 def stopped(pid: int) -> bool:
     """Has process `pid` stopped, or gone?"""
+    import psutil  # not with the supervisor's imports: they come before its first fork
+
     try:
         return psutil.Process(pid).status() in (psutil.STATUS_STOPPED, psutil.STATUS_ZOMBIE)
     except psutil.NoSuchProcess:

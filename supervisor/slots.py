@@ -15,13 +15,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import psutil
-
 from queue_worker.process import EXIT_TIME_LIMIT
 from queue_worker.snapshot import WorkerSnapshot, WorkerState
 from supervisor.model import SlotState, WorkerView
 
 if TYPE_CHECKING:
+    import psutil
+
     from supervisor.forked import WorkerHandle
 
 

@@ -34,16 +34,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import wait as wait_for_any
 from pathlib import Path
-from typing import Any, Final
-
-import psutil
+from typing import Final
 
 from logstore import LogError, is_redis_url, open_log
 from queue_worker.config import DEFAULT_DRAIN_TIMEOUT_S, DEFAULT_LEASE_S, WorkerConfig
 from queue_worker.names import worker_label
 from queue_worker.process import EXIT_CONFIG as WORKER_EXIT_CONFIG
 from queue_worker.settled import Retention
-from queue_worker.snapshot import WorkerSnapshot, WorkerState, read_snapshot_file
+from queue_worker.snapshot import WorkerSnapshot, read_snapshot_file
 from queue_worker.state import Lease
 from queue_worker.topics import CLAIMS_TOPIC, TASKS_TOPIC, TOPICS
 from supervisor.compactor import COMPACT_EVERY_S, Compactor
@@ -53,6 +51,7 @@ from supervisor.monitor import MICROS, Monitor, TaskInfo
 from supervisor.ops_recorder import OpsRecorder, now_us
 from supervisor.orphans import OrphanBook
 from supervisor.pausing import stop_outside_appends
+from supervisor.run_files import is_running_worker, read_status_files
 from supervisor.slots import RestartPolicy, Slot, code_is_time_limit, describe_exit, last_line
 
 #: exit codes of `qw up`
@@ -436,6 +435,8 @@ class Supervisor:
         slot.launched_at = time.monotonic()
         slot.restart_due = None
         slot.cpu_percent, slot.rss_bytes = 0.0, 0
+        import psutil  # here: after the first fork, not before it (~20-30 ms of CPU)
+
         try:
             slot.ps = psutil.Process(process.pid)
             slot.ps.cpu_percent(None)  # the first call only starts the measurement
@@ -618,6 +619,8 @@ class Supervisor:
                 self._read_stats(slot)
 
     def _sample_processes(self) -> None:
+        import psutil  # (imported by the first `_spawn`)
+
         for slot in self._slots:
             if slot.ps is None:
                 continue
@@ -812,40 +815,6 @@ def enqueue_hint(data_dir: Path, location: str) -> str:
     if Path(data_dir).resolve() == Path(".qw").resolve():
         return command
     return f"{command} --dir {data_dir}"
-
-
-def read_status_files(run_dir: Path) -> list[dict[str, Any]]:
-    """The status of every supervisor running on a data directory (stale files of
-    supervisors that were killed are skipped)."""
-    statuses: list[dict[str, Any]] = []
-    for path in sorted((run_dir / "supervisors").glob("*.json")):
-        try:
-            status = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue
-        pid = status.get("pid") if isinstance(status, dict) else None
-        if isinstance(pid, int) and _running_since(pid, status.get("started_at")):
-            statuses.append(status)
-    return statuses
-
-
-def _running_since(pid: int, started_at: object) -> bool:
-    """Is `pid` alive and the same process that started at `started_at` (not a reused pid)?"""
-    try:
-        process = psutil.Process(pid)
-        if process.status() == psutil.STATUS_ZOMBIE:
-            return False
-        created = process.create_time()
-    except psutil.Error:
-        return False
-    return not isinstance(started_at, (int, float)) or created <= started_at + 1.0
-
-
-def is_running_worker(snapshot: WorkerSnapshot) -> bool:
-    """Is the worker that published `snapshot` still running?"""
-    if snapshot.pid is None or snapshot.state == WorkerState.EXITED:
-        return False
-    return _running_since(snapshot.pid, snapshot.started_at)
 
 
 __all__ = [

@@ -29,6 +29,20 @@ def shout(payload: Any) -> None:
     print(f"err from {os.getpid()}", file=sys.stderr, flush=True)
 
 
+def share(payload: Any) -> None:
+    """A handler that uses what multiprocessing's resource tracker tracks (shared memory)
+    and says which tracker process it registered with."""
+    from multiprocessing import resource_tracker, shared_memory
+
+    block = shared_memory.SharedMemory(create=True, size=16)
+    assert block.buf is not None
+    block.buf[0] = 7
+    block.close()
+    block.unlink()
+    tracker = getattr(resource_tracker._resource_tracker, "_pid", None)
+    print(f"tracker {tracker} of {os.getpid()}", flush=True)
+
+
 def gone(pid: int) -> bool:
     try:
         return bool(psutil.Process(pid).status() == psutil.STATUS_ZOMBIE)
@@ -89,10 +103,10 @@ def test_kill_9_of_the_supervisor_leaves_no_process_behind(tmp_path: Path) -> No
         def leaders() -> set[int]:
             return {p.pid for p in tree() if _sid(p.pid) == p.pid}
 
-        # the fork server, the resource tracker, and the three workers under the server; a
-        # forked worker leads its own session from its first steps (setsid), so wait for
-        # the fork server's session and the three workers' too
-        wait_until(lambda: len(tree()) == 5 and len(leaders()) == 4, 30, "three workers forked")
+        # the fork server and the three workers under it (no resource tracker: see
+        # supervisor.forked); a forked worker leads its own session from its first steps
+        # (setsid), so wait for the fork server's session and the three workers' too
+        wait_until(lambda: len(tree()) == 4 and len(leaders()) == 4, 30, "three workers forked")
         processes = tree()
         sessions = leaders()
         assert len(sessions) == 4
@@ -111,6 +125,23 @@ def _sid(pid: int) -> int | None:
         return os.getsid(pid)
     except OSError:
         return None
+
+
+def test_a_forked_worker_starts_its_own_resource_tracker_when_it_needs_one(
+    supervisor: Any, tmp_path: Path
+) -> None:
+    # The supervisor starts no tracker for the fork server (supervisor.forked): a handler
+    # that needs one gets its own, as a `python -m` worker does, with no warning.
+    sup = supervisor(workers=1, tasks=3, handler=f"{__name__}:share", exit_when_drained=True)
+    sup.start()
+    assert sup.wait(60)
+    assert sup.exit_code == EXIT_OK
+    assert sup.snapshot().workers[0].stats.finished == 3
+    view = sup.snapshot().workers[0]
+    text = (tmp_path / "qw" / "run" / "logs" / f"{view.name}.log").read_text()
+    trackers = {line.split()[1] for line in text.splitlines() if line.startswith("tracker ")}
+    assert len(trackers) == 1 and trackers != {"None"}, text  # one, its own, started once
+    assert "resource_tracker" not in text and "Warning" not in text, text
 
 
 def test_exec_start_runs_plain_subprocesses(

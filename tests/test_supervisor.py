@@ -55,7 +55,7 @@ def gone(pid: int) -> bool:
 def workers_of(pid: int) -> list[int]:
     """The worker processes of the supervisor `pid`: the children of its fork server."""
     try:
-        helpers = psutil.Process(pid).children()  # the fork server, the resource tracker
+        helpers = psutil.Process(pid).children()  # the fork server
         return [p.pid for h in helpers for p in h.children() if not gone(p.pid)]
     except psutil.NoSuchProcess:
         return []

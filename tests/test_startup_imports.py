@@ -1,0 +1,101 @@
+"""What the small commands import: only what each needs (the start figures in bench/start_bench.py).
+
+Each probe runs `supervisor.cli.main` in a fresh interpreter on a queue that already exists
+and reports which of the modules named here it loaded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+def _loaded_after(tmp_path: Path, args: list[str], modules: list[str]) -> dict[str, bool]:
+    probe = (
+        "import json, sys\n"
+        "from supervisor.cli import main\n"
+        f"code = main({args!r})\n"
+        f"loaded = {{m: m in sys.modules for m in {modules!r}}}\n"
+        "print(json.dumps([code, loaded]), file=sys.stderr)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "COLUMNS": "80"},
+    )
+    code, loaded = json.loads(result.stderr.splitlines()[-1])
+    assert code == 0, result.stderr
+    return dict(loaded)
+
+
+@pytest.fixture
+def queue(tmp_path: Path) -> Path:
+    subprocess.run(
+        [sys.executable, "-m", "supervisor.cli", "enqueue", "--fsync", "none"],
+        cwd=tmp_path,
+        check=True,
+        capture_output=True,
+    )
+    return tmp_path
+
+
+@pytest.mark.parametrize("args", [["--help"], ["status"], ["task", "0"], ["why", "0"]])
+def test_a_reader_of_an_existing_queue_does_not_import_filelock(
+    queue: Path, args: list[str]
+) -> None:
+    assert _loaded_after(queue, args, ["filelock"]) == {"filelock": False}
+
+
+def test_creating_a_queue_still_takes_the_maintenance_lock(tmp_path: Path) -> None:
+    # The lock that keeps two creators from racing is filelock's: creating imports it.
+    assert _loaded_after(tmp_path, ["enqueue", "--fsync", "none"], ["filelock"]) == {
+        "filelock": True
+    }
+
+
+def test_the_supervisor_imports_psutil_only_once_it_has_forked() -> None:
+    # psutil (~20-30 ms of CPU) is first used on a forked worker: `qw up` imports it after
+    # its first fork, not with the modules it needs before (supervisor/supervisor.py).
+    probe = (
+        "import sys, supervisor.cli, supervisor.supervisor, supervisor.slots, "
+        "supervisor.pausing; print('psutil' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
+    ).stdout
+    assert out.split() == ["False"]
+
+
+@pytest.mark.parametrize("args", [["status"], ["kill", "w0"]])
+def test_status_and_kill_do_not_import_the_supervisor(queue: Path, args: list[str]) -> None:
+    # which supervisors and workers run is supervisor.run_files' question, not the
+    # supervisor's (`qw kill w0` finds no running w0 here: exit 2, after that question)
+    probe = (
+        "import sys\n"
+        "from supervisor.cli import main\n"
+        f"code = main({args!r})\n"
+        "print([m in sys.modules for m in ('supervisor.run_files', 'supervisor.supervisor')],"
+        " file=sys.stderr)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], cwd=queue, capture_output=True, text=True, timeout=60
+    )
+    assert result.stderr.splitlines()[-1] == "[True, False]", result.stderr
+
+
+def test_the_fork_server_preloads_filelock_for_the_workers() -> None:
+    # A worker takes the checkpoint's lock at its exit (slot 0): importing filelock then,
+    # rather than once in the fork server, kept a drained `qw up` from exiting ~40 ms more.
+    probe = "import sys, supervisor.forkserver_init; print('filelock' in sys.modules)"
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
+    ).stdout
+    assert out.split() == ["True"]
