@@ -85,14 +85,23 @@ def qw_drain(
     pick: str = "spread",
     location: str | None = None,
     batch: bool = False,
+    segment_bytes: int | None = None,
 ) -> QwDrain:
     """One drain of `tasks` no-op tasks by `workers` worker processes, checked exactly-once.
 
     `location` (a redis:// URL) replaces the file log in a scratch directory; `batch`
-    enqueues the backlog as one `enqueue_many` instead of one enqueue per task.
+    enqueues the backlog as one `enqueue_many` instead of one enqueue per task;
+    `segment_bytes`: the file logs' segment size (as `qw up --segment-bytes` sets it).
     """
     with scratch(root, f"drain-{workers}-{pick}-{fsync}") as d:
         data: str | Path = location if location is not None else d / "data"
+        if segment_bytes is not None:
+            from logstore import open_log
+            from queue_worker.topics import CLAIMS_TOPIC, TASKS_TOPIC, TOPICS
+
+            Path(data).mkdir(parents=True, exist_ok=True)
+            for topic in (TASKS_TOPIC, CLAIMS_TOPIC):
+                open_log(data, topic, family=TOPICS, segment_bytes=segment_bytes).close()
         if batch:
             enqueue_batch(data, tasks)
         else:

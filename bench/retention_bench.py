@@ -10,7 +10,9 @@ with a single segment per log and no compaction (the log before segments). Measu
 - appending (the build's records/s), on both directories;
 - reading the retained claims log (records/s), on both;
 - start-up of one real worker at the end (launch → its DONE, with the fold checkpoint), on
-  both, and its resident memory.
+  both, and its resident memory;
+- a drain by real worker processes (`queue_bench.qw_drain`) with segments small enough to
+  roll many times during it, against one file a log, interleaved, median of the repeats.
 """
 
 from __future__ import annotations
@@ -21,8 +23,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.common import Section, Target, scratch, table
+from bench.common import Section, Target, median, scratch, table
 from bench.long_bench import _one_worker, extend
+from bench.queue_bench import qw_drain
 from logstore import open_log
 from logstore.file_log import FileLog
 from queue_worker.compaction import compact
@@ -34,6 +37,12 @@ RETENTION_BYTES = 16 << 20
 UNSEGMENTED = 1 << 50
 KEEP_S = 10 * 365 * 86_400.0  # the size budget, not the age, decides here
 WITHIN = 0.10  # segmented figures within 10% of the unsegmented ones
+#: the drain comparison: 2 workers (no more than the cores: the scheduler's noise stays out),
+#: segments of 128 KiB (tens of rolls in a drain of DRAIN_TASKS)
+DRAIN_TASKS = 20_000
+DRAIN_WORKERS = 2
+DRAIN_SEGMENT_BYTES = 128 << 10
+DRAIN_REPEATS = 3
 
 
 def log(message: str) -> None:
@@ -106,6 +115,13 @@ def retention_section(root: Path, tasks: int, step: int) -> Section:
         log(f"retention: the same {tasks:,} tasks in one file a log, never compacted")
         whole = _build(d / "single", tasks, step, UNSEGMENTED, compacted=False)
         whole = _with_worker(whole, d / "single", d, "single")
+    log(f"retention: drains of {DRAIN_TASKS:,} tasks, segmented and one file, interleaved")
+    segmented_rates: list[float] = []
+    whole_rates: list[float] = []
+    for _ in range(DRAIN_REPEATS):
+        for rates, size in ((segmented_rates, DRAIN_SEGMENT_BYTES), (whole_rates, UNSEGMENTED)):
+            rates.append(qw_drain(root, DRAIN_WORKERS, DRAIN_TASKS, segment_bytes=size).rate)
+    drain_segmented, drain_whole = median(segmented_rates), median(whole_rates)
     # the bound: each log's retention, plus the segment being written and one sealed one
     # not yet compacted (a step's worth), plus the checkpoint
     bound = 2 * (RETENTION_BYTES + 2 * SEGMENT_BYTES) + (1 << 20)  # + 1 MiB: the checkpoint
@@ -143,6 +159,12 @@ def retention_section(root: Path, tasks: int, step: int) -> Section:
                 rows,
             ),
             "",
+            f"Drain of {DRAIN_TASKS:,} no-op tasks by {DRAIN_WORKERS} workers (first CLAIM → "
+            f"last DONE, median of {DRAIN_REPEATS} interleaved runs): "
+            f"{DRAIN_SEGMENT_BYTES >> 10} KiB segments {drain_segmented:,.0f} tasks/s "
+            f"({', '.join(f'{r:,.0f}' for r in segmented_rates)}), one file a log "
+            f"{drain_whole:,.0f} tasks/s ({', '.join(f'{r:,.0f}' for r in whole_rates)}).",
+            "",
             f"Bound for the segmented directory: {bound / 2**20:,.1f} MiB (each log's "
             "retention + two segments, + 1 MiB for the checkpoint, which holds the fold of "
             "the live tasks only: the index forgets the tasks the fold closed for ever, so "
@@ -161,6 +183,12 @@ def retention_section(root: Path, tasks: int, step: int) -> Section:
             f"≥ {(1 - WITHIN) * whole.append_rate:,.0f} records/s",
             f"{small.append_rate:,.0f} records/s",
             small.append_rate >= (1 - WITHIN) * whole.append_rate,
+        ),
+        Target(
+            "segmented drain within 10% of one file",
+            f"≥ {(1 - WITHIN) * drain_whole:,.0f} tasks/s",
+            f"{drain_segmented:,.0f} tasks/s",
+            drain_segmented >= (1 - WITHIN) * drain_whole,
         ),
         Target(
             "segmented start-up within 10% of one file",
