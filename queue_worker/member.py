@@ -125,7 +125,10 @@ class Member:
             slots=1,
             exit_when_drained=False,
         )
-        return Worker(config)
+        # No claim ahead: the member steps its workers in turn, so a CLAIM appended with a
+        # DONE would wait out the other partitions' tasks with no lease keeper, lapse, and
+        # the member would take its own task over.
+        return Worker(config, claim_ahead=False)
 
     def release(self, partition: int) -> None:
         """Stop working `partition`: finish what is in hand (a claim made ahead holds its

@@ -94,7 +94,11 @@ def members(tmp_path: Path) -> Iterator[list[subprocess.Popen[bytes]]]:
 
 
 def _start(
-    started: list[subprocess.Popen[bytes]], data: Path, name: str, host: str
+    started: list[subprocess.Popen[bytes]],
+    data: Path,
+    name: str,
+    host: str,
+    lease_s: float = 4.0,
 ) -> subprocess.Popen[bytes]:
     config = WorkerConfig(
         str(data),
@@ -103,7 +107,7 @@ def _start(
         host=host,
         handler="queue_worker.handlers:demo",
         work_ms=150,
-        lease_s=4.0,
+        lease_s=lease_s,
         fsync="none",
         parent_pid=os.getpid(),
     )
@@ -243,3 +247,30 @@ def test_two_qw_up_rebalance_share_the_partitions_and_survive_a_kill_9(tmp_path:
     takeovers = [t for r in report.partitions for t in r.takeovers if _pid(t.victim) == victim]
     assert takeovers, "the killed member held a task: it must have been taken over"
     assert all(t.gap_after_expiry >= 0 and _pid(t.new_holder) != victim for t in takeovers)
+
+
+def test_a_member_of_two_partitions_never_outlives_its_own_claims(
+    tmp_path: Path, members: list[subprocess.Popen[bytes]]
+) -> None:
+    """A member steps one worker per partition in turn. A CLAIM one of them appended ahead
+    with its DONE would wait out the other's long task and lapse, and the member would
+    then take its own task over (seen in a dashboard: m0.p0 → m0.p0). A member's workers
+    claim a task when they are about to work it."""
+    data = tmp_path / "qw"
+    manifest = resolve_partitions(data, 2)
+    assert manifest is not None
+    with PartitionedQueue(data, manifest) as queue:  # short tasks in p0, long ones in p1
+        by_partition = {queue.partition_for(key): key for key in ("a", "b", "c", "d", "e")}
+        payloads = [{"work_ms": 10 if n % 2 == 0 else 1500} for n in range(8)]
+        keys = [by_partition[n % 2] for n in range(8)]
+        refs = queue.enqueue_many(payloads, keys=keys)
+    assert [r.partition for r in refs] == [n % 2 for n in range(8)]
+    _start(members, data, "a0", "a", lease_s=1.0)  # (its long tasks' leases are renewed)
+
+    def drained() -> bool:
+        return load_partitioned_report(data, manifest).tasks_done == 8
+
+    wait_until(drained, 120, "every task done")
+    report = load_partitioned_report(data, manifest)
+    assert report.ok, report.verdict
+    assert [t for part in report.partitions for t in part.takeovers] == []
