@@ -233,8 +233,18 @@ class ServerVerdictLog(Log):
     def start(self) -> int:
         return self.inner.start
 
+    @property
+    def origin(self) -> int:  # (Log's own answers for a log never trimmed: the stream's)
+        return self.inner.origin
+
     def end(self) -> int:
         return self.inner.end()
+
+    def check(self) -> int:
+        return self.inner.check()
+
+    def checksum(self, start: int, end: int, seed: int = 0) -> int:
+        return self.inner.checksum(start, end, seed)
 
     def iter_from(self, position: int, batch: int = 4096) -> Iterator[Entry]:
         return self.inner.iter_from(position, batch)

@@ -59,6 +59,17 @@ MAX_EXACT: Final = 2**52
 # ARGV[1] the call number, ARGV[2] the last-append record's ttl (ms), ARGV[3] the seq limit
 # (see RedisLog.call_appending_script).
 RULES_LUA: Final = r"""
+-- the id of the last entry ever added to a stream ('0-0': none), which a trim of its
+-- front (compaction's XTRIM MINID) does not change, as it changes the last entry left
+local function last_added(key)
+  if redis.call('EXISTS', key) == 0 then return '0-0' end
+  local info = redis.call('XINFO', 'STREAM', key)
+  for i = 1, #info, 2 do
+    if info[i] == 'last-generated-id' then return info[i + 1] end
+  end
+  return '0-0'
+end
+
 -- nil, nil to go on; else a retried call's first reply (packed), or an error to give
 local function prelude()
   local mine = ARGV[1] .. ' '
@@ -67,9 +78,7 @@ local function prelude()
     return string.sub(last, #mine + 1), nil
   end
   local through = redis.call('HGET', KEYS[3], '~through') or '0-0'
-  local tail = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
-  local tail_id = '0-0'
-  if tail[1] then tail_id = tail[1][1] end
+  local tail_id = last_added(KEYS[1])
   if tail_id ~= through then
     return nil, redis.error_reply('QWBEHIND ' .. tail_id .. ' ' .. through)
   end
@@ -166,12 +175,17 @@ return save(reply)
 )
 
 # KEYS[1] the claims stream, KEYS[2] the state, KEYS[3] the index of open tasks. Returns
-# {the stream's last entry id ('' for none), every field and value of the state, every
-# task and score of the index}: all at one moment.
+# {the id of the last entry ever added to the stream ('' for none: a trim of the front
+# leaves it as it was), every field and value of the state, every task and score of the
+# index}: all at one moment.
 _SNAPSHOT_LUA: Final = r"""
-local tail = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
 local tail_id = ''
-if tail[1] then tail_id = tail[1][1] end
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  local info = redis.call('XINFO', 'STREAM', KEYS[1])
+  for i = 1, #info, 2 do
+    if info[i] == 'last-generated-id' and info[i + 1] ~= '0-0' then tail_id = info[i + 1] end
+  end
+end
 return {tail_id, redis.call('HGETALL', KEYS[2]),
         redis.call('ZRANGE', KEYS[3], 0, -1, 'WITHSCORES')}
 """
@@ -205,7 +219,7 @@ class ServerState(NamedTuple):
     """The server's per-task state and the stream's end, read at one moment."""
 
     through: int | None  # the position of the last entry the script folded
-    tail: int | None  # the position of the stream's last entry (None: empty)
+    tail: int | None  # the position of the last entry ever added (None: none; a trim keeps it)
     tasks: dict[int, bytes]  # task id -> its packed state
     scheduled: dict[int, int]  # open task id -> when it may next be claimed (expiry or retry_at)
 

@@ -79,7 +79,7 @@ def check_log(
     problems: list[str] = []
     if server.tail != server.through:
         problems.append(
-            f"the claims stream ends at position {server.tail}, but the server's verdicts "
+            f"the claims stream's last record added is at {server.tail}, but the server's verdicts "
             f"folded through {server.through}: a writer appended without them"
         )
     fold = ClaimState() if prefix is None else ClaimState.restore(prefix)

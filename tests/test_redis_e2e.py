@@ -281,7 +281,9 @@ def test_every_command_works_with_a_redis_log(redis_url: str, tmp_path: Path) ->
     assert [line.split()[0] for line in tail_tasks.stdout.splitlines()] == ["#19", "#20"]
     story = json.loads(task.stdout)
     assert story["state"].startswith("done") and story["result"] is not None
-    assert [r["kind"] for r in story["records"]] == ["TASK", "CLAIM", "DONE"]
+    # (two workers may race for the last task: a lost CLAIM is in its story too)
+    kinds = [r["kind"] for r in story["records"]]
+    assert kinds[0] == "TASK" and set(kinds[1:-1]) == {"CLAIM"} and kinds[-1] == "DONE", kinds
     assert "won: nobody held it" in why.stdout and "done: accepted from the holder" in why.stdout
 
 
