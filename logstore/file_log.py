@@ -244,7 +244,8 @@ class FileLog(Log):
             )
         name = os.fspath(path)
         header = read_file_header(name)  # refuse a foreign file before creating anything
-        if header is None and len(list_bases(name)) > 0:
+        # (only .seg files count: the first one may have been created since we looked)
+        if header is None and any(base != FIRST_BASE for base in list_bases(name)):
             raise IdentityError(
                 f"{name} is missing but later segments of it are there: the log's first "
                 "segment was removed outside qw"

@@ -264,3 +264,31 @@ def test_a_segment_missing_in_the_middle_is_damage_naming_the_file(tmp_path: Pat
         list(log.iter_from(log.start))
     assert f"{first_path}: corrupt record at byte offset {gone}" in str(damage.value)
     assert "a segment is missing" in str(damage.value)
+
+
+def test_a_first_segment_removed_by_hand_is_refused_one_created_meanwhile_is_opened(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = str(tmp_path / "claims.log")
+    FileLog.open(path).close()
+    # Another process creates the log between our look for its header and our listing of
+    # its segments (a CI run's eight processes opening one new log at once): not damage.
+    import logstore.file_log as file_log
+
+    looked: list[str] = []
+
+    def before_it_was_there(name: str) -> None:
+        looked.append(name)
+
+    monkeypatch.setattr(file_log, "read_file_header", before_it_was_there)
+    with FileLog.open(path) as log:  # created meanwhile: the creator's header is read
+        assert log.end() == FILE_HEADER_SIZE
+    assert looked == [path]
+    monkeypatch.undo()
+    with FileLog.open(path, segment_bytes=SMALL) as log:
+        for data in records(300, "a"):
+            log.append(data)
+    os.unlink(path)  # the first segment removed by hand, later ones left
+    with pytest.raises(IdentityError) as refused:
+        FileLog.open(path)
+    assert "is missing but later segments of it are there" in str(refused.value)
