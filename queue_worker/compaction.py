@@ -191,21 +191,37 @@ def _plan(
         retention,
     )
     if any(plan.values()):
-        prefix = next_base(directory, claims_log, tasks_before, listed, plan)
-        try:
-            save_checkpoint(
-                directory,
-                tasks,
-                tasks_log,
-                claims,
-                claims_log,
-                removing=plan,
-                base=prefix.to_plain(),
-                locked=True,
-            )
-        except CheckpointError as e:
-            raise CompactionError(f"nothing removed: {e}") from e
+        checkpoint_plan(directory, tasks, tasks_log, claims, claims_log, tasks_before, listed, plan)
     return plan
+
+
+def checkpoint_plan(
+    location: Location,
+    tasks: TaskIndex,
+    tasks_log: Log,
+    claims: ClaimsFollower,
+    claims_log: Log,
+    tasks_before: int,
+    listed: dict[str, int],
+    plan: dict[str, list[Removed]],
+) -> None:
+    """Make the checkpoint that covers `plan` durable, its prefix carried on, before any of
+    it goes (step 3; the file log's and Redis's alike). CompactionError when it cannot be:
+    then nothing is removed."""
+    prefix = next_base(location, claims_log, tasks_before, listed, plan)
+    try:
+        save_checkpoint(
+            location,
+            tasks,
+            tasks_log,
+            claims,
+            claims_log,
+            removing=plan,
+            base=prefix.to_plain(),
+            locked=True,
+        )
+    except CheckpointError as e:
+        raise CompactionError(f"nothing removed: {e}") from e
 
 
 def next_base(
@@ -389,6 +405,7 @@ __all__ = [
     "compact",
     "compact_queue",
     "first_task_id",
+    "checkpoint_plan",
     "fold_logs",
     "next_base",
     "stop_at",

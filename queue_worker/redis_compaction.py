@@ -43,19 +43,17 @@ from typing import NamedTuple
 from logstore.redis_log import RedisLog
 from logstore.redis_trim import stream_bytes, stream_length, trim
 from queue_worker.checkpoint import (
-    CheckpointError,
     Removed,
     checkpoint_lock,
     listed_start,
     removed_segments,
-    save_checkpoint,
 )
 from queue_worker.compaction import (
     Compacted,
     CompactionError,
+    checkpoint_plan,
     first_task_id,
     fold_logs,
-    next_base,
     stop_at,
 )
 from queue_worker.records import RecordDecodeError, Unknown, decode_claims
@@ -185,20 +183,7 @@ def _plan(
     }
     if any(plan.values()):
         tasks_before = first_id + tasks_end[1]  # (a task's id is its index in the topic)
-        prefix = next_base(url, claims_log, tasks_before, listed, plan)
-        try:
-            save_checkpoint(
-                url,
-                tasks,
-                tasks_log,
-                claims,
-                claims_log,
-                removing=plan,
-                base=prefix.to_plain(),
-                locked=True,
-            )
-        except CheckpointError as e:
-            raise CompactionError(f"nothing removed: {e}") from e
+        checkpoint_plan(url, tasks, tasks_log, claims, claims_log, tasks_before, listed, plan)
     return plan
 
 
