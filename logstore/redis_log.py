@@ -117,7 +117,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from functools import partial
-from typing import Any, TypeVar, cast
+from typing import Any, Final, TypeVar, cast
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 try:
@@ -143,7 +143,6 @@ from logstore.base import (
 )
 from logstore.identity import QUEUE_ID_SIZE, IdentityError, LogIdentity, new_queue_id
 from logstore.location import redact_url as _redact
-from logstore.redis_trim import TRIMMED_ERROR, TRIMMED_LUA, start_of
 
 __all__ = [
     "DEFAULT_MAX_RECORD",
@@ -200,6 +199,24 @@ local function entries(key, first, last, count)
   return table.concat(out)
 end
 """
+
+#: the error a read script answers for a position before the stream's start
+TRIMMED_ERROR: Final = "QWTRIMMED"
+
+# trimmed_before(start key, id): the start id when `id` is before it, nil otherwise. Ids are
+# compared as (ms, seq) numbers: both fit a Lua double exactly (ms < 2^53, seq < 2^20).
+TRIMMED_LUA: Final = r"""
+local function trimmed_before(start_key, first)
+  local s = redis.call('GET', start_key)
+  if not s then return nil end
+  local sm, ss = string.match(s, '^(%d+)-(%d+)$')
+  local fm, fs = string.match(first, '^(%d+)-(%d+)$')
+  sm, ss, fm, fs = tonumber(sm), tonumber(ss), tonumber(fm), tonumber(fs)
+  if fm < sm or (fm == sm and fs < ss) then return s end
+  return nil
+end
+"""
+
 
 # KEYS[1] the stream, KEYS[2] its start key (logstore.redis_trim). ARGV[1] the first id,
 # ARGV[2] the most entries. A first id the stream was trimmed past is an error (QWTRIMMED).
@@ -807,7 +824,9 @@ class RedisLog(Log):
     @property
     def start(self) -> int:
         """0, or where compaction trimmed the stream to (logstore.redis_trim)."""
-        return start_of(self)
+        client = self._client
+        raw = self._call("find the start of", lambda: client.get(self.start_key))
+        return 0 if raw is None else pack_id(*parse_id(raw))
 
     @property
     def origin(self) -> int:

@@ -10,7 +10,7 @@ So each stream has a **start key** beside it, ``<stream key>:start`` (``qw:claim
 the same hash tag as the stream under a cluster ``prefix``), holding the id of the first
 position still retained. It only moves forward, and it moves in the same script call as
 the ``XTRIM`` (`trim`): no reader ever sees the stream trimmed while the key still says it
-starts earlier. Every read script checks it first (`TRIMMED_LUA`, called by the scripts of
+starts earlier. Every read script checks it first (`TRIMMED_LUA`, defined with the scripts of
 `logstore.redis_log`): a read from before the start answers the error ``QWTRIMMED <start
 id>``, which the handle raises as `PositionCompactedError`. A stream never trimmed has no
 start key, and starts at 0 (its origin) as before.
@@ -23,27 +23,9 @@ entries take the stream under ``--retention-bytes``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
-if TYPE_CHECKING:
-    from logstore.redis_log import RedisLog
-
-#: the error a read script answers for a position before the stream's start
-TRIMMED_ERROR: Final = "QWTRIMMED"
-
-# trimmed_before(start key, id): the start id when `id` is before it, nil otherwise. Ids are
-# compared as (ms, seq) numbers: both fit a Lua double exactly (ms < 2^53, seq < 2^20).
-TRIMMED_LUA: Final = r"""
-local function trimmed_before(start_key, first)
-  local s = redis.call('GET', start_key)
-  if not s then return nil end
-  local sm, ss = string.match(s, '^(%d+)-(%d+)$')
-  local fm, fs = string.match(first, '^(%d+)-(%d+)$')
-  sm, ss, fm, fs = tonumber(sm), tonumber(ss), tonumber(fm), tonumber(fs)
-  if fm < sm or (fm == sm and fs < ss) then return s end
-  return nil
-end
-"""
+from logstore.redis_log import TRIMMED_LUA, RedisLog, format_id, unpack_position
 
 # KEYS[1] the stream, KEYS[2] its start key. ARGV[1] the new start id. Moves the start key
 # forward (never back) and trims the stream to it, in one step. Returns the entries removed.
@@ -58,20 +40,10 @@ return redis.call('XTRIM', KEYS[1], 'MINID', redis.call('GET', KEYS[2]))
 )
 
 
-def start_of(log: RedisLog) -> int:
-    """The first position `log`'s stream still holds (0 when it was never trimmed)."""
-    from logstore.redis_log import pack_id, parse_id
-
-    client = log._client
-    raw = log._call("find the start of", lambda: client.get(log.start_key))
-    return 0 if raw is None else pack_id(*parse_id(raw))
-
-
 def trim(log: RedisLog, start: int) -> int:
     """Remove every entry before `start` from `log`'s stream, and make `start` the stream's
     start (unless it starts later already: trimming again is harmless). Returns how many
     entries went."""
-    from logstore.redis_log import format_id, unpack_position
 
     first = format_id(*unpack_position(start))
     script = log._client.register_script(_TRIM_LUA)
@@ -95,4 +67,4 @@ def stream_bytes(log: RedisLog) -> int:
     return int(used) if isinstance(used, int) else 0
 
 
-__all__ = ["TRIMMED_ERROR", "TRIMMED_LUA", "start_of", "stream_bytes", "stream_length", "trim"]
+__all__ = ["stream_bytes", "stream_length", "trim"]

@@ -31,7 +31,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Final, NamedTuple
 
-from logstore import Log, LogError, is_redis_url
+from logstore import Log, LogError
 from logstore.file_log import FileLog
 from logstore.segments import segment_files
 from queue_worker.checkpoint import (
@@ -86,18 +86,6 @@ def stop_at(step: str) -> None:
     """The tests' kill points (module docstring)."""
     if os.environ.get(STOP_ENV) == step:
         os.kill(os.getpid(), signal.SIGKILL)
-
-
-def compact_queue(
-    location: Location, retention: Retention, *, now: float | None = None
-) -> Compacted:
-    """Compact the queue at `location`: a data directory (`compact`), or a Redis URL given
-    as a str (`queue_worker.redis_compaction`: its streams trimmed)."""
-    if isinstance(location, str) and is_redis_url(location):
-        from queue_worker.redis_compaction import compact_redis  # (imports this module)
-
-        return compact_redis(location, retention, now=now)
-    return compact(Path(location), retention, now=now)
 
 
 def compact(directory: Path, retention: Retention, *, now: float | None = None) -> Compacted:
@@ -403,7 +391,6 @@ __all__ = [
     "CompactionError",
     "LogError",
     "compact",
-    "compact_queue",
     "first_task_id",
     "checkpoint_plan",
     "fold_logs",

@@ -118,7 +118,8 @@ def compact_command(
 
 def _compact_one(location: str, retention: Retention, label: str) -> None:
     """Compact the one queue at `location` and say what went (`label` names a partition)."""
-    from queue_worker.compaction import CompactionError, compact_queue  # not for `qw --help`
+    from queue_worker.compact_queue import compact_queue  # (not for `qw --help`)
+    from queue_worker.compaction import CompactionError
 
     on_redis = is_redis_url(location)
     try:

@@ -5,7 +5,7 @@ On Redis (`qw up --dir redis://…`) the same thread trims the queue's streams
 USAGE).
 
 A thread of the supervisor (never a worker: compaction reads whole segments, which has no
-place on a worker's path) runs `queue_worker.compaction.compact` every `every_s` seconds
+place on a worker's path) runs `queue_worker.compact_queue.compact_queue` every `every_s` seconds
 and says what it removed, or why it could not, as a dashboard event. A compaction killed
 with the supervisor is safe (see queue_worker/compaction.py): the next one finishes it.
 """
@@ -49,7 +49,8 @@ class Compactor(threading.Thread):
             self.compact_once()
 
     def compact_once(self) -> None:
-        from queue_worker.compaction import CompactionError, compact_queue
+        from queue_worker.compact_queue import compact_queue
+        from queue_worker.compaction import CompactionError
 
         try:
             done = compact_queue(self.directory, self.retention)

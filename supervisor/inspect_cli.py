@@ -11,7 +11,7 @@ import os
 import signal
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Annotated, Any, Final
+from typing import Annotated, Any, Final
 
 import typer
 
@@ -20,18 +20,10 @@ from logstore.location import shown
 from queue_worker.names import printable, worker_label
 from queue_worker.records import (
     MAX_TASK_ID,
-    Claim,
-    ClaimsRecord,
     Done,
-    Fail,
-    RecordDecodeError,
-    Renew,
-    Unknown,
-    decode_task,
 )
-from queue_worker.state import Lease, Outcome, Verdict
-from queue_worker.times import clock_text, duration_text
-from queue_worker.topics import CLAIMS_TOPIC, MALFORMED, ClaimsFollower, open_topic
+from queue_worker.times import clock_text
+from queue_worker.topics import CLAIMS_TOPIC, open_topic
 from queue_worker.values import value_text
 from supervisor import partitioned_cli
 from supervisor.cli_options import (
@@ -46,9 +38,8 @@ from supervisor.cli_options import (
     require_logs,
     whole,
 )
-
-if TYPE_CHECKING:
-    from supervisor.model import QueueView
+from supervisor.queue_counts import queue_counts
+from supervisor.record_lines import ClaimsPrinter, TasksPrinter
 
 # The monitor, the supervisor, the report and the run files are imported by the commands
 # that use them: importing them here would make every `qw` command (and `qw --help`) pay
@@ -161,18 +152,6 @@ def status(
         typer.echo("  (expired: by this machine's clock; a live worker may take the task over)")
 
 
-def queue_counts(location: str) -> tuple[QueueView, list[tuple[int, Lease, float | None]]]:
-    """The queue as a fold of the whole claims log says it is now, and its held tasks."""
-    from supervisor.monitor import Monitor
-
-    monitor = Monitor(location, read_only=True)
-    try:
-        monitor.check_start()  # damage anywhere is an error, not a count that stops short
-        return monitor.queue_view(), monitor.held_leases()
-    finally:
-        monitor.close()
-
-
 # -- qw tail -----------------------------------------------------------------------------------
 
 
@@ -227,73 +206,6 @@ def tail(
         fail(str(e))
 
 
-class TasksPrinter:
-    """The lines of the tasks topic (`qw tail --topic tasks`); `at` is the last line's
-    record time (its enqueue time; None for a record that does not decode)."""
-
-    def __init__(self) -> None:
-        self.index = 0
-        self.at: int | None = None
-
-    def line(self, entry: Any) -> str:
-        task, self.index = self.index, self.index + 1
-        head = f"#{task}  @{entry.position}"
-        self.at = None
-        try:
-            record = decode_task(entry.data)
-        except RecordDecodeError as e:
-            return f"{head}  malformed: {e}"
-        if isinstance(record, Unknown):
-            return f"{head}  a record of unknown type {_short(record.code, 40)}"
-        self.at = record.enqueued_at
-        return f"{head}  {clock_text(record.enqueued_at)}  {_short(record.payload)}"
-
-
-class ClaimsPrinter:
-    """The lines of the claims topic, each with the fold's verdict; `at` as TasksPrinter's."""
-
-    def __init__(self) -> None:
-        self.follower = ClaimsFollower(0)
-        self.at: int | None = None
-
-    def line(self, entry: Any) -> str:
-        outcome, record = self.follower.apply(entry)
-        self.at = None if isinstance(record, Unknown) else record.at
-        if isinstance(record, Unknown) and record.code == MALFORMED:
-            why = self.follower.last_malformed or "does not decode"
-            return f"@{entry.position}  malformed, skipped by every reader: {printable(why)}"
-        return f"@{entry.position}  {_record_text(record)}  → {_verdict_text(outcome)}"
-
-
-def _short(value: Any, limit: int = 80) -> str:
-    return value_text(value, limit)  # payloads and results read as JSON everywhere
-
-
-def _record_text(r: ClaimsRecord) -> str:
-    if isinstance(r, Unknown):
-        return f"a record of unknown type {_short(r.code, 40)}"
-    who = worker_label(r.worker)
-    head = f"{clock_text(r.at)}  {type(r).__name__.upper():5}  task {r.task}  by {who}"
-    if isinstance(r, Claim):
-        return f"{head}  lease {duration_text(r.lease)}"
-    if isinstance(r, Renew):
-        return f"{head}  claim @{r.claim}  lease {duration_text(r.lease)}"
-    if isinstance(r, Done):
-        return f"{head}  claim @{r.claim}  result {_short(r.result, 40)}"
-    assert isinstance(r, Fail)
-    then = "dead" if r.retry_at is None else f"retry at {clock_text(r.retry_at)}"
-    return f"{head}  claim @{r.claim}  {then}: {_short(r.error, 60)}"
-
-
-def _verdict_text(o: Outcome) -> str:
-    text = o.verdict.value
-    if o.verdict is Verdict.TAKEOVER and o.previous is not None:
-        return f"{text} from {worker_label(o.previous.worker)}"
-    if o.verdict is Verdict.LOST_HELD and o.holder is not None:
-        return f"{text} by {worker_label(o.holder.worker)} until {clock_text(o.holder.expiry)}"
-    return text
-
-
 # -- qw task -----------------------------------------------------------------------------------
 
 
@@ -342,13 +254,13 @@ def task_command(
         try:
             text = json.dumps(body, indent=2, default=repr)
         except (ValueError, RecursionError):  # a result nested too deep for JSON
-            body["result"] = _short(result, 200)
+            body["result"] = value_text(result, 200)
             text = json.dumps(body, indent=2, default=repr)
         typer.echo(text)
         return
     typer.echo(f"task {label}: {printable(story.state)}")
     if accepted:
-        typer.echo(f"  result  {_short(result)}")
+        typer.echo(f"  result  {value_text(result, 80)}")
     for step in story.steps:
         where = f"#{step.position}" if step.kind == "TASK" else f"@{step.position}"
         when = clock_text(step.at) if step.at else "?"

@@ -108,7 +108,7 @@ def status(directory: Path, location: str, as_json: bool) -> bool:
 def _read(directory: Path, location: str, manifest: Manifest) -> list[PartitionStatus]:
     from queue_worker.partitioned import open_partition_topic
     from queue_worker.report import has_logs
-    from supervisor.inspect_cli import queue_counts
+    from supervisor.queue_counts import queue_counts
 
     members = read_snapshots(directory / "run")
     parts = []

@@ -55,7 +55,7 @@ def tail(location: str, topic: str, lines: int, follow: bool) -> bool:
 
 def _print(logs: list[tuple[int, Log]], topic: str, lines: int, follow: bool) -> None:
     from queue_worker.topics import CLAIMS_TOPIC
-    from supervisor.inspect_cli import ClaimsPrinter, TasksPrinter
+    from supervisor.record_lines import ClaimsPrinter, TasksPrinter
 
     printers = [ClaimsPrinter() if topic == CLAIMS_TOPIC else TasksPrinter() for _ in logs]
     positions = [log.start for _, log in logs]
