@@ -244,6 +244,20 @@ def _charts(view: View) -> str:
     return "".join(f'<div class="figure">{c}</div>' for c in charts)
 
 
+def page_head(location: str) -> str:
+    """The page's head and title, the same for one queue's page and a partitioned one's."""
+    return f"""<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>qw timeline: {esc(location)}</title>
+<style>{CSS}</style>
+</head>
+<body>
+<h1>qw timeline</h1>"""
+
+
 def render_page(view: View, location: str) -> str:
     """The whole HTML page for `view` of the run at `location`."""
     m = view.model
@@ -262,16 +276,7 @@ def render_page(view: View, location: str) -> str:
         for cls, shape, text in LEGEND
         if (cls or shape) in shown_keys
     )
-    return f"""<!DOCTYPE html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>qw timeline: {esc(location)}</title>
-<style>{CSS}</style>
-</head>
-<body>
-<h1>qw timeline</h1>
+    return f"""{page_head(location)}
 <p class="sub">{esc(location)} · {esc(span)}{esc(shown)} · hover any shape for its record</p>
 <ul class="facts">{_facts(view)}</ul>
 {f'<div class="notes">{notes}</div>' if notes else ""}

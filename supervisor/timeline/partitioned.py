@@ -19,7 +19,7 @@ from pathlib import Path
 from queue_worker.partitions import Manifest, partition_location
 from queue_worker.report import ReportInputError, clock_text, duration_text, has_logs
 from supervisor.timeline.model import Model
-from supervisor.timeline.page import CSS, LEGEND, _charts, _facts, _present, _swatch
+from supervisor.timeline.page import LEGEND, _charts, _facts, _present, _swatch, page_head
 from supervisor.timeline.svg import esc, render_lanes
 from supervisor.timeline.view import BoundError, View, parse_bound, parse_tasks, select
 
@@ -145,16 +145,7 @@ def render_page(parts: PartitionViews, location: str) -> str:
     takeovers = sum(len(v.model.arrows) for _, v in parts.views)
     index = " · ".join(f'<a href="#p{k}">p{k}</a>' for k, _ in parts.views)
     body = "\n".join(sections) or "<p>No partition has any record yet.</p>"
-    return f"""<!DOCTYPE html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>qw timeline: {esc(location)}</title>
-<style>{CSS}</style>
-</head>
-<body>
-<h1>qw timeline</h1>
+    return f"""{page_head(location)}
 <p class="sub">{esc(location)} · a queue of {parts.count} partitions, each its own run: its
 own claims log, fold, task ids and lanes · hover any shape for its record</p>
 <ul class="facts"><li><b>{published}</b> tasks published</li><li><b>{done}</b> done</li>
