@@ -40,6 +40,7 @@ from supervisor.cli_options import (
 )
 from supervisor.queue_counts import queue_counts
 from supervisor.record_lines import ClaimsPrinter, TasksPrinter
+from supervisor.supervisor_lines import supervisor_lines
 
 # The monitor, the supervisor, the report and the run files are imported by the commands
 # that use them: importing them here would make every `qw` command (and `qw --help`) pay
@@ -118,12 +119,8 @@ def status(
     typer.echo(f"qw on {shown(location)}")
     if disk is not None:
         typer.echo(f"disk         {disk}")
-    typer.echo(f"supervisors  {len(supervisors)} running")
-    for sup in supervisors:
-        alive = sum(1 for w in sup.get("workers", []) if w.get("alive"))
-        http = f"  http {sup['http']}" if sup.get("http") else ""
-        draining = "  draining" if sup.get("draining") else ""
-        typer.echo(f"  pid {sup.get('pid')}  {alive} workers alive{http}{draining}")
+    for line in supervisor_lines(supervisors):
+        typer.echo(line)
     typer.echo(f"workers      {len(running)} running, {len(snapshots) - len(running)} stopped")
     for snap in running:
         task = snap.current_task

@@ -89,6 +89,9 @@ def up(
             server = StatsServer(view, *http_address, logs=options.location)
         except OSError as e:
             fail(f"--http {http}: not an address this machine can listen on ({e.strerror})")
+        if not isinstance(sup, MemberSupervisor):  # in each partition's status file
+            for part in sup.parts:
+                part.http_address = server.address
     _run(sup, view if tui else None, server)
     code = sup.exit_code
     assert code is not None
