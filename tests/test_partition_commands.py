@@ -31,8 +31,7 @@ def test_status_gives_each_partition_its_workers_and_held_tasks_and_the_totals(
     data = tmp_path / "qw"
     up = start_up(
         tmp_path, "up", "--dir", str(data), "--partitions", "2", "--workers", "4",
-        "--tasks", "20", "--work-ms", "60000", "--lease", "60", "--drain-timeout", "1",
-        "--http", "0",
+        "--tasks", "20", "--work-ms", "60000", "--lease", "60", "--http", "0",
     )  # fmt: skip
     try:
         wait_until(lambda: (data / "partitions").exists(), 60, "the partitioned queue")
@@ -91,7 +90,9 @@ def test_status_gives_each_partition_its_workers_and_held_tasks_and_the_totals(
             f"  pid {up.pid}  4 workers alive  2 partitions  http {address.group(1)}",
         ], lines
 
-        up.send_signal(signal.SIGTERM)  # drains: the workers finish their (minute-long) tasks
+        # drains: the workers finish their minute-long tasks, so every partition's
+        # supervisor is still draining (the second SIGTERM, below, kills them)
+        up.send_signal(signal.SIGTERM)
 
         def draining() -> list[str] | None:
             text = qw("status", "--dir", str(data), cwd=tmp_path).stdout.splitlines()
