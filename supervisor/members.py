@@ -55,6 +55,10 @@ MICROS = 1_000_000
 
 #: how often the watcher looks at the members and the partitions
 TICK_S = 0.2
+#: how long a kill waits for the watcher to read what the killed member held
+KILL_READ_S = 2.0
+#: deaths whose held tasks are kept for a kill to read
+DEATHS_KEPT = 64
 
 
 class MemberSupervisor:
@@ -78,6 +82,9 @@ class MemberSupervisor:
         self._stops = 0
         self._draining = False
         self._lock = threading.Lock()
+        #: member pid → the tasks (k:id) it held when it died, for the kill that waits for it
+        self._deaths: dict[int, list[str]] = {}
+        self._death_read = threading.Condition(self._lock)
         self._finished = threading.Event()
         self._watcher = threading.Thread(target=self._watch, name="qw-members", daemon=True)
         self._logs = options.run_dir / "logs"
@@ -164,7 +171,9 @@ class MemberSupervisor:
             restart = self._restart_at[slot]
             if restart is not None and now >= restart and not self._draining:
                 self._spawn(slot)
-                self._event(f"member m{slot} restarted")
+                new = self._procs[slot]
+                again = _member_label(slot, new.pid) if new is not None else f"m{slot}"
+                self._event(f"m{slot} restarted as {again} (was {_member_label(slot, proc.pid)})")
         alive = [p for p in self._procs if p is not None and p.poll() is None]
         if alive:
             return
@@ -197,9 +206,16 @@ class MemberSupervisor:
                 self.books[k].died(
                     dead, [(t, lease.expiry / MICROS) for t, lease in tasks], now=time.time()
                 )
-        holding = f" while holding task{'s' * (len(held) > 1)} {', '.join(held)}" if held else ""
+        with self._death_read:
+            self._deaths[proc.pid] = held
+            while len(self._deaths) > DEATHS_KEPT:  # (those no kill asked for)
+                del self._deaths[next(iter(self._deaths))]
+            self._death_read.notify_all()
+        holding = f" while {_holding(held)}" if held else ""
         kind = "death" if code else "info"
-        self._event(f"member m{slot} (pid {proc.pid}) {describe_exit(code)}{holding}", kind)
+        # as a worker's death reads (w3·4711 killed by SIGKILL while holding task 5),
+        # short enough for an 80-column feed to show the tasks
+        self._event(f"{_member_label(slot, proc.pid)} {describe_exit(code)}{holding}", kind)
 
     def member_rows(self, slot: int, pid: int) -> list[WorkerView]:
         """The workers of member `slot` (process `pid`), one per partition it works, from
@@ -235,7 +251,14 @@ class MemberSupervisor:
         proc.send_signal(signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=2.0)
-        return f"kill -9 member m{slot} (pid {proc.pid})"
+        # What it held is read by the watcher once the process is gone and the partitions'
+        # folds have read all it wrote (`_died`): the kill names the tasks the death does.
+        with self._death_read:
+            self._death_read.wait_for(lambda: proc.pid in self._deaths, KILL_READ_S)
+            held = self._deaths.pop(proc.pid, [])
+        text = f"kill -9 {_member_label(slot, proc.pid)}" + (f", {_holding(held)}" if held else "")
+        self._event(text)
+        return text
 
     def monitors(self) -> list[Monitor]:
         return list(self._monitors)
@@ -288,6 +311,15 @@ class MemberSupervisor:
     def status_note(self) -> str:
         alive = sum(1 for p in self._procs if p is not None and p.poll() is None)
         return f"members {alive}/{len(self._procs)}"
+
+
+def _member_label(slot: int, pid: int) -> str:
+    """A member process as people see it: m1·6200 (its workers' rows are m1.p2·6200)."""
+    return f"m{slot}·{pid}"
+
+
+def _holding(held: list[str]) -> str:
+    return f"holding task{'s' * (len(held) > 1)} {', '.join(held)}"
 
 
 def _partition_of(snap: WorkerSnapshot) -> int | None:

@@ -400,7 +400,7 @@ def test_rebalance_dashboard_shows_members_partitions_and_a_killed_members_takeo
 ) -> None:
     if shutil.which("tmux") is None:
         pytest.skip("tmux is not installed")
-    term = Tmux(tmp_path / "tmux.sock", 100, 30)
+    term = Tmux(tmp_path / "tmux.sock", 80, 24)
     try:
         term.start(tmp_path)
         term.type_line(
@@ -422,17 +422,23 @@ def test_rebalance_dashboard_shows_members_partitions_and_a_killed_members_takeo
         assert "4 partitions  ·  up " in term.screen().splitlines()[0]
 
         term.send("k")
-        killed = re.compile(
-            r"member m(\d) \(pid (\d+)\) killed by SIGKILL while holding tasks? ([\d:, ]+)"
-        )
+        # the kill and the death name the member process and every task it held, whole
+        # on an 80-column screen (k:id: each in its partition)
+        said = re.compile(r"^kill -9 m(\d)·(\d+), holding tasks? ((?:\d:\d+(?:, )?)+)$", re.M)
+        died = re.compile(r"m(\d)·(\d+) killed by SIGKILL while holding tasks? ([\d:, ]+)$", re.M)
 
         def death() -> tuple[str, str, list[str]] | None:
-            m = killed.search(term.screen())
-            return (m.group(1), m.group(2), m.group(3).split(", ")) if m else None
+            screen = term.screen()
+            kill, dead = said.search(screen), died.search(screen)
+            if kill is None or dead is None:
+                return None
+            assert kill.groups() == dead.groups(), screen
+            return (dead.group(1), dead.group(2), dead.group(3).split(", "))
 
-        found = wait_until(death, 20, "the death of the killed member, with its tasks")
+        found = wait_until(death, 20, "the kill and the death of a member, with its tasks")
         assert isinstance(found, tuple)
         member, pid, tasks = found
+        assert all(re.fullmatch(r"[0-3]:\d+", task) for task in tasks), tasks
         for task in tasks:  # each taken over in its partition, by lease expiry
             k = task.split(":")[0]
             taken = re.compile(
