@@ -9,6 +9,7 @@ among all their members, and rebalance when a member joins, dies or leaves.
 What it does: enqueues the start tasks over the partitions; starts the members; restarts a
 member that dies (after the restart policy's backoff; the new process is a new member);
 follows every partition with a `Monitor` for the progress line and `--exit-when-drained`;
+compacts each partition as `qw up` compacts a queue (`supervisor.compactor`);
 drains on the first stop request (SIGTERM to every member: each finishes what it holds and
 leaves) and kills on the second. The exit code: 0 drained, 130 killed, 1 when every member
 died and none will be restarted.
@@ -29,6 +30,7 @@ from typing import IO
 from queue_worker.member import member_command
 from queue_worker.partitions import Manifest, partition_location
 from queue_worker.snapshot import WorkerSnapshot, WorkerState, read_snapshots
+from supervisor.compactor import Compactor, start_compactors
 from supervisor.model import (
     Event,
     Orphan,
@@ -73,6 +75,7 @@ class MemberSupervisor:
         self._procs: list[subprocess.Popen[bytes] | None] = [None] * options.workers
         self._restart_at: list[float | None] = [None] * options.workers
         self._monitors: list[Monitor] = []
+        self._compactors: list[Compactor] = []
         self._events: list[Event] = []
         #: the events kept for the dashboard (`events` hands each out once, to the lines)
         self.recent: deque[Event] = deque(maxlen=EVENTS_KEPT)
@@ -98,6 +101,15 @@ class MemberSupervisor:
             Monitor(partition_location(self.options.location, k, count)) for k in range(count)
         ]
         self.books = [OrphanBook() for _ in range(count)]
+        opts = self.options
+        self._compactors = start_compactors(  # each partition's settled history removed
+            opts.location,
+            count,
+            opts.retention,
+            lambda k, text: self._event(f"p{k} {text}"),
+            segment_bytes=opts.segment_bytes,
+            every_s=opts.compact_every_s,
+        )
         self._logs.mkdir(parents=True, exist_ok=True)
         if self.options.tasks:
             with PartitionedQueue(self.options.location, self.manifest, self.options.fsync) as q:
@@ -135,6 +147,8 @@ class MemberSupervisor:
                 self._tick()
                 self._finished.wait(TICK_S)
         finally:
+            for compactor in self._compactors:
+                compactor.stop()
             for monitor in self._monitors:
                 monitor.close()
 
