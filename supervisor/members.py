@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import signal
 import subprocess
 import threading
@@ -27,6 +28,7 @@ from collections import deque
 from pathlib import Path
 from typing import IO
 
+from logstore.location import shown
 from queue_worker.member import member_command
 from queue_worker.partitions import Manifest, partition_location
 from queue_worker.snapshot import WorkerSnapshot, WorkerState, read_snapshots
@@ -43,6 +45,7 @@ from supervisor.model import (
 from supervisor.monitor import Monitor
 from supervisor.orphans import OrphanBook
 from supervisor.partition_names import tagged
+from supervisor.status_file import remove_status, status_path, write_status
 from supervisor.supervisor import (
     EVENTS_KEPT,
     EXIT_FORCED,
@@ -57,6 +60,8 @@ MICROS = 1_000_000
 
 #: how often the watcher looks at the members and the partitions
 TICK_S = 0.2
+#: how often the status file is rewritten (what `qw status` reads)
+STATUS_EVERY_S = 1.0
 #: how long a kill waits for the watcher to read what the killed member held
 KILL_READ_S = 2.0
 #: deaths whose held tasks are kept for a kill to read
@@ -91,6 +96,10 @@ class MemberSupervisor:
         self._finished = threading.Event()
         self._watcher = threading.Thread(target=self._watch, name="qw-members", daemon=True)
         self._logs = options.run_dir / "logs"
+        #: where the stats are served (`qw up --http`), for the status file
+        self.http_address: str | None = None
+        self._status_path = status_path(options.run_dir)
+        self._next_status = 0.0
 
     def start(self) -> None:
         from queue_worker.partitioned import PartitionedQueue
@@ -116,6 +125,7 @@ class MemberSupervisor:
                 q.enqueue_many(demo_payloads(0, self.options.tasks))
         for slot in range(self.options.workers):
             self._spawn(slot)
+        self._write_status()
         self._watcher.start()
 
     def _spawn(self, slot: int) -> None:
@@ -147,6 +157,7 @@ class MemberSupervisor:
                 self._tick()
                 self._finished.wait(TICK_S)
         finally:
+            remove_status(self._status_path)
             for compactor in self._compactors:
                 compactor.stop()
             for monitor in self._monitors:
@@ -154,6 +165,9 @@ class MemberSupervisor:
 
     def _tick(self) -> None:
         now = time.monotonic()
+        if now >= self._next_status:
+            self._write_status()
+            self._next_status = now + STATUS_EVERY_S
         for k, monitor in enumerate(self._monitors):
             try:
                 for event in monitor.poll():  # takeovers, lost leases: tagged p<k>
@@ -198,6 +212,31 @@ class MemberSupervisor:
             self._event("every member is gone and none will be restarted")
             self.exit_code = EXIT_NO_WORKERS
             self._finished.set()
+
+    def _write_status(self) -> None:
+        """What `qw status` says of this `qw up --rebalance` (`supervisor.supervisor_lines`):
+        its member processes are its workers."""
+        members = [
+            {
+                "slot": slot,
+                "name": f"m{slot}",
+                "pid": None if proc is None else proc.pid,
+                "alive": proc is not None and proc.poll() is None,
+                "exit_code": None if proc is None else proc.returncode,
+            }
+            for slot, proc in enumerate(self._procs)
+        ]
+        status = {
+            "pid": os.getpid(),
+            "started_at": self.started_at,
+            "updated_at": time.time(),
+            "location": shown(self.options.location),
+            "http": self.http_address,
+            "draining": self._draining,
+            "rebalance": True,
+            "workers": members,
+        }
+        write_status(self._status_path, status)
 
     def _died(self, slot: int, proc: subprocess.Popen[bytes]) -> None:
         """A member has exited: the tasks its workers held go to the orphans (read once,

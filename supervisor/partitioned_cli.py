@@ -89,7 +89,9 @@ def up(
             server = StatsServer(view, *http_address, logs=options.location)
         except OSError as e:
             fail(f"--http {http}: not an address this machine can listen on ({e.strerror})")
-        if not isinstance(sup, MemberSupervisor):  # in each partition's status file
+        if isinstance(sup, MemberSupervisor):  # in the status files (`qw status`)
+            sup.http_address = server.address
+        else:
             for part in sup.parts:
                 part.http_address = server.address
     _run(sup, view if tui else None, server)

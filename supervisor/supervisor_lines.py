@@ -3,6 +3,7 @@
 
     supervisors  1 running
       pid 4711  8 workers alive  4 partitions  http 127.0.0.1:8321  draining
+      pid 4712  2 members alive                                       (qw up --rebalance)
 
 A `qw up --partitions P` is one process running one supervisor per partition, each with
 its own status file (in ``p<k>/run``): they are one supervisor to the person who started
@@ -25,7 +26,9 @@ def supervisor_lines(statuses: Sequence[Mapping[str, Any]]) -> list[str]:
     lines = [f"supervisors  {len(by_pid)} running"]
     for pid, files in by_pid.items():
         alive = sum(1 for s in files for w in s.get("workers", []) if w.get("alive"))
-        line = f"  pid {pid}  {alive} worker{'s' * (alive != 1)} alive"
+        # (the processes of `qw up --rebalance` are members, each working its partitions)
+        noun = "member" if any(s.get("rebalance") for s in files) else "worker"
+        line = f"  pid {pid}  {alive} {noun}{'s' * (alive != 1)} alive"
         if len(files) > 1:
             line += f"  {len(files)} partitions"
         http = next((s["http"] for s in files if s.get("http")), None)

@@ -200,4 +200,6 @@ def test_supervisor_lines_one_wording_for_a_queue_and_a_partitioned_one() -> Non
         "supervisors  1 running",
         "  pid 7  5 workers alive  3 partitions  http 127.0.0.1:8321  draining",
     ]
+    members = [status(8, 2, rebalance=True)]  # qw up --rebalance: its processes are members
+    assert supervisor_lines(members) == ["supervisors  1 running", "  pid 8  2 members alive"]
     assert supervisor_lines([]) == ["supervisors  0 running"]

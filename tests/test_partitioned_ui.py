@@ -30,7 +30,7 @@ from supervisor.partitioned_view import PartitionedView, merge_alike
 from supervisor.supervisor import SupervisorOptions
 from supervisor.worker_table import worker_table
 from tests.helpers import wait_until
-from tests.test_cli import start_up
+from tests.test_cli import qw, start_up
 from tests.test_http import get
 from tests.test_tui_tmux import QW, Tmux, at_prompt, exit_status, keys_line_intact
 
@@ -478,6 +478,13 @@ def test_rebalance_serves_stats_with_each_members_partitions(tmp_path: Path) -> 
         assert body["queue"]["published"] == 400
         status, _, text = get(f"{endpoint}/task/1:0")
         assert status == 200 and json.loads(text)["task"] == "1:0"
+        # qw status: this qw up, its two members and where it serves (it said no supervisor)
+        said = qw("status", "--dir", str(tmp_path / "qw"), cwd=tmp_path)
+        assert said.returncode == 0, said.stderr
+        assert said.stdout.splitlines()[1:3] == [
+            "supervisors  1 running",
+            f"  pid {up.pid}  2 members alive  http {endpoint.removeprefix('http://')}",
+        ], said.stdout
     finally:
         up.send_signal(signal.SIGTERM)
         up.send_signal(signal.SIGTERM)
