@@ -201,7 +201,8 @@ class MemberSupervisor:
                 self._spawn(slot)
                 new = self._procs[slot]
                 again = _member_label(slot, new.pid) if new is not None else f"m{slot}"
-                self._event(f"m{slot} restarted as {again} (was {_member_label(slot, proc.pid)})")
+                was = _member_label(slot, proc.pid)
+                self._event(f"m{slot} restarted as {again} (was {was})", "restart")
         alive = [p for p in self._procs if p is not None and p.poll() is None]
         if alive:
             return
@@ -301,6 +302,7 @@ class MemberSupervisor:
         proc = self._procs[slot] if 0 <= slot < len(self._procs) else None
         if proc is None or proc.poll() is not None:
             return None
+        at = time.time()  # the kill's time is the signal's: its line comes before the death's
         proc.send_signal(signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=2.0)
@@ -310,7 +312,7 @@ class MemberSupervisor:
             self._death_read.wait_for(lambda: proc.pid in self._deaths, KILL_READ_S)
             held = self._deaths.pop(proc.pid, [])
         text = f"kill -9 {_member_label(slot, proc.pid)}" + (f", {_holding(held)}" if held else "")
-        self._event(text)
+        self._remember(Event(at, "info", text))
         return text
 
     def monitors(self) -> list[Monitor]:
@@ -337,9 +339,19 @@ class MemberSupervisor:
         self._remember(Event(time.time(), kind, text))
 
     def _remember(self, event: Event) -> None:
+        """Keep `event` in time order (a kill's line, said once its death was read, goes
+        before that death's)."""
         with self._lock:
-            self._events.append(event)
-            self.recent.append(event)
+            for events in (self._events, self.recent):
+                at = len(events)
+                while at and events[at - 1].at > event.at:
+                    at -= 1
+                if isinstance(events, deque) and len(events) == events.maxlen:
+                    if at == 0:
+                        continue  # older than everything kept
+                    events.popleft()
+                    at -= 1
+                events.insert(at, event)
 
     # -- what the progress lines show ----------------------------------------------------------
 

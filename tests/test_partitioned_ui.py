@@ -433,6 +433,12 @@ def test_rebalance_dashboard_shows_members_partitions_and_a_killed_members_takeo
             if kill is None or dead is None:
                 return None
             assert kill.groups() == dead.groups(), screen
+            # the feed, newest first: the death above the kill that caused it
+            label = f"m{dead.group(1)}·{dead.group(2)}"
+            lines = screen.splitlines()
+            feed_kill = [i for i, x in enumerate(lines) if f" info       kill -9 {label}" in x]
+            feed_death = [i for i, x in enumerate(lines) if f" death      {label} killed" in x]
+            assert feed_kill and feed_death and feed_death[0] < feed_kill[0], screen
             return (dead.group(1), dead.group(2), dead.group(3).split(", "))
 
         found = wait_until(death, 20, "the kill and the death of a member, with its tasks")
