@@ -458,6 +458,67 @@ def test_rebalance_dashboard_shows_members_partitions_and_a_killed_members_takeo
         term.kill_server()
 
 
+class DeadMemberBoard:
+    """What `MembersView` reads of a `MemberSupervisor` whose member m0 was killed -9 while
+    its replacement already runs: m0's new process works p1, the dead one's rows (p0, p2)
+    are on the board until their tasks are taken over; m1 works p3."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.options = SupervisorOptions(data_dir=tmp_path, location=str(tmp_path))
+        self.manifest = None
+        self.started_at = NOW - 60
+
+    def member_pids(self) -> list[int | None]:
+        return [200, 300]
+
+    def member_rows(self, member: int, pid: int) -> list[WorkerView]:
+        k = 1 if member == 0 else 3
+        return [member_row(member, pid, k, 10 + k)]
+
+    def board(self, pids: list[int | None]) -> tuple[list[Orphan], list[WorkerView], list[Event]]:
+        assert pids == [200, 300]
+        dead = [
+            member_row(0, 100, k, 20 + k, state="dead", exit_code=-9, died_at=NOW - 1)
+            for k in (0, 2)
+        ]
+        orphans = [Orphan(20, dead[0].label, "m0.p0-100-ab", 0, NOW - 1, NOW + 2, partition=0)]
+        return orphans, dead, []
+
+    def monitors(self) -> list[Any]:
+        return []
+
+    def snapshot(self) -> SupervisorSnapshot:
+        return SupervisorSnapshot(location="parts", workers=[], queue=QueueView(), events=[])
+
+
+def member_row(member: int, pid: int, k: int, task: int, **over: Any) -> WorkerView:
+    worker_id = f"m{member}.p{k}-{pid}-ab"
+    return partition_worker(
+        member, k, task, name=f"m{member}.p{k}", worker_id=worker_id, pid=pid, **over
+    )
+
+
+def test_a_dead_members_rows_stay_beneath_its_replacements(tmp_path: Path) -> None:
+    """As a restarted slot's dead process in a queue's table: the dead member's rows come
+    right after the rows of the member that replaced it, not at the bottom of the table."""
+    from typing import cast
+
+    from supervisor.members import MemberSupervisor
+    from supervisor.members_view import MembersView
+
+    view = MembersView(cast(MemberSupervisor, DeadMemberBoard(tmp_path)), shown="parts")
+    snap = view.snapshot()
+    assert [(w.slot, w.name, w.pid, w.state) for w in snap.workers] == [
+        (0, "m0.p1", 200, "working"),
+        (1, "m0.p0", 100, "dead"),
+        (2, "m0.p2", 100, "dead"),
+        (3, "m1.p3", 300, "working"),
+    ]
+    text = render(worker_table(snap.workers, now=NOW, orphans=snap.orphans), 100)
+    assert re.search(r"m0\.p0·100\s+p0\s+dead KILL\s+0:20\s", text), text
+    assert view.kill(1) is None  # a dead row: no process there to kill
+
+
 def test_rebalance_serves_stats_with_each_members_partitions(tmp_path: Path) -> None:
     up = start_up(
         tmp_path, "up", "--dir", str(tmp_path / "qw"), "--partitions", "2", "--workers", "2",
