@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-import socket
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -34,6 +33,8 @@ _NOT_IN_NAMES: Final = re.compile(r"[^A-Za-z0-9_.-]")
 
 def default_host() -> str:
     """This machine's host name, as a worker id can hold it (other characters become '_')."""
+    import socket  # here: importing it is ~3 ms of every `qw` command's start, for a name
+
     return _NOT_IN_NAMES.sub("_", socket.gethostname())[:64] or "localhost"
 
 

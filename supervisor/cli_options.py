@@ -152,7 +152,7 @@ def check_log_url(url: str) -> None:
 
 
 def require_logs(location: str) -> None:
-    from queue_worker.report import has_logs, missing_logs_text  # not for `qw --help`
+    from queue_worker.log_reading import has_logs, missing_logs_text  # not for `qw --help`
 
     try:
         found = has_logs(location)

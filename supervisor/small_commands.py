@@ -113,7 +113,7 @@ def status(directory: Path, log: str | None, as_json: bool) -> None:
 
 def task(task_name: str, directory: Path, log: str | None, as_json: bool) -> None:
     from queue_worker.explain import explain_task
-    from queue_worker.report import ReportInputError, prefix_state, read_claims, read_task
+    from queue_worker.log_reading import ReportInputError, prefix_state, read_claims, read_task
 
     location, task_id, label = partitioned_cli.task_location(location_of(directory, log), task_name)
     require_logs(location)
@@ -161,8 +161,7 @@ def task(task_name: str, directory: Path, log: str | None, as_json: bool) -> Non
 def why(task_name: str, directory: Path, log: str | None, as_json: bool) -> None:
     from logstore import LogError
     from queue_worker.explain import explain_task
-    from queue_worker.ops import read_ops
-    from queue_worker.report import (
+    from queue_worker.log_reading import (
         ReportInputError,
         has_logs,
         missing_logs_text,
@@ -170,6 +169,7 @@ def why(task_name: str, directory: Path, log: str | None, as_json: bool) -> None
         read_claims,
         read_task,
     )
+    from queue_worker.ops import read_ops
     from supervisor.console import stdout_console
     from supervisor.report_text import positions_note, render_story
 
