@@ -219,9 +219,7 @@ def enqueue(
     elif payload is not None:
         payloads = enqueue_input.repeated(payload, count or 1)
     else:
-        from supervisor.supervisor import demo_payloads
-
-        payloads = list(demo_payloads(0, count or 1))
+        payloads = list(enqueue_input.demo_payloads(0, count or 1))
     from queue_worker.producer import Queue
 
     try:
