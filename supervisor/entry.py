@@ -5,8 +5,9 @@ The fork server (supervisor.forked) is a fresh interpreter that imports the work
 about as much again. Started here, first thing, the two run side by side (on two cores,
 in half the time) and the first worker can be forked as soon as the supervisor is ready.
 The plain forms of `qw status`, `task`, `why` and `enqueue` run without typer
-(supervisor.fast_path); every other command line goes to the command line (supervisor.cli),
-which imports what it needs when it runs.
+(supervisor.fast_path), and `qw --help` is read from a cache of typer's own output
+(supervisor.help_cache) when the build wrote one for these sources; every other command
+line goes to the command line (supervisor.cli), which imports what it needs when it runs.
 """
 
 from __future__ import annotations
@@ -23,9 +24,15 @@ def main() -> int:
         if fork_enabled():  # QW_WORKER_START=exec: no fork server
             start_server()
     else:
-        from supervisor.fast_path import run
+        args = sys.argv[1:]
+        if args == ["--help"]:
+            from supervisor.help_cache import cached_help
 
-        code = run(sys.argv[1:])  # status, task, why, enqueue in their plain forms: no typer
+            code = cached_help(args)  # typer's own help, rendered at build time
+        else:
+            from supervisor.fast_path import run
+
+            code = run(args)  # status, task, why, enqueue in their plain forms: no typer
         if code is not None:
             return code
     from supervisor.cli import main as cli_main

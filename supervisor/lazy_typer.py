@@ -61,6 +61,8 @@ def _is_ascii(encoding: str) -> bool:
 if not TYPE_CHECKING:
 
     def __getattr__(name: str) -> Any:
+        if name.startswith("__"):  # the import system asks for __path__ and the like
+            raise AttributeError(name)
         import typer
 
         return getattr(typer, name)
