@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Final, NoReturn
 
 from logstore import LogError, is_redis_url
 from logstore.location import shown as shown  # re-exported: the commands import it from here
-from queue_worker.config import FSYNC_POLICIES, PICK_STRATEGIES, check_host
+from queue_worker.settings import FSYNC_POLICIES, PICK_STRATEGIES, check_host
 from queue_worker.topics import CLAIMS_TOPIC, TASKS_TOPIC
 from supervisor import lazy_typer as typer
 
@@ -22,7 +22,7 @@ EXIT_USAGE: Final = 2  # a bad option value, a bad input file, no data where one
 MAX_WORKERS: Final = 256
 DEFAULT_DIR: Final = Path(".qw")
 
-PICKS: Final = PICK_STRATEGIES  # the choices are queue_worker.config's
+PICKS: Final = PICK_STRATEGIES  # the choices are queue_worker.settings's
 FSYNCS: Final = FSYNC_POLICIES
 TOPICS: Final = (CLAIMS_TOPIC, TASKS_TOPIC)
 
