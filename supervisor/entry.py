@@ -4,8 +4,10 @@ The fork server (supervisor.forked) is a fresh interpreter that imports the work
 ~0.25 s of CPU; `qw up` itself imports typer and the supervisor and parses its options,
 about as much again. Started here, first thing, the two run side by side (on two cores,
 in half the time) and the first worker can be forked as soon as the supervisor is ready.
-Every other command goes straight to the command line (supervisor.cli), which imports
-what it needs when it runs.
+The plain forms of `qw status`, `task`, `why` and `enqueue` run without typer
+(supervisor.fast_path), and `qw --help` is read from a cache of typer's own output
+(supervisor.help_cache) when the build wrote one for these sources; every other command
+line goes to the command line (supervisor.cli), which imports what it needs when it runs.
 """
 
 from __future__ import annotations
@@ -21,6 +23,18 @@ def main() -> int:
 
         if fork_enabled():  # QW_WORKER_START=exec: no fork server
             start_server()
+    else:
+        args = sys.argv[1:]
+        if args == ["--help"]:
+            from supervisor.help_cache import cached_help
+
+            code = cached_help(args)  # typer's own help, rendered at build time
+        else:
+            from supervisor.fast_path import run
+
+            code = run(args)  # status, task, why, enqueue in their plain forms: no typer
+        if code is not None:
+            return code
     from supervisor.cli import main as cli_main
 
     return cli_main()

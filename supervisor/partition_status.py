@@ -25,14 +25,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import typer
-
 from logstore import LogError, space_problem
 from logstore.location import shown
 from queue_worker.names import printable, worker_label
 from queue_worker.partitions import Manifest, partition_location
 from queue_worker.snapshot import WorkerSnapshot, read_snapshots
 from queue_worker.state import Lease
+from supervisor import lazy_typer as typer
 from supervisor.cli_options import fail
 from supervisor.model import QueueView, sum_queues
 from supervisor.supervisor_lines import supervisor_lines
