@@ -95,16 +95,18 @@ class LogMark:
         look at its identity, its end and its last record read can tell)."""
         if getattr(log, "identity", None) != self.identity or log.origin != self.origin:
             return f"{log.name} is not the log the starting fold was made of"
-        if log.end() < self.position:
-            return f"{log.name} ends before the starting fold's position {self.position}"
         if self.last is None or self.last[0] < log.start:
             return None  # nothing read, or compacted away since: the catch-up says which
+        # (The record itself, not `log.end()`: on a file log a writer's first `end` walks
+        # every frame of the active segment, 20 ms for 10,000 tasks.)
         try:
             entries = log.read(self.last[0], 1)
         except PositionCompactedError:
             return None
-        entry = entries[0] if entries else None
-        if entry is None or (entry.position, entry.next, zlib.crc32(entry.data)) != self.last:
+        if not entries or entries[0].position != self.last[0]:
+            return f"{log.name} ends before the starting fold's position {self.position}"
+        entry = entries[0]
+        if (entry.position, entry.next, zlib.crc32(entry.data)) != self.last:
             return f"{log.name}: the record at {self.last[0]} is not the one the fold read"
         return None
 

@@ -612,8 +612,11 @@ class TaskIndex:
         they are in `slot` and within `limit`."""
         self._keep = (slot, slots)
         self._keep_limit = limit = KEEP_MAX_RECORDS if limit is None else limit
-        if self._kept:
-            mine = ((t, data) for t, data in self._kept.items() if t % slots == slot)
+        kept = self._kept
+        if kept:  # (a look-up per id of the slot: a tenth of a pass over every kept record)
+            first, last = next(iter(kept)), next(reversed(kept))
+            ids = range(first + (slot - first) % slots, last + 1, slots)
+            mine = ((t, kept[t]) for t in ids if t in kept)
             self._kept = OrderedDict(itertools.islice(mine, limit))
 
     def forget_kept_below(self, task: int) -> None:
