@@ -23,6 +23,7 @@ Start and stop (`start_section`):
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import statistics
@@ -127,6 +128,71 @@ def run_timed(command: Sequence[str], **kwargs: Any) -> tuple[int, float]:
     _, status, usage = os.wait4(process.pid, 0)
     process.returncode = os.waitstatus_to_exitcode(status)
     return process.returncode, usage.ru_utime + usage.ru_stime
+
+
+@dataclass(frozen=True)
+class FirstClaims:
+    first_s: float  # launch → the first CLAIM in the claims log
+    first_cpu_s: float  # user + system CPU of `qw up` and every process under it, then
+    every_s: float  # launch → a CLAIM from every worker
+    every_cpu_s: float  # the CPU then
+    load: float  # the 1-minute load average at the first CLAIM
+
+
+def first_claims(root: Path, workers: int, tasks: int) -> FirstClaims:
+    """`qw up … --exit-when-drained` on a backlog, and the CPU of all its processes
+    (supervisor, fork server, workers) sampled as the first CLAIM appears and as every
+    worker has made one: what a start costs the machine, steadier than its wall time under
+    load. (The poll, every 0.5 ms, is one more process on the cores: these runs are not
+    the timed ones.)"""
+    import psutil
+
+    from logstore import open_log
+    from logstore.segments import FIRST_BASE
+    from queue_worker.records import Claim, decode_claims
+    from queue_worker.topics import CLAIMS_TOPIC
+
+    def cpu_of(pid: int) -> float:
+        total = 0.0
+        with contextlib.suppress(psutil.Error):
+            parent = psutil.Process(pid)
+            for p in [parent, *parent.children(recursive=True)]:
+                with contextlib.suppress(psutil.Error):
+                    times = p.cpu_times()
+                    total += times.user + times.system
+        return total
+
+    with scratch(root, f"first-claims-{workers}") as d:
+        data = d / "qw"
+        enqueue(data, tasks, fsync="none")
+        command = [QW, "up", "--dir", str(data), "--workers", str(workers), "--handler", NOOP]
+        command += ["--fsync", "none", "--no-tui", "--exit-when-drained"]
+        claims_path = data / "claims.log"
+        with open(d / "up.out", "wb") as out:
+            launched = time.perf_counter()
+            process = subprocess.Popen(
+                command, env=USER_ENV, stdout=out, stderr=subprocess.STDOUT, cwd=REPO
+            )
+            while claims_path.stat().st_size <= FIRST_BASE and process.poll() is None:
+                time.sleep(0.0005)
+            first, first_cpu = time.perf_counter() - launched, cpu_of(process.pid)
+            load = os.getloadavg()[0]
+            seen: set[str] = set()
+            with open_log(data, CLAIMS_TOPIC, read_only=True) as log:
+                at = log.start
+                while len(seen) < workers and process.poll() is None:
+                    entries = log.read(at, 256)
+                    for entry in entries:
+                        record = decode_claims(entry.data)
+                        if isinstance(record, Claim):
+                            seen.add(record.worker)
+                        at = entry.next
+                    if not entries:
+                        time.sleep(0.0005)
+            every, every_cpu = time.perf_counter() - launched, cpu_of(process.pid)
+            if process.wait(120) != 0:
+                raise BenchError(f"qw up exited with {process.returncode}")
+        return FirstClaims(first, first_cpu, every, every_cpu, load)
 
 
 # -- end to end against Huey ---------------------------------------------------------------------
@@ -416,6 +482,10 @@ def start_section(root: Path, tasks: int, repeats: int) -> Section:
     for rep in range(repeats):
         log(f"qw up timeline, 8 workers, {tasks:,} tasks, repeat {rep + 1}/{repeats}")
         runs.append(qw_up(root, 8, tasks))
+    firsts = []
+    for rep in range(repeats):
+        log(f"qw up, 8 workers, {tasks:,} tasks: CPU at the first CLAIM, {rep + 1}/{repeats}")
+        firsts.append(first_claims(root, 8, tasks))
     log("the small commands")
     commands = command_times(root)
 
@@ -434,6 +504,17 @@ def start_section(root: Path, tasks: int, repeats: int) -> Section:
         ["… first CLAIM → last DONE", f"{span:.3f} s"],
         ["… last DONE → exit", f"{shutdown:.3f} s"],
         ["… CPU of every qw process, launch → exit", f"{median(r.cpu_s for r in runs):.2f} s"],
+        [
+            "… CPU of every qw process, launch → first CLAIM (other runs, polled)",
+            f"{median(f.first_cpu_s for f in firsts):.3f} s (at "
+            f"{median(f.first_s for f in firsts):.3f} s; load "
+            f"{median(f.load for f in firsts):.1f})",
+        ],
+        [
+            "… CPU of every qw process, launch → a CLAIM from every worker",
+            f"{median(f.every_cpu_s for f in firsts):.3f} s (at "
+            f"{median(f.every_s for f in firsts):.3f} s)",
+        ],
     ]
     command_rows = [
         [
