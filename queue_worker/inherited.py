@@ -21,6 +21,7 @@ fork server's fold and for a worker's own.
 
 from __future__ import annotations
 
+import os
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +31,7 @@ from logstore import Log, LogError, PositionCompactedError, is_redis_url
 from queue_worker.checkpoint import (
     CheckpointRefused,
     checkpoint_exists,
+    checkpoint_name,
     restore_checkpoint,
 )
 from queue_worker.topics import ClaimsFollower, TaskIndex, open_topics
@@ -147,6 +149,7 @@ class Prefold:
         self._fold: tuple[TaskIndex, ClaimsFollower] | None = None
         self._began: tuple[tuple[int, int], int, str | None] = ((0, 0), 0, None)
         self._keep = KEEP_PER_SLOT
+        self._saved: int | None = None  # the checkpoint file's mtime at the last refresh
 
     def refresh(self, slots: int = 1) -> StartingFold:
         """The fold up to the logs' end now (reading only what is new since the last
@@ -157,6 +160,12 @@ class Prefold:
             self._logs = open_topics(self._path, read_only=True)
         if slots * KEEP_PER_SLOT > self._keep and self._fold is not None:
             self._fold = None  # more workers than it kept payloads for: index them again
+        saved = _saved_at(self._path)
+        if saved != self._saved:
+            # A checkpoint saved since the last refresh (every 8 MiB of claims log, or by
+            # compaction): a fold long unrefreshed (a restart after a long run) starts from
+            # it, as a worker of its own would, rather than folding all that came since.
+            self._fold, self._saved = None, saved
         try:
             return self._catch_up(slots)
         except PositionCompactedError:
@@ -196,6 +205,14 @@ class Prefold:
             for log in self._logs:
                 log.close()
         self._logs, self._fold = None, None
+
+
+def _saved_at(directory: str) -> int | None:
+    """When the checkpoint of `directory` was last written (ns; None: there is none)."""
+    try:
+        return os.stat(checkpoint_name(directory)).st_mtime_ns
+    except OSError:
+        return None
 
 
 def can_prefold(location: str) -> bool:

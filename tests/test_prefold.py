@@ -20,12 +20,13 @@ from typing import Any
 import pytest
 
 from logstore.file_log import FileLog
+from queue_worker.checkpoint import save_checkpoint
 from queue_worker.compaction import compact
 from queue_worker.config import WorkerConfig
 from queue_worker.inherited import Prefold
 from queue_worker.records import Claim, Done, TaskRecord, decode_claims, encode
 from queue_worker.state import ClaimState
-from queue_worker.topics import CLAIMS_TOPIC, open_topic, open_topics
+from queue_worker.topics import CLAIMS_TOPIC, ClaimsFollower, TaskIndex, open_topic, open_topics
 from queue_worker.worker import Worker
 from supervisor import prefold
 from supervisor.forked import ForkedWorker, stop_server
@@ -233,7 +234,9 @@ def test_with_the_prefold_off_the_child_inherits_nothing(
 def test_a_fold_of_a_replaced_queue_is_not_adopted(tmp_path: Path) -> None:
     data = tmp_path / "qw"
     make_queue(data, done=10, pending=5)
-    fold = Prefold(str(data), str(data)).refresh()
+    server = Prefold(str(data), str(data))
+    fold = server.refresh()
+    server.close()
     shutil.rmtree(data)
     make_queue(data, done=3, pending=2)  # the same path, another queue
     config = config_of(data)
@@ -248,7 +251,9 @@ def test_a_fold_of_a_replaced_queue_is_not_adopted(tmp_path: Path) -> None:
 def test_a_fold_of_a_log_cut_short_or_rewritten_is_not_adopted(tmp_path: Path) -> None:
     data = tmp_path / "qw"
     make_queue(data, done=10, pending=5)
-    fold = Prefold(str(data), str(data)).refresh()
+    server = Prefold(str(data), str(data))
+    fold = server.refresh()
+    server.close()
     claims = FileLog.open(data / "claims.log")
     end = claims.end()
     claims.close()
@@ -271,6 +276,36 @@ def test_a_fold_of_a_log_cut_short_or_rewritten_is_not_adopted(tmp_path: Path) -
 def test_a_fold_of_another_location_is_not_adopted(tmp_path: Path) -> None:
     data = tmp_path / "qw"
     make_queue(data, done=10, pending=5)
-    fold = Prefold("elsewhere", str(data)).refresh()
+    server = Prefold("elsewhere", str(data))
+    fold = server.refresh()
+    server.close()
     with Worker(config_of(data), start=fold, handler=noop) as worker:
         assert worker.tasks is not fold.tasks
+
+
+def test_a_checkpoint_saved_since_the_last_fold_is_started_from(tmp_path: Path) -> None:
+    # A restart long after the last fork: the server's fold starts again from the newer
+    # checkpoint, as a worker of its own would, rather than folding everything since.
+    data = tmp_path / "qw"
+    make_queue(data, done=30, pending=5)
+    server = Prefold(str(data), str(data))
+    first = server.refresh()
+    tasks_log, claims_log = open_topics(data)
+    with tasks_log, claims_log:
+        assert first.began_at == (tasks_log.start, claims_log.start)  # no checkpoint yet
+    append_more(data)
+    tasks_log, claims_log = open_topics(data)
+    with tasks_log, claims_log:
+        tasks, claims = TaskIndex(tasks_log.start), ClaimsFollower(claims_log.start)
+        tasks.catch_up(tasks_log)
+        claims.catch_up(claims_log)
+        save_checkpoint(data, tasks, tasks_log, claims, claims_log)
+        saved_at = (tasks.next_position, claims.next_position)
+    again = server.refresh()
+    assert again.began_at == saved_at
+    with Worker(config_of(data), start=again, handler=noop) as worker:
+        assert worker.tasks is again.tasks
+        seen = what_it_sees(worker)
+    with Worker(config_of(data), handler=noop) as scratch:
+        assert seen == what_it_sees(scratch)
+    server.close()
