@@ -134,22 +134,18 @@ def run_timed(command: Sequence[str], **kwargs: Any) -> tuple[int, float]:
 class FirstClaims:
     first_s: float  # launch → the first CLAIM in the claims log
     first_cpu_s: float  # user + system CPU of `qw up` and every process under it, then
-    worker_cpu_s: list[float]  # each worker's own CPU as its first CLAIM was seen
     load: float  # the 1-minute load average at the first CLAIM
 
 
 def first_claims(root: Path, workers: int, tasks: int) -> FirstClaims:
     """`qw up … --exit-when-drained` on a backlog: the CPU of all its processes
-    (supervisor, fork server, workers) sampled as the first CLAIM appears, and each
-    worker's own CPU sampled as its first CLAIM appears (its pid is in its worker id):
-    what a start costs the machine, steadier than its wall time under load. (The poll,
-    every 0.5 ms, is one more process on the cores: these runs are not the timed ones.)"""
+    (supervisor, fork server, workers) sampled as the first CLAIM appears: what a start
+    costs the machine, steadier than its wall time under load. (The poll, every 0.5 ms, is
+    one more process on the cores: these runs are not the timed ones. /proc's CPU times
+    are kept in clock ticks: a worker's own few milliseconds are not measured this way.)"""
     import psutil
 
-    from logstore import open_log
     from logstore.segments import FIRST_BASE
-    from queue_worker.records import Claim, decode_claims
-    from queue_worker.topics import CLAIMS_TOPIC
 
     def cpu_of(process: psutil.Process) -> float:
         times = process.cpu_times()
@@ -179,23 +175,9 @@ def first_claims(root: Path, workers: int, tasks: int) -> FirstClaims:
                 time.sleep(0.0005)
             first, first_cpu = time.perf_counter() - launched, cpu_of_tree(process.pid)
             load = os.getloadavg()[0]
-            seen: dict[str, float] = {}
-            with open_log(data, CLAIMS_TOPIC, read_only=True) as log:
-                at = log.start
-                while len(seen) < workers and process.poll() is None:
-                    entries = log.read(at, 256)
-                    for entry in entries:
-                        record = decode_claims(entry.data)
-                        if isinstance(record, Claim) and record.worker not in seen:
-                            pid = int(record.worker.rsplit("-", 2)[1])  # w3@host-<pid>-9f3a
-                            with contextlib.suppress(psutil.Error):
-                                seen[record.worker] = cpu_of(psutil.Process(pid))
-                        at = entry.next
-                    if not entries:
-                        time.sleep(0.0005)
             if process.wait(120) != 0:
                 raise BenchError(f"qw up exited with {process.returncode}")
-        return FirstClaims(first, first_cpu, list(seen.values()), load)
+        return FirstClaims(first, first_cpu, load)
 
 
 # -- end to end against Huey ---------------------------------------------------------------------
@@ -512,10 +494,6 @@ def start_section(root: Path, tasks: int, repeats: int) -> Section:
             f"{median(f.first_cpu_s for f in firsts):.3f} s (at "
             f"{median(f.first_s for f in firsts):.3f} s; load "
             f"{median(f.load for f in firsts):.1f})",
-        ],
-        [
-            "… CPU of each worker, fork → its first CLAIM (median of every worker)",
-            f"{median(c for f in firsts for c in f.worker_cpu_s) * 1000:.0f} ms",
         ],
     ]
     command_rows = [
