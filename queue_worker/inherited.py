@@ -97,14 +97,15 @@ class LogMark:
         look at its identity, its end and its last record read can tell)."""
         if getattr(log, "identity", None) != self.identity or log.origin != self.origin:
             return f"{log.name} is not the log the starting fold was made of"
-        if self.last is None or self.last[0] < log.start:
-            return None  # nothing read, or compacted away since: the catch-up says which
+        if self.last is None:
+            return None  # nothing read: nothing to compare
         # (The record itself, not `log.end()`: on a file log a writer's first `end` walks
-        # every frame of the active segment, 20 ms for 10,000 tasks.)
+        # every frame of the active segment, 20 ms for 10,000 tasks; nor `log.start`, a
+        # listing of the directory.)
         try:
             entries = log.read(self.last[0], 1)
         except PositionCompactedError:
-            return None
+            return None  # compacted away since: the first catch-up starts from the checkpoint
         if not entries or entries[0].position != self.last[0]:
             return f"{log.name} ends before the starting fold's position {self.position}"
         entry = entries[0]
