@@ -26,6 +26,7 @@ from queue_worker.config import WorkerConfig
 from queue_worker.watchdog import EXIT_TIME_LIMIT
 
 if TYPE_CHECKING:
+    from queue_worker.inherited import StartingFold
     from queue_worker.worker import Worker
 
 # The worker itself is imported when a worker process starts (or by the fork server, ahead
@@ -80,8 +81,9 @@ def _parent_pid(config: WorkerConfig) -> int:
     return os.getppid()
 
 
-def run_worker_process(config_json: str) -> None:
+def run_worker_process(config_json: str, start: StartingFold | None = None) -> None:
     """The worker process: parse the config, guard against orphaning, handle signals, run.
+    `start`: a fold of the queue inherited from the fork server (see `Worker`).
 
     Returns on a clean exit (drained, or the queue drained with exit_when_drained); raises
     SystemExit with one of the EXIT_* codes otherwise, the reason on stderr in one line.
@@ -114,7 +116,7 @@ def run_worker_process(config_json: str) -> None:
         raise SystemExit(EXIT_CONFIG) from None
     _die_with_parent(_parent_pid(config))
     try:
-        worker = Worker(config, clock=process_clock())
+        worker = Worker(config, clock=process_clock(), start=start)
     except ValueError as e:  # the handler cannot be loaded, or a bad clock offset
         print(f"qw worker {config.name}: {e}", file=sys.stderr)
         raise SystemExit(EXIT_CONFIG) from None

@@ -31,6 +31,7 @@ that knows it.
 from __future__ import annotations
 
 import gc
+import itertools
 import operator
 import time
 from array import array
@@ -239,6 +240,12 @@ class ClaimsFollower:
         self.next_position = start  # where the next unread record is
         self.malformed = 0
         self.last_malformed: str | None = None
+
+    @property
+    def last_position(self) -> int | None:
+        """The position of the last record folded (None: none yet)."""
+        position = self.state.position
+        return position if position >= 0 else None
 
     def apply(
         self, entry: Entry, known: ClaimsRecord | None = None
@@ -453,6 +460,7 @@ class TaskIndex:
         # so that winning one does not cost a read of the log (a tenth of a no-op task).
         self._kept: OrderedDict[int, bytes] = OrderedDict()
         self._keep: tuple[int, int] | None = None  # (slot, slots) whose records are kept
+        self._keep_limit = KEEP_MAX_RECORDS  # how many records at most
 
     @property
     def known(self) -> int:
@@ -463,6 +471,11 @@ class TaskIndex:
     def settled(self) -> int:
         """Every task below this id is settled (done or dead): the watermark last told."""
         return self._settled
+
+    @property
+    def last_position(self) -> int | None:
+        """The position of the last task's record (None: no task yet)."""
+        return self._last
 
     @property
     def indexed(self) -> int:
@@ -498,7 +511,7 @@ class TaskIndex:
                 keep is not None
                 and task % keep[1] == keep[0]
                 and len(entry.data) <= KEEP_MAX_BYTES
-                and len(self._kept) < KEEP_MAX_RECORDS
+                and len(self._kept) < self._keep_limit
             ):
                 self._kept[task] = entry.data
             return
@@ -591,10 +604,20 @@ class TaskIndex:
             return None
         return self._positions[task - self._base]
 
-    def keep_payloads(self, slot: int, slots: int) -> None:
+    def keep_payloads(self, slot: int, slots: int, limit: int | None = None) -> None:
         """Keep the bytes of small TASK records of ids in `slot` of `slots` as they are
-        indexed (at most KEEP_MAX_RECORDS), for `load`; `forget_kept_below` drops them."""
+        indexed (at most `limit`, KEEP_MAX_RECORDS by default), for `load`;
+        `forget_kept_below` drops them. Records kept before (an index folded for every
+        slot, then inherited by one worker: see `queue_worker.inherited`) stay only when
+        they are in `slot` and within `limit`."""
         self._keep = (slot, slots)
+        self._keep_limit = limit = KEEP_MAX_RECORDS if limit is None else limit
+        kept = self._kept
+        if kept:  # (a look-up per id of the slot: a tenth of a pass over every kept record)
+            first, last = next(iter(kept)), next(reversed(kept))
+            ids = range(first + (slot - first) % slots, last + 1, slots)
+            mine = ((t, kept[t]) for t in ids if t in kept)
+            self._kept = OrderedDict(itertools.islice(mine, limit))
 
     def forget_kept_below(self, task: int) -> None:
         """Drop the kept records of ids below `task` (closed: no one will run them)."""

@@ -63,14 +63,7 @@ from logstore import (
     RecordTooLargeError,
     is_redis_url,
 )
-from queue_worker.checkpoint import (
-    CheckpointError,
-    CheckpointRefused,
-    Location,
-    checkpoint_exists,
-    restore_checkpoint,
-    save_checkpoint,
-)
+from queue_worker.checkpoint import CheckpointError, Location, save_checkpoint
 from queue_worker.clock import Clock, now_us, us_to_seconds
 from queue_worker.config import WorkerConfig, default_host
 from queue_worker.handlers import (
@@ -83,6 +76,7 @@ from queue_worker.handlers import (
     retry_at,
     run_handler,
 )
+from queue_worker.inherited import StartingFold, begin_folds
 from queue_worker.lease import FATAL_LOG_ERRORS, LeaseKeeper, RenewalThread
 from queue_worker.names import worker_label
 from queue_worker.pick import Picker
@@ -183,9 +177,12 @@ class Worker:
         rng: random.Random | None = None,
         handler: Callable[..., Any] | None = None,
         claim_ahead: bool = True,
+        start: StartingFold | None = None,
     ) -> None:
         """`handler` runs the tasks instead of the one `config.handler` names (tests,
         embedding); the logs, when given, are used instead of opening config.location.
+        `start`: a fold of the queue's logs to start from (inherited from the fork server),
+        when it fits the logs this worker opens; it is the worker's own from then on.
         `claim_ahead=False`: one CLAIM per step, never appended with a DONE (tests that
         drive `step()` one claim at a time)."""
         config.validate()
@@ -236,7 +233,7 @@ class Worker:
         if checkpoints:
             self._checkpoint_dir = config.location if on_redis else Path(config.location)
         self._saves_checkpoints = checkpoints and not on_redis
-        checkpoint_note = self._load_checkpoint()
+        checkpoint_note = self._begin(start, checkpoints)
         self._covered = False  # whether the claims fold was checked against the tasks log
         self.tasks.keep_payloads(config.slot, config.slots)  # the tasks spread gives us
         # server clock − our clock, µs (0 unless the backend stamps records: see topics.py)
@@ -278,31 +275,33 @@ class Worker:
 
     # -- the fold checkpoint (see queue_worker.checkpoint) ---------------------------------------
 
+    def _begin(self, start: StartingFold | None, own_logs: bool) -> str | None:
+        """Start the folds from `start` (made by the fork server, inherited with the fork:
+        see queue_worker.inherited) when it is a fold of our own logs, else from the data
+        directory's checkpoint or the start (`_load_checkpoint`); returns why an existing
+        checkpoint was refused (None otherwise)."""
+        if start is None or not own_logs or self._server is not None:
+            return self._load_checkpoint()
+        misfit = start.misfit(self.config.location, self.tasks_log, self.claims_log)
+        if misfit is not None:
+            return self._load_checkpoint()
+        self.tasks, self.claims = start.tasks, start.claims
+        self._checkpointed = start.began_at
+        if self.tasks.known > start.first_new_task:
+            # New to this worker, as they would be in its own replay (a spread pick holds
+            # fresh tasks back for their slot's worker).
+            self._picker.saw(start.first_new_task, self._clock())
+        return start.note
+
     def _load_checkpoint(self) -> str | None:
         """Start the folds from the data directory's checkpoint when it fits these logs;
         returns why an existing checkpoint was refused (None otherwise)."""
         self._checkpointed = (self.tasks.next_position, self.claims.next_position)
-        directory = self._checkpoint_dir
-        # A log whose first segments were compacted away cannot be replayed from its start:
-        # the checkpoint is then the only record of what they held (lost, loudly, without it).
-        compacted = any(log.start != log.origin for log in (self.tasks_log, self.claims_log))
-        if directory is None or not checkpoint_exists(directory):
-            if compacted:
-                raise CheckpointRefused(
-                    f"{self.claims_log.name}: the logs were compacted and there is no fold "
-                    "checkpoint: the history it kept is lost; a replay would run tasks again"
-                )
-            return None
-        try:
-            self.tasks, self.claims = restore_checkpoint(directory, self.tasks_log, self.claims_log)
-        except CheckpointRefused as e:
-            if compacted:
-                raise CheckpointRefused(
-                    f"the logs were compacted and their fold checkpoint cannot be used: {e}"
-                ) from e
-            return f"fold checkpoint not used (replaying from the start): {e}"
-        self._checkpointed = (self.tasks.next_position, self.claims.next_position)
-        return None
+        restored, note = begin_folds(self.tasks_log, self.claims_log, self._checkpoint_dir)
+        if restored is not None:
+            self.tasks, self.claims = restored
+            self._checkpointed = (self.tasks.next_position, self.claims.next_position)
+        return note
 
     def _save_checkpoint(self, *, final: bool = False) -> None:
         """The worker in slot 0 saves the fold every CHECKPOINT_EVERY_BYTES of claims log,

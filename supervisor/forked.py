@@ -25,6 +25,11 @@ needs one, as a `python -m` worker does (a handler's named semaphores, shared me
 The config travels pickled through that pipe, never on a command line (a Redis password
 stays out of `ps`); every forked worker's command line is the fork server's.
 
+The server also folds the queue's logs before each fork, and the worker inherits that fold
+instead of folding them itself (supervisor.prefold): before each fork the supervisor writes
+which queue the worker is for to a control pipe, whose read end the server is given as it
+is spawned (`_control_pipe`).
+
 `QW_WORKER_START=exec` starts each worker as a plain subprocess instead
 (`queue_worker.process.worker_command`), the way other programs start one.
 """
@@ -39,14 +44,14 @@ import signal
 import sys
 import threading
 import weakref
-from multiprocessing import forkserver, popen_forkserver, reduction, resource_tracker, spawn
+from multiprocessing import forkserver, popen_forkserver, reduction, resource_tracker, spawn, util
 from multiprocessing.context import set_spawning_popen
 from multiprocessing.process import BaseProcess
 from multiprocessing.util import Finalize
 from typing import TYPE_CHECKING, Final, Protocol
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator, Sequence
     from pathlib import Path
 
     from queue_worker.config import WorkerConfig
@@ -102,7 +107,7 @@ def start_server() -> int:
     """Start the fork server if it is not running (it then imports the worker code while
     the caller goes on), and return its pid."""
     forkserver.set_forkserver_preload(PRELOAD)
-    with _no_resource_tracker():
+    with _no_resource_tracker(), _control_pipe():
         forkserver.ensure_running()  # also restarts one that died
     pid = getattr(forkserver._forkserver, "_forkserver_pid", None)
     assert isinstance(pid, int), "multiprocessing's fork server has no pid"
@@ -121,6 +126,7 @@ def stop_server() -> None:
     if not isinstance(pid, int) or not isinstance(alive_fd, int):
         return
     os.close(alive_fd)
+    _close_control()
     for name in ("_forkserver_alive_fd", "_forkserver_address", "_forkserver_pid"):
         setattr(server, name, None)
     # It has no worker left to fork for or to take down with it: rather than wait for it to
@@ -149,6 +155,48 @@ def _no_resource_tracker() -> Iterator[None]:
             resource_tracker.ensure_running, resource_tracker.getfd = saved
 
 
+@contextlib.contextmanager
+def _control_pipe() -> Iterator[None]:
+    """A fork server spawned meanwhile gets the read end of a new control pipe (its number
+    last on the server's command line: `supervisor.forkserver_init` reads it there), and
+    we keep the write end (`_control_w`) for the fold requests (supervisor.prefold)."""
+    saved = util.spawnv_passfds
+
+    def spawn_with_pipe(path: bytes, args: Sequence[str], passfds: Sequence[int]) -> int:
+        global _control_w
+        read_end, write_end = os.pipe()
+        try:
+            pid = saved(path, [*args, str(read_end)], [*passfds, read_end])
+        except BaseException:
+            os.close(write_end)
+            raise
+        finally:
+            os.close(read_end)
+        _close_control()  # the previous server's, if it died
+        os.set_blocking(write_end, False)  # a server that stopped reading never blocks us
+        _control_w = write_end
+        return pid
+
+    with _control_lock:
+        util.spawnv_passfds = spawn_with_pipe  # type: ignore[assignment]
+        try:
+            yield
+        finally:
+            util.spawnv_passfds = saved
+
+
+def _close_control() -> None:
+    global _control_w
+    if _control_w is not None:
+        os.close(_control_w)
+        _control_w = None
+
+
+#: the write end of the running fork server's control pipe (see _control_pipe)
+_control_w: int | None = None
+_control_lock = threading.Lock()
+#: one fork at a time: its fold request, then the fork that takes it (supervisor.prefold)
+_launch_lock = threading.Lock()
 #: what each forked worker gets in the resource tracker's place (see _no_resource_tracker)
 _null_fd: int | None = None
 _tracker_lock = threading.Lock()
@@ -159,15 +207,27 @@ _forked: weakref.WeakSet[ForkedWorker] = weakref.WeakSet()
 class ForkedWorker:
     """A worker forked by the fork server."""
 
-    def __init__(self, config: WorkerConfig, log_path: Path) -> None:
+    def __init__(
+        self, config: WorkerConfig, log_path: Path, entry: Callable[[str, str], None] | None = None
+    ) -> None:
+        """`entry`: what the child runs, given the config as JSON and `log_path` as a str
+        (`run_forked_worker`, unless a test looks at what a fork inherits); a module-level
+        function, which the child imports by name."""
         # Its watchdog compares getppid() with its parent: the fork server, not us.
         from dataclasses import replace
 
-        config = replace(config, parent_pid=start_server())
-        process = _WorkerProcess(
-            target=run_forked_worker, name=config.name, args=(config.to_json(), str(log_path))
-        )
-        self._popen = _Popen(process)
+        from supervisor.prefold import request
+
+        with _launch_lock:
+            config = replace(config, parent_pid=start_server())
+            process = _WorkerProcess(
+                target=entry or run_forked_worker,
+                name=config.name,
+                args=(config.to_json(), str(log_path)),
+            )
+            if _control_w is not None:
+                request(_control_w, config)  # the fold the server makes before this fork
+            self._popen = _Popen(process)
         _forked.add(self)
 
     @property
@@ -278,10 +338,17 @@ def run_forked_worker(config_json: str, log_path: str) -> None:
         os.close(tracker_fd)
         tracker._fd = None  # type: ignore[attr-defined]
     _redirect_output(log_path)
+    from queue_worker.config import WorkerConfig
     from queue_worker.process import run_worker_process  # preloaded by the server
+    from supervisor.prefold import take
 
     try:
-        run_worker_process(config_json)
+        location = WorkerConfig.from_json(config_json).location
+    except ValueError:
+        location = None  # run_worker_process says what is wrong with it
+    start = take(location) if location is not None else None
+    try:
+        run_worker_process(config_json, start=start)
     finally:
         # The fork server's child ends with os._exit: run the atexit functions (a handler's
         # own among them) as the end of a `python -m` worker would.

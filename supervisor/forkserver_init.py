@@ -3,13 +3,15 @@
 It leaves the supervisor's session, so that a Ctrl-C, a terminal's hang-up or a signal to
 the supervisor's process group reaches the supervisor (which then drains the workers in
 order) and not the server (whose death would kill every worker at once). Then it imports
-the worker code, once, for every worker it will fork.
+the worker code, once, for every worker it will fork, and installs the fold it makes before
+each fork (supervisor.prefold), given the control pipe last on its command line.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import sys
 
 with contextlib.suppress(OSError):  # already a session leader
     os.setsid()
@@ -24,4 +26,9 @@ import logstore.file_log  # noqa: F401
 import queue_worker.handlers
 import queue_worker.process
 import queue_worker.worker  # noqa: F401
-import supervisor.forked  # noqa: F401  the worker's entry
+import supervisor.forked  # the worker's entry
+import supervisor.prefold
+
+# `python -c <server code> <control fd>` (supervisor.forked._control_pipe)
+if len(sys.argv) > 1 and sys.argv[-1].isdigit():
+    supervisor.prefold.install(int(sys.argv[-1]))

@@ -67,3 +67,15 @@ def test_at_most_keep_max_records_are_kept(monkeypatch: pytest.MonkeyPatch) -> N
     index, log = indexed(list(range(5)))
     assert [index.load(log, t).payload for t in range(5)] == list(range(5))
     assert log.point_reads == 2  # tasks 3 and 4 were not kept
+
+
+def test_an_index_kept_for_every_slot_narrows_to_one_slot() -> None:
+    # The fork server's fold keeps every slot's records; the worker that inherits it keeps
+    # only its own, and no more than its limit (queue_worker.inherited).
+    index, log = indexed(list(range(12)))
+    index.keep_payloads(1, 3, limit=3)
+    assert [index.load(log, t).payload for t in (1, 4, 7)] == [1, 4, 7]
+    assert log.point_reads == 0
+    assert index.load(log, 10).payload == 10  # beyond the limit: read back from the log
+    assert index.load(log, 0).payload == 0  # another slot's: read back from the log
+    assert log.point_reads == 2

@@ -1,0 +1,150 @@
+"""The fork server's fold of the queue, brought up to date before each fork and inherited
+by the worker it forks (see `queue_worker.inherited` for why, and for what the worker
+checks before it starts from it).
+
+Three sides, one module:
+  supervisor   before each fork, `request` writes one line to the control pipe: the queue
+               the next worker is for ({"location": null}: none, fold nothing);
+  fork server  `install` registers `_before_fork` with os.register_at_fork: multiprocessing's
+               server loop calls os.fork() for each worker, and just before it this reads
+               the last request, brings that queue's `Prefold` up to date (reading only
+               what was appended since the last fork), and freezes the garbage collector's
+               view of it (gc.freeze: the child's collections then leave the inherited
+               objects' pages alone, so they stay shared copy-on-write);
+  worker       `take` returns the fold inherited with the fork, if it is of the worker's
+               queue, and closes what the child must not use (the server's log handles
+               and the control pipe).
+The control pipe's read end is handed to the server as it is spawned (`supervisor.forked`)
+and named on its command line. A request written before the connection that asks for the
+fork is there to read when the server forks: the pipe is in order, and the supervisor
+sends one request and one fork at a time.
+
+`QW_PREFOLD=0` turns it off (each worker folds the logs itself, as before): for
+measurements and comparisons.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import json
+import os
+from typing import TYPE_CHECKING, Final
+
+if TYPE_CHECKING:
+    from queue_worker.config import WorkerConfig
+    from queue_worker.inherited import Prefold, StartingFold
+
+#: the environment variable that turns the prefold off ("0")
+PREFOLD_ENV: Final = "QW_PREFOLD"
+#: the most queues one fork server keeps a fold of (a partitioned queue has one each)
+MAX_FOLDS: Final = 64
+
+
+def enabled() -> bool:
+    return os.environ.get(PREFOLD_ENV, "1") != "0"
+
+
+# -- the supervisor's side -----------------------------------------------------------------------
+
+
+def request(control_fd: int, config: WorkerConfig) -> None:
+    """Ask the fork server to fold `config`'s queue for the worker it forks next."""
+    from queue_worker.inherited import can_prefold
+
+    wanted = enabled() and can_prefold(config.location)
+    message: dict[str, object] = {"location": None}
+    if wanted:
+        path = os.path.abspath(config.location)
+        message = {"location": config.location, "path": path, "slots": config.slots}
+    with contextlib.suppress(BlockingIOError, BrokenPipeError):  # then the worker folds
+        os.write(control_fd, json.dumps(message).encode() + b"\n")
+
+
+# -- the fork server's side ----------------------------------------------------------------------
+
+_server_pid: int | None = None
+_control_fd: int | None = None
+_folds: dict[str, Prefold] = {}
+#: the fold made for the fork under way (read by the child through `take`)
+_inherited: StartingFold | None = None
+
+
+def install(control_fd: int) -> None:
+    """In the fork server: fold the requested queue before each fork."""
+    global _server_pid, _control_fd
+    _server_pid, _control_fd = os.getpid(), control_fd
+    os.set_blocking(control_fd, False)
+    os.register_at_fork(before=_before_fork)
+
+
+def _last_request() -> tuple[str, str, int] | None:
+    """The last request in the control pipe (None: no request, or "fold nothing")."""
+    assert _control_fd is not None
+    data = b""
+    with contextlib.suppress(BlockingIOError):
+        while chunk := os.read(_control_fd, 65536):
+            data += chunk
+    lines = data.splitlines()
+    if not lines:
+        return None
+    try:
+        message = json.loads(lines[-1])
+        location, path, slots = message["location"], message.get("path"), message.get("slots")
+    except (ValueError, KeyError, TypeError):
+        return None
+    if not isinstance(location, str) or not isinstance(path, str) or not isinstance(slots, int):
+        return None
+    return location, path, max(1, slots)
+
+
+def _before_fork() -> None:
+    global _inherited
+    if os.getpid() != _server_pid:
+        return  # a worker's own fork (its handler's): nothing of ours
+    _inherited = None
+    try:
+        wanted = _last_request()
+    except OSError:
+        return
+    if wanted is None:
+        return
+    location, path, slots = wanted
+    from queue_worker.inherited import Prefold
+
+    prefold = _folds.get(location)
+    if prefold is None:
+        if len(_folds) >= MAX_FOLDS:
+            _folds.pop(next(iter(_folds))).close()
+        prefold = _folds[location] = Prefold(location, path)
+    try:
+        _inherited = prefold.refresh(slots)
+    except Exception:
+        # Whatever it is (a log not yet created, damage, a refused checkpoint), the worker
+        # meets it again in its own start, which says so in its log: here it is only a
+        # fold the worker will not get. The next fork starts the fold again.
+        _folds.pop(location).close()
+        return
+    gc.freeze()  # what the fork copies is left alone by the child's collections
+
+
+# -- the worker's side ---------------------------------------------------------------------------
+
+
+def take(location: str) -> StartingFold | None:
+    """In a forked worker: the fold inherited from the fork server if it is of `location`'s
+    queue (None otherwise), once; the server's log handles and control pipe are closed."""
+    global _inherited, _control_fd
+    fold, _inherited = _inherited, None
+    if _control_fd is not None and _server_pid is not None and os.getpid() != _server_pid:
+        os.close(_control_fd)
+        _control_fd = None
+    for prefold in _folds.values():
+        prefold.close()  # this process's copies of the server's handles (never used here)
+    _folds.clear()
+    if fold is None or fold.location != location:
+        return None
+    return fold
+
+
+__all__ = ["PREFOLD_ENV", "enabled", "install", "request", "take"]
