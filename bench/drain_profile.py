@@ -62,6 +62,15 @@ def wait_cpu(proc: subprocess.Popen[bytes], name: str, stderr: Path) -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def parts_worker(out: str, config_json: str) -> None:
+    """Run one worker process's body with its CPU split by part (bench.drain_parts)."""
+    from bench.drain_parts import install
+    from queue_worker.process import run_worker_process
+
+    install(out)
+    run_worker_process(config_json)
+
+
 def startup_cpu(root: Path) -> float:
     """CPU seconds of a worker that starts on an empty queue and exits at once."""
     data = root / "empty"
@@ -79,8 +88,12 @@ def command_of(
     strace: bool,
     spy: Path | None,
     profile: bool,
+    parts: Path | None,
 ) -> list[str]:
     command, _ = worker_command(config)
+    if i == 0 and parts is not None:
+        code = "import sys; from bench.drain_profile import parts_worker as p; p(*sys.argv[1:])"
+        return [sys.executable, "-c", code, str(parts), config.to_json()]
     if i == 0 and profile:
         code = "import sys; from bench.drain_profile import profiled_worker as p; p(*sys.argv[1:])"
         return [sys.executable, "-c", code, str(prof), config.to_json()]
@@ -135,6 +148,7 @@ def main() -> None:
     parser.add_argument("--strace", action="store_true", help="count worker 1's syscalls")
     parser.add_argument("--top", type=int, default=40)
     parser.add_argument("--profile", action="store_true", help="run worker 0 under cProfile")
+    parser.add_argument("--parts", action="store_true", help="worker 0's CPU by part of its loop")
     parser.add_argument("--keep", type=Path, help="with --profile: copy the profile here")
     parser.add_argument("--spy", type=Path, help="sample worker 1 with py-spy into this file")
     args = parser.parse_args()
@@ -145,11 +159,12 @@ def main() -> None:
         enqueue(data, args.tasks)
         configs = fleet_configs(data, root / "run", args.workers)
         prof, trace = root / "w0.prof", root / "strace.txt"
+        parts = root / "parts.json" if args.parts else None
         procs = [
             (
                 c.name,
                 start(
-                    command_of(i, c, prof, trace, args.strace, args.spy, args.profile),
+                    command_of(i, c, prof, trace, args.strace, args.spy, args.profile, parts),
                     root / f"{c.name}.err",
                 ),
             )
@@ -167,7 +182,7 @@ def main() -> None:
             f"claims {fold.claims}, lost {fold.lost_total}"
         )
         print(f"start-up alone (a worker on an empty queue): {empty * 1e3:.0f} ms CPU")
-        watched = {"w0": "cProfile" if args.profile else ""}
+        watched = {"w0": "cProfile" if args.profile else "parts" if args.parts else ""}
         watched["w1"] = "strace" if args.strace else "py-spy" if args.spy is not None else ""
         for name, seconds in cpu.items():
             n = done.get(name, 0)
@@ -187,6 +202,10 @@ def main() -> None:
             print(f"w0 did {done.get('w0', 0)} tasks (times above: its main thread's CPU)")
             if args.keep is not None:
                 shutil.copy(prof, args.keep)
+        if parts is not None:
+            from bench.drain_parts import summary
+
+            print(summary(parts))
         if args.strace:
             print(trace.read_text())
             print(f"w1 did {done.get('w1', 0)} tasks")
