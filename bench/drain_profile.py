@@ -1,16 +1,23 @@
-"""Where a worker's CPU goes in a drain: one worker of a real drain, profiled.
+"""Where a worker's CPU goes in a drain: one worker of a real drain, measured.
 
-    python -m bench.drain_profile --workers 2 --tasks 5000 [--strace]
+    python -m bench.drain_profile --workers 2 --tasks 5000 [--parts | --profile] [--strace]
 
 Enqueues `tasks` no-op tasks and starts `workers` worker processes as the benchmarks do
-(``python -m queue_worker.process``, one interpreter each). Worker 0 runs under cProfile
-timed by its main thread's CPU clock (not the wall clock: on a shared machine a wall-clock
-profile charges whatever line was running to the time the process spent waiting for a
-core). With ``--strace``, worker 1 runs under ``strace -c -f`` (strace slows what it
-traces, so the profile and the syscall count come from different workers). It waits for the
-drain, checks it exactly-once, and prints each worker's CPU (from wait4) beside the CPU of
-a worker that starts on an empty queue and exits (its start-up), the profile's top
-functions in µs per task done by worker 0, and worker 1's syscalls per task.
+(``python -m queue_worker.process``, one interpreter each), waits for the drain, checks it
+exactly-once, and prints each worker's CPU (from wait4) beside the CPU of a worker that
+starts on an empty queue and exits (its start-up). Then, for worker 0:
+
+--parts    its loop's CPU a task split by part (`bench.drain_parts`: wrapped functions
+           timed by the main thread's CPU clock, the wrappers' own cost taken off);
+--profile  cProfile, timed by its main thread's CPU clock (not the wall clock: on a shared
+           machine a wall-clock profile charges whatever line was running with the time
+           the process spent waiting for a core); ``--keep PATH`` keeps the profile;
+
+and for worker 1 (a tracer slows what it traces: another worker than the measured one):
+
+--strace   its system calls, counted by ``strace -c -f``;
+--spy PATH its stacks sampled by py-spy (not a dependency of qw: it must be on PATH),
+           summed as µs a task by function and by thread.
 """
 
 from __future__ import annotations
