@@ -3,9 +3,15 @@
 The worker calls `publish()` at every state change (several times a task); the snapshot
 file is written by a daemon thread, at most once every STATE_GAP_S when the state has
 changed since the last write, and otherwise once every PUBLISH_PERIOD_S while changes keep
-coming. `publish()` itself is an attribute check and, at most once per write, an
-`Event.set`: writing from the worker's own thread (a JSON dump, a file write and a rename)
-or taking a lock per call cost about a tenth of a no-op task's time (profiled drain).
+coming. A worker that has ended BUSY_TASKS tasks or more since the last write is cycling
+through its states faster than any reader can follow (a drain: thousands a second), so its
+state changes wait the ordinary period too: each write costs ~0.6 ms of CPU (the snapshot,
+its latency percentiles, a file and a rename; measured in-process), and at one every
+STATE_GAP_S that came to ~7 µs of a no-op task's ~270 (2 workers draining).
+
+`publish()` itself is an attribute check and, at most once per write, an `Event.set`:
+writing from the worker's own thread (a JSON dump, a file write and a rename) or taking a
+lock per call cost about a tenth of a no-op task's time (profiled drain).
 
 The snapshot is taken when it is written, so it is always the latest state; a change that
 comes and goes between two writes (a task shorter than the gap) is seen in the counters,
@@ -25,6 +31,8 @@ from queue_worker.stats import WorkerStats, write_snapshot
 #: snapshots: at most one every PUBLISH_PERIOD_S, but a state change only needs STATE_GAP_S
 PUBLISH_PERIOD_S: Final = 0.25
 STATE_GAP_S: Final = 0.05
+#: ... unless the worker ended at least this many tasks since the last write
+BUSY_TASKS: Final = 2
 
 
 class SnapshotPublisher:
@@ -36,6 +44,7 @@ class SnapshotPublisher:
         self.lock = lock  # the worker's stats lock: held while a snapshot is taken
         self._last = float("-inf")  # monotonic time of the last write
         self._last_state: str | None = None
+        self._last_ended = 0  # tasks the worker had ended at the last write
         self._pending = threading.Event()
         self._thread: threading.Thread | None = None
         self._file_lock = threading.Lock()  # one snapshot taken and written at a time
@@ -58,7 +67,12 @@ class SnapshotPublisher:
         self.stats.updated_at = time.time()
         self._last = time.monotonic()
         self._last_state = self.stats.state
+        self._last_ended = self._ended()
         return self.stats.to_dict()
+
+    def _ended(self) -> int:
+        s = self.stats
+        return s.finished + s.failed + s.stale + s.cancelled
 
     def _write_latest(self) -> None:
         """Take the snapshot and write it, both under the file lock: the writer thread and
@@ -78,7 +92,8 @@ class SnapshotPublisher:
     def _due(self) -> float:
         """Seconds until the pending change may be written (<= 0: now)."""
         changed = self.stats.state != self._last_state
-        gap = STATE_GAP_S if changed else PUBLISH_PERIOD_S
+        busy = self._ended() - self._last_ended >= BUSY_TASKS
+        gap = STATE_GAP_S if changed and not busy else PUBLISH_PERIOD_S
         return self._last + gap - time.monotonic()
 
     def _run(self) -> None:

@@ -63,18 +63,22 @@ class StatsRecorder:
     def folded(self, tasks: TaskIndex, claims: ClaimsFollower) -> None:
         """The folds moved on: the queue as this worker sees it, and a malformed claims
         record the fold skipped (reported once)."""
-        state = claims.state
         with self.lock:
-            s = self.stats
-            s.known_tasks = tasks.known
-            s.indexed_tasks = tasks.indexed
-            s.tasks_position = tasks.next_position
-            s.consumed_up_to = claims.next_position
-            s.done_tasks = state.done_count
-            s.held_by_anyone = state.held_count
-            if claims.last_malformed is not None:
-                s.last_error = claims.last_malformed
-                claims.last_malformed = None
+            self._folded(tasks, claims)
+
+    def _folded(self, tasks: TaskIndex, claims: ClaimsFollower) -> None:
+        """`folded`, under the stats lock (several events of a task's path note it too)."""
+        state = claims.state
+        s = self.stats
+        s.known_tasks = tasks.known
+        s.indexed_tasks = tasks.indexed
+        s.tasks_position = tasks.next_position
+        s.consumed_up_to = claims.next_position
+        s.done_tasks = state.done_count
+        s.held_by_anyone = state.held_count
+        if claims.last_malformed is not None:
+            s.last_error = claims.last_malformed
+            claims.last_malformed = None
 
     def exited(self, reason: str) -> None:
         """The worker's loop ended (`reason`: why); written at once."""
@@ -90,9 +94,18 @@ class StatsRecorder:
 
     # -- a claim and its task ------------------------------------------------------------------
 
-    def claimed(self, verdict: Verdict, latency_us: int) -> None:
-        """One of our CLAIMs was settled: `verdict`, `latency_us` after its append began."""
+    def claimed(
+        self,
+        verdict: Verdict,
+        latency_us: int,
+        folds: tuple[TaskIndex, ClaimsFollower] | None = None,
+    ) -> None:
+        """One of our CLAIMs was settled: `verdict`, `latency_us` after its append began;
+        with `folds`, the folds moved on too (`folded`, under the same lock: every event
+        on a task's path is a lock taken, and a drain runs thousands of tasks a second)."""
         with self.lock:
+            if folds is not None:
+                self._folded(*folds)
             self.stats.attempts += 1
             self.stats.record_latency(latency_us)
             if verdict.won:
@@ -104,24 +117,30 @@ class StatsRecorder:
 
     def working(self, task: int, claim_position: int, expiry: int) -> None:
         """We run `task` under the claim at `claim_position`, leased until `expiry` (fold
-        clock, µs)."""
+        clock, µs): the state is "working" (as `state("working")` sets it)."""
         with self.lock:
             self.stats.current_task = task
             self.stats.current_claim = claim_position
             self.stats.current_since = time.time()
             self.stats.lease_expiry = self._wall_seconds(expiry)
+            self.stats.state = "draining" if self._draining.is_set() else "working"
+        self.publisher.publish()
 
     def off_task(self) -> None:
-        """The task in hand is over, however it ended."""
+        """The task in hand is over, however it ended: the state is "idle"."""
         with self.lock:
             self.stats.current_task = None
             self.stats.current_claim = None
             self.stats.current_since = None
             self.stats.lease_expiry = None
+            self.stats.state = "idle"
+        self.publisher.publish()
 
-    def finished(self) -> None:
-        """Our DONE was accepted."""
+    def finished(self, folds: tuple[TaskIndex, ClaimsFollower] | None = None) -> None:
+        """Our DONE was accepted (with `folds`: and the folds moved on, as in `claimed`)."""
         with self.lock:
+            if folds is not None:
+                self._folded(*folds)
             self.stats.finished += 1
 
     def failed(self, task: int, error: str) -> None:

@@ -52,6 +52,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -130,6 +131,16 @@ class StepKind(enum.Enum):
     FAILED = "failed"  # the handler failed; the task may be retried after a backoff
     DEAD = "dead"  # the handler failed for the last time: the task is dead
     CANCELLED = "cancelled"  # the lease was lost and the handler stopped: nothing written
+
+
+#: what an accepted DONE or FAIL of ours came to (`_finish`)
+_FINISHED_AS: Final = {
+    Verdict.DONE: StepKind.DONE,
+    Verdict.STALE_DONE: StepKind.STALE,
+    Verdict.RELEASED: StepKind.FAILED,
+    Verdict.DEAD: StepKind.DEAD,
+    Verdict.STALE_FAIL: StepKind.STALE,
+}
 
 
 @dataclass(frozen=True)
@@ -385,7 +396,7 @@ class Worker:
     def attempt(self, task: int, now: int) -> StepResult:
         """Claim `task` at `now`, settle the claim, and run the task if the claim won."""
         self.record.state("claiming")
-        claim = Claim(task, self.worker_id, now, self.config.lease_us)
+        claim = Claim(task, self.worker_id, now, self._lease_us)
         started = time.perf_counter_ns()
         settled = self._append_and_settle(claim)
         if settled is None:
@@ -423,8 +434,7 @@ class Worker:
         # (to within a round trip) how far our clock is from the server's.
         self.clock_offset_us = settled.record.at - now if isinstance(settled.record, Claim) else 0
         verdict = settled.outcome.verdict
-        self.record.claimed(verdict, latency_us)
-        self.record.folded(self.tasks, self.claims)
+        self.record.claimed(verdict, latency_us, (self.tasks, self.claims))
         if not verdict.won:
             self.record.state("idle")
             return StepResult(StepKind.LOST, task, position, verdict, latency_us=latency_us)
@@ -433,6 +443,14 @@ class Worker:
     def fold_time(self, now: int) -> int:
         """`now` on the clock the fold judges by (the server's, when the backend has one)."""
         return now + self.clock_offset_us
+
+    def _fold_now(self) -> int:
+        return self._clock() + self.clock_offset_us
+
+    @cached_property
+    def _lease_us(self) -> int:
+        """The lease in µs (`config.lease_us` computes it at each call: twice a task)."""
+        return self.config.lease_us
 
     def drain(self) -> None:
         """Make no new claims; the task in hand is finished. (Safe from a signal handler.)"""
@@ -471,8 +489,7 @@ class Worker:
         lease = settled.outcome.holder
         assert isinstance(claim, Claim) and lease is not None
         claim_position = settled.entry.position
-        self.record.working(task, claim_position, lease.expiry)
-        self.record.state("working")
+        self.record.working(task, claim_position, lease.expiry)  # (the state too)
         self._task_started = time.monotonic()
         try:
             attempt, _ = self._history(task)
@@ -483,11 +500,11 @@ class Worker:
                 claim=claim,
                 claim_position=claim_position,
                 read_from=settled.entry.next,
-                lease_us=self.config.lease_us,
+                lease_us=self._lease_us,
                 clock=self._clock,
                 listener=self.record,
                 renewer=self._renewer,
-                fold_clock=lambda: self.fold_time(self._clock()),
+                fold_clock=self._fold_now,
             )
             ctx = TaskContext(
                 task_id=task,
@@ -525,8 +542,7 @@ class Worker:
                 )
             return self._finish(task, claim_position, ctx.attempt, outcome, keeper, latency_us)
         finally:
-            self.record.off_task()
-            self.record.state("idle")
+            self.record.off_task()  # (the state is idle again)
 
     def _attempt_failed(
         self,
@@ -651,17 +667,14 @@ class Worker:
         if settled is None:
             return self._lost_while_unreachable(task, claim_position, outcome, keeper, latency_us)
         verdict = settled.outcome.verdict
-        self.record.folded(self.tasks, self.claims)
-        kind = {
-            Verdict.DONE: StepKind.DONE,
-            Verdict.STALE_DONE: StepKind.STALE,
-            Verdict.RELEASED: StepKind.FAILED,
-            Verdict.DEAD: StepKind.DEAD,
-            Verdict.STALE_FAIL: StepKind.STALE,
-        }[verdict]
+        kind = _FINISHED_AS[verdict]
         if kind is StepKind.DONE:
-            self.record.finished()
-        elif kind is StepKind.STALE:
+            self.record.finished((self.tasks, self.claims))
+            return StepResult(
+                kind, task, claim_position, verdict, result=outcome.result, latency_us=latency_us
+            )
+        self.record.folded(self.tasks, self.claims)
+        if kind is StepKind.STALE:
             was_done = verdict is Verdict.STALE_DONE
             self.record.stale(task, outcome.error, done=was_done, lease_noticed=keeper.lost)
         else:
@@ -726,7 +739,7 @@ class Worker:
             raise
         except LogError:  # out of reach: the DONE/FAIL alone, with its own retries
             return None
-        return None if task is None else Claim(task, self.worker_id, now, self.config.lease_us)
+        return None if task is None else Claim(task, self.worker_id, now, self._lease_us)
 
     def _append_and_settle(
         self, record: Claim | Done | Fail, ahead: Claim | None = None

@@ -41,6 +41,7 @@ from queue_worker.records import (
     Done,
     RecordDecodeError,
     Unknown,
+    decode_claims,
     decode_task,
 )
 from queue_worker.state import ClaimState, Lease, Outcome, Verdict
@@ -50,10 +51,16 @@ from queue_worker.topics import (
     TASKS_TOPIC,
     ClaimsFollower,
     check_tasks_cover,
-    decode_claims_entry,
     open_topics,
 )
 from supervisor.model import Event, QueueView
+
+#: the verdicts a poll does more for than fold them and count a DONE: an event, a failure
+#: counted, a takeover remembered (`_count`, `_remember_takeover`, `_event`); in a drain
+#: nearly every record is a won CLAIM or a DONE, which need none of it
+_NOTED: Final = frozenset(
+    {Verdict.TAKEOVER, Verdict.LEASE_LOST, Verdict.STALE_DONE, Verdict.RELEASED, Verdict.DEAD}
+)
 
 #: records read from each log by one `poll` (catching up on a long log takes several polls)
 POLL_BATCH: Final = 20_000
@@ -229,25 +236,31 @@ class Monitor:
     def _read_claims(self) -> tuple[list[Event], int]:
         entries = self._claims.read(self._follower.next_position, self._batch)
         events: list[Event] = []
+        follower, state, events_from = self._follower, self._state, self._events_from
         for entry in entries:
+            # Decoded once, here, and handed to the fold (a malformed record is left to the
+            # fold to decode, count and report, as a worker's fold does).
+            try:
+                decoded: ClaimsRecord | None = decode_claims(entry.data)
+            except RecordDecodeError:
+                decoded = None
             # attempts before the record: a DEAD verdict forgets the task's state
-            attempts = self._attempts_before(entry)
-            outcome, record = self._follower.apply(entry)
-            self._count(record, outcome)
-            self._remember_takeover(record, outcome)
-            if entry.position >= self._events_from:
-                event = self._event(record, outcome, attempts)
-                if event is not None:
-                    events.append(event)
+            attempts = 0
+            if decoded is not None and not isinstance(decoded, Unknown):
+                attempts = state.attempts(decoded.task)
+            outcome, record = follower.apply(entry, decoded)
+            verdict = outcome.verdict
+            if verdict is Verdict.DONE:
+                self._count(record, outcome)
+            elif verdict in _NOTED:
+                self._count(record, outcome)
+                self._remember_takeover(record, outcome)
+                if entry.position >= events_from:
+                    event = self._event(record, outcome, attempts)
+                    if event is not None:
+                        events.append(event)
         self._records += len(entries)
         return events, len(entries)
-
-    def _attempts_before(self, entry: Entry) -> int:
-        try:
-            record = decode_claims_entry(entry)
-        except RecordDecodeError:
-            return 0  # the follower folds it as a malformed record: no task, no event
-        return 0 if isinstance(record, Unknown) else self._state.attempts(record.task)
 
     def _count(self, record: ClaimsRecord, outcome: Outcome) -> None:
         if outcome.verdict is Verdict.DONE and isinstance(record, Done):
@@ -332,8 +345,16 @@ class Monitor:
         foreign writer's) never keeps the queue from draining, nor does a task of a type no
         worker here can run."""
         with self._lock:
+            if not self._caught_up or self._holds_published():
+                return False  # (asked every 20 ms in a drain: the usual answer, cheaply)
             pending, held = self._open_counts()
-            return self._caught_up and pending == 0 and not held
+            return pending == 0 and not held
+
+    def _holds_published(self) -> bool:
+        """Is a published task of this version held? (What `_open_counts` counts as held,
+        without sorting them or counting the closed tasks.)"""
+        published, foreign = self._published, self._foreign
+        return any(t < published and t not in foreign for t, _ in self._state.held_tasks())
 
     def _held_published(self) -> list[tuple[int, Lease]]:
         return sorted(

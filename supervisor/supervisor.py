@@ -206,7 +206,8 @@ class Supervisor:
         self._lock = threading.RLock()
         self._watcher = threading.Thread(target=self._watch, name="qw-watcher", daemon=True)
         self._next_sample = 0.0
-        self._next_refresh = 0.0
+        self._next_refresh = 0.0  # when the logs are read next
+        self._next_view = 0.0  # when the counts and stats files are refreshed next
         self._status_path = options.run_dir / "supervisors" / f"{os.getpid()}.json"
         self._logs_dir = options.run_dir / "logs"
         self._ops = OpsRecorder(options.location)  # kills, pauses, deaths: the ops topic
@@ -332,9 +333,13 @@ class Supervisor:
         monitor = self._monitor
         assert monitor is not None
         # Processes are polled every tick (cheap); files only as often as anyone looks.
-        refresh = now >= self._next_refresh
-        if refresh:
-            # --exit-when-drained: the supervisor exits as soon as it sees the queue drained
+        poll = now >= self._next_refresh
+        # The counts and the workers' stats files every REFRESH_S; with --exit-when-drained
+        # the logs are read, and the queue looked at, every DRAINED_CHECK_S besides (the
+        # supervisor exits as soon as it sees the queue drained; the view and the stats files
+        # are not needed as often, and cost as much as the rest of the look).
+        refresh = poll and now >= self._next_view
+        if poll:
             self._next_refresh = now + (
                 DRAINED_CHECK_S if self.options.exit_when_drained else REFRESH_S
             )
@@ -343,13 +348,16 @@ class Supervisor:
             except LogError as e:  # damage, a reset server: the run stops (_log_failed)
                 self._log_failed(e)
                 events = []
+        if refresh:
+            self._next_view = now + REFRESH_S
             queue = monitor.queue_view()
         with self._lock:
-            if refresh:
+            if poll:
                 for event in events:
                     self._add_event(event)
-                self._queue = queue
                 self._orphans.update(monitor.takeover_of, now=time.time())
+            if refresh:
+                self._queue = queue
             if self._stop_requests >= 2 and not self._forced:
                 self._kill_all_now()
             elif (self._stop_requests or self._drain_requested) and not self._draining:

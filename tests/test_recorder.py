@@ -7,6 +7,8 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from logstore import AppendError, LogError, MemoryLog
 from queue_worker.recorder import StatsRecorder
 from queue_worker.records import Claim, Done, TaskRecord, encode
@@ -130,7 +132,18 @@ def test_states_read_draining_while_a_drain_is_asked() -> None:
     assert rec.stats.state == "idle"
 
 
-def test_the_folds_figures_and_a_malformed_record_reported_once() -> None:
+def test_a_task_taken_and_put_down_moves_the_state() -> None:
+    rec, draining = recorder()
+    rec.working(7, 42, expiry=OFFSET_US)
+    assert rec.stats.state == "working"
+    rec.off_task()
+    assert rec.stats.state == "idle"
+    draining.set()
+    rec.working(8, 43, expiry=OFFSET_US)
+    assert rec.stats.state == "draining"
+
+
+def folds() -> tuple[TaskIndex, ClaimsFollower]:
     tasks_log, claims_log = MemoryLog("tasks"), MemoryLog("claims")
     for i in range(3):
         tasks_log.append(encode(TaskRecord(i, 0)))
@@ -141,8 +154,19 @@ def test_the_folds_figures_and_a_malformed_record_reported_once() -> None:
     tasks, claims = TaskIndex(tasks_log.start), ClaimsFollower(claims_log.start)
     tasks.catch_up(tasks_log)
     claims.catch_up(claims_log)
+    return tasks, claims
+
+
+@pytest.mark.parametrize("event", ["folded", "claimed", "finished"])
+def test_the_folds_figures_and_a_malformed_record_reported_once(event: str) -> None:
+    tasks, claims = folds()
     rec, _ = recorder()
-    rec.folded(tasks, claims)
+    if event == "folded":
+        rec.folded(tasks, claims)
+    elif event == "claimed":  # a claim's settling notes the folds in the same event
+        rec.claimed(Verdict.WON, 10, (tasks, claims))
+    else:
+        rec.finished((tasks, claims))
     s = rec.stats
     assert (s.known_tasks, s.done_tasks, s.held_by_anyone) == (3, 1, 1)
     assert (s.tasks_position, s.consumed_up_to) == (tasks.next_position, claims.next_position)
