@@ -11,8 +11,9 @@ What the script picks (the pick rules of `queue_worker.pick` as far as they appl
 1. an orphan first: the open task that has been claimable longest, its holder's lease
    lapsed (a worker killed with -9) or its backoff over, by the index of open tasks beside
    the state (`server_verdicts.index_key`: scored by expiry or retry_at), judged on the
-   server's clock (`TIME`, to the millisecond below, so that the CLAIM's own time, the
-   entry's millisecond, is at or past it: the claim wins);
+   stream's clock: the entry time of the DONE or FAIL the call appended first, else the
+   server's clock (`TIME`, to the millisecond below); either way the CLAIM's own time,
+   its entry's millisecond, is at or past it: the claim wins;
 2. else the next task of the tasks stream that no claim has touched (a cursor beside the
    state: ``~tasks``, the last tasks entry handed out, and ``~next``, its id + 1; a task id
    is its index in the tasks stream, as everywhere).
@@ -64,10 +65,12 @@ local saved, refused = prelude()
 if refused then return refused end
 if saved then return saved end
 local reply = {'', '', '', '', '', '', '', '', '', '', ''}
+local finished_ms = nil
 if ARGV[4] ~= '' then
   local f = fold_in(ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11])
   if f.err then return f end
   reply[1], reply[2], reply[3] = f[1], f[2], f[3]
+  finished_ms = tonumber(string.match(f[1], '^(%d+)-'))
 end
 local function payload_of(entry)
   local fields = entry[2]
@@ -79,31 +82,35 @@ end
 -- the pick: an orphan (lease lapsed, backoff over) first, else the next untouched task
 local task, task_entry, payload = nil, nil, nil
 if ARGV[15] == '1' then
-  local t = redis.call('TIME')
-  local now = (tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)) * 1000
+  -- now, on the stream's clock: the finish's entry time when there is one (our CLAIM's
+  -- comes at or after it), else the server's clock to the millisecond below
+  local now
+  if finished_ms then now = finished_ms * 1000
+  else
+    local t = redis.call('TIME')
+    now = (tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)) * 1000
+  end
   local due = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now, 'LIMIT', 0, 1)
   if due[1] then
     task = due[1]
-    task_entry = cmsgpack.unpack(redis.call('HGET', KEYS[3], task)).t
+    local st = load(task)
+    task_entry = st and st.t
     if task_entry then
       local e = redis.call('XRANGE', KEYS[5], task_entry, task_entry)
       if e[1] then payload = payload_of(e[1]) end
     end
   else
-    local cursor = redis.call('HGET', KEYS[3], '~tasks')
-    local next_id = tonumber(redis.call('HGET', KEYS[3], '~next') or '0')
+    local m = get_meta()
     while true do
       local start = '-'
-      if cursor then start = '(' .. cursor end
+      if m.tasks then start = '(' .. m.tasks end
       local e = redis.call('XRANGE', KEYS[5], start, '+', 'COUNT', 1)
       if not e[1] then break end
-      cursor = e[1][1]
-      local id = string.format('%d', next_id)
-      next_id = next_id + 1
-      redis.call('HSET', KEYS[3], '~tasks', cursor, '~next', string.format('%d', next_id))
+      local id = string.format('%d', m.next)
+      m.tasks, m.next, m.moved = e[1][1], m.next + 1, true
       -- a task some CLAIM of another path has touched is the index's, or closed
-      if redis.call('HEXISTS', KEYS[3], id) == 0 then
-        task, task_entry, payload = id, cursor, payload_of(e[1])
+      if not load(id) then
+        task, task_entry, payload = id, e[1][1], payload_of(e[1])
         break
       end
     end
@@ -117,7 +124,7 @@ if task then
   reply[4], reply[5], reply[6], reply[7], reply[8] = c[1], c[2], c[3], task, payload or ''
 end
 if not task then  -- nothing claimed: how far the tasks were read, and when to look again
-  reply[9] = redis.call('HGET', KEYS[3], '~tasks') or ''
+  reply[9] = get_meta().tasks or ''
   local soonest = redis.call('ZRANGE', KEYS[4], 0, 0, 'WITHSCORES')
   if soonest[1] then reply[10] = string.format('%d', tonumber(soonest[2]))
   else reply[11] = '1' end
