@@ -57,14 +57,14 @@ from queue_worker.state import Verdict
 # (`unpack_reply`): {the finish's id, verdict and state ('' each for none), the CLAIM's id,
 # verdict and state, its task, the task's payload record ('' each for none); when nothing
 # was claimed, the last tasks entry read, the earliest time an open task becomes claimable
-# ('' for none), '1' when no task is open}.
+# ('' for none), '1' when no task is open, and the time the pick went by ('' for none)}.
 _NEXT_LUA: Final = (
     RULES_LUA
     + r"""
 local saved, refused = prelude()
 if refused then return refused end
 if saved then return saved end
-local reply = {'', '', '', '', '', '', '', '', '', '', ''}
+local reply = {'', '', '', '', '', '', '', '', '', '', '', ''}
 local finished_ms = nil
 if ARGV[4] ~= '' then
   local f = fold_in(ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11])
@@ -80,11 +80,10 @@ local function payload_of(entry)
   return ''
 end
 -- the pick: an orphan (lease lapsed, backoff over) first, else the next untouched task
-local task, task_entry, payload = nil, nil, nil
+local task, task_entry, payload, now = nil, nil, nil, nil
 if ARGV[15] == '1' then
   -- now, on the stream's clock: the finish's entry time when there is one (our CLAIM's
   -- comes at or after it), else the server's clock to the millisecond below
-  local now
   if finished_ms then now = finished_ms * 1000
   else
     local t = redis.call('TIME')
@@ -128,6 +127,7 @@ if not task then  -- nothing claimed: how far the tasks were read, and when to l
   local soonest = redis.call('ZRANGE', KEYS[4], 0, 0, 'WITHSCORES')
   if soonest[1] then reply[10] = string.format('%d', tonumber(soonest[2]))
   else reply[11] = '1' end
+  if now then reply[12] = string.format('%d', now) end
 end
 return save(reply)
 """
@@ -144,6 +144,10 @@ class NextTask(NamedTuple):
     tasks_read: int | None  # nothing claimed: the position after the last tasks entry read
     next_change: int | None  # nothing claimed: when an open task becomes claimable (µs)
     nothing_open: bool  # nothing claimed, and no task is open (held, or waiting to retry)
+    #: nothing claimed: the server's time the pick went by (µs; None: no pick was made).
+    #: A worker that has made no CLAIM yet learns its clock's offset from it, to wait for
+    #: `next_change` on the server's clock (a fast clock would otherwise not wait at all).
+    server_now: int | None = None
 
 
 def _verdict(entry_id: bytes, word: bytes, packed: bytes) -> ServerVerdict:
@@ -186,7 +190,7 @@ class ServerClaims:
             head = [data, *record_args(finish)]
         args = [*head, worker, lease_us, now, "1" if claim else "0"]
         raw = call_folding_script(self.log, self._next, [self.tasks_key], args)
-        items = unpack_reply(self.log, raw, 11)
+        items = unpack_reply(self.log, raw, 12)
         finished = _verdict(*items[0:3]) if items[0] else None
         claimed = _verdict(*items[3:6]) if items[3] else None
         record = None
@@ -202,6 +206,7 @@ class ServerClaims:
             tasks_read,
             int(items[9]) if items[9] else None,
             items[10] == b"1",
+            int(items[11]) if items[11] else None,
         )
 
 

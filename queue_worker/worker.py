@@ -787,6 +787,8 @@ class Worker:
         latency_us = (time.perf_counter_ns() - started) // 1000
         settled = self._server_claimed(got)
         if settled is None:
+            if got.server_now is not None:  # (the server's clock, as a CLAIM would tell it)
+                self.clock_offset_us = got.server_now - now
             self.record.state("idle")
             return StepResult(StepKind.IDLE, drained=got.nothing_open, next_change=got.next_change)
         assert got.claim is not None
