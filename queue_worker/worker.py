@@ -783,7 +783,9 @@ class Worker:
         self.record.state("claiming")
         now = self._clock()
         started = time.perf_counter_ns()
-        got = self._server.next(self.worker_id, self.config.lease_us, now)
+        got = self._server.next(
+            self.worker_id, self.config.lease_us, now, heirs=self.config.slots > 1
+        )
         latency_us = (time.perf_counter_ns() - started) // 1000
         settled = self._server_claimed(got)
         if settled is None:
@@ -821,6 +823,7 @@ class Worker:
                 finish=record,
                 finish_data=data,
                 claim=ahead is not None,
+                heirs=self.config.slots > 1,
             )
         except (RecordTooLargeError, *FATAL_LOG_ERRORS):
             raise
