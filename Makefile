@@ -28,9 +28,10 @@ $(VENV)/.installed-bench: pyproject.toml | $(BIN)/python
 ## compiled: build the fold's modules with mypyc (queue_worker.compiled) and the frame loop in
 ## C (logstore.native); a no-op when the build of the current sources exists. Without a C
 ## compiler it says so and the Python runs (QW_REQUIRE_COMPILED=1 makes that an error, as
-## in CI).
+## in CI). Then cache `qw --help` as typer prints it (supervisor.help_cache).
 compiled: $(VENV)/.installed
 	$(BIN)/python -m queue_worker.build_compiled
+	$(BIN)/python -m supervisor.help_cache
 
 ## up: run qw with $(WORKERS) workers on ./.qw (the live dashboard in a terminal), with
 ## demo traffic (--demo: demo tasks at 80% of what the workers can do)
@@ -60,4 +61,4 @@ bench-partitions: $(VENV)/.installed-bench
 	$(BIN)/python -m bench.partitions_bench $(ARGS)
 
 clean:
-	rm -rf $(VENV) .qw queue_worker/_compiled logstore/_compiled .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) .qw queue_worker/_compiled logstore/_compiled supervisor/_compiled .mypy_cache .ruff_cache .pytest_cache

@@ -17,7 +17,6 @@ missing log with the set's id. The check is made once, at open: records carry no
 from __future__ import annotations
 
 import os
-import secrets
 import stat
 from collections.abc import Iterable
 from pathlib import Path
@@ -44,6 +43,8 @@ class LogIdentity(NamedTuple):
 
 
 def new_queue_id() -> bytes:
+    import secrets  # here: it imports hmac and OpenSSL (~4 ms), for a queue being created
+
     return secrets.token_bytes(QUEUE_ID_SIZE)
 
 

@@ -6,44 +6,32 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
-import socket
 from dataclasses import dataclass
 from typing import Any, Final
 
 from logstore.base import Durability
 
-#: The lease a claim carries unless told otherwise. The original used 30 s because it could
-#: not renew; we renew at half the lease, so a killed worker's task is taken over after
-#: seconds, not half a minute, and a long task still keeps its lease.
-DEFAULT_LEASE_S: Final = 5.0
+# The settings' choices and bounds live in queue_worker.settings (the command line checks
+# them without building WorkerConfig, a dataclass of 20 fields): re-exported here.
+from queue_worker.settings import (
+    _NAME_PATTERN,
+    DEFAULT_DRAIN_TIMEOUT_S,
+    DEFAULT_LEASE_S,
+    FSYNC_POLICIES,
+    PICK_STRATEGIES,
+    check_host,
+    default_host,
+)
 
-#: how long a drain waits for the task in hand before ending it as a time-out (Dramatiq's
-#: worker shutdown timeout is 10 minutes too)
-DEFAULT_DRAIN_TIMEOUT_S: Final = 600.0
-
-#: the choices of `pick` and `fsync`, defined here once (the CLI's parsers and help use them)
-PICK_STRATEGIES: Final = ("first", "random", "spread")
-FSYNC_POLICIES: Final = tuple(d.value for d in Durability)  # none, commit, always
-
-# A worker id is "<name>-<pid>-<hex>" (or "<name>@<host>-<pid>-<hex>") and names the stats
-# file, so the name and the host must be safe in a file name and readable in a table.
-_NAME_PATTERN: Final = re.compile(r"[A-Za-z0-9_.-]{1,64}")
-_NOT_IN_NAMES: Final = re.compile(r"[^A-Za-z0-9_.-]")
-
-
-def default_host() -> str:
-    """This machine's host name, as a worker id can hold it (other characters become '_')."""
-    return _NOT_IN_NAMES.sub("_", socket.gethostname())[:64] or "localhost"
-
-
-def check_host(host: str) -> None:
-    """Raise ValueError unless `host` can stand in a worker id."""
-    if not _NAME_PATTERN.fullmatch(host):
-        raise ValueError(
-            f"host {host!r} is not a valid host name for a worker; expected 1-64 letters, "
-            "digits, '_', '.' or '-'"
-        )
+__all__ = [
+    "DEFAULT_DRAIN_TIMEOUT_S",
+    "DEFAULT_LEASE_S",
+    "FSYNC_POLICIES",
+    "PICK_STRATEGIES",
+    "WorkerConfig",
+    "check_host",
+    "default_host",
+]
 
 
 @dataclass(frozen=True)

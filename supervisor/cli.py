@@ -24,12 +24,14 @@ from queue_worker.partitions import MAX_PARTITIONS
 from queue_worker.settled import DEFAULT_RETENTION_BYTES, DEFAULT_RETENTION_S, Retention
 from supervisor import (
     compact_cli,
-    enqueue_input,
     inspect_cli,
+    lazy_typer,
     one_command,
+    option_parsers,
     partitioned_cli,
     plain_params,
     report_cli,
+    small_commands,
 )
 from supervisor.cli_options import (
     DEFAULT_DIR,
@@ -407,7 +409,7 @@ def enqueue(
     count: Annotated[
         int | None,
         typer.Option(
-            parser=whole("a number of tasks", 1, enqueue_input.MAX_ENQUEUE),
+            parser=option_parsers.ENQUEUE_COUNT,
             metavar="N",
             help="How many tasks (of --payload, or demo tasks).",
         ),
@@ -424,7 +426,7 @@ def enqueue(
     fsync: Annotated[
         str,
         typer.Option(
-            parser=one_of(*FSYNCS),
+            parser=option_parsers.FSYNC,
             metavar="|".join(FSYNCS),
             help="When the append is forced to disk.",
         ),
@@ -435,39 +437,7 @@ def enqueue(
     Without --payload or --file, demo tasks ({"n": 0}, {"n": 1}, …) are added. Prints the
     new task ids.
     """
-    from logstore import LogError, RecordTooLargeError
-    from queue_worker.records import RecordEncodeError
-
-    location = location_of(directory, log)
-    if file is not None and (payload is not None or count is not None):
-        bad("--file", str(file), "--file alone (without --payload or --count)")
-    if file is not None:
-        payloads = enqueue_input.from_file(file)
-    elif payload is not None:
-        payloads = enqueue_input.repeated(payload, count or 1)
-    else:
-        from supervisor.supervisor import demo_payloads
-
-        payloads = list(demo_payloads(0, count or 1))
-    from queue_worker.producer import Queue
-
-    try:
-        names = partitioned_cli.enqueue(location, payloads, fsync)
-        if names is None:
-            with Queue(location, fsync) as queue:
-                ids = queue.enqueue_many(payloads)
-    except RecordTooLargeError as e:  # refused before anything was written
-        fail(f"{'--file' if file is not None else '--payload'}: {e}")
-    except (LogError, RecordEncodeError) as e:
-        fail(str(e))
-    where = str(directory) if log is None else shown(log)
-    if names is not None:  # a partitioned queue: tasks are named PARTITION:ID
-        typer.echo(partitioned_cli.enqueued_text(names, where))
-        return
-    if len(ids) == 1:
-        typer.echo(f"enqueued task {ids[0]} on {where}")
-    else:
-        typer.echo(f"enqueued {len(ids)} tasks ({ids[0]}–{ids[-1]}) on {where}")
+    small_commands.enqueue(count, payload, file, directory, log, fsync)
 
 
 inspect_cli.register(app)
@@ -490,15 +460,12 @@ def main(argv: list[str] | None = None) -> int:
 
         # The `qw` script has started it already (supervisor.entry); a caller of `main`
         # gets it here, while typer parses the options.
-        start_server(redis=on_redis(args, os.environ))
+        start_server(redis=on_redis(args, os.environ.get("QW_LOG")))
     try:
         run = one_command.runner(app, args)  # typer builds the command that runs, alone
         result: object = run(args=argv, prog_name="qw", standalone_mode=False)
     except typer.TyperException as e:  # typer's usage errors (exit code 2) and the like
-        message = " ".join(e.format_message().split())
-        if message:  # empty: typer has printed the help (`qw` alone)
-            typer.echo(f"qw: error: {message}", err=True)
-        code = e.exit_code
+        code = lazy_typer.said(e)
     except typer.Abort:
         return 130
     else:

@@ -4,6 +4,10 @@ On Redis (`qw up --dir redis://…`) the same thread trims the queue's streams
 (`queue_worker.redis_compaction`); the estimate of what that freed is Redis's own (MEMORY
 USAGE).
 
+On a partitioned queue each partition is compacted on its own (its own logs, its own
+settled history): a `qw up --partitions` runs one supervisor per partition, each with its
+compactor; `qw up --rebalance` runs one compactor per partition (`start_compactors`).
+
 A thread of the supervisor (never a worker: compaction reads whole segments, which has no
 place on a worker's path) runs `queue_worker.compact_queue.compact_queue` every `every_s` seconds
 and says what it removed, or why it could not, as a dashboard event. A compaction killed
@@ -17,8 +21,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
-from logstore import LogError
+from logstore import LogError, is_redis_url, open_log
+from queue_worker.partitions import partition_location
 from queue_worker.settled import Retention
+from queue_worker.topics import CLAIMS_TOPIC, TASKS_TOPIC, TOPICS
 
 #: how often `qw up` compacts (seconds): a segment is tens of MiB, written in seconds at
 #: the fastest; a minute keeps the disk within a few segments of the retention
@@ -70,3 +76,39 @@ class Compactor(threading.Thread):
         self._stopping.set()
         if self.is_alive():
             self.join(timeout)
+
+
+def start_compactors(
+    location: str,
+    partitions: int,
+    retention: Retention | None,
+    report: Callable[[int, str], None],
+    *,
+    segment_bytes: int | None = None,
+    every_s: float = COMPACT_EVERY_S,
+) -> list[Compactor]:
+    """A started compactor for each partition of the queue at `location` (none when
+    `retention` is None: never compacted), each saying what it did by `report(k, text)`;
+    `segment_bytes`: the file log's segment size from now on, as `qw up` sets it."""
+    compactors = []
+    for k in range(partitions):
+        where = partition_location(location, k, partitions)
+        on_redis = is_redis_url(where)
+        if segment_bytes is not None and not on_redis:
+            for topic in (TASKS_TOPIC, CLAIMS_TOPIC):  # kept by the logs for every writer
+                open_log(where, topic, family=TOPICS, segment_bytes=segment_bytes).close()
+        if retention is None:
+            continue
+        compactor = Compactor(
+            where if on_redis else Path(where),
+            retention,
+            _reporting(report, k),
+            every_s,
+        )
+        compactor.start()
+        compactors.append(compactor)
+    return compactors
+
+
+def _reporting(report: Callable[[int, str], None], k: int) -> Callable[[str], None]:
+    return lambda text: report(k, text)

@@ -38,6 +38,11 @@ class PayloadError(ValueError):
     """Text that is not one acceptable JSON payload; the message says what is wrong."""
 
 
+def demo_payloads(first: int, count: int) -> list[dict[str, int]]:
+    """The demo tasks' payloads: {"n": first}, {"n": first + 1}, … (qw enqueue and qw up)."""
+    return [{"n": n} for n in range(first, first + count)]
+
+
 def depth(value: Any) -> int:
     """How deep arrays and maps nest in `value` (a scalar is 0), without recursion."""
     deepest = 0

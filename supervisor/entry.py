@@ -6,8 +6,10 @@ about as much again. Started here, first thing, the two run side by side (on two
 in half the time) and the first worker can be forked as soon as the supervisor is ready.
 On Redis the server imports redis-py too (~0.25 s of CPU, most of it the asyncio that
 redis-py imports whatever is used), once, instead of every worker after its fork.
-Every other command goes straight to the command line (supervisor.cli), which imports
-what it needs when it runs.
+The plain forms of `qw status`, `task`, `why` and `enqueue` run without typer
+(supervisor.fast_path), and `qw --help` is read from a cache of typer's own output
+(supervisor.help_cache) when the build wrote one for these sources; every other command
+line goes to the command line (supervisor.cli), which imports what it needs when it runs.
 """
 
 from __future__ import annotations
@@ -23,7 +25,19 @@ def main() -> int:
         from supervisor.forked import fork_enabled, start_server
 
         if fork_enabled():  # QW_WORKER_START=exec: no fork server
-            start_server(redis=on_redis(sys.argv[1:], os.environ))
+            start_server(redis=on_redis(sys.argv[1:], os.environ.get("QW_LOG")))
+    else:
+        args = sys.argv[1:]
+        if args == ["--help"]:
+            from supervisor.help_cache import cached_help
+
+            code = cached_help(args)  # typer's own help, rendered at build time
+        else:
+            from supervisor.fast_path import run
+
+            code = run(args)  # status, task, why, enqueue in their plain forms: no typer
+        if code is not None:
+            return code
     from supervisor.cli import main as cli_main
 
     return cli_main()

@@ -6,26 +6,16 @@ never start anything; `register(app)` adds them to the `qw` app.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
-import time
 from collections import deque
-from typing import Annotated, Any, Final
+from typing import Annotated, Final
 
 import typer
 
-from logstore import LogError, space_problem
-from logstore.location import shown
-from queue_worker.names import printable, worker_label
-from queue_worker.records import (
-    MAX_TASK_ID,
-    Done,
-)
-from queue_worker.times import clock_text
+from logstore import LogError
 from queue_worker.topics import CLAIMS_TOPIC, open_topic
-from queue_worker.values import value_text
-from supervisor import partitioned_cli
+from supervisor import option_parsers, small_commands
 from supervisor.cli_options import (
     DEFAULT_DIR,
     TOPICS,
@@ -38,7 +28,6 @@ from supervisor.cli_options import (
     require_logs,
     whole,
 )
-from supervisor.queue_counts import queue_counts
 from supervisor.record_lines import ClaimsPrinter, TasksPrinter
 
 # The monitor, the supervisor, the report and the run files are imported by the commands
@@ -71,85 +60,7 @@ def status(
 ) -> None:
     """What runs on a data directory: supervisors, workers alive and dead, queue counts
     (on a partitioned queue, each partition's and their totals)."""
-    from queue_worker.snapshot import read_snapshots
-    from supervisor.end_state import held_text
-    from supervisor.run_files import is_running_worker, read_status_files
-
-    location = location_of(directory, log)
-    from supervisor import partition_status
-
-    if partition_status.status(directory, location, as_json):  # each partition, and the sum
-        return
-    require_logs(location)
-    run_dir = directory / "run"
-    supervisors = read_status_files(run_dir)
-    snapshots = read_snapshots(run_dir)
-    running = [s for s in snapshots if is_running_worker(s)]
-    try:
-        queue, held = queue_counts(location)
-    except LogError as e:
-        fail(str(e))
-    disk = space_problem(location)
-    now_us = time.time_ns() // 1000  # which held leases read as expired: this clock's view
-    if as_json:
-        body = {
-            "disk": disk,
-            "location": shown(location),
-            "supervisors": supervisors,
-            "workers": {
-                "running": [s.to_dict() for s in running],
-                "stopped": len(snapshots) - len(running),
-            },
-            "queue": {k: v for k, v in vars(queue).items() if k != "throughput_history"},
-            "held": [
-                {
-                    "task": task,
-                    "worker": lease.worker,
-                    "label": worker_label(lease.worker),
-                    "claim": lease.claim,
-                    "expiry": lease.expiry,
-                    "expired": lease.expiry <= now_us,
-                }
-                for task, lease, _ in held
-            ],
-        }
-        typer.echo(json.dumps(body, indent=2))
-        return
-    typer.echo(f"qw on {shown(location)}")
-    if disk is not None:
-        typer.echo(f"disk         {disk}")
-    typer.echo(f"supervisors  {len(supervisors)} running")
-    for sup in supervisors:
-        alive = sum(1 for w in sup.get("workers", []) if w.get("alive"))
-        http = f"  http {sup['http']}" if sup.get("http") else ""
-        draining = "  draining" if sup.get("draining") else ""
-        typer.echo(f"  pid {sup.get('pid')}  {alive} workers alive{http}{draining}")
-    typer.echo(f"workers      {len(running)} running, {len(snapshots) - len(running)} stopped")
-    for snap in running:
-        task = snap.current_task
-        state = None if snap.state is None else snap.state.value
-        doing = f"{state} task {task}" if task is not None else str(state)
-        label = worker_label(snap.worker) if snap.worker is not None else snap.name
-        typer.echo(f"  {label}  {printable(doing)}  finished {snap.finished}")
-        if snap.log_error:  # a full disk, a server out of reach: say it, and where
-            typer.echo(f"    log error: {printable(snap.log_error)}")
-    expired = sum(1 for _, lease, _ in held if lease.expiry <= now_us)
-    expired_text = f" ({expired} expired)" if expired else ""
-    typer.echo(
-        f"queue        published {queue.published}  pending {queue.pending}  "
-        f"held {queue.held}{expired_text}  done {queue.done}  dead {queue.dead}  "
-        f"failed attempts {queue.failed}"  # FAIL records: one task may fail several times
-    )
-    # workers on this directory's run dir; a holder elsewhere (another host on --log) is
-    # not seen here, hence "here"
-    here = {snap.worker for snap in running}
-    for task, lease, died in held[:MAX_HELD_SHOWN]:
-        gone = None if lease.worker in here else "not running here"
-        typer.echo(f"  held: {held_text(task, lease, died, now_us, gone=gone)}")
-    if len(held) > MAX_HELD_SHOWN:
-        typer.echo(f"  … and {len(held) - MAX_HELD_SHOWN} more held (qw status --json lists all)")
-    if expired:
-        typer.echo("  (expired: by this machine's clock; a live worker may take the task over)")
+    small_commands.status(directory, log, as_json)
 
 
 # -- qw tail -----------------------------------------------------------------------------------
@@ -213,7 +124,7 @@ def task_command(
     task_name: Annotated[
         str,
         typer.Argument(
-            parser=partitioned_cli.task_parser(MAX_TASK_ID),
+            parser=option_parsers.TASK_NAME,
             metavar="ID",
             help="The task id (its index in the tasks log); PARTITION:ID on a partitioned queue.",
         ),
@@ -223,50 +134,7 @@ def task_command(
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
 ) -> None:
     """One task: its state, payload, result or error, and every record about it."""
-    from queue_worker.explain import explain_task
-    from queue_worker.report import ReportInputError, prefix_state, read_claims, read_task
-
-    location, task_id, label = partitioned_cli.task_location(location_of(directory, log), task_name)
-    require_logs(location)
-    results: dict[int, Any] = {}
-
-    def claims() -> Any:
-        for position, record in read_claims(location):
-            if isinstance(record, Done) and record.task == task_id:
-                results[position] = record.result
-            yield position, record
-
-    try:
-        now_us = time.time_ns() // 1000  # a lease that ran out by now reads as expired
-        start = prefix_state(location)  # (compacted logs: the fold of what was removed)
-        story = explain_task(
-            task_id, read_task(location, task_id), claims(), now_us=now_us, start=start
-        )
-    except (ReportInputError, LogError) as e:
-        fail(str(e))
-    if not story.steps:
-        fail(f"task {label} is not in {shown(location)}: no TASK record and no claims name it")
-    accepted = [s.position for s in story.steps if s.kind == "DONE" and s.verdict == "done"]
-    result = results.get(accepted[0]) if accepted else None
-    if as_json:
-        body = story.to_json()
-        body["result"] = result
-        try:
-            text = json.dumps(body, indent=2, default=repr)
-        except (ValueError, RecursionError):  # a result nested too deep for JSON
-            body["result"] = value_text(result, 200)
-            text = json.dumps(body, indent=2, default=repr)
-        typer.echo(text)
-        return
-    typer.echo(f"task {label}: {printable(story.state)}")
-    if accepted:
-        typer.echo(f"  result  {value_text(result, 80)}")
-    for step in story.steps:
-        where = f"#{step.position}" if step.kind == "TASK" else f"@{step.position}"
-        when = clock_text(step.at) if step.at else "?"
-        extra = f"  {printable(step.why)}" if step.kind in ("TASK", "FAIL") else ""
-        who = worker_label(step.worker) if step.worker is not None else ""
-        typer.echo(f"  {where:>8}  {when}  {step.kind:5}  {who:16}  {step.verdict}{extra}")
+    small_commands.task(task_name, directory, log, as_json)
 
 
 # -- qw kill -----------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ among all their members, and rebalance when a member joins, dies or leaves.
 What it does: enqueues the start tasks over the partitions; starts the members; restarts a
 member that dies (after the restart policy's backoff; the new process is a new member);
 follows every partition with a `Monitor` for the progress line and `--exit-when-drained`;
+compacts each partition as `qw up` compacts a queue (`supervisor.compactor`);
 drains on the first stop request (SIGTERM to every member: each finishes what it holds and
 leaves) and kills on the second. The exit code: 0 drained, 130 killed, 1 when every member
 died and none will be restarted.
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import signal
 import subprocess
 import threading
@@ -26,9 +28,11 @@ from collections import deque
 from pathlib import Path
 from typing import IO
 
+from logstore.location import shown
 from queue_worker.member import member_command
 from queue_worker.partitions import Manifest, partition_location
 from queue_worker.snapshot import WorkerSnapshot, WorkerState, read_snapshots
+from supervisor.compactor import Compactor, start_compactors
 from supervisor.model import (
     Event,
     Orphan,
@@ -41,6 +45,7 @@ from supervisor.model import (
 from supervisor.monitor import Monitor
 from supervisor.orphans import OrphanBook
 from supervisor.partition_names import tagged
+from supervisor.status_file import remove_status, status_path, write_status
 from supervisor.supervisor import (
     EVENTS_KEPT,
     EXIT_FORCED,
@@ -55,6 +60,12 @@ MICROS = 1_000_000
 
 #: how often the watcher looks at the members and the partitions
 TICK_S = 0.2
+#: how often the status file is rewritten (what `qw status` reads)
+STATUS_EVERY_S = 1.0
+#: how long a kill waits for the watcher to read what the killed member held
+KILL_READ_S = 2.0
+#: deaths whose held tasks are kept for a kill to read
+DEATHS_KEPT = 64
 
 
 class MemberSupervisor:
@@ -69,6 +80,7 @@ class MemberSupervisor:
         self._procs: list[subprocess.Popen[bytes] | None] = [None] * options.workers
         self._restart_at: list[float | None] = [None] * options.workers
         self._monitors: list[Monitor] = []
+        self._compactors: list[Compactor] = []
         self._events: list[Event] = []
         #: the events kept for the dashboard (`events` hands each out once, to the lines)
         self.recent: deque[Event] = deque(maxlen=EVENTS_KEPT)
@@ -78,9 +90,16 @@ class MemberSupervisor:
         self._stops = 0
         self._draining = False
         self._lock = threading.Lock()
+        #: member pid → the tasks (k:id) it held when it died, for the kill that waits for it
+        self._deaths: dict[int, list[str]] = {}
+        self._death_read = threading.Condition(self._lock)
         self._finished = threading.Event()
         self._watcher = threading.Thread(target=self._watch, name="qw-members", daemon=True)
         self._logs = options.run_dir / "logs"
+        #: where the stats are served (`qw up --http`), for the status file
+        self.http_address: str | None = None
+        self._status_path = status_path(options.run_dir)
+        self._next_status = 0.0
 
     def start(self) -> None:
         from queue_worker.partitioned import PartitionedQueue
@@ -91,12 +110,22 @@ class MemberSupervisor:
             Monitor(partition_location(self.options.location, k, count)) for k in range(count)
         ]
         self.books = [OrphanBook() for _ in range(count)]
+        opts = self.options
+        self._compactors = start_compactors(  # each partition's settled history removed
+            opts.location,
+            count,
+            opts.retention,
+            lambda k, text: self._event(f"p{k} {text}"),
+            segment_bytes=opts.segment_bytes,
+            every_s=opts.compact_every_s,
+        )
         self._logs.mkdir(parents=True, exist_ok=True)
         if self.options.tasks:
             with PartitionedQueue(self.options.location, self.manifest, self.options.fsync) as q:
                 q.enqueue_many(demo_payloads(0, self.options.tasks))
         for slot in range(self.options.workers):
             self._spawn(slot)
+        self._write_status()
         self._watcher.start()
 
     def _spawn(self, slot: int) -> None:
@@ -128,11 +157,17 @@ class MemberSupervisor:
                 self._tick()
                 self._finished.wait(TICK_S)
         finally:
+            remove_status(self._status_path)
+            for compactor in self._compactors:
+                compactor.stop()
             for monitor in self._monitors:
                 monitor.close()
 
     def _tick(self) -> None:
         now = time.monotonic()
+        if now >= self._next_status:
+            self._write_status()
+            self._next_status = now + STATUS_EVERY_S
         for k, monitor in enumerate(self._monitors):
             try:
                 for event in monitor.poll():  # takeovers, lost leases: tagged p<k>
@@ -164,7 +199,10 @@ class MemberSupervisor:
             restart = self._restart_at[slot]
             if restart is not None and now >= restart and not self._draining:
                 self._spawn(slot)
-                self._event(f"member m{slot} restarted")
+                new = self._procs[slot]
+                again = _member_label(slot, new.pid) if new is not None else f"m{slot}"
+                was = _member_label(slot, proc.pid)
+                self._event(f"m{slot} restarted as {again} (was {was})", "restart")
         alive = [p for p in self._procs if p is not None and p.poll() is None]
         if alive:
             return
@@ -175,6 +213,31 @@ class MemberSupervisor:
             self._event("every member is gone and none will be restarted")
             self.exit_code = EXIT_NO_WORKERS
             self._finished.set()
+
+    def _write_status(self) -> None:
+        """What `qw status` says of this `qw up --rebalance` (`supervisor.supervisor_lines`):
+        its member processes are its workers."""
+        members = [
+            {
+                "slot": slot,
+                "name": f"m{slot}",
+                "pid": None if proc is None else proc.pid,
+                "alive": proc is not None and proc.poll() is None,
+                "exit_code": None if proc is None else proc.returncode,
+            }
+            for slot, proc in enumerate(self._procs)
+        ]
+        status = {
+            "pid": os.getpid(),
+            "started_at": self.started_at,
+            "updated_at": time.time(),
+            "location": shown(self.options.location),
+            "http": self.http_address,
+            "draining": self._draining,
+            "rebalance": True,
+            "workers": members,
+        }
+        write_status(self._status_path, status)
 
     def _died(self, slot: int, proc: subprocess.Popen[bytes]) -> None:
         """A member has exited: the tasks its workers held go to the orphans (read once,
@@ -197,9 +260,16 @@ class MemberSupervisor:
                 self.books[k].died(
                     dead, [(t, lease.expiry / MICROS) for t, lease in tasks], now=time.time()
                 )
-        holding = f" while holding task{'s' * (len(held) > 1)} {', '.join(held)}" if held else ""
+        with self._death_read:
+            self._deaths[proc.pid] = held
+            while len(self._deaths) > DEATHS_KEPT:  # (those no kill asked for)
+                del self._deaths[next(iter(self._deaths))]
+            self._death_read.notify_all()
+        holding = f" while {_holding(held)}" if held else ""
         kind = "death" if code else "info"
-        self._event(f"member m{slot} (pid {proc.pid}) {describe_exit(code)}{holding}", kind)
+        # as a worker's death reads (w3·4711 killed by SIGKILL while holding task 5),
+        # short enough for an 80-column feed to show the tasks
+        self._event(f"{_member_label(slot, proc.pid)} {describe_exit(code)}{holding}", kind)
 
     def member_rows(self, slot: int, pid: int) -> list[WorkerView]:
         """The workers of member `slot` (process `pid`), one per partition it works, from
@@ -232,10 +302,18 @@ class MemberSupervisor:
         proc = self._procs[slot] if 0 <= slot < len(self._procs) else None
         if proc is None or proc.poll() is not None:
             return None
+        at = time.time()  # the kill's time is the signal's: its line comes before the death's
         proc.send_signal(signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=2.0)
-        return f"kill -9 member m{slot} (pid {proc.pid})"
+        # What it held is read by the watcher once the process is gone and the partitions'
+        # folds have read all it wrote (`_died`): the kill names the tasks the death does.
+        with self._death_read:
+            self._death_read.wait_for(lambda: proc.pid in self._deaths, KILL_READ_S)
+            held = self._deaths.pop(proc.pid, [])
+        text = f"kill -9 {_member_label(slot, proc.pid)}" + (f", {_holding(held)}" if held else "")
+        self._remember(Event(at, "info", text))
+        return text
 
     def monitors(self) -> list[Monitor]:
         return list(self._monitors)
@@ -261,9 +339,19 @@ class MemberSupervisor:
         self._remember(Event(time.time(), kind, text))
 
     def _remember(self, event: Event) -> None:
+        """Keep `event` in time order (a kill's line, said once its death was read, goes
+        before that death's)."""
         with self._lock:
-            self._events.append(event)
-            self.recent.append(event)
+            for events in (self._events, self.recent):
+                at = len(events)
+                while at and events[at - 1].at > event.at:
+                    at -= 1
+                if isinstance(events, deque) and len(events) == events.maxlen:
+                    if at == 0:
+                        continue  # older than everything kept
+                    events.popleft()
+                    at -= 1
+                events.insert(at, event)
 
     # -- what the progress lines show ----------------------------------------------------------
 
@@ -288,6 +376,15 @@ class MemberSupervisor:
     def status_note(self) -> str:
         alive = sum(1 for p in self._procs if p is not None and p.poll() is None)
         return f"members {alive}/{len(self._procs)}"
+
+
+def _member_label(slot: int, pid: int) -> str:
+    """A member process as people see it: m1·6200 (its workers' rows are m1.p2·6200)."""
+    return f"m{slot}·{pid}"
+
+
+def _holding(held: list[str]) -> str:
+    return f"holding task{'s' * (len(held) > 1)} {', '.join(held)}"
 
 
 def _partition_of(snap: WorkerSnapshot) -> int | None:

@@ -5,9 +5,10 @@ A member is one process that works one worker per partition it is assigned, so t
 table has a row per (member, partition) — ``m1.p2`` is member m1's worker on partition 2 —
 from the stats the workers publish; a member's rows change as the partitions are
 rebalanced. A slot number is the row's: `k` and a selected row's `k` kill -9 the member
-process that runs it (every partition it works). A dead member's rows stay with their
-tasks struck through while its orphans wait, each orphan named ``k:id``, until a worker of
-that partition — whichever member is assigned it now — takes it over by lease expiry.
+process that runs it (every partition it works). A dead member's rows stay, beneath the
+rows of the member that replaced it, with their tasks struck through while its orphans
+wait, each orphan named ``k:id``, until a worker of that partition — whichever member is
+assigned it now — takes it over by lease expiry.
 Pausing, adding and removing workers are `qw up`'s controls for its own slots: members
 are restarted by their supervisor, and rebalance when one joins or leaves.
 """
@@ -42,17 +43,17 @@ class MembersView:
 
     def snapshot(self) -> SupervisorSnapshot:
         sup = self.sup
-        rows: list[WorkerView] = []
+        live: list[list[WorkerView]] = []
         for member, pid in enumerate(sup.member_pids()):
-            if pid is None:
-                continue
-            for view in sup.member_rows(member, pid):
-                view.slot = len(rows)
-                rows.append(view)
-        orphans, departed, events = sup.board([r.pid for r in rows])
-        for view in departed:  # a dead member's rows: its tasks struck through, until taken
-            view = dataclasses.replace(view, slot=len(rows))
-            rows.append(view)
+            live.append([] if pid is None else sup.member_rows(member, pid))
+        orphans, departed, events = sup.board([r.pid for views in live for r in views])
+        # Each member's rows, then its dead process's rows beneath them (its tasks struck
+        # through, until taken over), as a restarted slot's are in a queue's table.
+        rows: list[WorkerView] = []
+        for member, views in enumerate(live):
+            gone = [d for d in departed if _member(d) == member]
+            for view in [*views, *gone]:
+                rows.append(dataclasses.replace(view, slot=len(rows)))
         self._rows = rows
         queues = [m.queue_view() for m in sup.monitors()]
         return SupervisorSnapshot(

@@ -2,7 +2,7 @@
 
     qw on parts · 4 partitions
     supervisors  1 running
-      pid 4711  8 workers alive
+      pid 4711  8 workers alive  4 partitions
     partition  published  pending  held  done  dead  failed  workers
     p0                50       20     2    28     0       0  2 running
     …
@@ -25,16 +25,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import typer
-
 from logstore import LogError, space_problem
 from logstore.location import shown
 from queue_worker.names import printable, worker_label
 from queue_worker.partitions import Manifest, partition_location
 from queue_worker.snapshot import WorkerSnapshot, read_snapshots
 from queue_worker.state import Lease
+from supervisor import lazy_typer as typer
 from supervisor.cli_options import fail
 from supervisor.model import QueueView, sum_queues
+from supervisor.supervisor_lines import supervisor_lines
 
 #: held tasks named one per line (--json lists them all)
 MAX_HELD_SHOWN = 10
@@ -78,11 +78,8 @@ def status(directory: Path, location: str, as_json: bool) -> bool:
     typer.echo(f"qw on {shown(location)} · {manifest.count} partitions")
     if disk is not None:
         typer.echo(f"disk         {disk}")
-    typer.echo(f"supervisors  {len(supervisors)} running")
-    for sup in supervisors:
-        alive = sum(1 for w in sup.get("workers", []) if w.get("alive"))
-        http = f"  http {sup['http']}" if sup.get("http") else ""
-        typer.echo(f"  pid {sup.get('pid')}  {alive} workers alive{http}")
+    for line in supervisor_lines(supervisors):  # (one line for a qw up's partitions)
+        typer.echo(line)
     rows = [
         [f"p{p.partition}", *_counts(p.queue), f"{_alive(p, is_running_worker)} running"]
         for p in parts

@@ -14,10 +14,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import typer
-
 from logstore import LogError
 from queue_worker.partitions import MAX_PARTITIONS, Manifest
+from supervisor import lazy_typer as typer
 from supervisor.cli_options import fail, shown
 
 if TYPE_CHECKING:  # the supervisor is imported by `up` only (enqueue and report skip it)
@@ -89,6 +88,11 @@ def up(
             server = StatsServer(view, *http_address, logs=options.location)
         except OSError as e:
             fail(f"--http {http}: not an address this machine can listen on ({e.strerror})")
+        if isinstance(sup, MemberSupervisor):  # in the status files (`qw status`)
+            sup.http_address = server.address
+        else:
+            for part in sup.parts:
+                part.http_address = server.address
     _run(sup, view if tui else None, server)
     code = sup.exit_code
     assert code is not None

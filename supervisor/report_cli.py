@@ -15,9 +15,8 @@ from typing import Annotated, Final
 import typer
 
 from logstore.location import is_redis_url, shown
-from queue_worker.records import MAX_TASK_ID
-from supervisor import partitioned_cli
-from supervisor.cli_options import DirOption, LogOption, check_log_url, whole
+from supervisor import option_parsers, partitioned_cli, small_commands
+from supervisor.cli_options import DirOption, LogOption, whole
 from supervisor.demos import demo_app
 
 # What a command reads and prints with (the report, the rich tables) is imported when it
@@ -37,26 +36,6 @@ def register(app: typer.Typer) -> None:
     app.command("report")(report_command)
     app.command("why")(why_command)
     app.add_typer(demo_app, name="demo")
-
-
-def _fail(message: str) -> typer.Exit:
-    """Say what is wrong on one line of stderr (as every `qw` command does); the caller
-    raises the returned Exit."""
-    from queue_worker.report import EXIT_BAD_INPUT
-
-    typer.echo(f"qw: error: {message}", err=True)
-    return typer.Exit(EXIT_BAD_INPUT)
-
-
-def _location(directory: Path, log: str | None) -> str:
-    if log is None:
-        return str(directory)
-    if not is_redis_url(log):
-        raise _fail(
-            f"--log is {log!r}; expected a redis:// URL (the files in --dir are the default)"
-        )
-    check_log_url(log)  # a malformed URL is one line and exit 2, before anything connects
-    return log
 
 
 # -- the commands ----------------------------------------------------------------------------
@@ -96,10 +75,10 @@ def report_command(
     fold of the claims log (a bug: each task is named on stderr).
     """
     from queue_worker.report import ReportInputError, load_report
-    from supervisor.demos.common import stdout_console
+    from supervisor.console import stdout_console
     from supervisor.report_text import render_report
 
-    location = _location(directory, log)
+    location = small_commands.report_location(directory, log)
     if at is None:
         code = partitioned_cli.report(location, as_json, timeline)
         if code is not None:  # a partitioned queue: every partition, and the whole
@@ -111,7 +90,7 @@ def report_command(
     try:
         report = load_report(location, up_to=at)
     except ReportInputError as e:
-        raise _fail(str(e)) from None
+        raise small_commands.report_fail(str(e)) from None
     if timeline is not None:
         _write_timeline(location, timeline)
     disagreements = _server_verdicts_disagree(location) if at is None else []
@@ -169,7 +148,7 @@ def _write_timeline(location: str, out: Path) -> None:
     try:
         write_timeline(location, out)
     except (ReportInputError, OSError) as e:
-        raise _fail(f"--timeline {out}: {e}") from None
+        raise small_commands.report_fail(f"--timeline {out}: {e}") from None
     typer.echo(f"qw: timeline: {out}", err=True)
 
 
@@ -177,7 +156,7 @@ def why_command(
     task_name: Annotated[
         str,
         typer.Argument(
-            parser=partitioned_cli.task_parser(MAX_TASK_ID),
+            parser=option_parsers.TASK_NAME,
             metavar="ID",
             help="The task id (its index in the tasks log); PARTITION:ID on a partitioned queue.",
         ),
@@ -187,40 +166,4 @@ def why_command(
     as_json: JsonOption = False,
 ) -> None:
     """Every record about one task, in log order, with the rule that decided each."""
-    from logstore import LogError
-    from queue_worker.explain import explain_task
-    from queue_worker.ops import read_ops
-    from queue_worker.report import (
-        ReportInputError,
-        has_logs,
-        missing_logs_text,
-        prefix_state,
-        read_claims,
-        read_task,
-    )
-    from supervisor.demos.common import stdout_console
-    from supervisor.report_text import positions_note, render_story
-
-    location, task, shown_task = partitioned_cli.task_location(_location(directory, log), task_name)
-    try:
-        if not has_logs(location):
-            raise _fail(missing_logs_text(location))
-        ops, _ = read_ops(location)
-        now_us = time.time_ns() // 1000  # a lease that ran out by now reads as expired
-        claims = read_claims(location)
-        start = prefix_state(location)  # (compacted logs: the fold of what was removed)
-        story = explain_task(
-            task, read_task(location, task), claims, ops, now_us=now_us, start=start
-        )
-    except (ReportInputError, LogError, OSError) as e:
-        raise _fail(str(e)) from None
-    if not story.steps:
-        raise _fail(
-            f"task {shown_task} is not in {shown(location)}: no TASK record and no claims name it"
-        )
-    if as_json:
-        typer.echo(json.dumps(story.to_json(), indent=2))
-    else:
-        typer.echo(positions_note(location))
-        console = stdout_console()
-        console.print(render_story(story, plain=not console.is_terminal, name=shown_task))
+    small_commands.why(task_name, directory, log, as_json)

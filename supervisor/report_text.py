@@ -6,7 +6,7 @@ tables). Piped (`plain`), the tables are plain aligned columns.
 from __future__ import annotations
 
 import time
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from rich import box
 from rich.console import Group, RenderableType
@@ -16,9 +16,11 @@ from rich.text import Text
 from logstore.location import log_file
 from queue_worker.explain import TaskStory
 from queue_worker.names import printable, worker_label
-from queue_worker.report import HeldTask, Margin, Report, clock_text, duration_text
-from queue_worker.times import ago_text
+from queue_worker.times import ago_text, clock_text, duration_text
 from queue_worker.topics import CLAIMS_TOPIC
+
+if TYPE_CHECKING:  # `qw why` renders a story without the report's module (~20 ms to import)
+    from queue_worker.report import HeldTask, Margin, Report
 
 #: rows of a long section (takeovers, stale completions …) shown before "… and N more"
 MAX_ROWS: Final = 20

@@ -45,6 +45,7 @@ from queue_worker.snapshot import WorkerSnapshot, read_snapshot_file
 from queue_worker.state import Lease
 from queue_worker.topics import CLAIMS_TOPIC, TASKS_TOPIC, TOPICS
 from supervisor.compactor import COMPACT_EVERY_S, Compactor
+from supervisor.enqueue_input import demo_payloads as demo_payloads  # (also qw enqueue's)
 from supervisor.forked import start_worker, stop_server
 from supervisor.model import Event, QueueView, SupervisorSnapshot
 from supervisor.monitor import MICROS, Monitor, TaskInfo
@@ -136,10 +137,6 @@ class SupervisorOptions:
 def default_demo_rate(workers: int, work_ms: int) -> float:
     """Tasks per second that `workers` demo workers keep up with: 80% of their capacity."""
     return round(min(workers * 1000 / max(work_ms, 5) * 0.8, 500.0), 1)
-
-
-def demo_payloads(first: int, count: int) -> list[dict[str, int]]:
-    return [{"n": n} for n in range(first, first + count)]
 
 
 class DemoPublisher(threading.Thread):

@@ -6,8 +6,6 @@ Its own module so that the console script (supervisor.entry) and the command lin
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 #: what a Redis location starts with (logstore.location.REDIS_SCHEMES, not imported: this
 #: module is read before anything else is)
 _REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
@@ -18,9 +16,10 @@ def starts_workers(args: list[str]) -> bool:
     return args[:1] == ["up"] and "--help" not in args
 
 
-def on_redis(args: list[str], env: Mapping[str, str]) -> bool:
-    """Whether the queue of this command line is on Redis: its ``--log`` (or $QW_LOG)."""
-    location = env.get("QW_LOG", "")
+def on_redis(args: list[str], qw_log: str | None) -> bool:
+    """Whether the queue of this command line is on Redis: its ``--log``, else `qw_log`
+    ($QW_LOG)."""
+    location = qw_log or ""
     for i, arg in enumerate(args):
         if arg == "--log" and i + 1 < len(args):
             location = args[i + 1]

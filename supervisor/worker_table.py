@@ -7,7 +7,9 @@ task and the lease stay to the last. Only when even those do not fit is a line c
 
 A dead worker keeps its row, its task struck through and the log's lease counting down
 (from the orphans the supervisor recorded), until its task is taken over: a restarted
-slot shows the new process's row with the dead one's row beneath it.
+slot shows the new process's row with the dead one's row beneath it. When the rows do not
+all fit, the window shown keeps the selected row, or else that dead row, in view. A task
+is named as everywhere else: ``#17``, or ``2:17`` on a partitioned queue.
 """
 
 from __future__ import annotations
@@ -78,7 +80,8 @@ def worker_table(
     max_rows: int | None = None,
 ) -> TextGrid:
     """One row per worker slot, each departed worker's row beneath its slot's; at most
-    `max_rows` rows (a window that keeps the selected one, and says how many are hidden)."""
+    `max_rows` rows (a window that keeps the selected one, or else the first dead worker's,
+    in view, and says how many are hidden)."""
     by_holder: dict[str, list[Orphan]] = {}
     for orphan in orphans:
         by_holder.setdefault(orphan.holder_id, []).append(orphan)
@@ -92,21 +95,29 @@ def worker_table(
         return _with_partition(row, w) if partitioned else row
 
     rows: list[tuple[list[Text], str | None]] = []
-    chosen = 0
+    chosen: int | None = None  # the row the window keeps in view
+    death: int | None = None  # the first row of a dead worker: without a selection, kept
     for w in workers:
         if w.slot == selected:
             chosen = len(rows)
+        if death is None and w.ended and w.state is SlotState.DEAD:
+            death = len(rows)
         is_selected = w.slot == selected
         rows.append((cells(w, selected=is_selected), "reverse" if is_selected else None))
         for gone in departed:
             if gone.slot == w.slot:
+                death = len(rows) if death is None else death
                 rows.append((cells(gone, selected=False, departed=True), None))
     if not rows:
         rows = [([Text(""), Text("no workers", style="dim")], None)]
     more = None
     if max_rows is not None and len(rows) > max_rows:
         shown = max(1, max_rows - 1)  # one line says how many are hidden
-        first = min(max(0, chosen - shown // 2), len(rows) - shown)
+        # the selected row, else a death (what `k` makes happen: its row, struck-through
+        # task and lease, and its neighbours — a worker of the same partition that takes
+        # the task over — must be on screen however many rows are hidden), else the top
+        focus = chosen if chosen is not None else death if death is not None else 0
+        first = min(max(0, focus - shown // 2), len(rows) - shown)
         hidden = len(rows) - shown
         rows = rows[first : first + shown]
         more = Text(f"… {hidden} more rows: ↑/↓ select to scroll", style="dim")
@@ -217,7 +228,7 @@ def _cells(
     task, since, expiry = s.current_task, s.current_since, s.lease_expiry
     if orphans:
         # the log's word on what it held (its own stats may be a claim behind)
-        task_cell = Text(" ".join(f"#{o.task}" for o in orphans), style="strike")
+        task_cell = Text(" ".join(_orphan_name(o) for o in orphans), style="strike")
         held = Text("")
         waiting = [o for o in orphans if o.heir is None]
         lease = (
@@ -228,9 +239,10 @@ def _cells(
     elif task is None:
         task_cell, held, lease = Text("—", style="dim"), Text(""), Text("")
     elif dead:
-        task_cell, held, lease = Text(f"#{task}", style="dim strike"), Text(""), Text("")
+        task_cell = Text(_task_name(task, w.partition), style="dim strike")
+        held, lease = Text(""), Text("")
     else:
-        task_cell = Text(f"#{task}", style="bold")
+        task_cell = Text(_task_name(task, w.partition), style="bold")
         held = Text(format_duration(now - since) if since is not None else "")
         lease = _lease_cell(expiry, now)
 
@@ -252,6 +264,16 @@ def _cells(
         Text(f"{w.cpu_percent:.1f}%" if not dead else "—", style=figures),
         Text(format_bytes(w.rss_bytes) if w.rss_bytes and not dead else "—", style=figures),
     ]
+
+
+def _task_name(task: int, partition: int | None) -> str:
+    """A task as every screen names it: ``#17``, or ``2:17`` on a partitioned queue (a
+    partition's ids are its own: ``#17`` alone would name a task of every partition)."""
+    return f"#{task}" if partition is None else f"{partition}:{task}"
+
+
+def _orphan_name(orphan: Orphan) -> str:
+    return _task_name(orphan.task, orphan.partition)
 
 
 def _lease_cell(expiry: float | None, now: float) -> Text:

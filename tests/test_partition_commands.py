@@ -31,7 +31,7 @@ def test_status_gives_each_partition_its_workers_and_held_tasks_and_the_totals(
     data = tmp_path / "qw"
     up = start_up(
         tmp_path, "up", "--dir", str(data), "--partitions", "2", "--workers", "4",
-        "--tasks", "20", "--work-ms", "60000", "--lease", "60", "--drain-timeout", "1",
+        "--tasks", "20", "--work-ms", "60000", "--lease", "60", "--http", "0",
     )  # fmt: skip
     try:
         wait_until(lambda: (data / "partitions").exists(), 60, "the partitioned queue")
@@ -82,6 +82,28 @@ def test_status_gives_each_partition_its_workers_and_held_tasks_and_the_totals(
         held = [line for line in lines if line.startswith("  held: ")]
         assert len(held) == 4
         assert all(re.match(r"  held: task [01]:\d+ by w\d·\d+ \(lease until ", h) for h in held)
+        # the one qw up: one supervisor (its partitions' status files are one process)
+        address = re.search(r"qw: stats on http://(\S+)/stats", (tmp_path / "up.err").read_text())
+        assert address is not None
+        assert lines[1:3] == [
+            "supervisors  1 running",
+            f"  pid {up.pid}  4 workers alive  2 partitions  http {address.group(1)}",
+        ], lines
+
+        # drains: the workers finish their minute-long tasks, so every partition's
+        # supervisor is still draining (the second SIGTERM, below, kills them)
+        up.send_signal(signal.SIGTERM)
+
+        def draining() -> list[str] | None:
+            text = qw("status", "--dir", str(data), cwd=tmp_path).stdout.splitlines()
+            return text if text[2].endswith("  draining") else None
+
+        drained = wait_until(draining, 30, "qw status to say the supervisor drains")
+        assert isinstance(drained, list)
+        assert (
+            drained[2]
+            == f"  pid {up.pid}  4 workers alive  2 partitions  http {address.group(1)}  draining"
+        )
     finally:
         up.send_signal(signal.SIGTERM)
         up.send_signal(signal.SIGTERM)  # the second stops the workers now
@@ -156,3 +178,28 @@ def test_timeline_draws_a_section_per_partition(tmp_path: Path) -> None:
     assert report.returncode == 0, report.stderr
     assert f"qw: timeline: {tmp_path / 'r.html'}" in report.stderr
     assert '<h2 id="p1">' in (tmp_path / "r.html").read_text()
+
+
+def test_supervisor_lines_one_wording_for_a_queue_and_a_partitioned_one() -> None:
+    """`qw status` says the same of a supervisor on a queue and on a partitioned queue (its
+    status files, one per partition, are one process: one line)."""
+    from supervisor.supervisor_lines import supervisor_lines
+
+    def status(pid: int, alive: int, **more: Any) -> dict[str, Any]:
+        workers = [{"alive": True}] * alive + [{"alive": False}]
+        return {"pid": pid, "workers": workers, "http": None, "draining": False, **more}
+
+    one = [status(7, 4, http="127.0.0.1:8321", draining=True), status(9, 1)]
+    assert supervisor_lines(one) == [
+        "supervisors  2 running",
+        "  pid 7  4 workers alive  http 127.0.0.1:8321  draining",
+        "  pid 9  1 worker alive",
+    ]
+    parts = [status(7, 2), status(7, 2, http="127.0.0.1:8321"), status(7, 1, draining=True)]
+    assert supervisor_lines(parts) == [
+        "supervisors  1 running",
+        "  pid 7  5 workers alive  3 partitions  http 127.0.0.1:8321  draining",
+    ]
+    members = [status(8, 2, rebalance=True)]  # qw up --rebalance: its processes are members
+    assert supervisor_lines(members) == ["supervisors  1 running", "  pid 8  2 members alive"]
+    assert supervisor_lines([]) == ["supervisors  0 running"]

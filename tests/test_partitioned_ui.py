@@ -4,6 +4,7 @@ worker), the stats endpoint over real HTTP, and the partitions section's layouts
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import re
@@ -18,15 +19,18 @@ from prometheus_client.parser import text_string_to_metric_families
 from rich.console import Console
 
 from queue_worker.partitioned import resolve_partitions
+from queue_worker.snapshot import parse_snapshot
+from supervisor.dashboard import full_screen
 from supervisor.http_api import StatsServer
-from supervisor.model import Event, Orphan, QueueView
+from supervisor.model import Event, Orphan, QueueView, SupervisorSnapshot, WorkerView
 from supervisor.partition_names import tagged
 from supervisor.partition_panel import partition_section
 from supervisor.partitioned import PartitionedSupervisor
 from supervisor.partitioned_view import PartitionedView, merge_alike
 from supervisor.supervisor import SupervisorOptions
+from supervisor.worker_table import worker_table
 from tests.helpers import wait_until
-from tests.test_cli import start_up
+from tests.test_cli import qw, start_up
 from tests.test_http import get
 from tests.test_tui_tmux import QW, Tmux, at_prompt, exit_status, keys_line_intact
 
@@ -35,6 +39,7 @@ from tests.test_tui_tmux import QW, Tmux, at_prompt, exit_status, keys_line_inta
 #: a row of the worker table: slot, worker, partition, state
 ROW = re.compile(r"^\s*▶?(\d+)\s+(w\d+·\d+)(?: ↻\d+)?\s+p(\d+)\s+(\w+)", re.MULTILINE)
 SIZES = [(80, 24), (160, 50)]
+NOW = 1_700_000_000.0
 
 
 @pytest.fixture(params=SIZES, ids=[f"{w}x{h}" for w, h in SIZES])
@@ -48,6 +53,12 @@ def term(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Tmux]:
         yield tmux
     finally:
         tmux.kill_server()
+
+
+#: a working row's worker, partition and task (k:id)
+WORKING_TASK = re.compile(
+    r"^\s*▶?\d+\s+(w\d+·\d+)(?: ↻\d+)?\s+p(\d+)\s+working\s+(\d+):(\d+)\s", re.MULTILINE
+)
 
 
 def rows(screen: str) -> dict[str, tuple[int, str]]:
@@ -82,6 +93,9 @@ def test_dashboard_shows_partitions_and_a_kill_taken_over_in_its_partition(
         if term.width >= 120:  # the workers of the partition end its line
             assert all(label in line for label, (p, _) in found.items() if p == k), line
     assert keys_line_intact(screen), screen
+    # the task column names each worker's task k:id, k the worker's own partition
+    tasks = WORKING_TASK.findall(screen)
+    assert tasks and all(p == k for _, p, k, _ in tasks), screen
 
     # k: a holder is killed; its task is named k:id; the survivor that takes it over is
     # one of the same partition's workers (or the killed slot's replacement)
@@ -117,6 +131,62 @@ def test_dashboard_shows_partitions_and_a_kill_taken_over_in_its_partition(
     wait_until(lambda: "DRAINING" in term.screen() or at_prompt(term), 10, "draining")
     assert exit_status(term, "qw up to drain and exit", 60) == 0, term.screen()
     assert "qw: stopped with" in term.screen() and "4 partitions" in term.screen()
+
+
+def test_a_kill_among_more_workers_than_fit_80x24_is_watched_to_its_takeover(
+    tmp_path: Path,
+) -> None:
+    """16 workers in 80x24: the table shows a window of them, and `k` may kill one below
+    it. The killed worker's row (dead, its task k:id struck through) comes into view, and
+    stays while its lease runs out and a worker of its partition takes the task over."""
+    if shutil.which("tmux") is None:
+        pytest.skip("tmux is not installed")
+    term = Tmux(tmp_path / "tmux.sock", 80, 24)
+    try:
+        term.start(tmp_path)
+        term.type_line(
+            f"{QW} up --dir {tmp_path / 'qw'} --partitions 4 --workers 16 --lease 3 "
+            "--work-ms 2000 --tasks 400"
+        )
+        more = re.compile(r"… \d+ more rows")
+        wait_until(lambda: len(WORKING_TASK.findall(term.screen())) >= 4, 60, "working rows")
+        assert more.search(term.screen()), term.screen()
+        term.send("k")
+        killed = re.compile(r"p(\d) kill -9 (w\d+·\d+), holding task (\d+:\d+)")
+
+        def kill() -> tuple[str, str, str] | None:
+            m = killed.search(term.screen())
+            return (m.group(1), m.group(2), m.group(3)) if m else None
+
+        found = wait_until(kill, 20, "the kill -9 of a worker holding a task")
+        assert isinstance(found, tuple)
+        partition, victim, task = found
+        dead_row = re.compile(rf"^\s*\d+\s+{victim}\s+p{partition}\s+dead KILL\s+{task}\s")
+        orphan = re.compile(rf"^task {task}  {victim} (died|→)", re.MULTILINE)
+
+        def seen_dead() -> bool:
+            screen = term.screen()
+            lines = screen.splitlines()
+            return orphan.search(screen) is not None and any(dead_row.match(x) for x in lines)
+
+        wait_until(seen_dead, 20, f"{victim}'s dead row holding {task}, and its orphan")
+        taken = re.compile(rf"^task {task}  {victim} → (w\d+·\d+)  took over ", re.MULTILINE)
+
+        def heir() -> str | None:
+            m = taken.search(term.screen())
+            return m.group(1) if m else None
+
+        survivor = wait_until(heir, 60, f"the takeover of {task}")
+        screen = term.screen()
+        # the dead row is still shown beside the takeover, and the heir is of its partition
+        assert any(dead_row.match(x) for x in screen.splitlines()), screen
+        assert more.search(screen) and keys_line_intact(screen), screen
+        heir_row = rows(screen).get(str(survivor))
+        assert heir_row is None or heir_row[0] == int(partition), screen
+        term.send("q")
+        assert exit_status(term, "qw up to drain and exit", 60) == 0, term.screen()
+    finally:
+        term.kill_server()
 
 
 # -- the stats endpoint ----------------------------------------------------------------------
@@ -229,6 +299,79 @@ def test_many_partitions_are_packed_into_the_lines_given() -> None:
     assert [line.split()[0] for line in text.splitlines()[1:]] == ["p0", "p1", "p2"]
 
 
+def partition_worker(slot: int, partition: int, task: int | None, **over: Any) -> WorkerView:
+    """A worker row of a partitioned `qw up` (`PartitionedView` numbers the slots)."""
+    fields: dict[str, Any] = {
+        "slot": slot,
+        "name": f"p{partition}.w{slot}",
+        "worker_id": f"w{slot}-{41000 + slot}-9fe3",
+        "pid": 41000 + slot,
+        "state": "working" if task is not None else "idle",
+        "stats": parse_snapshot(
+            {"current_task": task, "current_since": NOW - 1, "lease_expiry": NOW + 2}
+        ),
+        "partition": partition,
+    }
+    fields.update(over)
+    return WorkerView(**fields)
+
+
+def test_the_worker_table_names_tasks_partition_colon_id() -> None:
+    """The task column names a task as every other line does, ``k:id`` (``#5`` would name
+    task 5 of each partition), for a live worker, a dead one's last task and its orphan."""
+    live = partition_worker(0, 2, 5)
+    dead = partition_worker(1, 3, 9, state="dead", exit_code=-9, died_at=NOW - 1)
+    gone = partition_worker(2, 1, 4, state="dead", exit_code=-9, died_at=NOW - 1)
+    orphan = Orphan(4, gone.label, gone.worker_id or "", 2, NOW - 1, NOW + 1, partition=1)
+    text = render(worker_table([live, dead, gone], now=NOW, orphans=[orphan]), 100)
+    row = {line.split()[1]: line for line in text.splitlines()[2:]}
+    assert re.search(r"\bp2\s+working\s+2:5\s", row[live.label]), text
+    assert re.search(r"\bp3\s+dead KILL\s+3:9\s", row[dead.label]), text
+    assert re.search(r"\bp1\s+dead KILL\s+1:4\s+\d", row[gone.label]), text  # lease left
+    assert "#" not in text, text
+    # a queue without partitions: #id, as before
+    plain = dataclasses.replace(live, partition=None)
+    assert re.search(r"working\s+#5\s", render(worker_table([plain], now=NOW), 100))
+
+
+def test_a_killed_worker_stays_on_an_80x24_screen_however_many_rows_there_are() -> None:
+    """16 workers do not fit 80x24: the table shows a window of them. The worker just
+    killed (its row struck through, its lease counting down), is in that window, with the
+    workers next to it (its partition's: one of them takes its task over)."""
+    workers = [partition_worker(i, i // 4, 10 + i) for i in range(16)]
+    victim = partition_worker(13, 3, 23, state="dead", exit_code=-9, died_at=NOW - 1)
+    heir = partition_worker(13, 3, 40, worker_id="w13-42000-77aa", pid=42000, restarts=1)
+    workers[13] = heir
+    orphan = Orphan(23, victim.label, victim.worker_id or "", 13, NOW - 1, NOW + 2, partition=3)
+    snap = SupervisorSnapshot(
+        location="parts",
+        workers=workers,
+        queue=QueueView(published=400, pending=300, held=16, done=84),
+        events=[],
+        orphans=[orphan],
+        departed=[victim],
+        partitions=[QueueView(published=100) for _ in range(4)],
+    )
+    out = io.StringIO()
+    Console(file=out, width=80, height=24, color_system=None).print(
+        full_screen(snap, now=NOW, height=24)
+    )
+    screen = out.getvalue()
+    assert len(screen.splitlines()) == 24, screen
+    assert re.search(r"… \d+ more rows", screen), screen  # not every row fits
+    found = rows(screen)
+    assert found[victim.label] == (3, "dead"), screen
+    assert re.search(rf"{victim.label}\s+p3\s+dead KILL\s+3:23\s", screen), screen
+    assert found[heir.label] == (3, "working"), screen
+    # a selection still decides what is shown
+    chosen = dataclasses.replace(snap, selected=0)
+    out = io.StringIO()
+    Console(file=out, width=80, height=24, color_system=None).print(
+        full_screen(chosen, now=NOW, height=24)
+    )
+    assert workers[0].label in rows(out.getvalue()), out.getvalue()
+
+
 def test_partition_texts_name_tasks_partition_colon_id() -> None:
     assert tagged("kill -9 w1·3857, holding task 5", 2) == "p2 kill -9 w1·3857, holding task 2:5"
     assert tagged("w0·1 died holding tasks 4, 17", 1) == "p1 w0·1 died holding tasks 1:4, 1:17"
@@ -257,7 +400,7 @@ def test_rebalance_dashboard_shows_members_partitions_and_a_killed_members_takeo
 ) -> None:
     if shutil.which("tmux") is None:
         pytest.skip("tmux is not installed")
-    term = Tmux(tmp_path / "tmux.sock", 100, 30)
+    term = Tmux(tmp_path / "tmux.sock", 80, 24)
     try:
         term.start(tmp_path)
         term.type_line(
@@ -279,17 +422,29 @@ def test_rebalance_dashboard_shows_members_partitions_and_a_killed_members_takeo
         assert "4 partitions  ·  up " in term.screen().splitlines()[0]
 
         term.send("k")
-        killed = re.compile(
-            r"member m(\d) \(pid (\d+)\) killed by SIGKILL while holding tasks? ([\d:, ]+)"
-        )
+        # the kill and the death name the member process and every task it held, whole
+        # on an 80-column screen (k:id: each in its partition)
+        said = re.compile(r"^kill -9 m(\d)·(\d+), holding tasks? ((?:\d:\d+(?:, )?)+)$", re.M)
+        died = re.compile(r"m(\d)·(\d+) killed by SIGKILL while holding tasks? ([\d:, ]+)$", re.M)
 
         def death() -> tuple[str, str, list[str]] | None:
-            m = killed.search(term.screen())
-            return (m.group(1), m.group(2), m.group(3).split(", ")) if m else None
+            screen = term.screen()
+            kill, dead = said.search(screen), died.search(screen)
+            if kill is None or dead is None:
+                return None
+            assert kill.groups() == dead.groups(), screen
+            # the feed, newest first: the death above the kill that caused it
+            label = f"m{dead.group(1)}·{dead.group(2)}"
+            lines = screen.splitlines()
+            feed_kill = [i for i, x in enumerate(lines) if f" info       kill -9 {label}" in x]
+            feed_death = [i for i, x in enumerate(lines) if f" death      {label} killed" in x]
+            assert feed_kill and feed_death and feed_death[0] < feed_kill[0], screen
+            return (dead.group(1), dead.group(2), dead.group(3).split(", "))
 
-        found = wait_until(death, 20, "the death of the killed member, with its tasks")
+        found = wait_until(death, 20, "the kill and the death of a member, with its tasks")
         assert isinstance(found, tuple)
         member, pid, tasks = found
+        assert all(re.fullmatch(r"[0-3]:\d+", task) for task in tasks), tasks
         for task in tasks:  # each taken over in its partition, by lease expiry
             k = task.split(":")[0]
             taken = re.compile(
@@ -301,6 +456,67 @@ def test_rebalance_dashboard_shows_members_partitions_and_a_killed_members_takeo
         assert exit_status(term, "qw up --rebalance to drain and exit", 60) == 0, term.screen()
     finally:
         term.kill_server()
+
+
+class DeadMemberBoard:
+    """What `MembersView` reads of a `MemberSupervisor` whose member m0 was killed -9 while
+    its replacement already runs: m0's new process works p1, the dead one's rows (p0, p2)
+    are on the board until their tasks are taken over; m1 works p3."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.options = SupervisorOptions(data_dir=tmp_path, location=str(tmp_path))
+        self.manifest = None
+        self.started_at = NOW - 60
+
+    def member_pids(self) -> list[int | None]:
+        return [200, 300]
+
+    def member_rows(self, member: int, pid: int) -> list[WorkerView]:
+        k = 1 if member == 0 else 3
+        return [member_row(member, pid, k, 10 + k)]
+
+    def board(self, pids: list[int | None]) -> tuple[list[Orphan], list[WorkerView], list[Event]]:
+        assert pids == [200, 300]
+        dead = [
+            member_row(0, 100, k, 20 + k, state="dead", exit_code=-9, died_at=NOW - 1)
+            for k in (0, 2)
+        ]
+        orphans = [Orphan(20, dead[0].label, "m0.p0-100-ab", 0, NOW - 1, NOW + 2, partition=0)]
+        return orphans, dead, []
+
+    def monitors(self) -> list[Any]:
+        return []
+
+    def snapshot(self) -> SupervisorSnapshot:
+        return SupervisorSnapshot(location="parts", workers=[], queue=QueueView(), events=[])
+
+
+def member_row(member: int, pid: int, k: int, task: int, **over: Any) -> WorkerView:
+    worker_id = f"m{member}.p{k}-{pid}-ab"
+    return partition_worker(
+        member, k, task, name=f"m{member}.p{k}", worker_id=worker_id, pid=pid, **over
+    )
+
+
+def test_a_dead_members_rows_stay_beneath_its_replacements(tmp_path: Path) -> None:
+    """As a restarted slot's dead process in a queue's table: the dead member's rows come
+    right after the rows of the member that replaced it, not at the bottom of the table."""
+    from typing import cast
+
+    from supervisor.members import MemberSupervisor
+    from supervisor.members_view import MembersView
+
+    view = MembersView(cast(MemberSupervisor, DeadMemberBoard(tmp_path)), shown="parts")
+    snap = view.snapshot()
+    assert [(w.slot, w.name, w.pid, w.state) for w in snap.workers] == [
+        (0, "m0.p1", 200, "working"),
+        (1, "m0.p0", 100, "dead"),
+        (2, "m0.p2", 100, "dead"),
+        (3, "m1.p3", 300, "working"),
+    ]
+    text = render(worker_table(snap.workers, now=NOW, orphans=snap.orphans), 100)
+    assert re.search(r"m0\.p0·100\s+p0\s+dead KILL\s+0:20\s", text), text
+    assert view.kill(1) is None  # a dead row: no process there to kill
 
 
 def test_rebalance_serves_stats_with_each_members_partitions(tmp_path: Path) -> None:
@@ -329,6 +545,13 @@ def test_rebalance_serves_stats_with_each_members_partitions(tmp_path: Path) -> 
         assert body["queue"]["published"] == 400
         status, _, text = get(f"{endpoint}/task/1:0")
         assert status == 200 and json.loads(text)["task"] == "1:0"
+        # qw status: this qw up, its two members and where it serves (it said no supervisor)
+        said = qw("status", "--dir", str(tmp_path / "qw"), cwd=tmp_path)
+        assert said.returncode == 0, said.stderr
+        assert said.stdout.splitlines()[1:3] == [
+            "supervisors  1 running",
+            f"  pid {up.pid}  2 members alive  http {endpoint.removeprefix('http://')}",
+        ], said.stdout
     finally:
         up.send_signal(signal.SIGTERM)
         up.send_signal(signal.SIGTERM)

@@ -63,4 +63,4 @@ def test_the_fork_server_preloads_the_redis_log_only_for_a_redis_queue(
 def test_on_redis_reads_the_log_option_then_the_environment(
     args: list[str], env: dict[str, str], expected: bool
 ) -> None:
-    assert on_redis(args, env) is expected
+    assert on_redis(args, env.get("QW_LOG")) is expected

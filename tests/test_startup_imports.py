@@ -99,3 +99,31 @@ def test_the_fork_server_preloads_filelock_for_the_workers() -> None:
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
     ).stdout
     assert out.split() == ["True"]
+
+
+@pytest.mark.parametrize(
+    ("args", "absent"),
+    [
+        (["status"], ["typer", "queue_worker.report", "socket"]),
+        (["task", "0"], ["typer", "queue_worker.report", "queue_worker.checkpoint"]),
+        (["why", "0"], ["typer", "queue_worker.report"]),
+        (["enqueue", "--fsync", "none"], ["typer", "supervisor.supervisor"]),
+    ],
+)
+def test_the_qw_script_runs_the_small_commands_on_what_they_use(
+    queue: Path, args: list[str], absent: list[str]
+) -> None:
+    # The `qw` script (supervisor.entry) runs their plain forms without typer
+    # (supervisor.fast_path); the readers of the logs do without the report's replay and,
+    # on logs never compacted, without the checkpoint's modules.
+    probe = (
+        "import json, sys\n"
+        "from supervisor.entry import main\n"
+        f"sys.argv = ['qw', *{args!r}]\n"
+        "code = main()\n"
+        f"print(json.dumps([code, [m for m in {absent!r} if m in sys.modules]]), file=sys.stderr)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], cwd=queue, capture_output=True, text=True, timeout=60
+    )
+    assert json.loads(result.stderr.splitlines()[-1]) == [0, []], result.stderr

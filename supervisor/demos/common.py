@@ -9,21 +9,11 @@ import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
 
 from rich.console import Console
 
-#: the width plain (piped) output is laid out for: wide enough that rows do not wrap
-PLAIN_WIDTH: Final = 200
-
-
-def stdout_console() -> Console:
-    """stdout: a terminal as it is; a pipe or a file gets plain text whose lines are not
-    wrapped (one line per row or sentence, for grep)."""
-    console = Console(highlight=False)
-    if console.is_terminal:
-        return console
-    return Console(highlight=False, width=PLAIN_WIDTH, soft_wrap=True)
+from supervisor.console import PLAIN_WIDTH as PLAIN_WIDTH  # re-exported: the demos use them
+from supervisor.console import stdout_console as stdout_console
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,201 @@
+"""Reading a queue's logs for the report and the commands that look at one task.
+
+`qw status`, `qw task` and `qw why` need these readers and none of the report's replay
+(queue_worker.report, which re-exports them): its module, ten dataclasses built at import,
+is ~20 ms of CPU that they no longer pay for. The checkpoint's modules are imported only
+for logs that were compacted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from logstore import Log, is_redis_url, open_log
+from queue_worker.errors import QwError
+from queue_worker.partitions import one_partition_text
+from queue_worker.records import RecordDecodeError, TaskRecord, Unknown, decode_task
+from queue_worker.topics import (
+    CLAIMS_TOPIC,
+    MALFORMED,
+    TASKS_TOPIC,
+    decode_claims_entry,
+    open_topic,
+    open_topics,
+)
+
+if TYPE_CHECKING:
+    from queue_worker.checkpoint import Location
+    from queue_worker.prefix import Prefix
+    from queue_worker.records import ClaimsRecord
+    from queue_worker.state import ClaimSnapshot
+
+
+class ReportInputError(QwError):
+    """The logs cannot be replayed: missing, corrupt, or holding something that is not ours."""
+
+
+def has_logs(location: str | Path) -> bool:
+    """Is there a qw queue at `location`: a data directory holding a log file (looked at,
+    nothing opened), or a Redis database holding a non-empty stream of ours (the server is
+    asked: a wrong database number or ?prefix= is "no logs", not an empty queue)? Raises
+    LogError when the server cannot be asked."""
+    text = str(location)
+    if is_redis_url(text):
+        for topic in (TASKS_TOPIC, CLAIMS_TOPIC):
+            with open_log(text, topic) as log:
+                start = log.start  # (a stream trimmed to nothing was a queue all the same)
+                if log.end() != start or start != log.origin:
+                    return True
+        return False
+    directory = Path(text)
+    return any((directory / f"{topic}.log").is_file() for topic in (TASKS_TOPIC, CLAIMS_TOPIC))
+
+
+def missing_logs_text(location: str | Path) -> str:
+    """What to say when `has_logs(location)` is False."""
+    text = str(location)
+    partitioned = one_partition_text(location)
+    if partitioned is not None:
+        return partitioned
+    if is_redis_url(text):
+        from logstore.redis_log import RedisLog  # redis is an optional extra
+
+        tasks, claims = RedisLog(text, TASKS_TOPIC), RedisLog(text, CLAIMS_TOPIC)
+        tasks.close()
+        claims.close()
+        return (
+            f"no qw logs at {tasks.url} (expected the streams {tasks.key} and {claims.key}; "
+            "is it the right database number and ?prefix=?)"
+        )
+    return f"no qw logs at {text} (expected tasks.log and claims.log)"
+
+
+def _open_existing(location: str | Path, topic: str) -> Log | None:
+    """The topic's log, or None for a data directory that lacks it (never creates files)."""
+    text = str(location)
+    if not is_redis_url(text) and not (Path(text) / f"{topic}.log").exists():
+        return None
+    return open_topic(location, topic, read_only=True)
+
+
+def count_tasks(location: str | Path, start: int | None = None) -> int:
+    """How many tasks were published: every record of the tasks topic is one task id
+    (`start`: count only the records from there)."""
+    log = _open_existing(location, TASKS_TOPIC)
+    if log is None:
+        return 0
+    with log:
+        return sum(1 for _ in log.iter_from(log.start if start is None else start))
+
+
+def read_task(location: str | Path, task: int) -> TaskRecord | str | None:
+    """Task `task`'s record (its id is its index in the tasks topic); a string saying why it
+    cannot be read; or None when the tasks topic has no such id."""
+    log = _open_existing(location, TASKS_TOPIC)
+    if log is None or task < 0:
+        return None
+    with log:
+        first, start = 0, log.start
+        if log.start != log.origin:  # compacted: the ids go on from the removed tasks'
+            try:
+                compacted = compacted_prefix(location)
+            except ReportInputError as e:
+                return str(e)
+            if compacted is not None:
+                first, start = compacted[0].tasks, compacted[2]
+        if task < first:
+            return "its record was removed by compaction (settled history: done or dead)"
+        for index, entry in enumerate(log.iter_from(start), first):
+            if index < task:
+                continue
+            try:
+                record = decode_task(entry.data)
+            except RecordDecodeError as e:
+                return f"its record at position {entry.position} is malformed: {e}"
+            if isinstance(record, Unknown):
+                return f"its record is of a type this version does not know ({record.code!r})"
+            return record
+    return None
+
+
+def read_claims(
+    location: str | Path, up_to: int | None = None, start: int | None = None
+) -> Iterator[tuple[int, ClaimsRecord]]:
+    """The claims records with their positions, in order, decoded as every worker decodes
+    them (on the server's clock where the backend has one; a malformed record is
+    `Unknown(MALFORMED)`, which the fold skips). With `up_to`, only the records at positions
+    ≤ `up_to`: the state right after that record. `start`: from there (default: the log's
+    start; for compacted logs, the end of the prefix the checkpoint keeps, see
+    `prefix_state`: the fold before the first record)."""
+    log = _open_existing(location, CLAIMS_TOPIC)
+    if log is None:
+        return
+    with log:
+        if start is None and log.start != log.origin:
+            compacted = compacted_prefix(location)
+            start = None if compacted is None else compacted[1]
+        for entry in log.iter_from(log.start if start is None else start):
+            if up_to is not None and entry.position > up_to:
+                return
+            try:
+                yield entry.position, decode_claims_entry(entry)
+            except RecordDecodeError:
+                yield entry.position, Unknown(MALFORMED)
+
+
+def prefix_state(location: str | Path) -> ClaimSnapshot | None:
+    """The claims fold before the first record `read_claims` yields: None for logs that
+    hold every record, the compacted prefix's fold otherwise."""
+    compacted = compacted_prefix(location)
+    return None if compacted is None else compacted[0].state
+
+
+def compacted_prefix(location: str | Path) -> tuple[Prefix, int, int, int] | None:
+    """For logs compacted by `qw compact` (queue_worker.compaction): the prefix the
+    checkpoint keeps, where the retained claims and tasks records start, and how many
+    segments were removed; None for logs that still hold every record. ReportInputError
+    when the removed history is not accounted for (no usable checkpoint, a broken digest
+    chain): the report cannot prove what it cannot see."""
+    directory: Location
+    if is_redis_url(str(location)):
+        directory = str(location)  # the checkpoint is a key beside the streams
+    else:
+        directory = Path(location)
+        if not all((directory / f"{t}.log").is_file() for t in (TASKS_TOPIC, CLAIMS_TOPIC)):
+            return None  # (a log not there yet was never compacted)
+    tasks_log, claims_log = open_topics(location, read_only=True)
+    with tasks_log, claims_log:
+        if tasks_log.start == tasks_log.origin and claims_log.start == claims_log.origin:
+            return None
+        from queue_worker.checkpoint import (  # compacted logs only
+            CheckpointRefused,
+            listed_start,
+            read_base,
+            removed_segments,
+            restore_checkpoint,
+        )
+        from queue_worker.prefix import Prefix
+
+        try:
+            restore_checkpoint(directory, tasks_log, claims_log)  # identity, chain, CRCs
+            plain = read_base(directory)
+            if plain is None:
+                raise CheckpointRefused("it keeps no fold of the removed records")
+            prefix = Prefix.from_plain(plain)
+        except CheckpointRefused as e:
+            raise ReportInputError(
+                f"{location}: the logs were compacted and the removed history cannot be "
+                f"accounted for (lost or tampered): {e}"
+            ) from e
+        removed = removed_segments(directory)
+        claims_start = listed_start(directory, CLAIMS_TOPIC, claims_log.origin)
+        tasks_start = listed_start(directory, TASKS_TOPIC, tasks_log.origin)
+        if prefix.position != claims_start:
+            raise ReportInputError(
+                f"{location}: the checkpoint's prefix ends at claims position "
+                f"{prefix.position}, its removed segments at {claims_start}: tampered"
+            )
+        count = sum(len(r) for r in removed.values())
+        return prefix, claims_start, tasks_start, count
