@@ -26,7 +26,10 @@ with ``QW_COMPACT_STOP_AT`` kill points of the same names):
                     of its entries in the digest chain), written with one ``SET`` before
                     any trim (why that is durable enough: `queue_worker.redis_checkpoint`)
 4. ``dropped``      the claims stream trimmed to the cut the checkpoint lists, then the
-                    tasks stream (the kill point is after the first trim)
+                    tasks stream (the kill point is after the first trim). With server
+                    verdicts, the claims trim also drops the done tasks' fields of their
+                    state below the fold's watermark, in the same script call
+                    (`queue_worker.verdict_trim`)
 
 A kill before 3 changes nothing. A kill after 3 leaves a checkpoint listing trims not made
 yet: it loads (the entries it lists are still there, and its records start after them),
@@ -47,6 +50,7 @@ from queue_worker.checkpoint import (
     checkpoint_lock,
     listed_start,
     removed_segments,
+    restore_checkpoint,
 )
 from queue_worker.compaction import (
     Compacted,
@@ -64,7 +68,9 @@ from queue_worker.settled import (
     removable,
     tasks_segment_settled,
 )
+from queue_worker.state import ClaimState
 from queue_worker.topics import CLAIMS_TOPIC, TASKS_TOPIC, TaskIndex, open_topics
+from queue_worker.verdict_trim import trim_claims
 
 
 class _Size(NamedTuple):
@@ -103,8 +109,9 @@ def _compact_locked(url: str, retention: Retention, now: float) -> Compacted:
                 )
         sizes = {topic: _size(log) for topic, log in logs}
         plan: dict[str, list[Removed]] = {CLAIMS_TOPIC: [], TASKS_TOPIC: []}
+        folded: ClaimState | None = None  # the fold the checkpoint keeps
         if any(_old_or_big(log, listed[t], sizes[t], now, retention) for t, log in logs):
-            plan = _plan(url, tasks_log, claims_log, listed, sizes, now, retention)
+            plan, folded = _plan(url, tasks_log, claims_log, listed, sizes, now, retention)
         if any(plan.values()):  # (the kill point is after a checkpoint was written)
             stop_at("checkpointed")
         freed = 0
@@ -115,7 +122,13 @@ def _compact_locked(url: str, retention: Retention, now: float) -> Compacted:
             if upto > was:
                 # (this compaction's trim, or one a killed compaction listed: said as made)
                 plan[topic] = [r for r in listed_now.get(topic, []) if r.end > was]
-                trim(log, upto)
+                if topic == CLAIMS_TOPIC:
+                    if folded is None:  # a trim a killed compaction listed: its checkpoint's
+                        folded = restore_checkpoint(url, tasks_log, claims_log)[1].state
+                    snap = folded.snapshot()
+                    trim_claims(log, upto, snap.watermark, (task for task, _ in snap.dead))
+                else:
+                    trim(log, upto)
                 freed += max(0, sizes[topic].total - stream_bytes(log))
                 stop_at("dropped")
         return Compacted(
@@ -153,9 +166,9 @@ def _plan(
     sizes: dict[str, _Size],
     now: float,
     retention: Retention,
-) -> dict[str, list[Removed]]:
+) -> tuple[dict[str, list[Removed]], ClaimState]:
     """Fold both streams, choose the cuts retention allows, and make the checkpoint that
-    lists them (steps 2 and 3 of the module docstring)."""
+    lists them (steps 2 and 3 of the module docstring); with the claims fold it keeps."""
     tasks, claims = fold_logs(url, tasks_log, claims_log)
     stop_at("folded")
     watermark = claims.state.watermark
@@ -184,7 +197,7 @@ def _plan(
     if any(plan.values()):
         tasks_before = first_id + tasks_end[1]  # (a task's id is its index in the topic)
         checkpoint_plan(url, tasks, tasks_log, claims, claims_log, tasks_before, listed, plan)
-    return plan
+    return plan, claims.state
 
 
 class _Budget:

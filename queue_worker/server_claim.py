@@ -11,8 +11,12 @@ What the script picks (the pick rules of `queue_worker.pick` as far as they appl
 1. an orphan first: the open task that has been claimable longest, its holder's lease
    lapsed (a worker killed with -9) or its backoff over, by the index of open tasks beside
    the state (`server_verdicts.index_key`: scored by expiry or retry_at), judged on the
-   server's clock (`TIME`, to the millisecond below, so that the CLAIM's own time, the
-   entry's millisecond, is at or past it: the claim wins);
+   stream's clock: the entry time of the DONE or FAIL the call appended first, else the
+   server's clock (`TIME`, to the millisecond below); either way the CLAIM's own time,
+   its entry's millisecond, is at or past it: the claim wins;
+   but not by the heir: a lapsed task whose holder has the caller's name and host (the
+   worker it replaced) is left to the others for one lease after its lapse, as
+   `queue_worker.pick` does (when the caller says it has siblings: `heirs`);
 2. else the next task of the tasks stream that no claim has touched (a cursor beside the
    state: ``~tasks``, the last tasks entry handed out, and ``~next``, its id + 1; a task id
    is its index in the tasks stream, as everywhere).
@@ -52,22 +56,26 @@ from queue_worker.state import Verdict
 
 # KEYS[5] the tasks stream. ARGV[4..11] the previous task's DONE or FAIL (as the verdict
 # script takes a record; ARGV[4] '' for none), ARGV[12] the worker, ARGV[13] its lease,
-# ARGV[14] its clock, ARGV[15] '1' to claim a task. Returns, packed as one msgpack array
-# (`unpack_reply`): {the finish's id, verdict and state ('' each for none), the CLAIM's id,
-# verdict and state, its task, the task's payload record ('' each for none); when nothing
-# was claimed, the last tasks entry read, the earliest time an open task becomes claimable
-# ('' for none), '1' when no task is open}.
+# ARGV[14] its clock, ARGV[15] '1' to claim a task, ARGV[16] '1' to leave a predecessor's
+# lapsed tasks to the others for one lease (the worker has siblings). Returns, packed as
+# one msgpack array (`unpack_reply`): {the finish's id, verdict and state ('' each for
+# none), the CLAIM's id, verdict and state, its task, the task's payload record ('' each for
+# none); when nothing was claimed, the last tasks entry read, the earliest time an open
+# task becomes claimable ('' for none), '1' when no task is open, and the time the pick
+# went by ('' for none)}.
 _NEXT_LUA: Final = (
     RULES_LUA
     + r"""
 local saved, refused = prelude()
 if refused then return refused end
 if saved then return saved end
-local reply = {'', '', '', '', '', '', '', '', '', '', ''}
+local reply = {'', '', '', '', '', '', '', '', '', '', '', ''}
+local finished_ms = nil
 if ARGV[4] ~= '' then
   local f = fold_in(ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11])
   if f.err then return f end
   reply[1], reply[2], reply[3] = f[1], f[2], f[3]
+  finished_ms = tonumber(string.match(f[1], '^(%d+)-'))
 end
 local function payload_of(entry)
   local fields = entry[2]
@@ -77,33 +85,50 @@ local function payload_of(entry)
   return ''
 end
 -- the pick: an orphan (lease lapsed, backoff over) first, else the next untouched task
-local task, task_entry, payload = nil, nil, nil
+local task, task_entry, payload, now, withheld = nil, nil, nil, nil, nil
 if ARGV[15] == '1' then
-  local t = redis.call('TIME')
-  local now = (tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)) * 1000
-  local due = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now, 'LIMIT', 0, 1)
-  if due[1] then
-    task = due[1]
-    task_entry = cmsgpack.unpack(redis.call('HGET', KEYS[3], task)).t
+  -- now, on the stream's clock: the finish's entry time when there is one (our CLAIM's
+  -- comes at or after it), else the server's clock to the millisecond below
+  if finished_ms then now = finished_ms * 1000
+  else
+    local t = redis.call('TIME')
+    now = (tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)) * 1000
+  end
+  -- not by the heir: a lapsed task of our predecessor (its name and host, another
+  -- process) is left to the others for one lease after its lapse
+  local function lineage(w) return string.match(w, '^(.*)%-[^-]*%-[^-]*$') or w end
+  local mine = lineage(ARGV[12])
+  local due = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now, 'LIMIT', 0, 16)
+  for _, t in ipairs(due) do
+    local st = load(t)
+    local until_us = nil
+    if ARGV[16] == '1' and st and st.c and st.w ~= ARGV[12] and lineage(st.w) == mine then
+      until_us = st.e + tonumber(ARGV[13])
+    end
+    if until_us and now < until_us then
+      if not withheld or until_us < withheld then withheld = until_us end
+    else
+      task, task_entry = t, st and st.t
+      break
+    end
+  end
+  if task then
     if task_entry then
       local e = redis.call('XRANGE', KEYS[5], task_entry, task_entry)
       if e[1] then payload = payload_of(e[1]) end
     end
   else
-    local cursor = redis.call('HGET', KEYS[3], '~tasks')
-    local next_id = tonumber(redis.call('HGET', KEYS[3], '~next') or '0')
+    local m = get_meta()
     while true do
       local start = '-'
-      if cursor then start = '(' .. cursor end
+      if m.tasks then start = '(' .. m.tasks end
       local e = redis.call('XRANGE', KEYS[5], start, '+', 'COUNT', 1)
       if not e[1] then break end
-      cursor = e[1][1]
-      local id = string.format('%d', next_id)
-      next_id = next_id + 1
-      redis.call('HSET', KEYS[3], '~tasks', cursor, '~next', string.format('%d', next_id))
+      local id = string.format('%d', m.next)
+      m.tasks, m.next, m.moved = e[1][1], m.next + 1, true
       -- a task some CLAIM of another path has touched is the index's, or closed
-      if redis.call('HEXISTS', KEYS[3], id) == 0 then
-        task, task_entry, payload = id, cursor, payload_of(e[1])
+      if not load(id) then
+        task, task_entry, payload = id, e[1][1], payload_of(e[1])
         break
       end
     end
@@ -117,10 +142,19 @@ if task then
   reply[4], reply[5], reply[6], reply[7], reply[8] = c[1], c[2], c[3], task, payload or ''
 end
 if not task then  -- nothing claimed: how far the tasks were read, and when to look again
-  reply[9] = redis.call('HGET', KEYS[3], '~tasks') or ''
+  reply[9] = get_meta().tasks or ''
   local soonest = redis.call('ZRANGE', KEYS[4], 0, 0, 'WITHSCORES')
-  if soonest[1] then reply[10] = string.format('%d', tonumber(soonest[2]))
+  if soonest[1] then
+    local change = tonumber(soonest[2])
+    if withheld then  -- the first lapse not yet due, or the end of the heir's wait
+      local later = redis.call('ZRANGEBYSCORE', KEYS[4], '(' .. string.format('%d', now),
+                               '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+      change = withheld
+      if later[1] and tonumber(later[2]) < change then change = tonumber(later[2]) end
+    end
+    reply[10] = string.format('%d', change)
   else reply[11] = '1' end
+  if now then reply[12] = string.format('%d', now) end
 end
 return save(reply)
 """
@@ -137,6 +171,10 @@ class NextTask(NamedTuple):
     tasks_read: int | None  # nothing claimed: the position after the last tasks entry read
     next_change: int | None  # nothing claimed: when an open task becomes claimable (µs)
     nothing_open: bool  # nothing claimed, and no task is open (held, or waiting to retry)
+    #: nothing claimed: the server's time the pick went by (µs; None: no pick was made).
+    #: A worker that has made no CLAIM yet learns its clock's offset from it, to wait for
+    #: `next_change` on the server's clock (a fast clock would otherwise not wait at all).
+    server_now: int | None = None
 
 
 def _verdict(entry_id: bytes, word: bytes, packed: bytes) -> ServerVerdict:
@@ -167,9 +205,11 @@ class ServerClaims:
         finish: Done | Fail | None = None,
         finish_data: bytes | None = None,
         claim: bool = True,
+        heirs: bool = False,
     ) -> NextTask:
         """Append `finish` (when given) and, with `claim`, claim the next task for `worker`
-        with a lease of `lease_us` (its clock reads `now`), in one call."""
+        with a lease of `lease_us` (its clock reads `now`), in one call. `heirs`: leave a
+        predecessor's lapsed tasks to the others for one lease (module docstring)."""
         if finish is None:
             head: list[bytes | int | str] = ["", "", "", "", "", "", "", ""]
         else:
@@ -177,9 +217,9 @@ class ServerClaims:
             if len(data) > self.log.max_record:
                 raise RecordTooLargeError(len(data), self.log.max_record)
             head = [data, *record_args(finish)]
-        args = [*head, worker, lease_us, now, "1" if claim else "0"]
+        args = [*head, worker, lease_us, now, "1" if claim else "0", "1" if heirs else "0"]
         raw = call_folding_script(self.log, self._next, [self.tasks_key], args)
-        items = unpack_reply(self.log, raw, 11)
+        items = unpack_reply(self.log, raw, 12)
         finished = _verdict(*items[0:3]) if items[0] else None
         claimed = _verdict(*items[3:6]) if items[3] else None
         record = None
@@ -195,6 +235,7 @@ class ServerClaims:
             tasks_read,
             int(items[9]) if items[9] else None,
             items[10] == b"1",
+            int(items[11]) if items[11] else None,
         )
 
 

@@ -13,6 +13,9 @@ stream, in the hash ``<claims key>:verdicts``:
                      winning claims), ``r`` (retry_at after a FAIL) and ``l`` (the last
                      FAIL's error; a dead task's error)
     field ~through   the id of the last entry the script folded
+    field ~below     every task below it is closed, and one without a field is done:
+                     compaction drops done tasks' fields below the fold's watermark in the
+                     step that trims the claims stream (`trim_claims`); dead ones stay
 
 Times are the server's, as every reader's fold sees them on Redis (`topics.on_server_clock`):
 a record's ``at`` is its entry's millisecond × 1000, a FAIL's retry_at keeps its distance
@@ -48,6 +51,8 @@ from queue_worker.state import ClaimState, Lease, Verdict
 #: the hash field that holds the id of the last entry the script folded (task fields are
 #: decimal digits only)
 THROUGH: Final = "~through"
+#: the hash field below which every task is closed (and one without a field done)
+BELOW: Final = "~below"
 #: the largest lease or backoff distance the script adds exactly (its numbers are doubles:
 #: a time, < 2^51 µs until the year 2041 and < 2^53 until 2255, plus this stays exact)
 MAX_EXACT: Final = 2**52
@@ -59,9 +64,64 @@ MAX_EXACT: Final = 2**52
 # ARGV[1] the call number, ARGV[2] the last-append record's ttl (ms), ARGV[3] the seq limit
 # (see RedisLog.call_appending_script).
 RULES_LUA: Final = r"""
+-- What a call has read of the state, and what it writes at its end (`flush`): one HMGET
+-- of the fields of the whole queue, one HGET per task, one HSET for everything (every
+-- redis.call costs the server a few µs: this script is run once per record or task).
+local meta = nil   -- {through, tasks (cursor), next (task id), below}
+local cache = {}   -- task -> its state (a table), or false: no field
+local written = {} -- task -> its state packed, to write
+local order = {}   -- the tasks in `written`, in order
+
+local function get_meta()
+  if not meta then
+    local m = redis.call('HMGET', KEYS[3], '~through', '~tasks', '~next', '~below')
+    meta = {through = m[1] or '0-0', tasks = m[2] or nil,
+            next = tonumber(m[3] or '0'), below = tonumber(m[4] or '0'),
+            folded = false, moved = false}
+  end
+  return meta
+end
+
+-- a task's state (nil: none). A task below `~below` with no field is done: compaction
+-- drops the fields of done tasks below the fold's watermark (and keeps dead ones).
+local function load(task)
+  local st = cache[task]
+  if st == nil then
+    local raw = redis.call('HGET', KEYS[3], task)
+    if raw then st = cmsgpack.unpack(raw) else st = false end
+    cache[task] = st
+  end
+  if st then return st end
+  if tonumber(task) < get_meta().below then return {s = 'd'} end
+  return nil
+end
+
+local function flush()
+  if not meta then return end
+  local args = {}
+  for _, t in ipairs(order) do
+    args[#args + 1] = t
+    args[#args + 1] = written[t]
+  end
+  if meta.folded then
+    args[#args + 1] = '~through'
+    args[#args + 1] = meta.through
+  end
+  if meta.moved then
+    args[#args + 1] = '~tasks'
+    args[#args + 1] = meta.tasks
+    args[#args + 1] = '~next'
+    args[#args + 1] = string.format('%d', meta.next)
+  end
+  if #args > 0 then redis.call('HSET', KEYS[3], unpack(args)) end
+end
+
 -- the id of the last entry ever added to a stream ('0-0': none), which a trim of its
 -- front (compaction's XTRIM MINID) does not change, as it changes the last entry left
 local function last_added(key)
+  local last = redis.call('XREVRANGE', key, '+', '-', 'COUNT', 1)
+  if last[1] then return last[1][1] end
+  -- empty: never written, or trimmed to nothing
   if redis.call('EXISTS', key) == 0 then return '0-0' end
   local info = redis.call('XINFO', 'STREAM', key)
   for i = 1, #info, 2 do
@@ -77,7 +137,7 @@ local function prelude()
   if last and string.sub(last, 1, #mine) == mine then
     return string.sub(last, #mine + 1), nil
   end
-  local through = redis.call('HGET', KEYS[3], '~through') or '0-0'
+  local through = get_meta().through
   local tail_id = last_added(KEYS[1])
   if tail_id ~= through then
     return nil, redis.error_reply('QWBEHIND ' .. tail_id .. ' ' .. through)
@@ -85,8 +145,10 @@ local function prelude()
   return nil, nil
 end
 
--- keep the reply (packed) for a retry of this call (a lost reply), and return it packed
+-- write what the call changed, keep the reply (packed) for a retry of this call (a lost
+-- reply), and return it packed
 local function save(reply)
+  flush()
   local packed = cmsgpack.pack(reply)
   redis.call('SET', KEYS[2], ARGV[1] .. ' ' .. packed, 'PX', ARGV[2])
   return packed
@@ -97,19 +159,19 @@ end
 -- tasks stream, kept in its state (the claiming script reads the payload with it).
 local function fold_in(data, kind, task, worker, lease, claim, delta, err, task_entry)
   if kind ~= 'C' and kind ~= 'R' and kind ~= 'D' and kind ~= 'F' then
+    flush()
     return redis.error_reply('QWTYPE ' .. kind)
   end
   local id = redis.call('XADD', KEYS[1], '*', 'd', data)
   local ms, seq = string.match(id, '^(%d+)-(%d+)$')
   if tonumber(seq) >= tonumber(ARGV[3]) then
     redis.call('XDEL', KEYS[1], id)
+    flush()
     return redis.error_reply('QWSEQ entry id ' .. id .. ' has a sequence number of '
       .. ARGV[3] .. ' or more within one millisecond')
   end
   local at = tonumber(ms) * 1000
-  local raw = redis.call('HGET', KEYS[3], task)
-  local st = nil
-  if raw then st = cmsgpack.unpack(raw) end
+  local st = load(task)
   -- Rule 2: the holder is a claim (its entry id) and its worker
   local function holds()
     return st ~= nil and st.s == 'o' and st.c == claim and st.w == worker
@@ -146,13 +208,15 @@ local function fold_in(data, kind, task, worker, lease, claim, delta, err, task_
   end
   local packed = ''
   if st then packed = cmsgpack.pack(st) end
+  local m = get_meta()
+  m.through, m.folded = id, true
   if changed then
-    redis.call('HSET', KEYS[3], task, packed, '~through', id)
+    cache[task] = st
+    if not written[task] then order[#order + 1] = task end
+    written[task] = packed
     if st.s ~= 'o' then redis.call('ZREM', KEYS[4], task)
     elseif st.c then redis.call('ZADD', KEYS[4], st.e, task)
     else redis.call('ZADD', KEYS[4], st.r, task) end
-  else
-    redis.call('HSET', KEYS[3], '~through', id)
   end
   return {id, verdict, packed}
 end
@@ -222,6 +286,15 @@ class ServerState(NamedTuple):
     tail: int | None  # the position of the last entry ever added (None: none; a trim keeps it)
     tasks: dict[int, bytes]  # task id -> its packed state
     scheduled: dict[int, int]  # open task id -> when it may next be claimed (expiry or retry_at)
+    below: int = 0  # every task below it is closed; one without a field is done
+
+    def view(self, task: int) -> TaskView | None:
+        """`task` as the server holds it (None: never claimed). ValueError for a state the
+        script cannot have written."""
+        packed = self.tasks.get(task)
+        if packed is None:
+            return TaskView("done") if 0 <= task < self.below else None
+        return server_view(packed)
 
 
 def state_key(log: RedisLog) -> str:
@@ -390,11 +463,14 @@ class ServerVerdicts:
         tail_id, flat, scored = raw
         tail = pack_id(*parse_id(tail_id)) if tail_id else None
         through: int | None = None
+        below = 0
         tasks: dict[int, bytes] = {}
         for field, value in zip(flat[::2], flat[1::2], strict=True):
             name = field.decode("ascii", "replace")
             if name == THROUGH:
                 through = pack_id(*parse_id(value))
+            elif name == BELOW:
+                below = int(value)
             elif name.isdigit():
                 tasks[int(name)] = value
         if through is None and not tasks:
@@ -404,4 +480,4 @@ class ServerVerdicts:
             int(task): int(float(score))
             for task, score in zip(scored[::2], scored[1::2], strict=True)
         }
-        return ServerState(through, tail, tasks, index)
+        return ServerState(through, tail, tasks, index, below)

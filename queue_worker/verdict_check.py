@@ -20,7 +20,7 @@ from logstore.location import is_redis_url
 from logstore.redis_log import RedisLog
 from queue_worker.names import printable, worker_label
 from queue_worker.records import RecordDecodeError, Unknown
-from queue_worker.server_verdicts import ServerVerdicts, TaskView, fold_view, server_view
+from queue_worker.server_verdicts import ServerVerdicts, TaskView, fold_view
 from queue_worker.state import ClaimSnapshot, ClaimState
 from queue_worker.topics import CLAIMS_TOPIC, MALFORMED, decode_claims_entry, open_topic
 
@@ -99,9 +99,8 @@ def check_log(
     differ: list[str] = []
     for task in sorted(tasks):
         mine = fold_view(fold, task)
-        packed = server.tasks.get(task)
         try:
-            theirs = None if packed is None else server_view(packed)
+            theirs = server.view(task)  # (a done task below a trim's ~below has no field)
         except ValueError as e:
             differ.append(f"task {task}: the server's state does not decode ({e})")
             continue

@@ -795,10 +795,14 @@ class Worker:
         self.record.state("claiming")
         now = self._clock()
         started = time.perf_counter_ns()
-        got = self._server.next(self.worker_id, self.config.lease_us, now)
+        got = self._server.next(
+            self.worker_id, self.config.lease_us, now, heirs=self.config.slots > 1
+        )
         latency_us = (time.perf_counter_ns() - started) // 1000
         settled = self._server_claimed(got)
         if settled is None:
+            if got.server_now is not None:  # (the server's clock, as a CLAIM would tell it)
+                self.clock_offset_us = got.server_now - now
             self.record.state("idle")
             return StepResult(StepKind.IDLE, drained=got.nothing_open, next_change=got.next_change)
         assert got.claim is not None
@@ -831,6 +835,7 @@ class Worker:
                 finish=record,
                 finish_data=data,
                 claim=ahead is not None,
+                heirs=self.config.slots > 1,
             )
         except (RecordTooLargeError, *FATAL_LOG_ERRORS):
             raise

@@ -451,7 +451,7 @@ timeline_cli.register(app)
 
 def main(argv: list[str] | None = None) -> int:
     """Run `qw`; every usage error is one line on stderr and exit code 2."""
-    from supervisor.up_args import starts_workers
+    from supervisor.up_args import on_redis, starts_workers
 
     args = sys.argv[1:] if argv is None else argv
     up = args[:1] == ["up"]
@@ -460,7 +460,7 @@ def main(argv: list[str] | None = None) -> int:
 
         # The `qw` script has started it already (supervisor.entry); a caller of `main`
         # gets it here, while typer parses the options.
-        start_server()
+        start_server(redis=on_redis(args, os.environ.get("QW_LOG")))
     try:
         run = one_command.runner(app, args)  # typer builds the command that runs, alone
         result: object = run(args=argv, prog_name="qw", standalone_mode=False)

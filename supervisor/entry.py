@@ -4,6 +4,8 @@ The fork server (supervisor.forked) is a fresh interpreter that imports the work
 ~0.25 s of CPU; `qw up` itself imports typer and the supervisor and parses its options,
 about as much again. Started here, first thing, the two run side by side (on two cores,
 in half the time) and the first worker can be forked as soon as the supervisor is ready.
+On Redis the server imports redis-py too (~0.25 s of CPU, most of it the asyncio that
+redis-py imports whatever is used), once, instead of every worker after its fork.
 The plain forms of `qw status`, `task`, `why` and `enqueue` run without typer
 (supervisor.fast_path), and `qw --help` is read from a cache of typer's own output
 (supervisor.help_cache) when the build wrote one for these sources; every other command
@@ -12,9 +14,10 @@ line goes to the command line (supervisor.cli), which imports what it needs when
 
 from __future__ import annotations
 
+import os
 import sys
 
-from supervisor.up_args import starts_workers
+from supervisor.up_args import on_redis, starts_workers
 
 
 def main() -> int:
@@ -22,7 +25,7 @@ def main() -> int:
         from supervisor.forked import fork_enabled, start_server
 
         if fork_enabled():  # QW_WORKER_START=exec: no fork server
-            start_server()
+            start_server(redis=on_redis(sys.argv[1:], os.environ.get("QW_LOG")))
     else:
         args = sys.argv[1:]
         if args == ["--help"]:

@@ -33,12 +33,14 @@ import psutil  # type: ignore[import-untyped, unused-ignore]
 import pytest
 
 from logstore import AppendError, Entry, Log, LogError, open_log
+from logstore.redis_log import RedisLog
 from queue_worker.clock import now_us, seconds_to_us
 from queue_worker.config import WorkerConfig
 from queue_worker.handlers import TaskContext
 from queue_worker.producer import Queue
 from queue_worker.records import Claim, ClaimsRecord, Done, decode_claims, encode
 from queue_worker.report import load_report, read_claims
+from queue_worker.server_verdicts import ServerVerdicts
 from queue_worker.state import Outcome, Verdict
 from queue_worker.stats import read_all
 from queue_worker.topics import CLAIMS_TOPIC, TASKS_TOPIC, ClaimsFollower, decode_claims_entry
@@ -712,12 +714,17 @@ def test_qw_up_workers_survive_server_restarts_and_every_task_is_done_once(
 
 
 def location_for(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The queue for `backend`: "redis", whose workers fold the claims themselves;
+    "redis-server", with server verdicts (the server picks and claims:
+    `queue_worker.server_claim`); "file", the file log."""
     if backend == "redis":
         return queue_url(request.getfixturevalue("redis_url"))
+    if backend == "redis-server":
+        return queue_url(request.getfixturevalue("redis_url")) + "&verdicts=server"
     return str(tmp_path / "qw")
 
 
-@pytest.mark.parametrize("backend", ["redis", "file"])
+@pytest.mark.parametrize("backend", ["redis", "redis-server", "file"])
 def test_a_fast_clock_cannot_take_a_live_lease_over_on_redis_but_can_on_the_file_log(
     backend: str, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
@@ -733,12 +740,13 @@ def test_a_fast_clock_cannot_take_a_live_lease_over_on_redis_but_can_on_the_file
 
     run = tmp_path / "run"
     honest_results: list[StepResult] = []
+    fast_clock = OffsetClock(HOUR_US)  # an hour ahead: a 60 s lease looks long gone
     with (
         Worker(worker_config(location, run, "honest", lease_s=60), handler=honest_work) as honest,
         Worker(
             worker_config(location, run, "fast", lease_s=60),
             handler=lambda payload: "fast",
-            clock=OffsetClock(HOUR_US),  # an hour ahead: a 60 s lease looks long gone
+            clock=fast_clock,
         ) as fast,
         ClaimsTail(location) as tail,
     ):
@@ -755,6 +763,14 @@ def test_a_fast_clock_cannot_take_a_live_lease_over_on_redis_but_can_on_the_file
                 # ... and the worker now knows how far its clock is from the server's.
                 assert fast.clock_offset_us < -HOUR_US // 2
                 assert fast.step().kind is StepKind.IDLE
+            elif backend == "redis-server":
+                # The server picks by its own clock: a live lease is not offered at all.
+                assert stolen.kind is StepKind.IDLE
+                # ... and the reply's time tells the worker its clock's offset, so that it
+                # waits for the lease's end on the server's clock (not a busy loop).
+                assert fast.clock_offset_us < -HOUR_US // 2
+                assert stolen.next_change is not None
+                assert stolen.next_change - fast.fold_time(fast_clock()) > 0
             else:
                 # Dated by its own clock, past the expiry: a takeover every reader accepts.
                 assert stolen.kind is StepKind.DONE
@@ -765,7 +781,7 @@ def test_a_fast_clock_cannot_take_a_live_lease_over_on_redis_but_can_on_the_file
             runner.join(60)
     [honest_result] = honest_results
     report = load_report(location)
-    if backend == "redis":
+    if backend.startswith("redis"):
         assert honest_result.kind is StepKind.DONE
         assert report.ok and report.tasks_done == 1 and not report.takeovers
     else:
@@ -773,7 +789,7 @@ def test_a_fast_clock_cannot_take_a_live_lease_over_on_redis_but_can_on_the_file
         assert [w.task for w in report.worked_twice] == [0] and report.exit_code == 1
 
 
-@pytest.mark.parametrize("backend", ["redis", "file"])
+@pytest.mark.parametrize("backend", ["redis", "redis-server", "file"])
 def test_a_slow_clock_does_not_delay_redistribution_on_redis(
     backend: str, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
@@ -783,12 +799,16 @@ def test_a_slow_clock_does_not_delay_redistribution_on_redis(
     lease = seconds_to_us(0.2)
     # What a worker killed right after winning leaves behind: one CLAIM, nothing more.
     with open_log(location, CLAIMS_TOPIC) as claims:
-        claims.append(encode(Claim(0, "ghost", now_us(), lease)))
+        if backend == "redis-server":  # (every writer of such a queue goes through them)
+            assert isinstance(claims, RedisLog)
+            ServerVerdicts(claims).append(Claim(0, "ghost", now_us(), lease))
+        else:
+            claims.append(encode(Claim(0, "ghost", now_us(), lease)))
         [entry] = claims.read(claims.start)
     ghost = decode_claims_entry(entry)  # on Redis, dated by the server's clock
     assert isinstance(ghost, Claim)
     expiry = ghost.at + lease
-    if backend == "redis":
+    if backend.startswith("redis"):
         redis_url = request.getfixturevalue("redis_url")
         wait_until(lambda: server_time_us(redis_url) > expiry, 30, "the lease to lapse")
     else:
@@ -796,9 +816,12 @@ def test_a_slow_clock_does_not_delay_redistribution_on_redis(
     slow_clock = OffsetClock(-HOUR_US)
     config = worker_config(location, tmp_path / "run", "slow", lease_s=60)
     with Worker(config, handler=lambda payload: "slow", clock=slow_clock) as slow:
-        slow.catch_up()
-        result = slow.attempt(0, slow_clock())
-    if backend == "redis":
+        if backend == "redis-server":
+            result = slow.step()  # the server's pick: the lapsed lease, by the server's clock
+        else:
+            slow.catch_up()
+            result = slow.attempt(0, slow_clock())
+    if backend.startswith("redis"):
         assert result.kind is StepKind.DONE  # its CLAIM is dated by the server: a takeover
         assert load_report(location).takeovers[0].new_holder == slow.worker_id
     else:

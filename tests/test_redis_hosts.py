@@ -51,10 +51,15 @@ def host_of(worker: str | None) -> str:
 
 
 @pytest.mark.redis
+@pytest.mark.parametrize("verdicts", ["client", "server"])
 def test_a_host_with_a_fast_clock_neither_steals_a_live_lease_nor_delays_a_takeover(
-    redis_url: str, tmp_path: Path
+    redis_url: str, tmp_path: Path, verdicts: str
 ) -> None:
-    url = queue_url(redis_url)
+    """With client verdicts host B's worker tries a live lease and loses; with server
+    verdicts the server does not offer it one (host B idles, waiting on the server's clock).
+    Either way host B takes the dead worker's task over once the lease has lapsed on the
+    server's clock (the dead worker's replacement on host A leaves it to the others)."""
+    url = queue_url(redis_url) + ("&verdicts=server" if verdicts == "server" else "")
     gate = tmp_path / "gate"
     tasks = tmp_path / "tasks.jsonl"
     tasks.write_text("".join(json.dumps({"n": n, "gate": str(gate)}) + "\n" for n in range(2)))
@@ -93,7 +98,18 @@ def test_a_host_with_a_fast_clock_neither_steals_a_live_lease_nor_delays_a_takeo
             def by_b(verdict: Verdict) -> Callable[[Seen], bool]:
                 return lambda s: s.verdict is verdict and host_of(s.outcome.worker) == "host-b"
 
-            wait_until(lambda: tail.find(by_b(Verdict.LOST_HELD)), 120, "host-b to try a lease")
+            if verdicts == "client":
+                wait_until(lambda: tail.find(by_b(Verdict.LOST_HELD)), 120, "host-b to try a lease")
+            else:  # the server's pick offers host B nothing: it has asked, and idles
+                wait_until(
+                    lambda: [
+                        s for s in read_all(tmp_path / "host-b" / "run") if s["state"] == "idle"
+                    ],
+                    120,
+                    "host-b to ask for a task and idle",
+                )
+                tail.poll()
+                assert not [s for s in tail.seen if host_of(s.outcome.worker) == "host-b"]
             assert tail.find(by_b(Verdict.TAKEOVER)) is None  # it lost: the lease is live
 
             # A worker of host A dies holding its task: host B takes it over once the lease
@@ -134,7 +150,7 @@ def test_a_host_with_a_fast_clock_neither_steals_a_live_lease_nor_delays_a_takeo
             assert isinstance(written, Claim) and entry.server_time_us is not None
             assert written.at - entry.server_time_us > (SKEW_S - 60) * 1_000_000
             b_claims += 1
-    assert b_claims >= 2  # the lost try and the takeover at least
+    assert b_claims >= (2 if verdicts == "client" else 1)  # (the lost try), the takeover
 
     # Takeover timing: never before the dead lease's expiry on the server's clock, and every
     # earlier try of host B on a live lease lost.

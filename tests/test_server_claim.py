@@ -148,3 +148,38 @@ def test_the_claiming_scripts_verdicts_are_the_folds(
                 assert got.claimed.verdict.won  # the pick chose a task the rules let go
                 held[worker] = (got.claim.task, got.claimed.position)
         assert check_log(claims) == []
+
+
+def test_a_restarted_worker_leaves_its_predecessors_lapsed_task_to_the_others(
+    logs: tuple[RedisLog, RedisLog],
+) -> None:
+    """Not by the heir (queue_worker.pick): the lapsed task of a worker with our name and
+    host but another process is left to the others for one lease after its lapse."""
+    tasks, claims = logs
+    _enqueue(tasks, 2)
+    server = ServerClaims(claims, tasks)
+    lease = 60_000_000
+    dead = server.next("w0@h-1-aa", -1000, 0)  # its lease lapsed at once: killed, say
+    assert dead.claim is not None and dead.claim.task == 0
+    heir = server.next("w0@h-2-bb", lease, 0, heirs=True)
+    assert heir.claim is not None and heir.claim.task == 1  # fresh backlog, not task 0
+    assert heir.claimed is not None and heir.claimed.verdict is Verdict.WON
+    again = server.next("w0@h-2-bb", lease, 0, heirs=True)
+    assert again.claimed is None  # nothing else: it waits until its wait for task 0 ends
+    assert again.server_now is not None and again.next_change is not None
+    assert again.next_change > again.server_now
+    sibling = server.next("w1@h-3-cc", lease, 0, heirs=True)
+    assert sibling.claim is not None and sibling.claim.task == 0
+    assert sibling.claimed is not None and sibling.claimed.verdict is Verdict.TAKEOVER
+
+
+def test_a_worker_without_siblings_takes_its_predecessors_lapsed_task(
+    logs: tuple[RedisLog, RedisLog],
+) -> None:
+    tasks, claims = logs
+    _enqueue(tasks, 2)
+    server = ServerClaims(claims, tasks)
+    server.next("w0@h-1-aa", -1000, 0)
+    heir = server.next("w0@h-2-bb", 60_000_000, 0, heirs=False)  # nobody to leave it to
+    assert heir.claim is not None and heir.claim.task == 0
+    assert heir.claimed is not None and heir.claimed.verdict is Verdict.TAKEOVER

@@ -22,6 +22,7 @@ from queue_worker.server_verdicts import (
 )
 from queue_worker.state import ClaimState, Verdict
 from queue_worker.topics import decode_claims_entry
+from queue_worker.verdict_trim import trim_claims
 from tests.helpers import lose_first_script_reply
 
 pytestmark = pytest.mark.redis
@@ -46,7 +47,10 @@ acting = st.tuples(
     st.sampled_from(LEASES),
     st.sampled_from(BACKOFFS),
 )
-histories = st.lists(st.one_of(claims_op, acting), min_size=1, max_size=40)
+# compaction's step on the state (queue_worker.verdict_trim): the done tasks' fields below
+# the fold's watermark dropped, the state's ~below moved up to it
+trim_op = st.just(("T",))
+histories = st.lists(st.one_of(claims_op, acting, trim_op), min_size=1, max_size=40)
 
 
 def _record(
@@ -94,6 +98,10 @@ def test_every_verdict_and_task_state_is_the_folds(
         fold = ClaimState()
         claims: list[tuple[int, Claim]] = []
         for i, op in enumerate(history):
+            if op[0] == "T":
+                snap = fold.snapshot()
+                trim_claims(log, log.start, snap.watermark, (t for t, _ in snap.dead))
+                continue
             record = _record(op, claims, 1_700_000_000_000_000 + i)
             answer = server.append(record)
             [entry] = log.read(answer.position, 1)
@@ -105,12 +113,14 @@ def test_every_verdict_and_task_state_is_the_folds(
             if isinstance(record, Claim):
                 claims.append((entry.position, record))
         state = server.state()
-        assert state is not None
+        if state is None:  # nothing appended: only trims
+            assert all(op[0] == "T" for op in history)
+            return
         assert state.through == state.tail == fold.position
         for task in range(5):
-            packed = state.tasks.get(task)
-            view = fold_view(fold, task)
-            assert (packed is None) == (view is None)
+            assert state.view(task) == fold_view(fold, task)
+            if task < state.below and not fold.is_dead(task):
+                assert task not in state.tasks  # dropped by the trim
 
 
 def test_a_history_that_meets_every_rule(claims_log: RedisLog) -> None:
@@ -164,3 +174,32 @@ def test_a_record_appended_without_the_script_stops_it(claims_log: RedisLog) -> 
     assert isinstance(refused.value, IdentityError)  # a worker stops: it cannot go on
     assert claims_log.end() == sneaked + 1  # nothing appended
     assert state_key(claims_log).endswith(":qw:claims:verdicts")
+
+
+def test_after_a_trim_of_the_state_the_verdicts_are_the_folds(claims_log: RedisLog) -> None:
+    """Done tasks' fields dropped below the watermark (compaction's step): a CLAIM of one
+    still loses as done, of a dead one as dead, and the task above is claimed as before."""
+    server = ServerVerdicts(claims_log)
+    never = 10**9
+    fold = ClaimState()
+
+    def append(record: Claim | Renew | Done | Fail) -> Verdict:
+        answer = server.append(record)
+        [entry] = claims_log.read(answer.position, 1)
+        assert fold.apply(decode_claims_entry(entry), entry.position).verdict is answer.verdict
+        return answer.verdict
+
+    first = server.append(Claim(0, "a", 1, never))
+    fold.apply(decode_claims_entry(claims_log.read(first.position, 1)[0]), first.position)
+    assert append(Done(0, "a", 2, first.position)) is Verdict.DONE
+    doomed = server.append(Claim(1, "a", 3, never))
+    fold.apply(decode_claims_entry(claims_log.read(doomed.position, 1)[0]), doomed.position)
+    assert append(Fail(1, "a", 4, doomed.position, "bad", None)) is Verdict.DEAD
+    snap = fold.snapshot()
+    assert snap.watermark == 2
+    trim_claims(claims_log, claims_log.start, snap.watermark, (t for t, _ in snap.dead))
+    state = server.state()
+    assert state is not None and state.below == 2 and set(state.tasks) == {1}
+    assert append(Claim(0, "b", 5, never)) is Verdict.LOST_DONE
+    assert append(Claim(1, "b", 6, never)) is Verdict.LOST_DEAD
+    assert append(Claim(2, "b", 7, never)) is Verdict.WON
