@@ -93,21 +93,35 @@ def start_compactors(
     compactors = []
     for k in range(partitions):
         where = partition_location(location, k, partitions)
-        on_redis = is_redis_url(where)
-        if segment_bytes is not None and not on_redis:
-            for topic in (TASKS_TOPIC, CLAIMS_TOPIC):  # kept by the logs for every writer
-                open_log(where, topic, family=TOPICS, segment_bytes=segment_bytes).close()
-        if retention is None:
-            continue
-        compactor = Compactor(
-            where if on_redis else Path(where),
-            retention,
-            _reporting(report, k),
-            every_s,
+        compactor = start_compactor(
+            where, retention, _reporting(report, k), segment_bytes=segment_bytes, every_s=every_s
         )
-        compactor.start()
-        compactors.append(compactor)
+        if compactor is not None:
+            compactors.append(compactor)
     return compactors
+
+
+def start_compactor(
+    where: str,
+    retention: Retention | None,
+    report: Callable[[str], None],
+    *,
+    segment_bytes: int | None = None,
+    every_s: float = COMPACT_EVERY_S,
+) -> Compactor | None:
+    """The file log's segment size from now on (`segment_bytes`, kept by the logs for every
+    writer) and a started compactor for the queue at `where` (None when `retention` is None:
+    never compacted), saying what it did by `report(text)`: what `qw up` runs on a queue and
+    on each partition."""
+    on_redis = is_redis_url(where)
+    if segment_bytes is not None and not on_redis:
+        for topic in (TASKS_TOPIC, CLAIMS_TOPIC):
+            open_log(where, topic, family=TOPICS, segment_bytes=segment_bytes).close()
+    if retention is None:
+        return None
+    compactor = Compactor(where if on_redis else Path(where), retention, report, every_s)
+    compactor.start()
+    return compactor
 
 
 def _reporting(report: Callable[[int, str], None], k: int) -> Callable[[str], None]:

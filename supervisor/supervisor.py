@@ -22,7 +22,6 @@ on it within one tick: the first request drains, the second kills every worker a
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import random
 import signal
@@ -36,15 +35,14 @@ from multiprocessing.connection import wait as wait_for_any
 from pathlib import Path
 from typing import Final
 
-from logstore import LogError, is_redis_url, open_log
+from logstore import LogError
 from queue_worker.config import DEFAULT_DRAIN_TIMEOUT_S, DEFAULT_LEASE_S, WorkerConfig
 from queue_worker.names import worker_label
 from queue_worker.process import EXIT_CONFIG as WORKER_EXIT_CONFIG
 from queue_worker.settled import Retention
 from queue_worker.snapshot import WorkerSnapshot, read_snapshot_file
 from queue_worker.state import Lease
-from queue_worker.topics import CLAIMS_TOPIC, TASKS_TOPIC, TOPICS
-from supervisor.compactor import COMPACT_EVERY_S, Compactor
+from supervisor.compactor import COMPACT_EVERY_S, Compactor, start_compactor
 from supervisor.enqueue_input import demo_payloads as demo_payloads  # (also qw enqueue's)
 from supervisor.forked import start_worker, stop_server
 from supervisor.model import Event, QueueView, SupervisorSnapshot
@@ -54,6 +52,7 @@ from supervisor.orphans import OrphanBook
 from supervisor.pausing import stop_outside_appends
 from supervisor.run_files import is_running_worker, read_status_files
 from supervisor.slots import RestartPolicy, Slot, code_is_time_limit, describe_exit, last_line
+from supervisor.status_file import remove_status, status_path, write_status
 
 #: exit codes of `qw up`
 EXIT_OK: Final = 0  # drained: every worker finished what it held and exited
@@ -208,7 +207,7 @@ class Supervisor:
         self._next_sample = 0.0
         self._next_refresh = 0.0  # when the logs are read next
         self._next_view = 0.0  # when the counts and stats files are refreshed next
-        self._status_path = options.run_dir / "supervisors" / f"{os.getpid()}.json"
+        self._status_path = status_path(options.run_dir)
         self._logs_dir = options.run_dir / "logs"
         self._ops = OpsRecorder(options.location)  # kills, pauses, deaths: the ops topic
 
@@ -263,20 +262,13 @@ class Supervisor:
         (settled history removed as the run goes, file segments or Redis stream entries:
         see supervisor/compactor.py)."""
         opts = self.options
-        on_redis = is_redis_url(opts.location)
-        if opts.segment_bytes is not None and not on_redis:
-            for topic in (TASKS_TOPIC, CLAIMS_TOPIC):
-                open_log(
-                    opts.location, topic, family=TOPICS, segment_bytes=opts.segment_bytes
-                ).close()
-        if opts.retention is not None:
-            self._compactor = Compactor(
-                opts.location if on_redis else Path(opts.location),  # (Redis: its streams)
-                opts.retention,
-                lambda text: self._event("info", text),
-                opts.compact_every_s,
-            )
-            self._compactor.start()
+        self._compactor = start_compactor(
+            opts.location,
+            opts.retention,
+            lambda text: self._event("info", text),
+            segment_bytes=opts.segment_bytes,
+            every_s=opts.compact_every_s,
+        )
 
     def request_stop(self) -> None:
         """Safe from a signal handler: the first request drains, the second kills."""
@@ -420,8 +412,7 @@ class Supervisor:
                         self._exit_code = EXIT_LOG_ERROR
                 self._queue = self._monitor.queue_view()
                 self._monitor.close()  # its fold stays readable (task_info) for a last request
-            with contextlib.suppress(OSError):
-                self._status_path.unlink()
+            remove_status(self._status_path)
             self._ops.close()
             stop_server()  # every worker has exited: the fork server goes with us
         finally:
@@ -794,10 +785,7 @@ class Supervisor:
                 for s in self._slots
             ],
         }
-        tmp = self._status_path.with_suffix(".tmp")
-        with contextlib.suppress(OSError):  # a full disk costs `qw status`, not the run
-            tmp.write_text(json.dumps(status))
-            os.replace(tmp, self._status_path)
+        write_status(self._status_path, status)
 
 
 def _label(slot: Slot) -> str:
