@@ -915,6 +915,13 @@ class Worker:
         if idle.next_change is not None:
             until_change = us_to_seconds(idle.next_change - self.fold_time(self._clock()))
             timeout = max(0.0, min(timeout, until_change))
+        if self._server is None and self.config.exit_when_drained and not idle.drained:
+            # Idle but not drained: what ends the run is the DONE of a task another worker
+            # holds, which goes to the claims log; waiting on the tasks log would see it only
+            # at the poll, up to idle_poll_s after the last DONE (a task enqueued meanwhile
+            # waits that poll at most, and any CLAIM of it wakes us).
+            self.claims_log.wait(self.claims.next_position, timeout)
+            return
         # with the server picking, the tasks log is read by the server: wait after its read
         wait_from = self.tasks.next_position if self._server is None else self._server_tasks_read
         self.tasks_log.wait(wait_from, timeout)
