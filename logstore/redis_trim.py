@@ -28,16 +28,20 @@ from typing import Final
 from logstore.redis_log import TRIMMED_LUA, RedisLog, format_id, unpack_position
 
 # KEYS[1] the stream, KEYS[2] its start key. ARGV[1] the new start id. Moves the start key
-# forward (never back) and trims the stream to it, in one step. Returns the entries removed.
-_TRIM_LUA: Final = (
+# forward (never back) and trims the stream to it, in one step; `removed` is the count of
+# entries removed. A script that trims more in the same step (the server verdicts' state:
+# queue_worker.verdict_trim) goes on from here.
+TRIM_TO_START_LUA: Final = (
     TRIMMED_LUA
     + r"""
 if not trimmed_before(KEYS[2], ARGV[1]) then
   redis.call('SET', KEYS[2], ARGV[1])
 end
-return redis.call('XTRIM', KEYS[1], 'MINID', redis.call('GET', KEYS[2]))
+local removed = redis.call('XTRIM', KEYS[1], 'MINID', redis.call('GET', KEYS[2]))
 """
 )
+# Returns the entries removed.
+_TRIM_LUA: Final = TRIM_TO_START_LUA + "return removed\n"
 
 
 def trim(log: RedisLog, start: int) -> int:

@@ -21,7 +21,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Final
 
-from logstore.redis_log import TRIMMED_LUA, RedisLog, format_id, unpack_position
+from logstore.redis_log import RedisLog, format_id, unpack_position
+from logstore.redis_trim import TRIM_TO_START_LUA
 from queue_worker.server_verdicts import BELOW, state_key
 
 # KEYS[1] the claims stream, KEYS[2] its start key, KEYS[3] the verdicts' state. ARGV[1]
@@ -31,12 +32,8 @@ from queue_worker.server_verdicts import BELOW, state_key
 # fields of the other tasks from ~below to the watermark and moves ~below there. Returns
 # {the entries removed, the fields dropped}.
 _TRIM_LUA: Final = (
-    TRIMMED_LUA
+    TRIM_TO_START_LUA
     + r"""
-if not trimmed_before(KEYS[2], ARGV[1]) then
-  redis.call('SET', KEYS[2], ARGV[1])
-end
-local removed = redis.call('XTRIM', KEYS[1], 'MINID', redis.call('GET', KEYS[2]))
 local dropped = 0
 if redis.call('EXISTS', KEYS[3]) == 1 then
   local old = tonumber(redis.call('HGET', KEYS[3], '~below') or '0')
