@@ -940,8 +940,11 @@ def test_a_password_stays_off_every_command_line(tmp_path: Path) -> None:
             processes = [psutil.Process(up.pid), *psutil.Process(up.pid).children(True)]
             command_lines = [" ".join(p.cmdline()) for p in processes]
             # the workers are forked: the fork server's children, its command line theirs
+            # (its program text, then the descriptor of the supervisor's control pipe)
             forkserver = next(
-                p for p in processes if p.ppid() == up.pid and "forkserver" in p.cmdline()[-1]
+                p
+                for p in processes
+                if p.ppid() == up.pid and any("forkserver" in part for part in p.cmdline())
             )
             workers = forkserver.children()
             worker_lines = [Path(f"/proc/{p.pid}/cmdline").read_bytes() for p in workers]
