@@ -335,6 +335,17 @@ def _record_at(log: Log, position: int) -> _Record | None:
     return _Record(position, entry.next, len(entry.data), zlib.crc32(entry.data))
 
 
+def _first_record_from(log: Log, position: int) -> _Record | None:
+    """The first record at or after `position`: on a file log the one at it, on a Redis
+    stream possibly a later id (ids have gaps: a stream trimmed to its end starts one past
+    the last id removed, and the next entry appended is given a later one)."""
+    entries = log.read(position, 1)
+    if not entries:
+        return None
+    entry = entries[0]
+    return _Record(entry.position, entry.next, len(entry.data), zlib.crc32(entry.data))
+
+
 def _ends(index: TaskIndexSnapshot) -> tuple[int | None, int | None]:
     """The positions of the first and last task an index holds (None, None when empty)."""
     return index.first, index.last
@@ -404,8 +415,8 @@ def _log_plain(
         return {**common, "first": None, "last": None, "prefix_crc": 0}
     if last < start:
         raise ValueError(f"{log.name}: the fold ends before the retained records start")
-    first, seen = _record_at(log, start), _record_at(log, last)
-    if first is None or seen is None or seen.next != next_position:
+    first, seen = _first_record_from(log, start), _record_at(log, last)
+    if first is None or seen is None or seen.next != next_position or first.position > last:
         raise ValueError(f"{log.name}: the fold does not match the log at position {last}")
     if start == origin and first_folded is not None and first_folded != first.position:
         raise ValueError(f"{log.name}: the fold did not begin at the log's first record")

@@ -566,3 +566,38 @@ def test_the_supervisors_monitor_behind_a_trim_goes_on_from_the_checkpoint(queue
         assert (view.published, view.pending, view.dead) == (320, 20, 30)
     finally:
         monitor.close()
+
+
+def test_a_stream_trimmed_to_its_end_compacts_again_after_new_entries(queue: str) -> None:
+    """A stream's ids have gaps: once a compaction has trimmed every claims entry, the start
+    it recorded is one past the last id removed, and the next entry appended has a later id.
+    While that entry is live (nothing more to trim), a compaction still saves the checkpoint
+    of what it folded, which begins at the first entry at or after that start (it looked
+    for an entry exactly there and refused: "compaction skipped" at every round until the
+    live task closed)."""
+    compact_redis(queue, EVERYTHING)
+    _, claims_start = starts(queue)
+    tasks_log, claims_log = open_topics(queue)
+    with tasks_log, claims_log:
+        assert claims_log.end() == claims_start  # trimmed to its end
+        claims_log.append(encode(Claim(309, "w0-1-aaaa", NOW_US + 309_000, LEASE)))  # held
+        for t in range(300, 309):  # then the tasks before it claimed and done
+            at = NOW_US + 1000 * t
+            claim = claims_log.append(encode(Claim(t, "w0-1-aaaa", at, LEASE)))
+            claims_log.append(encode(Done(t, "w0-1-aaaa", at + 4, claim, {"r": t})))
+        assert claims_log.read(claims_start, 1)[0].position > claims_start  # the gap
+    before = fold(queue)
+    # The held claim keeps every claims entry after it; tasks 300-308 are settled, so the
+    # tasks stream is trimmed, and the checkpoint that covers it is saved first.
+    again = compact_redis(queue, EVERYTHING)
+    assert not again.removed["claims"] and again.removed["tasks"]
+    assert fold(queue) == before  # from the checkpoint this compaction saved
+    assert body(queue)["claims"]["next_position"] == claims_log_end(queue)
+    report = load_report(queue)  # 270 done of the first 300 (every tenth dead), 9 more
+    assert report.ok and report.tasks_done == 279
+
+
+def claims_log_end(url: str) -> int:
+    tasks_log, claims_log = open_topics(url)
+    with tasks_log, claims_log:
+        return claims_log.end()
