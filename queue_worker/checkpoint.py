@@ -328,11 +328,9 @@ def _malloc_trim() -> Any:
 
 
 def _record_at(log: Log, position: int) -> _Record | None:
-    entries = log.read(position, 1)
-    if not entries or entries[0].position != position:
-        return None
-    entry = entries[0]
-    return _Record(position, entry.next, len(entry.data), zlib.crc32(entry.data))
+    """The record exactly at `position`, or None."""
+    record = _first_record_from(log, position)
+    return record if record is not None and record.position == position else None
 
 
 def _first_record_from(log: Log, position: int) -> _Record | None:

@@ -219,9 +219,10 @@ class ForkedWorker:
         # Its watchdog compares getppid() with its parent: the fork server, not us.
         from dataclasses import replace
 
+        from logstore.location import is_redis_url
         from supervisor.prefold import request
 
-        redis = config.location.startswith(("redis://", "rediss://", "unix://"))
+        redis = is_redis_url(config.location)
         with _launch_lock:
             config = replace(config, parent_pid=start_server(redis=redis))
             process = _WorkerProcess(
