@@ -1,8 +1,12 @@
 """A partitioned `qw up` compacts every partition as it runs, as `qw up` compacts a queue:
 `--partitions` (a supervisor per partition, each with its compactor) and `--rebalance`
 (members; the supervisor runs a compactor per partition), on the file log and on Redis.
-With a retention of nothing, each partition's settled history is removed while the
-workers drain it, and `qw report` still proves every task done exactly once."""
+With a retention of nothing, each partition's settled history is removed while the run
+lives, and `qw report` still proves every task done exactly once.
+
+The run is stopped only once every task is done and every partition's logs start later
+(a condition with a deadline): a partition may drain before its compactor's first round,
+and a run that ended when drained would then leave that partition uncompacted."""
 
 from __future__ import annotations
 
@@ -17,6 +21,7 @@ from queue_worker.topics import open_topics
 from supervisor.members import MemberSupervisor
 from supervisor.partitioned import PartitionedSupervisor
 from supervisor.supervisor import SupervisorOptions
+from tests.helpers import wait_until
 from tests.test_cli import qw
 
 PARTITIONS = 2
@@ -35,7 +40,6 @@ def run(data: Path, location: str, form: str) -> list[str]:
         workers=PARTITIONS,
         work_ms=0,
         tasks=TASKS,
-        exit_when_drained=True,
         segment_bytes=SEGMENT_BYTES,
         retention=Retention(seconds=0, bytes=0),
         compact_every_s=0.2,
@@ -47,7 +51,9 @@ def run(data: Path, location: str, form: str) -> list[str]:
     )
     sup.start()
     try:
-        assert sup.wait(240), "the queue was not drained"
+        wait_until(lambda: drained_and_compacted(sup, location), 240, "drained and compacted")
+        sup.request_stop()  # the workers are idle: they leave, and the run ends with 0
+        assert sup.wait(60), "the run did not end after the stop"
     finally:
         sup.stop_now()
         sup.wait(30)
@@ -57,12 +63,23 @@ def run(data: Path, location: str, form: str) -> list[str]:
     return [f"p{k} {e.text}" for k, part in enumerate(sup.parts) for e in part.snapshot().events]
 
 
+def drained_and_compacted(sup: MemberSupervisor | PartitionedSupervisor, location: str) -> bool:
+    """Every task done, and every partition's two logs start after their first record."""
+    if sum(queue.done for queue in sup.partition_queues()) < TASKS:
+        return False
+    return all(starts_later(partition_location(location, k, PARTITIONS)) for k in range(PARTITIONS))
+
+
+def starts_later(location: str) -> bool:
+    tasks_log, claims_log = open_topics(location)
+    with tasks_log, claims_log:
+        return tasks_log.start > 0 and claims_log.start > 0
+
+
 def check(location: str, events: list[str], where: str, cwd: Path) -> None:
     for k in range(PARTITIONS):
         # settled history removed from each partition while it ran (its logs start later)
-        tasks_log, claims_log = open_topics(partition_location(location, k, PARTITIONS))
-        with tasks_log, claims_log:
-            assert tasks_log.start > 0 and claims_log.start > 0, (k, events)
+        assert starts_later(partition_location(location, k, PARTITIONS)), (k, events)
         assert any(e.startswith(f"p{k} compacted: ") for e in events), events
     assert not [e for e in events if "compaction skipped" in e], events
     report = qw("report", where, location, cwd=cwd, timeout=120)
