@@ -61,4 +61,4 @@ bench-partitions: $(VENV)/.installed-bench
 	$(BIN)/python -m bench.partitions_bench $(ARGS)
 
 clean:
-	rm -rf $(VENV) .qw queue_worker/_compiled logstore/_compiled supervisor/_compiled .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) .qw queue_worker/_compiled queue_worker/_compiled_c logstore/_compiled supervisor/_compiled .mypy_cache .ruff_cache .pytest_cache

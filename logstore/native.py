@@ -12,9 +12,10 @@ install would load a stale build.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from importlib.machinery import EXTENSION_SUFFIXES, ExtensionFileLoader
 from importlib.util import module_from_spec, spec_from_loader
+from types import ModuleType
 from typing import Final
 
 #: (starts, datas, pos, batch_start, ready), as framing._decode_loop returns them
@@ -32,14 +33,29 @@ EXT_SUFFIX: Final = EXTENSION_SUFFIXES[0]
 reason = "not loaded yet"
 
 
-def source_key(directory: str = PACKAGE_DIR) -> str:
+def key_of(directory: str, sources: Sequence[str]) -> str:
+    """The hash of the files `sources` (names in `directory`) as they are now: 16 hex digits.
+    Also the key of queue_worker's C decoder (queue_worker.cdecode)."""
     from _blake2 import blake2b  # built in, cheap to import (hashlib loads OpenSSL)
 
     digest = blake2b(digest_size=8)
-    for name in SOURCES:
+    for name in sources:
         with open(os.path.join(directory, name), "rb") as f:
             digest.update(name.encode() + b"\0" + f.read() + b"\0")
     return digest.hexdigest()
+
+
+def source_key(directory: str = PACKAGE_DIR) -> str:
+    return key_of(directory, SOURCES)
+
+
+def load_extension(module: str, path: str) -> ModuleType:
+    """The extension module `module` from the file `path` (not put in sys.modules)."""
+    spec = spec_from_loader(module, ExtensionFileLoader(module, path), origin=path)
+    assert spec is not None
+    loaded = module_from_spec(spec)
+    spec.loader.exec_module(loaded)  # type: ignore[union-attr]
+    return loaded
 
 
 def extension_path(key: str) -> str:
@@ -60,11 +76,7 @@ def load() -> Loop | None:
     if not os.path.isfile(path):
         reason = "no build of these sources (`make compiled`)"
         return None
-    spec = spec_from_loader(MODULE, ExtensionFileLoader(MODULE, path), origin=path)
-    assert spec is not None
-    module = module_from_spec(spec)
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    loop: Loop = module.decode_loop
+    loop: Loop = load_extension(MODULE, path).decode_loop
     reason = ""
     return loop
 

@@ -32,8 +32,9 @@ decoding untrusted input: anything malformed raises `RecordDecodeError`, and not
 
 from __future__ import annotations
 
+import importlib
 import reprlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, Final, NamedTuple, TypeVar
 
 import msgpack
@@ -355,9 +356,18 @@ def decode_claims_all(datas: Iterable[bytes]) -> list[ClaimsRecord | None]:
     malformed one (`decode_claims` of it alone raises RecordDecodeError naming why).
 
     Every worker decodes every claims record: a loop over a read's records costs less than
-    a call each (the function calls, the lookups), and the common records, well formed,
-    are built here as `decode` builds them. Anything else is decoded by `decode_claims`.
+    a call each (the function calls, the lookups). In C when built (`queue_worker.cdecode`:
+    the common records, well formed, built as `decode` builds them, anything else handed to
+    `_claims_or_none`); else `decode_claims_py`, this loop's definition.
     """
+    if _C_DECODE is not None:
+        return _C_DECODE(datas, Claim, Done, _claims_or_none)
+    return decode_claims_py(datas)
+
+
+def decode_claims_py(datas: Iterable[bytes]) -> list[ClaimsRecord | None]:
+    """`decode_claims_all` in Python: the common records, well formed, are built here as
+    `decode` builds them. Anything else is decoded by `decode_claims`."""
     records: list[ClaimsRecord | None] = []
     keep = records.append
     unpackb = _UNPACKB
@@ -397,3 +407,31 @@ def decode_task(data: bytes) -> TaskRecord | Unknown:
     if not isinstance(record, TaskRecord | Unknown):
         raise RecordDecodeError(f"a {type(record).__name__} record in the tasks topic")
     return record
+
+
+def _claims_or_none(data: bytes) -> ClaimsRecord | None:
+    """What `decode_claims_all` keeps for one payload the C decoder does not know."""
+    try:
+        return decode_claims(data)
+    except RecordDecodeError:
+        return None
+
+
+#: the C decoder's signature: (payloads, the Claim type, the Done type, the fallback)
+ClaimsDecoder = Callable[
+    [Iterable[bytes], type, type, Callable[[bytes], "ClaimsRecord | None"]],
+    list[ClaimsRecord | None],
+]
+
+
+def _c_decoder() -> ClaimsDecoder | None:
+    """The C decoder of `decode_claims_all` when built for these sources (queue_worker.cdecode)."""
+    # imported by name: mypyc compiles this module without following it (it needs logstore)
+    module = importlib.import_module("queue_worker.cdecode").load()
+    if module is None:
+        return None
+    decoder: ClaimsDecoder = module.decode_claims_all
+    return decoder
+
+
+_C_DECODE: Final = _c_decoder()
