@@ -109,14 +109,29 @@ class Outcome(NamedTuple):
     retry_at: int | None = None  # for LOST_BACKOFF and RELEASED
 
 
-@dataclass(slots=True)
+# Its own __init__, not the dataclass's: compiled, a dataclass's __init__ stays the Python
+# that `dataclasses` writes (an interpreted call and four attribute sets: 0.8 µs, a third of
+# a replay's fold, measured), while this one is compiled with the class.
+@dataclass(slots=True, init=False)
 class TaskState:
     """An open task that has been claimed at least once."""
 
-    holder: Lease | None = None
-    attempts: int = 0  # winning claims so far
-    retry_at: int | None = None
-    last_error: str | None = None
+    holder: Lease | None
+    attempts: int  # winning claims so far
+    retry_at: int | None
+    last_error: str | None
+
+    def __init__(
+        self,
+        holder: Lease | None = None,
+        attempts: int = 0,
+        retry_at: int | None = None,
+        last_error: str | None = None,
+    ) -> None:
+        self.holder = holder
+        self.attempts = attempts
+        self.retry_at = retry_at
+        self.last_error = last_error
 
 
 class OpenTask(NamedTuple):
@@ -192,18 +207,20 @@ class ClaimState:
         closed = self._closed_above
         find = open_.get
         new = _new
+        # the classes in locals: compiled, each use of a module global is a dict lookup
+        claim_type, done_type, lease_type = Claim, Done, Lease
         position = self.position
         for record, position in zip(records, positions, strict=True):
-            if type(record) is Claim:
+            if type(record) is claim_type:
                 task = record.task
                 # not closed (above the watermark, not closed above it) and never claimed
                 if task >= self.watermark and task not in closed and task not in open_:
                     at = record.at
-                    lease = new(Lease, (position, record.worker, at, at + record.lease))
+                    lease = new(lease_type, (position, record.worker, at, at + record.lease))
                     open_[task] = TaskState(lease, 1)
                     self._held += 1
                     continue
-            elif type(record) is Done:
+            elif type(record) is done_type:
                 task = record.task
                 st = find(task)
                 if st is not None:
