@@ -18,9 +18,14 @@ from importlib.util import module_from_spec, spec_from_loader
 from types import ModuleType
 from typing import Final
 
+from logstore.base import Entry
+
 #: (starts, datas, pos, batch_start, ready), as framing._decode_loop returns them
 LoopResult = tuple[list[int], list[bytes], int, int, int]
 Loop = Callable[[bytes, int, int, int], LoopResult]
+#: (entries, pos, batch_start, ready), as framing._decode_entries returns them
+EntriesResult = tuple[list[Entry], int, int, int]
+EntriesLoop = Callable[[bytes, int, int, int, int, type[Entry]], EntriesResult]
 
 MODULE: Final = "logstore._cframes"
 PURE_ENV: Final = "QW_PURE"
@@ -62,8 +67,9 @@ def extension_path(key: str) -> str:
     return os.path.join(BUILD_ROOT, key, "_cframes" + EXT_SUFFIX)
 
 
-def load() -> Loop | None:
-    """The C loop when a build of the current sources exists (and QW_PURE is not set)."""
+def load() -> tuple[Loop, EntriesLoop] | None:
+    """The C loops (`decode_loop`, `decode_entries`) when a build of the current sources
+    exists (and QW_PURE is not set)."""
     global reason
     if os.environ.get(PURE_ENV, "") not in ("", "0"):
         reason = f"{PURE_ENV}={os.environ[PURE_ENV]}"
@@ -76,9 +82,11 @@ def load() -> Loop | None:
     if not os.path.isfile(path):
         reason = "no build of these sources (`make compiled`)"
         return None
-    loop: Loop = load_extension(MODULE, path).decode_loop
+    module = load_extension(MODULE, path)
+    loop: Loop = module.decode_loop
+    entries: EntriesLoop = module.decode_entries
     reason = ""
-    return loop
+    return loop, entries
 
 
 def status(loop: object) -> str:
