@@ -2,6 +2,10 @@
 
    decode_claims_all(datas, Claim, Done, fallback) -> list
        records.decode_claims_all for a read's payloads, building records.py's own types
+   decode_claims_entries(entries, Claim, Done, fallback) -> (records, positions, stamped)
+       records.decode_claims_entries: the same for a read's entries (a list of tuples
+       (position, next, data, server_time_us)), with their positions, and whether any
+       carries a server time
 
    `records.py` stays the definition of the records and their errors. This file knows the
    two records a drain writes, well formed and packed as msgpack packs them:
@@ -347,9 +351,77 @@ error:
     return NULL;
 }
 
+static PyObject *
+decode_claims_entries(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "decode_claims_entries(entries, Claim, Done, fallback)");
+        return NULL;
+    }
+    PyObject *entries = args[0], *fallback = args[3];
+    if (!PyList_CheckExact(entries) || !is_tuple_type(args[1]) || !is_tuple_type(args[2])
+        || !PyCallable_Check(fallback)) {
+        PyErr_SetString(PyExc_TypeError, "decode_claims_entries: entries must be a list, Claim "
+                                         "and Done tuple types, fallback callable");
+        return NULL;
+    }
+    types t = {(PyTypeObject *)args[1], (PyTypeObject *)args[2]};
+    Py_ssize_t count = PyList_GET_SIZE(entries);
+    PyObject *records = PyList_New(count), *positions = PyList_New(count);
+    cached_str cache[WORKER_CACHE];
+    int cached = 0, stamped = 0;
+    if (records == NULL || positions == NULL)
+        goto error;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *entry = PyList_GET_ITEM(entries, i);
+        if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) < 4) {
+            PyErr_SetString(PyExc_TypeError, "decode_claims_entries: an entry is not a tuple "
+                                             "(position, next, data, server_time_us)");
+            goto error;
+        }
+        /* the entry held, and the list's length checked: the fallback may run any code */
+        Py_INCREF(entry);
+        PyObject *data = PyTuple_GET_ITEM(entry, 2);
+        PyObject *record = NULL;
+        if (PyBytes_CheckExact(data)) {
+            record = decode_known(data, &t, cache, &cached);
+            if (record == NULL && PyErr_Occurred()) {
+                Py_DECREF(entry);
+                goto error;
+            }
+        }
+        if (record == NULL)
+            record = PyObject_CallOneArg(fallback, data);
+        if (record == NULL) {
+            Py_DECREF(entry);
+            goto error;
+        }
+        PyList_SET_ITEM(records, i, record);
+        PyObject *position = PyTuple_GET_ITEM(entry, 0);
+        Py_INCREF(position);
+        PyList_SET_ITEM(positions, i, position);
+        if (PyTuple_GET_ITEM(entry, 3) != Py_None)
+            stamped = 1;
+        Py_DECREF(entry);
+        if (PyList_GET_SIZE(entries) != count) {
+            PyErr_SetString(PyExc_RuntimeError, "decode_claims_entries: the entries changed");
+            goto error;
+        }
+    }
+    release(cache, cached);
+    return Py_BuildValue("(NNO)", records, positions, stamped ? Py_True : Py_False);
+error:
+    Py_XDECREF(records);
+    Py_XDECREF(positions);
+    release(cache, cached);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"decode_claims_all", (PyCFunction)(void (*)(void))decode_claims_all, METH_FASTCALL,
      "records.decode_claims_all, in C."},
+    {"decode_claims_entries", (PyCFunction)(void (*)(void))decode_claims_entries, METH_FASTCALL,
+     "records.decode_claims_entries, in C."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -277,15 +277,58 @@ def test_an_error_in_the_fallback_propagates() -> None:
         c_decode([encode(Claim(1, "w", 2, 3)), b"\xc1"], fallback)
 
 
+# -- entries: records, positions, server times in one pass ------------------------------------
+
+C_ENTRIES = records._C_ENTRIES
+any_payloads = record_bytes() | hand_packed() | common.map(encode)
+
+
+@st.composite
+def entry_lists(draw: st.DrawFn) -> list[Entry]:
+    """A read's entries: any payloads, increasing positions, now and then a server time."""
+    datas = draw(st.lists(any_payloads, max_size=20))
+    stamped = draw(st.booleans())
+    times = st.none() | st.integers(0, 2**62) if stamped else st.none()
+    position = draw(st.integers(0, 2**62))
+    entries = []
+    for data in datas:
+        step = draw(st.integers(1, 2**20))
+        entries.append(Entry(position, position + step, data, draw(times)))
+        position += step
+    return entries
+
+
+@SETTINGS
+@given(entry_lists())
+def test_entries_decode_as_the_python_does(entries: list[Entry]) -> None:
+    assert C_ENTRIES is not None
+    ours = C_ENTRIES(entries, Claim, Done, records._claims_or_none)
+    theirs = records.decode_claims_entries_py(entries)
+    assert [plain(r) for r in ours[0]] == [plain(r) for r in theirs[0]]
+    assert [type(r) for r in ours[0]] == [type(r) for r in theirs[0]]
+    assert ours[1:] == theirs[1:]
+    assert records.decode_claims_entries(entries) == ours
+
+
+def test_entries_of_the_wrong_shape_are_refused() -> None:
+    assert C_ENTRIES is not None
+    data = encode(Claim(1, "w", 2, 3))
+    with pytest.raises(TypeError):
+        C_ENTRIES((Entry(0, 1, data),), Claim, Done, records._claims_or_none)
+    with pytest.raises(TypeError):
+        C_ENTRIES([Entry(0, 1, data), (0, 1, data)], Claim, Done, records._claims_or_none)  # type: ignore[list-item]
+    with pytest.raises(TypeError):
+        C_ENTRIES([Entry(0, 1, data)], Claim, int, records._claims_or_none)
+
+
 # -- a follower folds the same with either decoder --------------------------------------------
 
 
 @SETTINGS
-@given(st.lists(record_bytes() | hand_packed() | common.map(encode), max_size=20))
-def test_a_follower_folds_the_same_with_either_decoder(datas: list[bytes]) -> None:
-    entries = [Entry(i * 100, (i + 1) * 100, data) for i, data in enumerate(datas)]
+@given(entry_lists())
+def test_a_follower_folds_the_same_with_either_decoder(entries: list[Entry]) -> None:
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(topics, "decode_claims_all", decode_claims_py)
+        patch.setattr(topics, "decode_claims_entries", records.decode_claims_entries_py)
         python = topics.ClaimsFollower(0)
         python.fold_entries(entries)
     ours = topics.ClaimsFollower(0)
