@@ -295,7 +295,8 @@ class ServerVerdictLog(Log):
 
 
 def wants_server_verdicts(log: Log) -> bool:
-    """Was this claims log opened with ``?verdicts=server``?"""
+    """Does this claims log's queue use server verdicts (recorded in the queue when it was
+    created: ``server`` by default, ``?verdicts=client`` otherwise; logstore.verdict_mode)?"""
     return isinstance(log, RedisLog) and log.verdicts == "server"
 
 
