@@ -16,6 +16,7 @@ import redis
 
 from logstore.redis_log import RedisLog
 from logstore.verdict_mode import VerdictModeError, mode_key
+from queue_worker.partitions import partition_location
 from queue_worker.producer import Queue
 from queue_worker.server_verdicts import THROUGH, state_key
 from queue_worker.stats import read_all
@@ -219,3 +220,28 @@ def test_two_creators_racing_agree_on_one_identity_and_one_mode(redis_url: str) 
                 assert got == mode  # followed the one recorded mode
             else:
                 assert (queue, got) == (None, "refused")
+
+
+@pytest.mark.parametrize(("suffix", "mode"), [("", b"server"), ("&verdicts=client", b"client")])
+def test_each_partition_of_a_new_partitioned_queue_records_the_mode_and_follows_it(
+    redis_url: str, tmp_path: Path, suffix: str, mode: bytes
+) -> None:
+    url = queue_url(redis_url)
+    # fmt: off
+    up = qw(
+        "up", "--log", url + suffix, "--dir", str(tmp_path / "d"), "--partitions", "2",
+        "--rebalance", "--workers", "2", "--tasks", "20", "--work-ms", "2",
+        "--exit-when-drained", "--no-tui", cwd=tmp_path,
+    )
+    # fmt: on
+    assert up.returncode == 0, up.stdout + up.stderr
+    for k in range(2):
+        recorded, through, _, claims = _recorded(partition_location(url, k, 2))
+        assert recorded == mode and claims > 0
+        assert (through is not None) == (mode == b"server")  # the script folded its claims
+    report = qw("report", "--log", url, cwd=tmp_path)  # (each partition cross-checked)
+    assert report.returncode == 0, report.stdout + report.stderr
+    other = "client" if mode == b"server" else "server"
+    refused = qw("enqueue", "--log", f"{url}&verdicts={other}", "--count", "1", cwd=tmp_path)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert f"the URL asks for verdicts={other} but the queue was created" in refused.stderr
