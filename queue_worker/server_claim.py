@@ -1,4 +1,5 @@
-"""Claiming on the server (Redis, ``?verdicts=server``): the next task in one call.
+"""Claiming on the server (a Redis queue with server verdicts, the default mode recorded in
+the queue: `logstore.verdict_mode`): the next task in one call.
 
 With server verdicts (`queue_worker.server_verdicts`) the server holds every task's state,
 so it can also choose the task: one script call finishes the previous task (its DONE or
