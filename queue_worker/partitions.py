@@ -36,7 +36,6 @@ that partition's tasks topic (`TaskRef`). ``3:17`` is task 17 of partition 3.
 from __future__ import annotations
 
 import functools
-import hashlib
 import struct
 import zlib
 from collections.abc import Sequence
@@ -104,6 +103,8 @@ class Manifest:
 
     @classmethod
     def of(cls, partition_ids: Sequence[bytes]) -> Manifest:
+        import hashlib  # here, not at the top: loading OpenSSL is ~3 ms of every reader's start
+
         ids = tuple(partition_ids)
         return cls(hashlib.blake2b(b"".join(ids), digest_size=QUEUE_ID_SIZE).digest(), ids)
 
