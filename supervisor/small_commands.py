@@ -167,8 +167,7 @@ def why(task_name: str, directory: Path, log: str | None, as_json: bool) -> None
         read_task,
     )
     from queue_worker.ops import read_ops
-    from supervisor.console import stdout_console
-    from supervisor.report_text import positions_note, render_story
+    from supervisor.story_text import plain_story, plain_wanted, positions_note
 
     location, task, shown_task = partitioned_cli.task_location(
         report_location(directory, log), task_name
@@ -193,6 +192,13 @@ def why(task_name: str, directory: Path, log: str | None, as_json: bool) -> None
         typer.echo(json.dumps(story.to_json(), indent=2))
     else:
         typer.echo(positions_note(location))
+        text = plain_story(story, name=shown_task) if plain_wanted() else None
+        if text is not None:  # what rich would print, without importing it (~60 ms)
+            typer.echo(text)
+            return
+        from supervisor.console import stdout_console
+        from supervisor.report_text import render_story
+
         console = stdout_console()
         console.print(render_story(story, plain=not console.is_terminal, name=shown_task))
 

@@ -115,7 +115,7 @@ UNUSED_BY_READERS = ["hashlib", "secrets", "ctypes"]
             ["task", "0"],
             ["typer", "queue_worker.report", "queue_worker.checkpoint", *UNUSED_BY_READERS],
         ),
-        (["why", "0"], ["typer", "queue_worker.report", *UNUSED_BY_READERS]),
+        (["why", "0"], ["typer", "queue_worker.report", "rich", *UNUSED_BY_READERS]),
         (["enqueue", "--fsync", "none"], ["typer", "supervisor.supervisor", *UNUSED_BY_READERS]),
     ],
 )
@@ -125,6 +125,7 @@ def test_the_qw_script_runs_the_small_commands_on_what_they_use(
     # The `qw` script (supervisor.entry) runs their plain forms without typer
     # (supervisor.fast_path); the readers of the logs do without the report's replay and,
     # on logs never compacted, without the checkpoint's modules.
+    # `qw why` piped prints its table without rich (supervisor.story_text).
     probe = (
         "import json, sys\n"
         "from supervisor.entry import main\n"
