@@ -23,8 +23,6 @@ from queue_worker.values import value_text
 from supervisor import enqueue_input, partitioned_cli
 from supervisor import lazy_typer as typer
 from supervisor.cli_options import bad, check_log_url, fail, location_of, require_logs
-from supervisor.queue_counts import queue_counts
-from supervisor.supervisor_lines import supervisor_lines
 
 #: `qw status`: held tasks named one per line (--json lists them all)
 MAX_HELD_SHOWN: Final = 10
@@ -33,7 +31,9 @@ MAX_HELD_SHOWN: Final = 10
 def status(directory: Path, log: str | None, as_json: bool) -> None:
     from queue_worker.snapshot import read_snapshots
     from supervisor.end_state import held_text
+    from supervisor.queue_counts import queue_counts  # (the fold: not for `qw enqueue`)
     from supervisor.run_files import is_running_worker, read_status_files
+    from supervisor.supervisor_lines import supervisor_lines
 
     location = location_of(directory, log)
     from supervisor import partition_status
