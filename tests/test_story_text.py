@@ -3,7 +3,6 @@ prints for the same story, or nothing (and rich renders it)."""
 
 from __future__ import annotations
 
-import dataclasses
 import io
 
 from hypothesis import HealthCheck, given, settings
@@ -99,9 +98,7 @@ def test_a_usual_story_is_printed_without_rich() -> None:
 def test_what_rich_would_lay_out_otherwise_is_left_to_rich() -> None:
     step = Step(1, "CLAIM", "w1-2-ab", 0, "won", "x")
     for why in ("[bold]x", "a :smile: b", "中", "x" * 200):
-        story = TaskStory(
-            task=1, published=True, steps=(dataclasses.replace(step, why=why),), state="held"
-        )
+        story = TaskStory(task=1, published=True, steps=(step._replace(why=why),), state="held")
         assert plain_story(story) is None, why
 
 
