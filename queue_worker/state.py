@@ -174,6 +174,20 @@ class ClaimSnapshot(NamedTuple):
     open: tuple[OpenTask, ...]
 
 
+#: ClaimState's fields, in the order `_fields` gives them (its repr names them)
+_STATE_FIELDS: Final = (
+    "position",
+    "done_count",
+    "dead_count",
+    "unknown_count",
+    "watermark",
+    "_closed_above",
+    "_dead",
+    "_open",
+    "_held",
+)
+
+
 class ClaimState:
     """The fold over the claims log. Apply records in log order with their positions."""
 
@@ -227,9 +241,7 @@ class ClaimState:
         return self._fields() == other._fields()
 
     def __repr__(self) -> str:
-        names = ("position", "done_count", "dead_count", "unknown_count", "watermark")
-        names2 = (*names, "_closed_above", "_dead", "_open", "_held")
-        shown = ", ".join(f"{n}={v!r}" for n, v in zip(names2, self._fields(), strict=True))
+        shown = ", ".join(f"{n}={v!r}" for n, v in zip(_STATE_FIELDS, self._fields(), strict=True))
         return f"ClaimState({shown})"
 
     # -- the fold --------------------------------------------------------------------------
