@@ -37,9 +37,8 @@ def extension_path(key: str) -> str:
     return os.path.join(BUILD_ROOT, key, "_cdecode" + EXT_SUFFIX)
 
 
-def load() -> ModuleType | None:
-    """The C decoder's module when a build of the current sources exists (and QW_PURE is not
-    set); records.py configures it with its own types."""
+def _find() -> str | None:
+    """The build of the current sources (unless QW_PURE is set), or None with `reason` set."""
     global reason
     if os.environ.get(PURE_ENV, "") not in ("", "0"):
         reason = f"{PURE_ENV}={os.environ[PURE_ENV]}"
@@ -52,10 +51,18 @@ def load() -> ModuleType | None:
     if not os.path.isfile(path):
         reason = "no build of these sources (`make compiled`)"
         return None
-    module = load_extension(MODULE, path)
     reason = ""
-    return module
+    return path
+
+
+def load() -> ModuleType | None:
+    """The C decoder's module when a build of the current sources exists (and QW_PURE is not
+    set). records.py loads it at its first decode of claims records, not at its import."""
+    path = _find()
+    return None if path is None else load_extension(MODULE, path)
 
 
 def status() -> str:
+    if reason == "not loaded yet":
+        _find()  # what the first decode will load
     return "C (queue_worker/_cdecode.c)" if not reason else f"Python ({reason})"

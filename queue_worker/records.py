@@ -361,8 +361,12 @@ def decode_claims_all(datas: Iterable[bytes]) -> list[ClaimsRecord | None]:
     the common records, well formed, built as `decode` builds them, anything else handed to
     `_claims_or_none`); else `decode_claims_py`, this loop's definition.
     """
-    if _C_DECODE is not None:
-        return _C_DECODE(datas, Claim, Done, _claims_or_none)
+    module = _C_LOADED[0] if _C_LOADED else _c_module()
+    if module is not None:
+        decoded: list[ClaimsRecord | None] = module.decode_claims_all(
+            datas, Claim, Done, _claims_or_none
+        )
+        return decoded
     return decode_claims_py(datas)
 
 
@@ -415,8 +419,12 @@ def decode_claims_entries(
     """`decode_claims_all` of a read's entries, with their positions, and whether any of them
     carries a server time: what a follower folds, in one pass over the entries (in C when
     built, for a list; else `decode_claims_entries_py`, its definition)."""
-    if _C_ENTRIES is not None and type(entries) is list:
-        return _C_ENTRIES(entries, Claim, Done, _claims_or_none)
+    module = _C_LOADED[0] if _C_LOADED else _c_module()
+    if module is not None and type(entries) is list:
+        decoded: tuple[list[ClaimsRecord | None], list[int], bool] = module.decode_claims_entries(
+            entries, Claim, Done, _claims_or_none
+        )
+        return decoded
     return decode_claims_entries_py(entries)
 
 
@@ -463,14 +471,14 @@ EntriesDecoder = Callable[
 ]
 
 
+#: the C decoders' module (or None), once loaded: at the first decode of claims records, not
+#: at import (a command that never folds, `qw enqueue`, need not hash their sources)
+_C_LOADED: Final[list[Any]] = []
+
+
 def _c_module() -> Any:
     """The C decoders' module when built for these sources (queue_worker.cdecode), or None."""
-    # imported by name: mypyc compiles this module without following it (it needs logstore)
-    return importlib.import_module("queue_worker.cdecode").load()
-
-
-_C_MODULE: Final[Any] = _c_module()
-_C_DECODE: Final[ClaimsDecoder | None] = None if _C_MODULE is None else _C_MODULE.decode_claims_all
-_C_ENTRIES: Final[EntriesDecoder | None] = (
-    None if _C_MODULE is None else _C_MODULE.decode_claims_entries
-)
+    if not _C_LOADED:
+        # imported by name: mypyc compiles this module without following it (needs logstore)
+        _C_LOADED.append(importlib.import_module("queue_worker.cdecode").load())
+    return _C_LOADED[0]

@@ -32,7 +32,11 @@ from tests.test_records import msgpack_values
 
 REQUIRED = os.environ.get("QW_REQUIRE_COMPILED", "") not in ("", "0")
 SETTINGS = settings(max_examples=300, deadline=None)
-C_DECODE = records._C_DECODE
+C_MODULE = records._c_module()
+C_DECODE: records.ClaimsDecoder | None = None if C_MODULE is None else C_MODULE.decode_claims_all
+C_ENTRIES: records.EntriesDecoder | None = (
+    None if C_MODULE is None else C_MODULE.decode_claims_entries
+)
 
 
 @pytest.fixture(autouse=True)
@@ -279,7 +283,6 @@ def test_an_error_in_the_fallback_propagates() -> None:
 
 # -- entries: records, positions, server times in one pass ------------------------------------
 
-C_ENTRIES = records._C_ENTRIES
 any_payloads = record_bytes() | hand_packed() | common.map(encode)
 
 
@@ -352,7 +355,7 @@ def decoder_status(tmp_path: Path, edit: str | None = None, **env: str) -> str:
             f.write("\n/* edited */\n" if edit.endswith(".c") else "\nEDITED = 'yes'\n")
     probe = (
         "import queue_worker.records as r, queue_worker.cdecode as c\n"
-        "print(r.__file__); print(c.status()); print(r._C_DECODE is not None)\n"
+        "print(r.__file__); print(c.status()); print(r._c_module() is not None)\n"
     )
     environ = {k: v for k, v in os.environ.items() if k != "QW_PURE"}
     environ.update(PYTHONPATH=str(copy.parent), **env)
