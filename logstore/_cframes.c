@@ -179,9 +179,48 @@ decode_entries(PyObject *self, PyObject *args)
     return Py_BuildValue("(NLLL)", state.entries, pos, batch_start, ready);
 }
 
+/* walk_frames(buf, base, max_record, open_batch, last_batch, check) -> (end, open_batch, last_batch)
+
+   Exactly `framing._walk_frames`, its definition: walk the frame headers of `buf` (any
+   buffer: bytes or a memoryview of a read) from offset 0 while whole, valid-looking frames
+   fit, checking each payload's checksum only with `check`; a frame that is not CONTINUED
+   ends its batch. Offsets answered are absolute (`base` + offset in the buffer). */
+static PyObject *
+walk_frames(PyObject *self, PyObject *args)
+{
+    Py_buffer view;
+    long long base, max_record, open_batch, last_batch;
+    int check;
+    if (!PyArg_ParseTuple(args, "y*LLLLp:walk_frames", &view, &base, &max_record, &open_batch,
+                          &last_batch, &check))
+        return NULL;
+    const unsigned char *buf = (const unsigned char *)view.buf;
+    long long size = (long long)view.len;
+    long long last = size - HEADER;
+    long long pos = 0;
+    while (pos <= last) {
+        const unsigned char *h = buf + pos;
+        uint32_t word = le32(h), check_word = le32(h + 4);
+        long long length = (long long)(word & LENGTH_MASK);
+        long long end = pos + HEADER + length;
+        if ((word ^ check_word) != 0xFFFFFFFFu || length > max_record || end > size)
+            break;
+        if (check && (uint32_t)crc32((uLong)word, h + HEADER, (uInt)length) != le32(h + 8))
+            break;
+        pos = end;
+        if (!(word & 0x80000000u)) { /* not CONTINUED: a batch ends here */
+            last_batch = open_batch;
+            open_batch = base + pos;
+        }
+    }
+    PyBuffer_Release(&view);
+    return Py_BuildValue("(LLL)", base + pos, open_batch, last_batch);
+}
+
 static PyMethodDef methods[] = {
     {"decode_loop", decode_loop, METH_VARARGS, "framing._decode_loop, in C."},
     {"decode_entries", decode_entries, METH_VARARGS, "framing._decode_entries, in C."},
+    {"walk_frames", walk_frames, METH_VARARGS, "framing._walk_frames, in C."},
     {NULL, NULL, 0, NULL},
 };
 

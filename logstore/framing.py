@@ -72,7 +72,7 @@ from typing import NamedTuple
 
 from logstore import native
 from logstore.base import CorruptLogError, Entry, ForeignFileError
-from logstore.native import EntriesLoop, EntriesResult, Loop, LoopResult
+from logstore.native import EntriesLoop, EntriesResult, Loop, LoopResult, WalkLoop
 
 Buffer = bytes | bytearray | memoryview
 
@@ -243,6 +243,16 @@ def walk_frames(
     *,
     check: bool = False,
 ) -> Walk:
+    """Walk frame headers in `buf` (file offset `base`) while whole, valid-looking frames fit
+    (see `_walk_frames`, the definition; in C when a build of these sources exists: the
+    start-up check of `qw up` walks every frame of a backlog, and each append walks what the
+    other writers appended since the last)."""
+    return tuple.__new__(Walk, _walk_loop(buf, base, max_record, open_batch, last_batch, check))
+
+
+def _walk_frames(
+    buf: Buffer, base: int, max_record: int, open_batch: int, last_batch: int, check: bool
+) -> tuple[int, int, int]:
     """Walk frame headers in `buf` (file offset `base`) while whole, valid-looking frames fit.
 
     Without `check` no payload checksum is read: this is how a writer skips over the frames
@@ -271,7 +281,7 @@ def walk_frames(
         pos = end
         if word >= 0:  # not CONTINUED: a batch ends here
             last_batch, open_batch = open_batch, base + pos
-    return Walk(base + pos, open_batch, last_batch)
+    return (base + pos, open_batch, last_batch)
 
 
 # -- decoding --------------------------------------------------------------------------------
@@ -387,10 +397,12 @@ def _decode_entries(
 _frames_loop: Loop = _decode_loop
 _entries_loop: EntriesLoop = _decode_entries
 _c_loops = native.load()
+_walk_loop: WalkLoop = _walk_frames
 _c_loop: Loop | None = None
 if _c_loops is not None:
     _frames_loop = _c_loop = _c_loops[0]
     _entries_loop = _c_loops[1]
+    _walk_loop = _c_loops[2]
 
 
 def frames_loop_status() -> str:

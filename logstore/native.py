@@ -26,6 +26,10 @@ Loop = Callable[[bytes, int, int, int], LoopResult]
 #: (entries, pos, batch_start, ready), as framing._decode_entries returns them
 EntriesResult = tuple[list[Entry], int, int, int]
 EntriesLoop = Callable[[bytes, int, int, int, int, type[Entry]], EntriesResult]
+#: (end, open_batch, last_batch), as framing._walk_frames returns them
+WalkLoop = Callable[
+    [bytes | bytearray | memoryview, int, int, int, int, bool], tuple[int, int, int]
+]
 
 MODULE: Final = "logstore._cframes"
 PURE_ENV: Final = "QW_PURE"
@@ -67,9 +71,9 @@ def extension_path(key: str) -> str:
     return os.path.join(BUILD_ROOT, key, "_cframes" + EXT_SUFFIX)
 
 
-def load() -> tuple[Loop, EntriesLoop] | None:
-    """The C loops (`decode_loop`, `decode_entries`) when a build of the current sources
-    exists (and QW_PURE is not set)."""
+def load() -> tuple[Loop, EntriesLoop, WalkLoop] | None:
+    """The C loops (`decode_loop`, `decode_entries`, `walk_frames`) when a build of the
+    current sources exists (and QW_PURE is not set)."""
     global reason
     if os.environ.get(PURE_ENV, "") not in ("", "0"):
         reason = f"{PURE_ENV}={os.environ[PURE_ENV]}"
@@ -85,8 +89,9 @@ def load() -> tuple[Loop, EntriesLoop] | None:
     module = load_extension(MODULE, path)
     loop: Loop = module.decode_loop
     entries: EntriesLoop = module.decode_entries
+    walk: WalkLoop = module.walk_frames
     reason = ""
-    return loop, entries
+    return loop, entries, walk
 
 
 def status(loop: object) -> str:

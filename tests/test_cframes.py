@@ -26,6 +26,7 @@ REQUIRED = os.environ.get("QW_REQUIRE_COMPILED", "") not in ("", "0")
 SETTINGS = settings(max_examples=300, deadline=None)
 C_LOOP = framing._c_loop
 C_ENTRIES = framing._entries_loop if C_LOOP is not None else None
+C_WALK = framing._walk_loop if C_LOOP is not None else None
 
 
 @pytest.fixture(autouse=True)
@@ -92,6 +93,42 @@ def test_the_c_entries_loop_answers_as_the_python_one(
     assert ours == python
     assert [type(e) for e in ours[0]] == [Entry] * len(python[0])
     assert [tuple(map(type, e)) for e in ours[0]] == [tuple(map(type, e)) for e in python[0]]
+
+
+@SETTINGS
+@given(
+    buffers(),
+    max_records,
+    st.sampled_from([0, 48, 2**40]),
+    st.integers(0, 100),
+    st.integers(0, 100),
+    st.booleans(),
+    st.sampled_from(["bytes", "memoryview", "bytearray"]),
+)
+def test_the_c_walk_answers_as_the_python_one(
+    buf: bytes, max_record: int, base: int, open_batch: int, last_batch: int, check: bool, form: str
+) -> None:
+    """walk_frames in C against framing._walk_frames: the same end and batches, checksums
+    read only with `check`, on any buffer a read hands it (a memoryview of a reused buffer
+    too)."""
+    assert C_WALK is not None and C_WALK is not framing._walk_frames
+    given_buf: Any = {"bytes": buf, "memoryview": memoryview(buf), "bytearray": bytearray(buf)}[
+        form
+    ]
+    args = (base, max_record, open_batch, last_batch, check)
+    assert C_WALK(given_buf, *args) == framing._walk_frames(given_buf, *args)
+    walk = framing.walk_frames(given_buf, *args[:-1], check=check)
+    assert type(walk) is framing.Walk and walk == framing._walk_frames(buf, *args)
+
+
+def test_the_c_walk_reads_checksums_only_when_asked() -> None:
+    """A frame whose payload was overwritten stops a checking walk, not a header walk."""
+    assert C_WALK is not None
+    good, bad = framing.encode_frame(b"abc"), bytearray(framing.encode_frame(b"xyz"))
+    bad[-1] ^= 0xFF
+    buf = good + bytes(bad)
+    assert C_WALK(buf, 0, 100, 0, 0, False) == (len(buf), len(buf), len(good))
+    assert C_WALK(buf, 0, 100, 0, 0, True) == (len(good), len(good), 0)
 
 
 def decoded(buf: bytes, at_eof: bool, limit: int | None, verified: int) -> Any:
