@@ -138,13 +138,14 @@ def _server_counts(
 
 
 def qw_up_redis(
-    root: Path, url: str, workers: int, tasks: int, prefix: str, verdicts: str = "client"
+    root: Path, url: str, workers: int, tasks: int, prefix: str, verdicts: str | None = None
 ) -> RedisUp:
     """`qw up --log …` on a backlog of `tasks` no-op tasks, checked exactly once.
-    `verdicts`: "server" claims through the server's copy of the rules (?verdicts=server)."""
+    `verdicts`: the queue's mode, ``&verdicts=`` in the URL that creates it; None: none in
+    the URL, so the queue gets the default (server verdicts, logstore.verdict_mode)."""
     import redis
 
-    location = f"{url}/0?prefix={prefix}&verdicts={verdicts}"
+    location = f"{url}/0?prefix={prefix}" + (f"&verdicts={verdicts}" if verdicts else "")
     client = redis.Redis.from_url(f"{url}/0")
     with scratch(root, f"redis-up-{workers}") as d:
         enqueue_batch(location, tasks)
@@ -159,7 +160,7 @@ def qw_up_redis(
             code = subprocess.call(command, stdout=out, stderr=subprocess.STDOUT, env=ENV, cwd=REPO)
             ended = time.time()
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        trips = SERVER_ROUND_TRIPS if verdicts == "server" else ROUND_TRIPS
+        trips = ROUND_TRIPS if verdicts == "client" else SERVER_ROUND_TRIPS
         calls, sent, cpu1 = _server_counts(client, trips)
         if code != 0:
             tail = (d / "up.out").read_text(errors="replace")[-600:]
@@ -197,9 +198,11 @@ def _huey(url: str, workers: int, tasks: int) -> HueyDrain:
 class RedisRuns:
     tasks: int
     repeats: int
+    #: qw with the default mode: no verdicts= in the URL (server verdicts,
+    #: queue_worker.server_claim)
     qw: dict[int, list[RedisUp]] = field(default_factory=dict)
-    #: qw with ?verdicts=server (queue_worker.server_claim)
-    qw_server: dict[int, list[RedisUp]] = field(default_factory=dict)
+    #: qw with ?verdicts=client (every worker folds the claims stream)
+    qw_client: dict[int, list[RedisUp]] = field(default_factory=dict)
     huey: dict[int, list[HueyDrain]] = field(default_factory=dict)
 
 
@@ -215,12 +218,12 @@ def run_redis(root: Path, counts: Sequence[int], tasks: int, repeats: int) -> Re
     with scratch(root, "redis") as d, redis_server(d, binary) as url:
         for rep in range(repeats):
             for n in counts:
-                log(f"redis repeat {rep + 1}/{repeats}, {n} workers: qw up")
+                log(f"redis repeat {rep + 1}/{repeats}, {n} workers: qw up (default)")
                 up = qw_up_redis(root, url, n, tasks, prefix=f"bench{rep}-{n}")
                 runs.qw.setdefault(n, []).append(up)
-                log(f"redis repeat {rep + 1}/{repeats}, {n} workers: qw up, server verdicts")
-                up = qw_up_redis(root, url, n, tasks, f"bench{rep}-{n}-s", verdicts="server")
-                runs.qw_server.setdefault(n, []).append(up)
+                log(f"redis repeat {rep + 1}/{repeats}, {n} workers: qw up, client verdicts")
+                up = qw_up_redis(root, url, n, tasks, f"bench{rep}-{n}-c", verdicts="client")
+                runs.qw_client.setdefault(n, []).append(up)
                 log(f"redis repeat {rep + 1}/{repeats}, {n} workers: RedisHuey")
                 runs.huey.setdefault(n, []).append(_huey(url, n, tasks))
     return runs
@@ -234,18 +237,18 @@ def redis_section(root: Path, counts: Sequence[int], tasks: int, repeats: int) -
     rows, cost_rows = [], []
     ratios: dict[int, float] = {}
     for n in sorted(runs.qw):
-        qw, served, huey = runs.qw[n], runs.qw_server[n], runs.huey[n]
+        qw, client, huey = runs.qw[n], runs.qw_client[n], runs.huey[n]
         qw_rate, huey_rate = median(r.rate for r in qw), median(h.wall_rate for h in huey)
-        served_rate = median(r.rate for r in served)
-        ratios[n] = served_rate / huey_rate
+        client_rate = median(r.rate for r in client)
+        ratios[n] = qw_rate / huey_rate
         rows.append(
-            [n, num(qw_rate), " / ".join(num(r.rate) for r in qw), num(served_rate),
-             " / ".join(num(r.rate) for r in served), num(huey_rate),
-             " / ".join(num(h.wall_rate) for h in huey), f"{qw_rate / huey_rate:.2f}×",
-             f"{ratios[n]:.2f}×", num(median(r.steady_rate for r in qw)),
-             num(median(r.steady_rate for r in served)), num(median(h.rate for h in huey))]
+            [n, num(qw_rate), " / ".join(num(r.rate) for r in qw), num(client_rate),
+             " / ".join(num(r.rate) for r in client), num(huey_rate),
+             " / ".join(num(h.wall_rate) for h in huey), f"{ratios[n]:.2f}×",
+             f"{client_rate / huey_rate:.2f}×", num(median(r.steady_rate for r in qw)),
+             num(median(r.steady_rate for r in client)), num(median(h.rate for h in huey))]
         )  # fmt: skip
-        for kind, ups in (("client", qw), ("server", served)):
+        for kind, ups in (("server (default)", qw), ("client", client)):
             cost_rows.append(
                 [n, kind, f"{median(r.round_trips / r.tasks for r in ups):.2f}",
                  num(median(r.sent_bytes / r.tasks / n for r in ups)),
@@ -259,11 +262,12 @@ def redis_section(root: Path, counts: Sequence[int], tasks: int, repeats: int) -
             "(persistence off); `qw up --log redis://… --workers N --handler bench.noop:noop "
             "--fsync none --no-tui --exit-when-drained` from its launch to its exit, against "
             "RedisHuey's process consumer (bench/huey_redis_peer.py) from its launch to its "
-            "last stored result. qw twice: with its workers' own folds settling each claim "
-            "(client verdicts, the default) and with `&verdicts=server` in the URL (the "
-            "server's copy of the rules claims the next task for a worker in one call, "
-            f"queue_worker/server_claim.py). Medians of {runs.repeats} alternating run(s) "
-            "(qw, qw server verdicts, Huey, at each count in turn); × = qw's tasks/s / "
+            "last stored result. qw twice: with no `verdicts=` in the URL, so the queue gets "
+            "the default mode, server verdicts (the server's copy of the rules claims the "
+            "next task for a worker in one call, queue_worker/server_claim.py), and with "
+            "`&verdicts=client` (every worker's own fold settles each claim). Medians of "
+            f"{runs.repeats} alternating run(s) "
+            "(qw, qw client verdicts, Huey, at each count in turn); × = qw's tasks/s / "
             "Huey's. Steady state: first CLAIM → "
             "last DONE (qw, server clock), first task start → last task end (Huey). Every qw "
             "run passed the exactly-once check (its claims stream folded by the protocol's "
@@ -272,16 +276,16 @@ def redis_section(root: Path, counts: Sequence[int], tasks: int, repeats: int) -
             table(
                 [
                     "workers",
-                    "qw tasks/s",
+                    "qw tasks/s (default)",
                     "qw runs",
-                    "qw server verdicts /s",
-                    "server verdicts runs",
+                    "qw client verdicts /s",
+                    "client verdicts runs",
                     "Huey tasks/s",
                     "Huey runs",
+                    "× default",
                     "× client",
-                    "× server",
                     "qw steady /s",
-                    "server verdicts steady /s",
+                    "client verdicts steady /s",
                     "Huey steady /s",
                 ],
                 rows,
@@ -312,7 +316,7 @@ def redis_section(root: Path, counts: Sequence[int], tasks: int, repeats: int) -
         wanted = TARGET_AT_8 if n == max(ratios) else TARGET_EVERY
         targets.append(
             Target(
-                f"qw on Redis (server verdicts) vs RedisHuey, end to end, {n} workers",
+                f"qw on Redis (default: server verdicts) vs RedisHuey, end to end, {n} workers",
                 f"≥ {wanted}×",
                 f"{ratio:.2f}×",
                 ratio >= wanted,

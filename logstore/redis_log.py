@@ -15,8 +15,10 @@ TLS, ``unix:///path/to.sock?db=0``), with these query parameters of our own:
                     gives up after about 3 s of not reaching the server).
 ``max_record=B``    the largest record in bytes (default 16 MiB).
 ``socket_timeout=S`` (redis-py's own) seconds to wait for a reply (default 5).
-``verdicts=server`` workers claim through the server's copy of the rules
-                    (queue_worker.server_claim; default ``client``).
+``verdicts=M``      the queue's verdict mode, ``server`` (workers claim through the
+                    server's copy of the rules, queue_worker.server_claim) or ``client``:
+                    chosen when the queue is created (default ``server``) and recorded in
+                    it; on an existing queue it may only repeat it (logstore.verdict_mode).
 
 Positions
 ---------
@@ -100,7 +102,8 @@ Redis Cluster
 ``cluster=yes`` in the URL makes the handle a ``redis.cluster.RedisCluster`` client: the
 URL names any node, the client finds the others and sends each command to the node that
 owns its key's slot. Every call of a handle touches its stream, its last-append record
-(``<stream key>:w:…``) and the identity key (``qw:queue``): they must share a slot, which
+(``<stream key>:w:…``) and the identity key (``qw:queue``; at open also the verdict mode
+``qw:queue:verdicts``): they must share a slot, which
 a hash tag in ``prefix`` gives them (``prefix={p3}``: the keys ``{p3}:qw:claims``,
 ``{p3}:qw:claims:w:…`` and ``{p3}:qw:queue`` hash on ``p3`` alone). A partitioned queue
 (`queue_worker.partitions`) gives each partition such a prefix. A cluster has database 0
@@ -130,6 +133,7 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the installation
     raise ImportError("the Redis log needs the 'redis' package: pip install 'qw[redis]'") from exc
 
+from logstore import verdict_mode
 from logstore.base import (
     AppendError,
     CorruptLogError,
@@ -369,10 +373,10 @@ class _Settings:
         if cluster not in ("yes", "no"):
             raise ValueError(f"cluster={cluster!r} in {self.display_url}: expected yes or no")
         self.cluster = cluster == "yes"
-        #: who computes the verdicts: every reader's fold, or the server too (see
-        #: queue_worker.server_verdicts); a log of bytes only keeps the word
-        self.verdicts = own.get("verdicts", "client")
-        if self.verdicts not in ("client", "server"):
+        #: who computes the verdicts, as the URL asks (None: as the queue was created;
+        #: see logstore.verdict_mode); a log of bytes only keeps the word
+        self.verdicts = own.get("verdicts")
+        if self.verdicts is not None and self.verdicts not in ("client", "server"):
             raise ValueError(
                 f"verdicts={self.verdicts!r} in {self.display_url}: expected client or server"
             )
@@ -445,7 +449,11 @@ class RedisLog(Log):
         settings = _Settings(url)
         self.url = settings.display_url
         self.prefix = settings.prefix
-        self.verdicts = settings.verdicts
+        #: the URL's ``verdicts=`` (None when it has none)
+        self.asked_verdicts = settings.verdicts
+        #: the queue's verdict mode (logstore.verdict_mode): resolved from the queue by an
+        #: open with a family; a handle that looks at no queue has the URL's word, or client
+        self.verdicts = settings.verdicts or "client"
         self.key = redis_key(settings.prefix, topic)
         #: the queue's identity (`logstore.identity`): 16 random bytes, set with its first log
         self.id_key = redis_key(settings.prefix, "queue")
@@ -543,8 +551,11 @@ class RedisLog(Log):
         return log
 
     def _adopt_identity(self, family: Sequence[str], read_only: bool) -> None:
+        """Read the queue's identity and verdict mode (creating both, unless `read_only`,
+        for a queue not created yet: `logstore.verdict_mode`)."""
         client = self._client
-        queue = self._call("read the identity", lambda: client.get(self.id_key))
+        asked = self.asked_verdicts
+        queue, self.verdicts = verdict_mode.resolve(self, family, asked, None)
         if queue is None:
             keys = [redis_key(self.prefix, t) for t in family]
             used = [k for k in keys if self._call("look at", partial(client.xlen, k))]
@@ -556,9 +567,7 @@ class RedisLog(Log):
                 )
             if read_only:
                 return
-            new = new_queue_id()
-            self._call("set the identity", lambda: client.set(self.id_key, new, nx=True))
-            queue = self._call("read the identity", lambda: client.get(self.id_key))
+            queue, self.verdicts = verdict_mode.resolve(self, family, asked, new_queue_id())
         if not isinstance(queue, bytes) or len(queue) != QUEUE_ID_SIZE:
             raise IdentityError(f"{self.url}: {self.id_key} is not a qw queue identity")
         self.identity = LogIdentity(queue, self.topic)

@@ -15,7 +15,6 @@ parent's waiter (the file log makes a new one after a fork).
 
 from __future__ import annotations
 
-import ctypes
 import math
 import os
 import select
@@ -45,6 +44,8 @@ class _Inotify:
     """The three libc calls, bound once per process."""
 
     def __init__(self) -> None:
+        import ctypes  # only a process that waits pays for it (~3 ms of a command's start)
+
         libc = ctypes.CDLL(None, use_errno=True)
         self.init1 = libc.inotify_init1
         self.init1.argtypes = [ctypes.c_int]
@@ -71,9 +72,13 @@ class InotifyWaiter:
         api = _libc_inotify()
         fd = api.init1(IN_NONBLOCK | IN_CLOEXEC)
         if fd < 0:
+            import ctypes
+
             err = ctypes.get_errno()
             raise OSError(err, f"inotify_init1: {os.strerror(err)}")
         if api.add_watch(fd, os.fsencode(path), IN_MODIFY) < 0:
+            import ctypes
+
             err = ctypes.get_errno()
             os.close(fd)
             raise OSError(err, f"inotify_add_watch {path}: {os.strerror(err)}")

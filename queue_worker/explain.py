@@ -9,8 +9,7 @@ lease a takeover replaced, which claim held the task when a completion was refus
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from queue_worker.names import printable, worker_label
 from queue_worker.ops import DEATH, OpRecord, held_by
@@ -19,9 +18,11 @@ from queue_worker.state import ClaimSnapshot, ClaimState, Lease, Outcome, Verdic
 from queue_worker.times import ago_text, clock_text, duration_text
 from queue_worker.values import value_text
 
+# NamedTuples and a plain class, not dataclasses: `dataclasses` (it imports inspect) and
+# building each class are ~15 ms of `qw task` and `qw why`, which are little else.
 
-@dataclass(frozen=True, slots=True)
-class Step:
+
+class Step(NamedTuple):
     """One record about the task, and why the fold decided what it did."""
 
     position: int  # in the claims log; for the TASK step, its index in the tasks log (its id)
@@ -33,8 +34,7 @@ class Step:
     claim: int | None = None  # the claim a RENEW/DONE/FAIL acted under
 
 
-@dataclass(frozen=True)
-class TaskStory:
+class TaskStory(NamedTuple):
     task: int
     published: bool
     steps: tuple[Step, ...]
@@ -80,20 +80,21 @@ def _lease_text(lease: Lease) -> str:
     return f"{worker_label(lease.worker)} (claim @{lease.claim})"
 
 
-@dataclass
 class _Teller:
     """The fold plus the few facts about one task that the words need."""
 
-    task: int
-    state: ClaimState = field(default_factory=ClaimState)
-    wins: list[int] = field(default_factory=list)  # winning claims of the task
-    last_at: dict[int, int] = field(default_factory=dict)  # claim -> its last accepted at
-    closed_at: int | None = None  # the position of the DONE or dead FAIL
-    released: bool = False
-    steps: list[Step] = field(default_factory=list)
-    # winning claim -> [worker, won at, ended at (None: still held), its holder's last record
-    # under it, refused or not]: who held the task when, and who worked on past losing it
-    spans: dict[int, list[Any]] = field(default_factory=dict)
+    def __init__(self, task: int, state: ClaimState | None = None) -> None:
+        self.task = task
+        self.state = state if state is not None else ClaimState()
+        self.wins: list[int] = []  # winning claims of the task
+        self.last_at: dict[int, int] = {}  # claim -> its last accepted at
+        self.closed_at: int | None = None  # the position of the DONE or dead FAIL
+        self.released = False
+        self.steps: list[Step] = []
+        # winning claim -> [worker, won at, ended at (None: still held), its holder's last
+        # record under it, refused or not]: who held the task when, and who worked on past
+        # losing it
+        self.spans: dict[int, list[Any]] = {}
 
     def apply(self, record: ClaimsRecord, position: int) -> None:
         if isinstance(record, Unknown) or record.task != self.task:

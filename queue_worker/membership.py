@@ -94,7 +94,10 @@ def members_location(location: str | Path) -> str:
     query = parse_qsl(parts.query, keep_blank_values=True)
     base = next((v for k, v in query if k == "prefix"), "")
     prefix = f"{base}:{{{base}.members}}" if base else "{members}"
-    rest = [(k, v) for k, v in query if k != "prefix"]
+    # (no verdicts=: the members topic has no claims, so the queue's verdict mode means
+    # nothing to it, and a members topic created before the mode was recorded must not
+    # refuse a URL that names the partitions' mode)
+    rest = [(k, v) for k, v in query if k not in ("prefix", "verdicts")]
     return urlunsplit(parts._replace(query=urlencode([("prefix", prefix), *rest])))
 
 

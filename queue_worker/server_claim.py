@@ -1,4 +1,5 @@
-"""Claiming on the server (Redis, ``?verdicts=server``): the next task in one call.
+"""Claiming on the server (a Redis queue with server verdicts, the default mode recorded in
+the queue: `logstore.verdict_mode`): the next task in one call.
 
 With server verdicts (`queue_worker.server_verdicts`) the server holds every task's state,
 so it can also choose the task: one script call finishes the previous task (its DONE or
@@ -295,7 +296,8 @@ class ServerVerdictLog(Log):
 
 
 def wants_server_verdicts(log: Log) -> bool:
-    """Was this claims log opened with ``?verdicts=server``?"""
+    """Does this claims log's queue use server verdicts (recorded in the queue when it was
+    created: ``server`` by default, ``?verdicts=client`` otherwise; logstore.verdict_mode)?"""
     return isinstance(log, RedisLog) and log.verdicts == "server"
 
 

@@ -38,9 +38,8 @@ from array import array
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Final, NamedTuple, cast
+from typing import TYPE_CHECKING, Final, NamedTuple, cast
 
 from logstore import Durability, Entry, IdentityError, Log, LogError, open_log
 from logstore.location import shown
@@ -56,7 +55,9 @@ from queue_worker.records import (
     decode_claims_all,
     decode_task,
 )
-from queue_worker.state import ClaimState, Outcome
+
+if TYPE_CHECKING:  # the fold is imported where a follower is made: not by a producer
+    from queue_worker.state import ClaimState, Outcome
 
 TASKS_TOPIC: Final = "tasks"
 CLAIMS_TOPIC: Final = "claims"
@@ -223,8 +224,7 @@ def gc_paused() -> Iterator[None]:
         gc.enable()
 
 
-@dataclass(frozen=True, slots=True)
-class Settled:
+class Settled(NamedTuple):  # a NamedTuple: `dataclasses` (with inspect) is ~15 ms to import
     """A record this worker appended, with the verdict the fold gave it."""
 
     outcome: Outcome
@@ -236,6 +236,8 @@ class ClaimsFollower:
     """The fold over the claims log, caught up incrementally."""
 
     def __init__(self, start: int, state: ClaimState | None = None) -> None:
+        from queue_worker.state import ClaimState
+
         self.state = state if state is not None else ClaimState()
         self.next_position = start  # where the next unread record is
         self.malformed = 0

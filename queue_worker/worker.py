@@ -31,7 +31,7 @@ A log out of reach (a Redis server restarting, a network partition): a failed re
 only pauses the loop, and the worker resumes from the positions it has folded; an append
 whose reply was lost is resolved from the log (`queue_worker.recovery`).
 
-With server verdicts (Redis, ``?verdicts=server``) steps 1–3 happen on the server: one
+With server verdicts (a Redis queue's mode, the default) steps 1–3 happen on the server: one
 call appends the last task's DONE/FAIL and claims the next task, and the worker folds no
 claims record (`queue_worker.server_claim`); its other appends go through the server's
 rules too.
@@ -221,7 +221,8 @@ class Worker:
             self._owned_logs = []
         self.tasks_log: Log = tasks_log
         self.claims_log: Log = claims_log
-        #: ?verdicts=server (Redis): the server folds every claims record we write, and
+        #: server verdicts (a Redis queue's mode, logstore.verdict_mode; the default for a
+        #: new queue): the server folds every claims record we write, and
         #: hands us the next task (queue_worker.server_claim); None: our own fold decides
         self._server: ServerClaims | None = None
         self._server_won: tuple[int, TaskView | None, bytes | None] | None = None

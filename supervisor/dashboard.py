@@ -112,7 +112,7 @@ KEYS_HELP: Final = (
     ("p", "pause / resume the selected worker (SIGSTOP / SIGCONT)"),
     ("Esc", "clear the selection, the event filter, or this help"),
     ("+ -", "add a worker / remove the last one (it finishes its task first)"),
-    ("/", "filter the events by task or worker: /17, /w6, /w6·6975; Enter applies"),
+    ("/", "filter the events by task or worker: {examples}; Enter applies"),
     ("?", "show / hide this help"),
     ("q", "drain: workers finish their tasks, then qw exits (Ctrl-C twice: kill now)"),
 )
@@ -529,7 +529,9 @@ class Replayed:
 def help_panel(snapshot: SupervisorSnapshot, *, lines: int) -> Group:
     """Every key, and what to do first; exactly `lines` lines."""
     rows: list[Text] = []
+    examples = ", ".join(f"/{e}" for e in filter_examples(snapshot))
     for key, what in KEYS_HELP:
+        what = what.format(examples=examples)
         rows.append(Text.assemble((f" {key:<4}", "reverse bold"), f"  {what}"))
     rows.append(Text(""))
     rows.append(Text.assemble("Work to do: ", (printable(snapshot.enqueue_hint), "bold cyan")))
@@ -551,13 +553,22 @@ def status_line(
     """The line above the keys: the filter being typed, what the last key did, or a hint."""
     if view.typing:
         line = Text.assemble(("filter events: /", "bold"), printable(view.filter), ("▏", "blink"))
-        line.append("   Enter applies · Esc cancels · task id or worker (17, w6, w6·6975)", "dim")
+        examples = ", ".join(filter_examples(snapshot))
+        line.append(f"   Enter applies · Esc cancels · task id or worker ({examples})", "dim")
     elif message:
         line = Text(printable(message), style="bold")
     else:
         line = Text(_hint(snapshot), style="dim")
     line.no_wrap, line.overflow = True, "ellipsis"
     return line
+
+
+def filter_examples(snapshot: SupervisorSnapshot) -> tuple[str, ...]:
+    """What to type after `/`: a partitioned queue names a task `partition:id` (its events
+    say `task 2:17`) and a partition `p2`."""
+    if snapshot.partitions:
+        return ("2:17", "p2", "w6", "w6·6975")
+    return ("17", "w6", "w6·6975")
 
 
 def _hint(snapshot: SupervisorSnapshot) -> str:

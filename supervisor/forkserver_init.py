@@ -20,6 +20,10 @@ with contextlib.suppress(OSError):  # already a session leader
 # filelock too: `logstore.locking` and `queue_worker.checkpoint` import it only when a lock
 # is first taken, for the small commands' sake, but slot 0's worker takes the checkpoint's
 # at its exit: imported there, it kept a drained `qw up` from exiting for ~40 ms more.
+# ctypes likewise: `logstore.waiting` imports it only when a waiter is made (the small
+# commands make none), and every worker makes one.
+import ctypes  # noqa: F401
+
 import filelock  # noqa: F401
 
 import logstore.file_log  # noqa: F401

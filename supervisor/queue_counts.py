@@ -5,9 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from queue_worker.state import Lease
-
 if TYPE_CHECKING:
+    from queue_worker.state import Lease
     from supervisor.model import QueueView
 
 

@@ -13,11 +13,11 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from logstore.location import log_file
 from queue_worker.explain import TaskStory
 from queue_worker.names import printable, worker_label
 from queue_worker.times import ago_text, clock_text, duration_text
-from queue_worker.topics import CLAIMS_TOPIC
+from supervisor.story_text import positions_note as positions_note  # `qw why`'s, re-exported
+from supervisor.story_text import story_rows
 
 if TYPE_CHECKING:  # `qw why` renders a story without the report's module (~20 ms to import)
     from queue_worker.report import HeldTask, Margin, Report
@@ -25,19 +25,6 @@ if TYPE_CHECKING:  # `qw why` renders a story without the report's module (~20 m
 #: rows of a long section (takeovers, stale completions …) shown before "… and N more"
 MAX_ROWS: Final = 20
 HISTOGRAM_BAR: Final = 40
-
-
-def positions_note(location: str) -> str:
-    """What the numbers after @ and # are, said once at the top of `qw why`."""
-    claims = log_file(location, CLAIMS_TOPIC)
-    if claims is None:  # Redis
-        where = "its stream entry id MS-SEQ packed into one number, MS·2^20 + SEQ"
-    else:
-        where = f"its byte offset in {claims}"
-    return (
-        f"@N      a record's position in the claims log: {where}\n"
-        "task #N a task's id: its index in the tasks log\n"
-    )
 
 
 # -- `qw report` as text ---------------------------------------------------------------------
@@ -327,26 +314,11 @@ def render_checks(r: Report, plain: bool) -> list[RenderableType]:
 
 
 def render_story(story: TaskStory, plain: bool = False, name: str | None = None) -> RenderableType:
-    table = _table(
-        f"task {name or story.task}: {printable(story.state)}",
-        plain,
-        "position",
-        "time",
-        "record",
-        "worker",
-        "why",
-    )
+    title, rows = story_rows(story, name)  # (supervisor.story_text lays them out plain)
+    table = _table(title, plain, "position", "time", "record", "worker", "why")
     for column in table.columns[2:]:
         column.justify = "left"
     table.columns[4].overflow = "fold"
-    for step in story.steps:
-        where = f"task #{step.position}" if step.kind == "TASK" else f"@{step.position}"
-        where = "ops log" if step.kind == "OP" else where
-        table.add_row(
-            where,
-            clock_text(step.at) if step.at else "",
-            step.kind,
-            worker_label(step.worker) if step.worker is not None else "",
-            printable(step.why),
-        )
+    for row in rows:
+        table.add_row(*row)
     return table

@@ -23,8 +23,6 @@ from queue_worker.values import value_text
 from supervisor import enqueue_input, partitioned_cli
 from supervisor import lazy_typer as typer
 from supervisor.cli_options import bad, check_log_url, fail, location_of, require_logs
-from supervisor.queue_counts import queue_counts
-from supervisor.supervisor_lines import supervisor_lines
 
 #: `qw status`: held tasks named one per line (--json lists them all)
 MAX_HELD_SHOWN: Final = 10
@@ -33,7 +31,9 @@ MAX_HELD_SHOWN: Final = 10
 def status(directory: Path, log: str | None, as_json: bool) -> None:
     from queue_worker.snapshot import read_snapshots
     from supervisor.end_state import held_text
+    from supervisor.queue_counts import queue_counts  # (the fold: not for `qw enqueue`)
     from supervisor.run_files import is_running_worker, read_status_files
+    from supervisor.supervisor_lines import supervisor_lines
 
     location = location_of(directory, log)
     from supervisor import partition_status
@@ -167,8 +167,7 @@ def why(task_name: str, directory: Path, log: str | None, as_json: bool) -> None
         read_task,
     )
     from queue_worker.ops import read_ops
-    from supervisor.console import stdout_console
-    from supervisor.report_text import positions_note, render_story
+    from supervisor.story_text import plain_story, plain_wanted, positions_note
 
     location, task, shown_task = partitioned_cli.task_location(
         report_location(directory, log), task_name
@@ -193,6 +192,13 @@ def why(task_name: str, directory: Path, log: str | None, as_json: bool) -> None
         typer.echo(json.dumps(story.to_json(), indent=2))
     else:
         typer.echo(positions_note(location))
+        text = plain_story(story, name=shown_task) if plain_wanted() else None
+        if text is not None:  # what rich would print, without importing it (~60 ms)
+            typer.echo(text)
+            return
+        from supervisor.console import stdout_console
+        from supervisor.report_text import render_story
+
         console = stdout_console()
         console.print(render_story(story, plain=not console.is_terminal, name=shown_task))
 

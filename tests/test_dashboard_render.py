@@ -25,6 +25,7 @@ from supervisor.dashboard import (
     worker_table,
 )
 from supervisor.model import Event, Orphan, QueueView, SupervisorSnapshot, WorkerView
+from supervisor.partition_names import tagged
 from supervisor.sparkline import sparkline
 from supervisor.tui import (
     BACKSPACE,
@@ -659,6 +660,25 @@ def test_filter_matches_a_task_or_a_worker_whole() -> None:
     ]:
         events = (takeover, death, info)
         assert [e for e in events if event_matches(e, query)] == matches, query
+
+
+def test_the_filter_examples_are_what_the_queue_can_match() -> None:
+    """A partitioned queue's events say `p2` and `task 2:17` (`partition_names.tagged`): its
+    help and its filter line give those forms, and each example matches such an event."""
+    partitioned = snapshot(eight_workers(), partitions=[QueueView(), QueueView(), QueueView()])
+    single = snapshot(eight_workers())
+    for snap, wanted, unwanted in [
+        (partitioned, "/2:17, /p2, /w6", "/17,"),
+        (single, "/17, /w6, /w6·6975", "/2:17"),
+    ]:
+        shown = text_of(render(snap, now=NOW, view=View(help=True)), width=120, height=40)
+        assert wanted in shown and unwanted not in shown, shown
+        typing = text_of(render(snap, now=NOW, view=View(typing=True)), width=160, height=40)
+        assert wanted.replace("/", "") in typing, typing
+    event = Event(NOW, "takeover", tagged("task 17: w6·6975 → w5·7001", 2), 17)
+    for query in ("2:17", "p2", "w6", "w6·6975"):
+        assert event_matches(event, query), query
+    assert not event_matches(event, "1:17")
 
 
 def test_the_empty_queue_says_how_to_add_work() -> None:

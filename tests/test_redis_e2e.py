@@ -444,7 +444,9 @@ class RecordingFollower(ClaimsFollower):
 def test_a_worker_resumes_after_a_restart_and_folds_no_record_twice(
     own_redis: OwnRedis, tmp_path: Path
 ) -> None:
-    url = f"{own_redis.url}?retries=1"  # calls made while the server is down fail quickly
+    # (client verdicts: the worker's own fold is what this test watches); calls made while
+    # the server is down fail quickly
+    url = f"{own_redis.url}?retries=1&verdicts=client"
     tasks = 6
     with Queue(url) as producer:
         producer.enqueue_many([{"n": n, "down": n == 3} for n in range(tasks)])
@@ -718,7 +720,7 @@ def location_for(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -
     "redis-server", with server verdicts (the server picks and claims:
     `queue_worker.server_claim`); "file", the file log."""
     if backend == "redis":
-        return queue_url(request.getfixturevalue("redis_url"))
+        return queue_url(request.getfixturevalue("redis_url")) + "&verdicts=client"
     if backend == "redis-server":
         return queue_url(request.getfixturevalue("redis_url")) + "&verdicts=server"
     return str(tmp_path / "qw")

@@ -59,7 +59,7 @@ def test_a_host_with_a_fast_clock_neither_steals_a_live_lease_nor_delays_a_takeo
     verdicts the server does not offer it one (host B idles, waiting on the server's clock).
     Either way host B takes the dead worker's task over once the lease has lapsed on the
     server's clock (the dead worker's replacement on host A leaves it to the others)."""
-    url = queue_url(redis_url) + ("&verdicts=server" if verdicts == "server" else "")
+    url = queue_url(redis_url) + f"&verdicts={verdicts}"
     gate = tmp_path / "gate"
     tasks = tmp_path / "tasks.jsonl"
     tasks.write_text("".join(json.dumps({"n": n, "gate": str(gate)}) + "\n" for n in range(2)))
