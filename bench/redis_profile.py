@@ -1,18 +1,20 @@
 """Where the CPU of reading a Redis queue goes: the supervisor's monitor and a worker's fold.
 
     python -m bench.redis_profile [--workers 8] [--tasks 10000] [--repeats 3] [--top 25]
+        [--verdicts client|server] [--parsers python,hiredis] [--no-cprofile]
 
 On a redis-server of its own (as `bench.redis_bench` starts one), for each repeat and each
 client parser (redis-py's pure-Python one, and hiredis when it is installed: the same run
 alternates them, in processes that cannot import hiredis or can):
 
-1. `qw up --log … --workers N --exit-when-drained` on a backlog of no-op tasks, with the
+1. `qw up --log …?verdicts=V --workers N --exit-when-drained` (client verdicts unless
+   ``--verdicts server``) on a backlog of no-op tasks, with the
    supervisor's `Monitor.poll` (where it reads and folds both logs) run under cProfile on
    the watcher thread's CPU clock (not the wall clock: on a shared machine that would charge
    whatever ran with the time spent waiting for a core). Printed: the supervisor process's
    own CPU a task (getrusage; workers are other processes), the part of it spent in polls,
    and the profile of the polls. Every run is checked exactly once.
-2. A reader of the finished claims stream, as a worker with the default (client) verdicts
+2. A reader of the finished claims stream, as a worker with client verdicts
    reads it: `ClaimsFollower` fed by `read` in batches (the size a worker reads), its CPU
    a record split into the read (round trip, reply parsing, entries) and the fold.
 
@@ -139,8 +141,9 @@ def one_run(
     prefix: str,
     no_hiredis: Path | None,
     cprofile: bool,
+    verdicts: str = "client",
 ) -> dict[str, Any]:
-    location = f"{url}/0?prefix={prefix}"
+    location = f"{url}/0?prefix={prefix}&verdicts={verdicts}"
     env = _env(no_hiredis, cprofile)
     with scratch(root, prefix) as d:
         enqueue_batch(location, tasks)
@@ -182,6 +185,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--parsers", default="python,hiredis")
+    parser.add_argument("--verdicts", choices=("client", "server"), default="client")
     parser.add_argument(
         "--no-cprofile", action="store_true", help="time the polls without profiling them"
     )
@@ -209,6 +213,7 @@ def main() -> None:
                         f"{parser_name}{rep}",
                         no_hiredis,
                         not args.no_cprofile,
+                        args.verdicts,
                     )
                     print(f"  {parser_name} repeat {rep + 1}: " + json.dumps(run), flush=True)
                     results[parser_name].append(run)
