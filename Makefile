@@ -25,8 +25,9 @@ $(VENV)/.installed-bench: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q -e '.[test,bench]'
 	touch $@
 
-## compiled: build the fold's modules with mypyc (queue_worker.compiled) and the frame loop in
-## C (logstore.native); a no-op when the build of the current sources exists. Without a C
+## compiled: build the fold's modules with mypyc (queue_worker.compiled), the frame loop in
+## C (logstore.native) and the claims decoder in C (queue_worker.cdecode); a no-op when the
+## build of the current sources exists. Without a C
 ## compiler it says so and the Python runs (QW_REQUIRE_COMPILED=1 makes that an error, as
 ## in CI). Then cache `qw --help` as typer prints it (supervisor.help_cache).
 compiled: $(VENV)/.installed
@@ -61,4 +62,4 @@ bench-partitions: $(VENV)/.installed-bench
 	$(BIN)/python -m bench.partitions_bench $(ARGS)
 
 clean:
-	rm -rf $(VENV) .qw queue_worker/_compiled logstore/_compiled supervisor/_compiled .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) .qw queue_worker/_compiled queue_worker/_compiled_c logstore/_compiled supervisor/_compiled .mypy_cache .ruff_cache .pytest_cache

@@ -7,6 +7,12 @@
    each is whole and valid, keeping each frame's offset and a copy of its payload. A frame
    ends its batch when it is not CONTINUED, or when it ends at or before `verified`; stop
    once `limit` frames of ended batches are kept. No protocol rule lives here: frames only.
+
+   decode_entries(buf, max_record, verified, limit, base, Entry) -> (entries, pos, batch_start, ready)
+
+   The same walk, keeping for each frame Entry(base + offset, base + end, payload, None)
+   (built as tuple.__new__ builds it) instead of the offset and the payload: exactly
+   `framing._decode_entries`, its definition.
 */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -78,8 +84,104 @@ error:
     return NULL;
 }
 
+/* The walk of decode_loop, calling keep(frame offset, frame end, payload start, length)
+   for each frame kept; returns 0, or -1 with an error set. */
+typedef int (*keeper)(void *state, long long pos, long long end, const unsigned char *data,
+                      long long length);
+
+static int
+walk(PyObject *buf, long long max_record, long long verified, long long limit, keeper keep,
+     void *state, long long *pos_out, long long *batch_out, long long *ready_out)
+{
+    const unsigned char *base = (const unsigned char *)PyBytes_AS_STRING(buf);
+    long long size = (long long)PyBytes_GET_SIZE(buf);
+    long long last = size - HEADER;
+    long long pos = 0, batch_start = 0, ready = 0, kept = 0;
+    while (pos <= last) {
+        const unsigned char *h = base + pos;
+        uint32_t word = le32(h), check = le32(h + 4), crc = le32(h + 8);
+        long long length = (long long)(word & LENGTH_MASK);
+        long long start = pos + HEADER, end = start + length;
+        if ((word ^ check) != 0xFFFFFFFFu || length > max_record || end > size)
+            break;
+        uLong sum = crc32((uLong)word, base + start, (uInt)length);
+        if ((uint32_t)sum != crc)
+            break;
+        if (keep(state, pos, end, base + start, length) < 0)
+            return -1;
+        kept++;
+        pos = end;
+        if (!(word & 0x80000000u) || end <= verified) {
+            batch_start = end;
+            ready = kept;
+            if (ready >= limit)
+                break;
+        }
+    }
+    *pos_out = pos;
+    *batch_out = batch_start;
+    *ready_out = ready;
+    return 0;
+}
+
+typedef struct {
+    PyObject *entries;
+    PyTypeObject *entry;
+    long long base;
+} entry_state;
+
+static int
+keep_entry(void *state, long long pos, long long end, const unsigned char *data, long long length)
+{
+    entry_state *s = (entry_state *)state;
+    PyObject *position = PyLong_FromLongLong(s->base + pos);
+    PyObject *next = PyLong_FromLongLong(s->base + end);
+    PyObject *payload = PyBytes_FromStringAndSize((const char *)data, (Py_ssize_t)length);
+    PyObject *entry = NULL;
+    if (position != NULL && next != NULL && payload != NULL)
+        entry = s->entry->tp_alloc(s->entry, 4);
+    if (entry == NULL) {
+        Py_XDECREF(position);
+        Py_XDECREF(next);
+        Py_XDECREF(payload);
+        return -1;
+    }
+    PyTuple_SET_ITEM(entry, 0, position);
+    PyTuple_SET_ITEM(entry, 1, next);
+    PyTuple_SET_ITEM(entry, 2, payload);
+    Py_INCREF(Py_None);
+    PyTuple_SET_ITEM(entry, 3, Py_None);
+    int failed = PyList_Append(s->entries, entry);
+    Py_DECREF(entry);
+    return failed;
+}
+
+static PyObject *
+decode_entries(PyObject *self, PyObject *args)
+{
+    PyObject *buf, *entry;
+    long long max_record, verified, limit, base;
+    if (!PyArg_ParseTuple(args, "SLLLLO!:decode_entries", &buf, &max_record, &verified, &limit,
+                          &base, &PyType_Type, &entry))
+        return NULL;
+    if (!PyType_IsSubtype((PyTypeObject *)entry, &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "decode_entries: Entry must be a tuple type");
+        return NULL;
+    }
+    entry_state state = {PyList_New(0), (PyTypeObject *)entry, base};
+    if (state.entries == NULL)
+        return NULL;
+    long long pos, batch_start, ready;
+    if (walk(buf, max_record, verified, limit, keep_entry, &state, &pos, &batch_start, &ready) < 0) {
+        Py_DECREF(state.entries);
+        return NULL;
+    }
+    return Py_BuildValue("(NLLL)", state.entries, pos, batch_start, ready);
+}
+
 static PyMethodDef methods[] = {
     {"decode_loop", decode_loop, METH_VARARGS, "framing._decode_loop, in C."},
+    {"decode_entries", decode_entries, METH_VARARGS, "framing._decode_entries, in C."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -72,7 +72,7 @@ from typing import NamedTuple
 
 from logstore import native
 from logstore.base import CorruptLogError, Entry, ForeignFileError
-from logstore.native import Loop, LoopResult
+from logstore.native import EntriesLoop, EntriesResult, Loop, LoopResult
 
 Buffer = bytes | bytearray | memoryview
 
@@ -309,15 +309,17 @@ def decode_frames(
         # memoryview slice + crc32 ~300 ns, and Entry.data would still need a copy.)
         buf = bytes(buf)
     size = len(buf)
-    starts, datas, pos, batch_start, ready = _frames_loop(buf, max_record, verified, limit)
+    entries, pos, batch_start, ready = _entries_loop(buf, max_record, verified, limit, base, Entry)
 
     if ready >= limit:
         # A batch verified in full may go on past the limit: return the first `limit`
         # records, and report the batch's end as verified.
-        consumed = starts[limit] if limit < ready else batch_start
-        entries = _entries(base, starts, datas, limit, consumed)
+        consumed = entries[limit].position - base if limit < ready else batch_start
+        if limit < len(entries):
+            del entries[limit:]
         return Decoded(entries, consumed, batch_start, Stop.CLEAN, 0)
-    entries = _entries(base, starts, datas, ready, batch_start)
+    if ready < len(entries):
+        del entries[ready:]
     if pos == size == batch_start:
         return Decoded(entries, pos, pos, Stop.CLEAN, 0)
     return _stopped(buf, base, pos, batch_start, entries, at_eof, max_record, path)
@@ -366,11 +368,29 @@ def _decode_loop(buf: bytes, max_record: int, verified: int, limit: int) -> Loop
     return starts, datas, pos, batch_start, ready
 
 
-#: the loop decode_frames runs: in C when a build of these very sources exists
+def _decode_entries(
+    buf: bytes, max_record: int, verified: int, limit: int, base: int, entry: type[Entry]
+) -> EntriesResult:
+    """`_decode_loop`, answering the decoded frames as entries: (entries, pos, batch_start,
+    ready), each frame's Entry(base + offset, base + its end, payload). Frames are back to
+    back, so a frame's end is the next one's offset. `logstore/_cframes.c`'s
+    `decode_entries` is this function in C (building each Entry in the walk), used when
+    built; this is its definition (`entry` is always `Entry`: the C one is handed it)."""
+    starts, datas, pos, batch_start, ready = _frames_loop(buf, max_record, verified, limit)
+    positions = [start + base for start in starts]
+    nexts = positions[1:]
+    nexts.append(pos + base)  # the last frame decoded ends where the walk stopped
+    return _make_entries(positions, nexts, datas), pos, batch_start, ready
+
+
+#: the loops decode_frames runs: in C when a build of these very sources exists
 _frames_loop: Loop = _decode_loop
-_c_loop = native.load()
-if _c_loop is not None:
-    _frames_loop = _c_loop
+_entries_loop: EntriesLoop = _decode_entries
+_c_loops = native.load()
+_c_loop: Loop | None = None
+if _c_loops is not None:
+    _frames_loop = _c_loop = _c_loops[0]
+    _entries_loop = _c_loops[1]
 
 
 def frames_loop_status() -> str:
@@ -440,18 +460,6 @@ def _stopped(
 
 
 # -- building entries ------------------------------------------------------------------------
-
-
-def _entries(base: int, starts: list[int], datas: list[bytes], count: int, end: int) -> list[Entry]:
-    """Entries for the first `count` decoded frames (buffer offsets), the last ending at `end`."""
-    if not count:
-        return []
-    if count < len(starts):
-        starts, datas = starts[:count], datas[:count]
-    positions = [start + base for start in starts]
-    nexts = positions[1:]  # frames are back to back: each one's next is the following start
-    nexts.append(end + base)
-    return _make_entries(positions, nexts, datas)
 
 
 def _make_entries(positions: list[int], nexts: list[int], datas: list[bytes]) -> list[Entry]:

@@ -12,14 +12,20 @@ install would load a stale build.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from importlib.machinery import EXTENSION_SUFFIXES, ExtensionFileLoader
 from importlib.util import module_from_spec, spec_from_loader
+from types import ModuleType
 from typing import Final
+
+from logstore.base import Entry
 
 #: (starts, datas, pos, batch_start, ready), as framing._decode_loop returns them
 LoopResult = tuple[list[int], list[bytes], int, int, int]
 Loop = Callable[[bytes, int, int, int], LoopResult]
+#: (entries, pos, batch_start, ready), as framing._decode_entries returns them
+EntriesResult = tuple[list[Entry], int, int, int]
+EntriesLoop = Callable[[bytes, int, int, int, int, type[Entry]], EntriesResult]
 
 MODULE: Final = "logstore._cframes"
 PURE_ENV: Final = "QW_PURE"
@@ -32,22 +38,38 @@ EXT_SUFFIX: Final = EXTENSION_SUFFIXES[0]
 reason = "not loaded yet"
 
 
-def source_key(directory: str = PACKAGE_DIR) -> str:
+def key_of(directory: str, sources: Sequence[str]) -> str:
+    """The hash of the files `sources` (names in `directory`) as they are now: 16 hex digits.
+    Also the key of queue_worker's C decoder (queue_worker.cdecode)."""
     from _blake2 import blake2b  # built in, cheap to import (hashlib loads OpenSSL)
 
     digest = blake2b(digest_size=8)
-    for name in SOURCES:
+    for name in sources:
         with open(os.path.join(directory, name), "rb") as f:
             digest.update(name.encode() + b"\0" + f.read() + b"\0")
     return digest.hexdigest()
+
+
+def source_key(directory: str = PACKAGE_DIR) -> str:
+    return key_of(directory, SOURCES)
+
+
+def load_extension(module: str, path: str) -> ModuleType:
+    """The extension module `module` from the file `path` (not put in sys.modules)."""
+    spec = spec_from_loader(module, ExtensionFileLoader(module, path), origin=path)
+    assert spec is not None
+    loaded = module_from_spec(spec)
+    spec.loader.exec_module(loaded)  # type: ignore[union-attr]
+    return loaded
 
 
 def extension_path(key: str) -> str:
     return os.path.join(BUILD_ROOT, key, "_cframes" + EXT_SUFFIX)
 
 
-def load() -> Loop | None:
-    """The C loop when a build of the current sources exists (and QW_PURE is not set)."""
+def load() -> tuple[Loop, EntriesLoop] | None:
+    """The C loops (`decode_loop`, `decode_entries`) when a build of the current sources
+    exists (and QW_PURE is not set)."""
     global reason
     if os.environ.get(PURE_ENV, "") not in ("", "0"):
         reason = f"{PURE_ENV}={os.environ[PURE_ENV]}"
@@ -60,13 +82,11 @@ def load() -> Loop | None:
     if not os.path.isfile(path):
         reason = "no build of these sources (`make compiled`)"
         return None
-    spec = spec_from_loader(MODULE, ExtensionFileLoader(MODULE, path), origin=path)
-    assert spec is not None
-    module = module_from_spec(spec)
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    module = load_extension(MODULE, path)
     loop: Loop = module.decode_loop
+    entries: EntriesLoop = module.decode_entries
     reason = ""
-    return loop
+    return loop, entries
 
 
 def status(loop: object) -> str:

@@ -1,7 +1,8 @@
 """Build the compiled fold and the C frame loop: python -m queue_worker.build_compiled
 
 The fold's modules are compiled by mypyc (see `queue_worker.compiled`); the frame-decoding
-loop is `logstore/_cframes.c` (see `logstore.native`). Each build lands in a directory
+loop is `logstore/_cframes.c` (see `logstore.native`) and the claims records' decoder
+`queue_worker/_cdecode.c` (see `queue_worker.cdecode`). Each build lands in a directory
 named by the hash of its sources, which is the only place its loader looks.
 
 `make up`, `make test` and CI run it. It copies the sources to a scratch directory first and
@@ -21,9 +22,11 @@ import os
 import shutil
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from logstore import native
+from queue_worker import cdecode
 from queue_worker.compiled import (
     BUILD_ROOT,
     COMPILED,
@@ -94,11 +97,50 @@ def _install(built: list[Path], root: Path, target: Path) -> None:
 def build_frames(verbose: bool = False) -> Path:
     """Build logstore/_cframes.c for the sources as they are now; return the extension file
     (at once when it is already built). Raises BuildError."""
-    with tempfile.TemporaryDirectory(prefix="qw-cframes-") as tmp:
+    return _build_c(
+        native.MODULE,
+        native.PACKAGE_DIR,
+        native.SOURCES,
+        native.source_key,
+        native.extension_path,
+        native.BUILD_ROOT,
+        ["z"],
+        verbose,
+    )
+
+
+def build_decoder(verbose: bool = False) -> Path:
+    """Build queue_worker/_cdecode.c (the claims records' C decoder) for the sources as they
+    are now; return the extension file (at once when it is already built). Raises BuildError."""
+    return _build_c(
+        cdecode.MODULE,
+        cdecode.PACKAGE_DIR,
+        cdecode.SOURCES,
+        cdecode.source_key,
+        cdecode.extension_path,
+        cdecode.BUILD_ROOT,
+        [],
+        verbose,
+    )
+
+
+def _build_c(
+    module: str,
+    package_dir: str,
+    sources: tuple[str, ...],
+    key_of: Callable[[str], str],
+    extension_path: Callable[[str], str],
+    build_root: str,
+    libraries: list[str],
+    verbose: bool,
+) -> Path:
+    """Build the C extension `module` (its C file first in `sources`) from copies of the
+    sources, into the directory of their key under `build_root`."""
+    with tempfile.TemporaryDirectory(prefix="qw-c-") as tmp:
         root = Path(tmp)
-        for name in native.SOURCES:
-            shutil.copyfile(Path(native.PACKAGE_DIR) / name, root / name)
-        target = Path(native.extension_path(native.source_key(str(root))))
+        for name in sources:
+            shutil.copyfile(Path(package_dir) / name, root / name)
+        target = Path(extension_path(key_of(str(root))))
         if target.is_file():
             return target
         try:
@@ -110,12 +152,12 @@ def build_frames(verbose: bool = False) -> Path:
         try:
             with contextlib.redirect_stdout(sys.stdout if verbose else out):
                 ext = extension(
-                    native.MODULE,
-                    [str(root / "_cframes.c")],
-                    libraries=["z"],
+                    module,
+                    [str(root / sources[0])],
+                    libraries=libraries,
                     extra_compile_args=["-O2"],
                 )
-                dist = distribution({"name": "qw-cframes", "ext_modules": [ext]})
+                dist = distribution({"name": f"qw-{module}", "ext_modules": [ext]})
                 command = dist.get_command_obj("build_ext")
                 command.build_lib = str(root / "lib")
                 command.build_temp = str(root / "tmp")
@@ -128,8 +170,8 @@ def build_frames(verbose: bool = False) -> Path:
         built = sorted((root / "lib").rglob(f"*{EXT_SUFFIX}"))
         if [f.name for f in built] != [target.name]:
             raise BuildError(f"the C build made {[f.name for f in built]}, not {target.name}")
-        _install(built, Path(native.BUILD_ROOT), target.parent)
-    _forget_others(Path(native.BUILD_ROOT), target.parent)
+        _install(built, Path(build_root), target.parent)
+    _forget_others(Path(build_root), target.parent)
     return target
 
 
@@ -192,6 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     for names, how, builder in (
         (", ".join(COMPILED), "mypyc", build),
         ("the frame loop (logstore/_cframes.c)", "C", build_frames),
+        ("the claims decoder (queue_worker/_cdecode.c)", "C", build_decoder),
     ):
         try:
             target = builder(args.verbose)

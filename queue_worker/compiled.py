@@ -157,13 +157,15 @@ def in_use() -> list[str]:
 
 
 def status() -> str:
-    """One line: which path the fold runs (for a bench line, `qw --version`, /stats), and
-    which frame-decoding loop the log reads with (logstore.native)."""
+    """One line: which path the fold runs (for a bench line, `qw --version`, /stats), which
+    frame-decoding loop the log reads with (logstore.native), and which claims decoder
+    (queue_worker.cdecode)."""
     from logstore.framing import frames_loop_status  # only asked for now and then
+    from queue_worker import cdecode
 
     compiled = in_use()
     if compiled:
         fold = f"compiled (mypyc, sources {_choice.key}): {', '.join(compiled)}"
     else:
         fold = f"pure Python ({_choice.reason})"
-    return f"{fold}; frames: {frames_loop_status()}"
+    return f"{fold}; frames: {frames_loop_status()}; claims decoder: {cdecode.status()}"

@@ -32,8 +32,10 @@ decoding untrusted input: anything malformed raises `RecordDecodeError`, and not
 
 from __future__ import annotations
 
+import importlib
+import operator
 import reprlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Final, NamedTuple, TypeVar
 
 import msgpack
@@ -355,9 +357,22 @@ def decode_claims_all(datas: Iterable[bytes]) -> list[ClaimsRecord | None]:
     malformed one (`decode_claims` of it alone raises RecordDecodeError naming why).
 
     Every worker decodes every claims record: a loop over a read's records costs less than
-    a call each (the function calls, the lookups), and the common records, well formed,
-    are built here as `decode` builds them. Anything else is decoded by `decode_claims`.
+    a call each (the function calls, the lookups). In C when built (`queue_worker.cdecode`:
+    the common records, well formed, built as `decode` builds them, anything else handed to
+    `_claims_or_none`); else `decode_claims_py`, this loop's definition.
     """
+    module = _C_LOADED[0] if _C_LOADED else _c_module()
+    if module is not None:
+        decoded: list[ClaimsRecord | None] = module.decode_claims_all(
+            datas, Claim, Done, _claims_or_none
+        )
+        return decoded
+    return decode_claims_py(datas)
+
+
+def decode_claims_py(datas: Iterable[bytes]) -> list[ClaimsRecord | None]:
+    """`decode_claims_all` in Python: the common records, well formed, are built here as
+    `decode` builds them. Anything else is decoded by `decode_claims`."""
     records: list[ClaimsRecord | None] = []
     keep = records.append
     unpackb = _UNPACKB
@@ -391,9 +406,79 @@ def decode_claims_all(datas: Iterable[bytes]) -> list[ClaimsRecord | None]:
     return records
 
 
+#: a log entry's fields (logstore.Entry: position, next, data, server_time_us)
+EntryFields = tuple[int, int, bytes, "int | None"]
+_POSITION: Final = operator.itemgetter(0)
+_DATA: Final = operator.itemgetter(2)
+_SERVER_TIME: Final = operator.itemgetter(3)
+
+
+def decode_claims_entries(
+    entries: Sequence[EntryFields],
+) -> tuple[list[ClaimsRecord | None], list[int], bool]:
+    """`decode_claims_all` of a read's entries, with their positions, and whether any of them
+    carries a server time: what a follower folds, in one pass over the entries (in C when
+    built, for a list; else `decode_claims_entries_py`, its definition)."""
+    module = _C_LOADED[0] if _C_LOADED else _c_module()
+    if module is not None and type(entries) is list:
+        decoded: tuple[list[ClaimsRecord | None], list[int], bool] = module.decode_claims_entries(
+            entries, Claim, Done, _claims_or_none
+        )
+        return decoded
+    return decode_claims_entries_py(entries)
+
+
+def decode_claims_entries_py(
+    entries: Sequence[EntryFields],
+) -> tuple[list[ClaimsRecord | None], list[int], bool]:
+    records = decode_claims_py(map(_DATA, entries))
+    times = list(map(_SERVER_TIME, entries))
+    return records, list(map(_POSITION, entries)), times.count(None) != len(times)
+
+
 def decode_task(data: bytes) -> TaskRecord | Unknown:
     """Decode a record read from the tasks topic (a claims record there is malformed)."""
     record = decode(data)
     if not isinstance(record, TaskRecord | Unknown):
         raise RecordDecodeError(f"a {type(record).__name__} record in the tasks topic")
     return record
+
+
+def _claims_or_none(data: bytes) -> ClaimsRecord | None:
+    """What `decode_claims_all` keeps for one payload the C decoder does not know."""
+    try:
+        return decode_claims(data)
+    except RecordDecodeError:
+        return None
+
+
+#: the C decoder's signature: (payloads, the Claim type, the Done type, the fallback)
+ClaimsDecoder = Callable[
+    [Iterable[bytes], type, type, Callable[[bytes], "ClaimsRecord | None"]],
+    list[ClaimsRecord | None],
+]
+
+
+#: and of `decode_claims_entries`'s: (entries, the Claim type, the Done type, the fallback)
+EntriesDecoder = Callable[
+    [
+        Sequence[EntryFields],
+        type,
+        type,
+        Callable[[bytes], "ClaimsRecord | None"],
+    ],
+    tuple[list[ClaimsRecord | None], list[int], bool],
+]
+
+
+#: the C decoders' module (or None), once loaded: at the first decode of claims records, not
+#: at import (a command that never folds, `qw enqueue`, need not hash their sources)
+_C_LOADED: Final[list[Any]] = []
+
+
+def _c_module() -> Any:
+    """The C decoders' module when built for these sources (queue_worker.cdecode), or None."""
+    if not _C_LOADED:
+        # imported by name: mypyc compiles this module without following it (needs logstore)
+        _C_LOADED.append(importlib.import_module("queue_worker.cdecode").load())
+    return _C_LOADED[0]

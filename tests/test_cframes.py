@@ -19,12 +19,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from logstore import framing, native
+from logstore import Entry, framing, native
 from logstore.base import LogError
 
 REQUIRED = os.environ.get("QW_REQUIRE_COMPILED", "") not in ("", "0")
 SETTINGS = settings(max_examples=300, deadline=None)
 C_LOOP = framing._c_loop
+C_ENTRIES = framing._entries_loop if C_LOOP is not None else None
 
 
 @pytest.fixture(autouse=True)
@@ -76,6 +77,23 @@ def test_the_c_loop_walks_frames_as_the_python_loop(
     )
 
 
+@SETTINGS
+@given(buffers(), max_records, st.integers(0, 400), limits, st.sampled_from([0, 48, 2**40]))
+def test_the_c_entries_loop_answers_as_the_python_one(
+    buf: bytes, max_record: int, verified: int, limit: int, base: int
+) -> None:
+    """decode_entries in C against framing._decode_entries (on the Python loop): the same
+    entries (each an Entry, its fields of the same types), the same walk."""
+    assert C_ENTRIES is not None and C_ENTRIES is not framing._decode_entries
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(framing, "_frames_loop", framing._decode_loop)
+        python = framing._decode_entries(buf, max_record, verified, limit, base, Entry)
+    ours = C_ENTRIES(buf, max_record, verified, limit, base, Entry)
+    assert ours == python
+    assert [type(e) for e in ours[0]] == [Entry] * len(python[0])
+    assert [tuple(map(type, e)) for e in ours[0]] == [tuple(map(type, e)) for e in python[0]]
+
+
 def decoded(buf: bytes, at_eof: bool, limit: int | None, verified: int) -> Any:
     try:
         return framing.decode_frames(
@@ -92,8 +110,9 @@ def test_decode_frames_answers_the_same_with_either_loop(
 ) -> None:
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(framing, "_frames_loop", framing._decode_loop)
+        patch.setattr(framing, "_entries_loop", framing._decode_entries)
         python = decoded(buf, at_eof, limit, verified)
-    assert framing._frames_loop is C_LOOP
+    assert framing._frames_loop is C_LOOP and framing._entries_loop is C_ENTRIES
     assert decoded(buf, at_eof, limit, verified) == python
 
 
@@ -101,6 +120,11 @@ def test_a_buffer_that_is_not_bytes_is_refused_not_misread() -> None:
     assert C_LOOP is not None
     with pytest.raises(TypeError):
         C_LOOP(bytearray(framing.encode_frame(b"x")), 10, 0, 1)  # type: ignore[arg-type]
+    assert C_ENTRIES is not None
+    with pytest.raises(TypeError):
+        C_ENTRIES(bytearray(framing.encode_frame(b"x")), 10, 0, 1, 0, Entry)  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        C_ENTRIES(framing.encode_frame(b"x"), 10, 0, 1, 0, int)  # type: ignore[arg-type]
 
 
 # -- never stale -------------------------------------------------------------------------

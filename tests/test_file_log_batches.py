@@ -39,6 +39,7 @@ def crc_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     # the Python frame loop, whose checksums go through _crc32 (the C loop's, when built,
     # do not; tests/test_cframes.py holds it to the Python one)
     monkeypatch.setattr(framing, "_frames_loop", framing._decode_loop)
+    monkeypatch.setattr(framing, "_entries_loop", framing._decode_entries)
     return calls
 
 

@@ -323,11 +323,14 @@ def test_records_are_judged_on_the_servers_clock_when_the_backend_stamps_them() 
 
 @pytest.mark.redis
 def test_on_redis_a_fast_clock_cannot_take_over_a_held_task(redis_url: str, tmp_path: Path) -> None:
-    tasks, claims = open_topics(redis_url)
-    other_tasks, other_claims = open_topics(redis_url)
+    # Client verdicts: the worker's own fold judges its CLAIM (server verdicts never offer a
+    # held task: tests/test_redis_e2e.py runs the clock-skew cases in both modes)
+    url = f"{redis_url}?verdicts=client"
+    tasks, claims = open_topics(url)
+    other_tasks, other_claims = open_topics(url)
     try:
-        Queue(redis_url, tasks_log=tasks).enqueue("x")
-        config = WorkerConfig(redis_url, str(tmp_path), lease_s=30)
+        Queue(url, tasks_log=tasks).enqueue("x")
+        config = WorkerConfig(url, str(tmp_path), lease_s=30)
         # This worker's clock reads an hour ahead: by its own clock every lease ran out.
         fast = Worker(
             config,
