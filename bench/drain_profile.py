@@ -1,6 +1,7 @@
 """Where a worker's CPU goes in a drain: one worker of a real drain, measured.
 
     python -m bench.drain_profile --workers 2 --tasks 5000 [--parts | --profile] [--strace]
+        [--redis]
 
 Enqueues `tasks` no-op tasks and starts `workers` worker processes as the benchmarks do
 (``python -m queue_worker.process``, one interpreter each), waits for the drain, checks it
@@ -13,7 +14,9 @@ starts on an empty queue and exits (its start-up). Then, for worker 0:
            machine a wall-clock profile charges whatever line was running with the time
            the process spent waiting for a core); ``--keep PATH`` keeps the profile;
 
-and for worker 1 (a tracer slows what it traces: another worker than the measured one):
+``--redis`` runs the drain on a redis-server started for it (``?prefix=data``) instead of
+a data directory. And for worker 1 (a tracer slows what it traces: another worker than
+the measured one):
 
 --strace   its system calls, counted by ``strace -c -f``;
 --spy PATH its stacks sampled by py-spy (not a dependency of qw: it must be on PATH),
@@ -23,6 +26,7 @@ and for worker 1 (a tracer slows what it traces: another worker than the measure
 from __future__ import annotations
 
 import argparse
+import contextlib
 import cProfile
 import dataclasses
 import io
@@ -78,9 +82,9 @@ def parts_worker(out: str, config_json: str) -> None:
     run_worker_process(config_json)
 
 
-def startup_cpu(root: Path) -> float:
+def startup_cpu(root: Path, redis_url: str | None = None) -> float:
     """CPU seconds of a worker that starts on an empty queue and exits at once."""
-    data = root / "empty"
+    data: Path | str = root / "empty" if redis_url is None else f"{redis_url}/0?prefix=empty"
     enqueue(data, 0)
     [config] = fleet_configs(data, root / "run-empty", 1)
     command, _ = worker_command(config)
@@ -158,68 +162,84 @@ def main() -> None:
     parser.add_argument("--parts", action="store_true", help="worker 0's CPU by part of its loop")
     parser.add_argument("--keep", type=Path, help="with --profile: copy the profile here")
     parser.add_argument("--spy", type=Path, help="sample worker 1 with py-spy into this file")
+    parser.add_argument(
+        "--redis", action="store_true", help="the queue on a redis-server started for the run"
+    )
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="qw-drain-profile-"))
     try:
-        empty = startup_cpu(root)
-        data = root / "data"
-        enqueue(data, args.tasks)
-        configs = fleet_configs(data, root / "run", args.workers)
-        prof, trace = root / "w0.prof", root / "strace.txt"
-        parts = root / "parts.json" if args.parts else None
-        procs = [
-            (
-                c.name,
-                start(
-                    command_of(i, c, prof, trace, args.strace, args.spy, args.profile, parts),
-                    root / f"{c.name}.err",
-                ),
-            )
-            for i, c in enumerate(configs)
-        ]
-        cpu = {name: wait_cpu(proc, name, root / f"{name}.err") for name, proc in procs}
-        fold = fold_claims(data)
-        fold.check_exactly_once(args.tasks)
-        done: dict[str, int] = {}
-        for holder in fold.holders.values():
-            name = holder.split("-", 1)[0]
-            done[name] = done.get(name, 0) + 1
-        print(
-            f"{args.workers} workers, {args.tasks} tasks; "
-            f"claims {fold.claims}, lost {fold.lost_total}"
-        )
-        print(f"start-up alone (a worker on an empty queue): {empty * 1e3:.0f} ms CPU")
-        watched = {"w0": "cProfile" if args.profile else "parts" if args.parts else ""}
-        watched["w1"] = "strace" if args.strace else "py-spy" if args.spy is not None else ""
-        for name, seconds in cpu.items():
-            n = done.get(name, 0)
-            note = f" ({watched[name]})" if watched.get(name) else ""
-            per = (seconds - empty) * 1e6 / n if n else float("nan")
-            print(
-                f"  {name}{note}: {n} tasks, {seconds * 1e3:.0f} ms CPU, "
-                f"{per:.0f} µs a task past start-up"
-            )
-        if args.profile:
-            stats = pstats.Stats(str(prof), stream=io.StringIO())
-            out = io.StringIO()
-            stats.stream = out  # type: ignore[attr-defined]
-            stats.sort_stats("tottime").print_stats(args.top)
-            stats.sort_stats("cumulative").print_stats(args.top)
-            print(out.getvalue())
-            print(f"w0 did {done.get('w0', 0)} tasks (times above: its main thread's CPU)")
-            if args.keep is not None:
-                shutil.copy(prof, args.keep)
-        if parts is not None:
-            from bench.drain_parts import summary
+        with contextlib.ExitStack() as stack:
+            redis_url = None
+            if args.redis:
+                from bench.redis_bench import redis_server
 
-            print(summary(parts))
-        if args.strace:
-            print(trace.read_text())
-            print(f"w1 did {done.get('w1', 0)} tasks")
-        if args.spy is not None:
-            print(spy_summary(args.spy, done.get("w1", 0), args.top))
+                binary = shutil.which("redis-server")
+                if binary is None:
+                    sys.exit("--redis: redis-server is not installed")
+                redis_url = stack.enter_context(redis_server(root, binary))
+            run(args, root, redis_url)
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+def run(args: argparse.Namespace, root: Path, redis_url: str | None) -> None:
+    """One drain of `args.tasks` tasks, measured as `main` describes."""
+    empty = startup_cpu(root, redis_url)
+    data: Path | str = root / "data" if redis_url is None else f"{redis_url}/0?prefix=data"
+    enqueue(data, args.tasks)
+    configs = fleet_configs(data, root / "run", args.workers)
+    prof, trace = root / "w0.prof", root / "strace.txt"
+    parts = root / "parts.json" if args.parts else None
+    procs = [
+        (
+            c.name,
+            start(
+                command_of(i, c, prof, trace, args.strace, args.spy, args.profile, parts),
+                root / f"{c.name}.err",
+            ),
+        )
+        for i, c in enumerate(configs)
+    ]
+    cpu = {name: wait_cpu(proc, name, root / f"{name}.err") for name, proc in procs}
+    fold = fold_claims(data)
+    fold.check_exactly_once(args.tasks)
+    done: dict[str, int] = {}
+    for holder in fold.holders.values():
+        name = holder.split("-", 1)[0].split("@", 1)[0]  # w0@box-4711-9f3a → w0
+        done[name] = done.get(name, 0) + 1
+    print(
+        f"{args.workers} workers, {args.tasks} tasks; claims {fold.claims}, lost {fold.lost_total}"
+    )
+    print(f"start-up alone (a worker on an empty queue): {empty * 1e3:.0f} ms CPU")
+    watched = {"w0": "cProfile" if args.profile else "parts" if args.parts else ""}
+    watched["w1"] = "strace" if args.strace else "py-spy" if args.spy is not None else ""
+    for name, seconds in cpu.items():
+        n = done.get(name, 0)
+        note = f" ({watched[name]})" if watched.get(name) else ""
+        per = (seconds - empty) * 1e6 / n if n else float("nan")
+        print(
+            f"  {name}{note}: {n} tasks, {seconds * 1e3:.0f} ms CPU, "
+            f"{per:.0f} µs a task past start-up"
+        )
+    if args.profile:
+        stats = pstats.Stats(str(prof), stream=io.StringIO())
+        out = io.StringIO()
+        stats.stream = out  # type: ignore[attr-defined]
+        stats.sort_stats("tottime").print_stats(args.top)
+        stats.sort_stats("cumulative").print_stats(args.top)
+        print(out.getvalue())
+        print(f"w0 did {done.get('w0', 0)} tasks (times above: its main thread's CPU)")
+        if args.keep is not None:
+            shutil.copy(prof, args.keep)
+    if parts is not None:
+        from bench.drain_parts import summary
+
+        print(summary(parts))
+    if args.strace:
+        print(trace.read_text())
+        print(f"w1 did {done.get('w1', 0)} tasks")
+    if args.spy is not None:
+        print(spy_summary(args.spy, done.get("w1", 0), args.top))
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ reads a bounded batch, so the supervisor's loop stays responsive while it catche
 from __future__ import annotations
 
 import contextlib
+import operator
 import threading
 import time
 from collections import Counter
@@ -39,9 +40,10 @@ from queue_worker.records import (
     Claim,
     ClaimsRecord,
     Done,
+    Fail,
     RecordDecodeError,
     Unknown,
-    decode_claims,
+    decode_claims_all,
     decode_task,
 )
 from queue_worker.state import ClaimState, Lease, Outcome, Verdict
@@ -61,6 +63,8 @@ from supervisor.model import Event, QueueView
 _NOTED: Final = frozenset(
     {Verdict.TAKEOVER, Verdict.LEASE_LOST, Verdict.STALE_DONE, Verdict.RELEASED, Verdict.DEAD}
 )
+
+_DATA: Final = operator.itemgetter(2)  # an Entry's bytes
 
 #: records read from each log by one `poll` (catching up on a long log takes several polls)
 POLL_BATCH: Final = 20_000
@@ -237,18 +241,15 @@ class Monitor:
         entries = self._claims.read(self._follower.next_position, self._batch)
         events: list[Event] = []
         follower, state, events_from = self._follower, self._state, self._events_from
-        for entry in entries:
-            # Decoded once, here, and handed to the fold (a malformed record is left to the
-            # fold to decode, count and report, as a worker's fold does).
-            try:
-                decoded: ClaimsRecord | None = decode_claims(entry.data)
-            except RecordDecodeError:
-                decoded = None
-            # attempts before the record: a DEAD verdict forgets the task's state
-            attempts = 0
-            if decoded is not None and not isinstance(decoded, Unknown):
-                attempts = state.attempts(decoded.task)
-            outcome, record = follower.apply(entry, decoded)
+        # Decoded once, here, in one call for the batch (the workers' own batch decoder),
+        # and handed to the fold; a malformed record (None) is left to the fold to decode,
+        # count and report, as a worker's fold does.
+        decoded = decode_claims_all(map(_DATA, entries))
+        for entry, known in zip(entries, decoded, strict=True):
+            # attempts before the record, for a DEAD event's text (a DEAD verdict, which only
+            # a FAIL gets, forgets the task's state)
+            attempts = state.attempts(known.task) if type(known) is Fail else 0
+            outcome, record = follower.apply(entry, known)
             verdict = outcome.verdict
             if verdict is Verdict.DONE:
                 self._count(record, outcome)

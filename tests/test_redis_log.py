@@ -33,6 +33,7 @@ from logstore.base import (
     RecordTooLargeError,
 )
 from logstore.redis_log import (
+    SEQ_BITS,
     SEQ_LIMIT,
     RedisLog,
     after_id,
@@ -154,6 +155,23 @@ def test_append_read_and_end(log: RedisLog) -> None:
     assert log.read(log.start, 0) == []
     assert list(log.iter_from(log.start, batch=3)) == entries
     assert log.append_many([]) == []
+
+
+def test_records_that_look_like_the_replys_header_read_back_exactly(log: RedisLog) -> None:
+    """A read's reply is a header of ids and lengths, then the records' bytes: records made
+    of the header's own characters (digits, '-', spaces, newlines) or of nothing come back
+    byte for byte, by `read` and by `append_and_read`, with the ids the server gave them."""
+    tricky = [b"12-3 4 ", b"\n", b"", b" -1 ", b"5\n6-7 8\n", bytes(range(256)), b"x" * 70_000]
+    positions = log.append_many(tricky)
+    entries = log.read(log.start)
+    assert [e.data for e in entries] == tricky
+    assert [e.position for e in entries] == positions
+    assert all(e.server_time_us == (e.position >> SEQ_BITS) * 1000 for e in entries)
+    more = [b"9-9 9", b""]
+    added, read_back = log.append_and_read(more, entries[-1].next, max_records=10)
+    assert [e.data for e in read_back] == more
+    assert [e.position for e in read_back] == added
+    assert log.read(positions[2], 3) == entries[2:5]
 
 
 def test_positions_are_the_servers_ids_at_millisecond_edges(log: RedisLog, redis_url: str) -> None:
@@ -296,11 +314,12 @@ def test_an_entry_without_data_is_reported_as_damage(log: RedisLog, redis_url: s
     log.append(b"ok")
     client = raw_client(redis_url)
     try:
-        client.xadd("qw:t", {"other": b"x"})
+        bad = client.xadd("qw:t", {"other": b"x"})
     finally:
         client.close()
-    with pytest.raises(CorruptLogError, match="no 'd' field"):
+    with pytest.raises(CorruptLogError, match="no 'd' field") as raised:
         log.read(log.start)
+    assert raised.value.offset == pack_id(*parse_id(bad))
 
 
 def test_close_is_idempotent_and_final(redis_url: str) -> None:
