@@ -310,7 +310,8 @@ def test_entries_decode_as_the_python_does(entries: list[Entry]) -> None:
     assert [plain(r) for r in ours[0]] == [plain(r) for r in theirs[0]]
     assert [type(r) for r in ours[0]] == [type(r) for r in theirs[0]]
     assert ours[1:] == theirs[1:]
-    assert records.decode_claims_entries(entries) == ours
+    # (by `plain`: a DONE's result may be a NaN, which equals nothing, itself included)
+    assert plain(records.decode_claims_entries(entries)) == plain(ours)
 
 
 def test_entries_of_the_wrong_shape_are_refused() -> None:
