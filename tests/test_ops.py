@@ -153,7 +153,8 @@ def test_the_ops_topic_is_a_stream_of_its_own_on_redis(redis_url: str) -> None:
     assert [(op.kind, op.task, op.worker) for op in ops] == [(PAUSE, 4, "w0-10-abcd")]
     client = redis.Redis.from_url(redis_url)
     try:
-        # the ops stream, beside the queue's identity (logstore.identity): no other topic
-        assert sorted(client.keys("*")) == [b"qw:ops", b"qw:queue"]
+        # the ops stream, beside the queue's identity (logstore.identity) and its verdict
+        # mode, recorded with it (logstore.verdict_mode): no other topic
+        assert sorted(client.keys("*")) == [b"qw:ops", b"qw:queue", b"qw:queue:verdicts"]
     finally:
         client.close()
