@@ -29,62 +29,7 @@ le32(const unsigned char *p)
     return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
 }
 
-static PyObject *
-decode_loop(PyObject *self, PyObject *args)
-{
-    PyObject *buf;
-    long long max_record, verified, limit;
-    if (!PyArg_ParseTuple(args, "SLLL:decode_loop", &buf, &max_record, &verified, &limit))
-        return NULL;
-    const unsigned char *base = (const unsigned char *)PyBytes_AS_STRING(buf);
-    long long size = (long long)PyBytes_GET_SIZE(buf);
-    long long last = size - HEADER;
-    long long pos = 0, batch_start = 0, ready = 0, kept = 0;
-    PyObject *starts = PyList_New(0), *datas = PyList_New(0);
-    if (starts == NULL || datas == NULL)
-        goto error;
-    while (pos <= last) {
-        const unsigned char *h = base + pos;
-        uint32_t word = le32(h), check = le32(h + 4), crc = le32(h + 8);
-        long long length = (long long)(word & LENGTH_MASK);
-        long long start = pos + HEADER, end = start + length;
-        if ((word ^ check) != 0xFFFFFFFFu || length > max_record || end > size)
-            break;
-        /* zlib.crc32(data, word): the seed is the word's 32 bits */
-        uLong sum = crc32((uLong)word, base + start, (uInt)length);
-        if ((uint32_t)sum != crc)
-            break;
-        PyObject *offset = PyLong_FromLongLong(pos);
-        if (offset == NULL)
-            goto error;
-        int failed = PyList_Append(starts, offset);
-        Py_DECREF(offset);
-        if (failed)
-            goto error;
-        PyObject *data = PyBytes_FromStringAndSize((const char *)base + start, (Py_ssize_t)length);
-        if (data == NULL)
-            goto error;
-        failed = PyList_Append(datas, data);
-        Py_DECREF(data);
-        if (failed)
-            goto error;
-        kept++;
-        pos = end;
-        if (!(word & 0x80000000u) || end <= verified) {
-            batch_start = end;
-            ready = kept;
-            if (ready >= limit)
-                break;
-        }
-    }
-    return Py_BuildValue("(NNLLL)", starts, datas, pos, batch_start, ready);
-error:
-    Py_XDECREF(starts);
-    Py_XDECREF(datas);
-    return NULL;
-}
-
-/* The walk of decode_loop, calling keep(frame offset, frame end, payload start, length)
+/* The walk of decode_loop and decode_entries, calling keep(frame offset, frame end, payload start, length)
    for each frame kept; returns 0, or -1 with an error set. */
 typedef int (*keeper)(void *state, long long pos, long long end, const unsigned char *data,
                       long long length);
@@ -122,6 +67,48 @@ walk(PyObject *buf, long long max_record, long long verified, long long limit, k
     *batch_out = batch_start;
     *ready_out = ready;
     return 0;
+}
+
+typedef struct {
+    PyObject *starts;
+    PyObject *datas;
+} pair_state;
+
+static int
+keep_pair(void *state, long long pos, long long end, const unsigned char *data, long long length)
+{
+    pair_state *s = (pair_state *)state;
+    PyObject *offset = PyLong_FromLongLong(pos);
+    if (offset == NULL)
+        return -1;
+    int failed = PyList_Append(s->starts, offset);
+    Py_DECREF(offset);
+    if (failed)
+        return -1;
+    PyObject *payload = PyBytes_FromStringAndSize((const char *)data, (Py_ssize_t)length);
+    if (payload == NULL)
+        return -1;
+    failed = PyList_Append(s->datas, payload);
+    Py_DECREF(payload);
+    return failed;
+}
+
+static PyObject *
+decode_loop(PyObject *self, PyObject *args)
+{
+    PyObject *buf;
+    long long max_record, verified, limit;
+    if (!PyArg_ParseTuple(args, "SLLL:decode_loop", &buf, &max_record, &verified, &limit))
+        return NULL;
+    pair_state state = {PyList_New(0), PyList_New(0)};
+    long long pos, batch_start, ready;
+    if (state.starts == NULL || state.datas == NULL ||
+        walk(buf, max_record, verified, limit, keep_pair, &state, &pos, &batch_start, &ready) < 0) {
+        Py_XDECREF(state.starts);
+        Py_XDECREF(state.datas);
+        return NULL;
+    }
+    return Py_BuildValue("(NNLLL)", state.starts, state.datas, pos, batch_start, ready);
 }
 
 typedef struct {

@@ -71,26 +71,33 @@ def extension_path(key: str) -> str:
     return os.path.join(BUILD_ROOT, key, "_cframes" + EXT_SUFFIX)
 
 
+def find_build(
+    source_key: Callable[[], str], extension_path: Callable[[str], str]
+) -> tuple[str | None, str]:
+    """(the path of the build of the sources as they are now, "") when one exists and
+    QW_PURE is not set; else (None, why not). Also queue_worker.cdecode's."""
+    if os.environ.get(PURE_ENV, "") not in ("", "0"):
+        return None, f"{PURE_ENV}={os.environ[PURE_ENV]}"
+    try:
+        path = extension_path(source_key())
+    except OSError as e:  # an install without the C source: nothing to match
+        return None, f"cannot read the sources to hash: {e}"
+    if not os.path.isfile(path):
+        return None, "no build of these sources (`make compiled`)"
+    return path, ""
+
+
 def load() -> tuple[Loop, EntriesLoop, WalkLoop] | None:
     """The C loops (`decode_loop`, `decode_entries`, `walk_frames`) when a build of the
     current sources exists (and QW_PURE is not set)."""
     global reason
-    if os.environ.get(PURE_ENV, "") not in ("", "0"):
-        reason = f"{PURE_ENV}={os.environ[PURE_ENV]}"
-        return None
-    try:
-        path = extension_path(source_key())
-    except OSError as e:  # an install without the C source: nothing to match
-        reason = f"cannot read the sources to hash: {e}"
-        return None
-    if not os.path.isfile(path):
-        reason = "no build of these sources (`make compiled`)"
+    path, reason = find_build(source_key, extension_path)
+    if path is None:
         return None
     module = load_extension(MODULE, path)
     loop: Loop = module.decode_loop
     entries: EntriesLoop = module.decode_entries
     walk: WalkLoop = module.walk_frames
-    reason = ""
     return loop, entries, walk
 
 

@@ -18,7 +18,7 @@ import os
 from types import ModuleType
 from typing import Final
 
-from logstore.native import EXT_SUFFIX, PURE_ENV, key_of, load_extension
+from logstore.native import EXT_SUFFIX, find_build, key_of, load_extension
 
 MODULE: Final = "queue_worker._cdecode"
 PACKAGE_DIR: Final = os.path.dirname(os.path.abspath(__file__))
@@ -40,18 +40,7 @@ def extension_path(key: str) -> str:
 def _find() -> str | None:
     """The build of the current sources (unless QW_PURE is set), or None with `reason` set."""
     global reason
-    if os.environ.get(PURE_ENV, "") not in ("", "0"):
-        reason = f"{PURE_ENV}={os.environ[PURE_ENV]}"
-        return None
-    try:
-        path = extension_path(source_key())
-    except OSError as e:  # an install without the C source: nothing to match
-        reason = f"cannot read the sources to hash: {e}"
-        return None
-    if not os.path.isfile(path):
-        reason = "no build of these sources (`make compiled`)"
-        return None
-    reason = ""
+    path, reason = find_build(source_key, extension_path)
     return path
 
 

@@ -13,8 +13,6 @@ from __future__ import annotations
 import os
 import shutil
 import struct
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -27,6 +25,7 @@ from hypothesis import strategies as st
 from logstore import Entry
 from queue_worker import cdecode, records, topics
 from queue_worker.records import Claim, ClaimsRecord, Done, decode_claims_py, encode
+from tests.helpers import probe_copy
 from tests.test_compiled import plain, record_bytes
 from tests.test_records import msgpack_values
 
@@ -358,18 +357,7 @@ def decoder_status(tmp_path: Path, edit: str | None = None, **env: str) -> str:
         "import queue_worker.records as r, queue_worker.cdecode as c\n"
         "print(r.__file__); print(c.status()); print(r._c_module() is not None)\n"
     )
-    environ = {k: v for k, v in os.environ.items() if k != "QW_PURE"}
-    environ.update(PYTHONPATH=str(copy.parent), **env)
-    done = subprocess.run(
-        [sys.executable, "-c", probe],
-        cwd=copy.parent,
-        env=environ,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
-    lines = done.stdout.splitlines()
+    lines = probe_copy(copy, probe, **env)
     assert lines[0] == str(copy / "records.py")
     return " | ".join(lines[1:])
 

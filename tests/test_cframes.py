@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ from hypothesis import strategies as st
 
 from logstore import Entry, framing, native
 from logstore.base import LogError
+from tests.helpers import probe_copy
 
 REQUIRED = os.environ.get("QW_REQUIRE_COMPILED", "") not in ("", "0")
 SETTINGS = settings(max_examples=300, deadline=None)
@@ -178,18 +178,7 @@ def frames_status(tmp_path: Path, edit: str | None = None, **env: str) -> list[s
         "import logstore.framing as f\n"
         "print(f.__file__); print(f.frames_loop_status()); print(getattr(f, 'EDITED', None))\n"
     )
-    environ = {k: v for k, v in os.environ.items() if k != native.PURE_ENV}
-    environ.update(PYTHONPATH=str(copy.parent), **env)
-    done = subprocess.run(
-        [sys.executable, "-c", probe],
-        cwd=copy.parent,
-        env=environ,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
-    lines = done.stdout.splitlines()
+    lines = probe_copy(copy, probe, **env)
     assert lines[0] == str(copy / "framing.py")
     return lines[1:]
 

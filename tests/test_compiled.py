@@ -13,7 +13,6 @@ import ast
 import importlib.util
 import os
 import shutil
-import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -27,6 +26,7 @@ from hypothesis import strategies as st
 
 from queue_worker import compiled, records, state
 from queue_worker.records import CLAIM, DONE, FAIL, RENEW, SCHEMA, TASK, ClaimsRecord
+from tests.helpers import probe_copy
 from tests.test_records import msgpack_values
 from tests.test_records import records as any_records
 from tests.test_state_model import claims_logs
@@ -201,18 +201,7 @@ def which_code(copy: Path, **env: str) -> list[str]:
         "print(s.__file__); print(r.__file__); print(compiled.status())\n"
         "print(getattr(s, 'EDITED', None), getattr(r, 'EDITED', None))\n"
     )
-    environ = {k: v for k, v in os.environ.items() if k != compiled.PURE_ENV}
-    environ.update(PYTHONPATH=str(copy.parent), **env)
-    done = subprocess.run(
-        [sys.executable, "-c", probe],
-        cwd=copy.parent,
-        env=environ,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
-    return done.stdout.splitlines()
+    return probe_copy(copy, probe, **env)
 
 
 def test_the_build_runs_for_its_own_sources(package_copy: Path) -> None:
