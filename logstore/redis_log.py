@@ -148,6 +148,7 @@ from logstore.base import (
 )
 from logstore.identity import QUEUE_ID_SIZE, IdentityError, LogIdentity, new_queue_id
 from logstore.location import redact_url as _redact
+from logstore.redis_keys import redis_key
 
 __all__ = [
     "DEFAULT_MAX_RECORD",
@@ -294,19 +295,6 @@ return reply(ids)
 
 
 # -- key names -------------------------------------------------------------------------
-
-
-def redis_key(prefix: str, name: str, *parts: str) -> str:
-    """The name of every Redis key qw uses, built here and nowhere else (a deployment that
-    needs other names, such as Redis Cluster hash tags, changes this one function).
-
-    ``redis_key(prefix, topic)`` is a topic's stream, ``redis_key(prefix, "queue")`` the
-    queue's identity, ``redis_key(prefix, topic, *parts)`` a key that belongs to a topic's
-    stream (an append's retry record, the protocol's state kept beside the claims stream):
-    ``qw:<name>[:<part>…]``, after ``<prefix>:`` when there is a prefix. Scripts get every
-    key they touch as KEYS[], never build one."""
-    key = ":".join(("qw", name, *parts))
-    return f"{prefix}:{key}" if prefix else key
 
 
 # -- ids and positions ---------------------------------------------------------------

@@ -22,13 +22,26 @@ This layer keeps the word only: what it means is queue_worker's (server_claim.py
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Final
+from collections.abc import Callable, Sequence
+from typing import Any, Final, Protocol, TypeVar
 
 from logstore.identity import IdentityError
+from logstore.redis_keys import redis_key
 
-if TYPE_CHECKING:
-    from logstore.redis_log import RedisLog
+_T = TypeVar("_T")
+
+
+class RedisLog(Protocol):
+    """What this module reads of a `logstore.redis_log.RedisLog`, whose helper it is (typed
+    by its shape, so that the log's module can import this one and not the other way)."""
+
+    prefix: str
+    id_key: str
+    url: str
+    _client: Any
+
+    def _call(self, what: str, fn: Callable[[], _T]) -> _T: ...
+
 
 CLIENT: Final = "client"
 SERVER: Final = "server"
@@ -71,15 +84,11 @@ class VerdictModeError(IdentityError):
 
 def mode_key(log: RedisLog) -> str:
     """The key of the queue's recorded mode: ``<prefix>:qw:queue:verdicts``."""
-    from logstore.redis_log import redis_key
-
     return redis_key(log.prefix, "queue", "verdicts")
 
 
 def state_keys(log: RedisLog, family: Sequence[str]) -> list[str]:
     """The server's state beside each stream of `family` (``<stream key>:verdicts``)."""
-    from logstore.redis_log import redis_key
-
     return [redis_key(log.prefix, topic, "verdicts") for topic in family]
 
 
