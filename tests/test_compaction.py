@@ -336,13 +336,16 @@ def test_a_report_of_lost_history_says_so(tmp_path: Path) -> None:
 
 
 SUPERVISOR = """
+import os
 import sys
 from pathlib import Path
 
+from queue_worker.compaction import STOP_ENV
 from queue_worker.settled import Retention
+from queue_worker.waiting import wait_until
 from supervisor.supervisor import Supervisor, SupervisorOptions
 
-data = Path(sys.argv[1])
+data, step = Path(sys.argv[1]), sys.argv[2]
 options = SupervisorOptions(
     data_dir=data,
     location=str(data),
@@ -355,6 +358,11 @@ options = SupervisorOptions(
 )
 supervisor = Supervisor(options)
 supervisor.start()
+# The kill point is armed once tasks are done: a compaction round may come before the first
+# DONE (the tasks log's sealed segments let one fold and checkpoint), and the kill must fall
+# in one that has settled history to keep.
+wait_until(lambda: supervisor.snapshot().queue.done >= 50, 60, "tasks done")
+os.environ[STOP_ENV] = step  # read by the compactor's thread at its next kill point
 supervisor.wait(120)
 """
 
@@ -377,8 +385,8 @@ def test_kill_9_of_the_supervisor_while_it_compacts(tmp_path: Path, step: str) -
     data = tmp_path / "qw"
     tag = str(tmp_path)
     killed = subprocess.run(
-        [sys.executable, "-c", SUPERVISOR, str(data)],
-        env={**os.environ, STOP_ENV: step, "QW_TEST_TAG": tag},
+        [sys.executable, "-c", SUPERVISOR, str(data), step],
+        env={**os.environ, "QW_TEST_TAG": tag},
         capture_output=True,
         text=True,
         timeout=180,
