@@ -350,7 +350,7 @@ options = SupervisorOptions(
     data_dir=data,
     location=str(data),
     workers=2,
-    work_ms=0,
+    work_ms=10,  # ~2 s of work: rounds after the kill point is armed still seal and drop
     tasks=400,
     segment_bytes=4096,
     retention=Retention(seconds=0, bytes=0),
@@ -358,10 +358,11 @@ options = SupervisorOptions(
 )
 supervisor = Supervisor(options)
 supervisor.start()
-# The kill point is armed once tasks are done: a compaction round may come before the first
-# DONE (the tasks log's sealed segments let one fold and checkpoint), and the kill must fall
-# in one that has settled history to keep.
-wait_until(lambda: supervisor.snapshot().queue.done >= 50, 60, "tasks done")
+# The kill point is armed once tasks are done, while most are still to run: a compaction
+# round may come before the first DONE (the tasks log's sealed segments let one fold and
+# checkpoint), and the kill must fall in one that has settled history to keep, with more
+# segments sealed (and dropped) after it.
+wait_until(lambda: supervisor.snapshot().queue.done >= 20, 60, "tasks done")
 os.environ[STOP_ENV] = step  # read by the compactor's thread at its next kill point
 supervisor.wait(120)
 """
