@@ -9,10 +9,12 @@ that import (multiprocessing, the monitor, the worker's process module…) was ~
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from queue_worker.snapshot import WorkerSnapshot, WorkerState
+if TYPE_CHECKING:
+    from queue_worker.snapshot import WorkerSnapshot
 
 
 def read_status_files(run_dir: Path) -> list[dict[str, Any]]:
@@ -46,9 +48,18 @@ def _running_since(pid: int, started_at: object) -> bool:
 
 def is_running_worker(snapshot: WorkerSnapshot) -> bool:
     """Is the worker that published `snapshot` still running?"""
-    if snapshot.pid is None or snapshot.state == WorkerState.EXITED:
+    # (WorkerState is a str: its EXITED is the word; not imported, for `qw status`)
+    if snapshot.pid is None or snapshot.state == "exited":
         return False
     return _running_since(snapshot.pid, snapshot.started_at)
 
 
-__all__ = ["is_running_worker", "read_status_files"]
+def is_running(stats: Mapping[str, Any]) -> bool:
+    """`is_running_worker` for stats read as plain values (queue_worker.stats_file)."""
+    pid = stats["pid"]
+    if pid is None or stats["state"] == "exited":
+        return False
+    return _running_since(pid, stats["started_at"])
+
+
+__all__ = ["is_running", "is_running_worker", "read_status_files"]
