@@ -111,6 +111,19 @@ UNUSED_BY_READERS = ["hashlib", "secrets", "ctypes", "random"]
     ("args", "absent"),
     [
         (["status"], ["typer", "queue_worker.report", "socket", *UNUSED_BY_READERS]),
+        # status counts without the supervisor's monitor and model, and reads the workers'
+        # stats as plain values: no dataclasses (with inspect, ast, dis, tokenize)
+        (
+            ["status"],
+            [
+                "supervisor.monitor",
+                "supervisor.model",
+                "queue_worker.snapshot",
+                "dataclasses",
+                "inspect",
+            ],
+        ),
+        (["status", "--json"], ["supervisor.monitor", "queue_worker.snapshot", "dataclasses"]),
         (
             ["task", "0"],
             ["typer", "queue_worker.report", "queue_worker.checkpoint", *UNUSED_BY_READERS],
