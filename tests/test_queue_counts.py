@@ -5,7 +5,7 @@ the same error.
 Histories are generated (Hypothesis) and appended to a real file log: claims won, lost and
 taken over from expired leases, renewals, DONEs (stale ones too), FAILs for a retry or for
 good, malformed records, tasks of a type this version does not know; one case is drained by
-real worker processes (`qw up`), one damaged.
+real worker processes (`qw up`), one damaged, one compacted (counted from its checkpoint).
 """
 
 from __future__ import annotations
@@ -22,11 +22,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from logstore import CorruptLogError, LogError
+from queue_worker.checkpoint import CHECKPOINT_NAME
+from queue_worker.compaction import compact
 from queue_worker.producer import Queue
 from queue_worker.records import Claim, Done, Fail, Renew, Unknown, decode_task, encode
+from queue_worker.settled import Retention
 from queue_worker.topics import open_topics
 from supervisor.monitor import Monitor
 from supervisor.queue_counts import QueueCounts, queue_counts, sum_counts
+from tests.test_compaction import make_queue
 from tests.test_damage import flip_a_byte_in_the_middle
 
 NOW_S = 1_700_000_000  # the clock both readers read (time.time patched): seconds
@@ -203,3 +207,29 @@ def test_partition_sums_add_as_the_supervisor_adds() -> None:
 def test_a_missing_log_is_a_log_error_for_both(tmp_path: Path) -> None:
     with pytest.raises(LogError):
         queue_counts(str(tmp_path / "nothing"))
+
+
+def test_a_log_of_several_segments_is_read_to_its_end(tmp_path: Path) -> None:
+    # (the monitor's start-up check stops at the first segment's end: 55 of these 320)
+    make_queue(tmp_path, done=300, held=250)  # 4 KiB segments
+    assert len(list(tmp_path.glob("claims.*.seg"))) > 1
+    counts, held = light_counts(str(tmp_path))
+    assert (counts["published"], counts["done"], counts["pending"]) == (320, 299, 20)
+    assert counts["failed"] == 30 and [task for task, _, _ in held] == [250]
+
+
+def test_a_compacted_queue_counts_from_its_checkpoint(tmp_path: Path) -> None:
+    make_queue(tmp_path, done=300, held=250)  # (a live lease keeps the segments after it)
+    before = light_counts(str(tmp_path))
+    done = compact(tmp_path, Retention(seconds=0, bytes=0))
+    assert done.removed["claims"] and done.removed["tasks"]  # the checkpoint's path is taken
+    after = light_counts(str(tmp_path))
+    # what was removed is in the checkpoint: the queue's counts stay (the records read and
+    # the FAILs counted are those of the records still in the logs, as for the monitor)
+    same = ("published", "pending", "held", "done", "dead")
+    assert {k: after[0][k] for k in same} == {k: before[0][k] for k in same}
+    assert after[0]["record_count"] < before[0]["record_count"] and after[1] == before[1]
+    (tmp_path / CHECKPOINT_NAME).unlink()
+    refused = outcome(light_counts, str(tmp_path))
+    assert refused == outcome(monitor_counts, str(tmp_path))
+    assert refused[0] == "IdentityError" and "fold checkpoint cannot be used" in str(refused[1])
