@@ -48,14 +48,9 @@ class PartitionStatus(NamedTuple):
     running: list[dict[str, Any]]  # its workers' stats (queue_worker.stats_file)
 
 
-def status(directory: Path, location: str, as_json: bool) -> bool:
-    """Print the status of the partitioned queue at `location` (False: it has no
-    partitions, and `qw status` goes on as for any queue)."""
-    from supervisor import partitioned_cli
-
-    manifest = partitioned_cli.manifest_at(location, create=False)
-    if manifest is None:
-        return False
+def status(directory: Path, location: str, manifest: Manifest, as_json: bool) -> None:
+    """Print the status of the partitioned queue at `location`, whose manifest `qw status`
+    has read (it imports this module only for a queue that has one)."""
     from supervisor.run_files import is_running, read_status_files
 
     try:
@@ -71,7 +66,7 @@ def status(directory: Path, location: str, as_json: bool) -> bool:
         typer.echo(
             json.dumps(_json(location, manifest, parts, supervisors, disk, now_us), indent=2)
         )
-        return True
+        return
     typer.echo(f"qw on {shown(location)} · {manifest.count} partitions")
     if disk is not None:
         typer.echo(f"disk         {disk}")
@@ -95,7 +90,6 @@ def status(directory: Path, location: str, as_json: bool) -> bool:
         typer.echo(f"  … and {len(held) - MAX_HELD_SHOWN} more held (qw status --json lists all)")
     if any(lease.expiry <= now_us for _, _, lease, _ in held):
         typer.echo("  (expired: by this machine's clock; a live worker may take the task over)")
-    return True
 
 
 def _read(directory: Path, location: str, manifest: Manifest) -> list[PartitionStatus]:

@@ -38,9 +38,11 @@ def status(directory: Path, log: str | None, as_json: bool) -> None:
     from supervisor.supervisor_lines import supervisor_lines
 
     location = location_of(directory, log)
-    from supervisor import partition_status
+    manifest = partitioned_cli.manifest_at(location, create=False)
+    if manifest is not None:  # a partitioned queue: each partition, and the sum
+        from supervisor import partition_status
 
-    if partition_status.status(directory, location, as_json):  # each partition, and the sum
+        partition_status.status(directory, location, manifest, as_json)
         return
     require_logs(location)
     run_dir = directory / "run"

@@ -118,6 +118,7 @@ UNUSED_BY_READERS = ["hashlib", "secrets", "ctypes", "random"]
             [
                 "supervisor.monitor",
                 "supervisor.model",
+                "supervisor.partition_status",  # (a queue of one partition)
                 "queue_worker.snapshot",
                 "dataclasses",
                 "inspect",
