@@ -1,11 +1,13 @@
 """WorkerSnapshot: a worker's published stats as every reader sees them, typed.
 
 The writer is `queue_worker.stats.WorkerStats` (its `to_dict()` is the JSON file); every
-reader (the supervisor, the dashboard, HTTP, `qw status`, the demos, the benches) goes
-through `parse_snapshot`, which trusts no type: the file is another process's, maybe of
-another version, maybe damaged. A value of the wrong type reads as missing (None) or as 0
-for a counter, never as a crash. The JSON field names are the attribute names, so a field
-renamed on one side is caught by tests/test_snapshot.py instead of reading as zeros.
+reader (the supervisor, the dashboard, HTTP, the demos, the benches) goes through
+`parse_snapshot`, which reads each field as `queue_worker.stats_file.parse_stats` does (`qw
+status` uses that alone, without this dataclass) and trusts no type: the file is another
+process's, maybe of another version, maybe damaged. A value of the wrong type reads as
+missing (None) or as 0 for a counter, never as a crash. The JSON field names are the
+attribute names, so a field renamed on one side is caught by tests/test_snapshot.py instead
+of reading as zeros.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from dataclasses import dataclass, field, fields
 from enum import Enum
 from pathlib import Path
 from typing import Any
+
+from queue_worker.stats_file import as_float, as_int, as_str, parse_stats
 
 
 class WorkerState(str, Enum):
@@ -89,75 +93,17 @@ class WorkerSnapshot:
         return data
 
 
-# -- reading (trust no type) -----------------------------------------------------------------
-
-
-def as_int(value: object) -> int | None:
-    """An int, or None: bool is an int subclass, and True is not a task id."""
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def as_float(value: object) -> float | None:
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    return None
-
-
-def as_str(value: object) -> str | None:
-    return value if isinstance(value, str) else None
-
-
-def _state(value: object) -> WorkerState | None:
-    try:
-        return WorkerState(value) if isinstance(value, str) else None
-    except ValueError:
-        return None
-
-
-def _lost(value: object) -> dict[str, int]:
-    if not isinstance(value, Mapping):
-        return {}
-    return {str(k): n for k, v in value.items() if (n := as_int(v)) is not None}
-
-
-def _latency(value: object) -> ClaimLatency:
-    if not isinstance(value, Mapping):
-        return ClaimLatency()
-    return ClaimLatency(**{f.name: as_int(value.get(f.name)) or 0 for f in fields(ClaimLatency)})
-
-
-#: how each field is read from JSON, by its type in WorkerSnapshot (the rest are counters)
-_OPTIONAL_STR = ("worker", "name", "host", "last_error", "log_error", "exit_reason")
-_OPTIONAL_INT = ("pid", "current_task", "current_claim")
-_OPTIONAL_FLOAT = ("started_at", "current_since", "lease_expiry", "updated_at")
-_SPECIAL = ("state", "lost", "lost_total", "claim_latency_micros")
-_COUNTERS = tuple(
-    f.name
-    for f in fields(WorkerSnapshot)
-    if f.name not in (*_OPTIONAL_STR, *_OPTIONAL_INT, *_OPTIONAL_FLOAT, *_SPECIAL)
-)
+# -- reading (trust no type: queue_worker.stats_file, the one definition) -------------------
 
 
 def parse_snapshot(data: object) -> WorkerSnapshot:
     """A snapshot from decoded JSON: a missing or wrongly-typed field gets its default
     (None, or 0 for a counter); anything but an object gives an empty snapshot."""
-    if not isinstance(data, Mapping):
-        return WorkerSnapshot()
-    values: dict[str, Any] = {}
-    values.update({k: as_str(data.get(k)) for k in _OPTIONAL_STR})
-    values.update({k: as_int(data.get(k)) for k in _OPTIONAL_INT})
-    values.update({k: as_float(data.get(k)) for k in _OPTIONAL_FLOAT})
-    values.update({k: as_int(data.get(k)) or 0 for k in _COUNTERS})
-    lost = _lost(data.get("lost"))
-    total = as_int(data.get("lost_total"))
-    return WorkerSnapshot(
-        **values,
-        state=_state(data.get("state")),
-        lost=lost,
-        # an older file without the total: the sum of the verdicts
-        lost_total=sum(lost.values()) if total is None else total,
-        claim_latency_micros=_latency(data.get("claim_latency_micros")),
-    )
+    values = parse_stats(data)
+    state = values["state"]
+    values["state"] = None if state is None else WorkerState(state)
+    values["claim_latency_micros"] = ClaimLatency(**values["claim_latency_micros"])
+    return WorkerSnapshot(**values)
 
 
 def read_snapshot_file(path: Path) -> WorkerSnapshot | None:

@@ -12,12 +12,14 @@ fold's rules) until a live worker's claim takes it over.
 
 from __future__ import annotations
 
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from queue_worker.names import worker_label
-from queue_worker.state import Lease
 from queue_worker.times import ago_text, clock_text
-from supervisor.model import QueueView
+
+if TYPE_CHECKING:  # (`qw status` names held tasks without the supervisor's model)
+    from queue_worker.state import Lease
+    from supervisor.model import QueueView
 
 #: held tasks named one by one in the line; more are counted
 NAMED_HELD: Final = 3

@@ -21,19 +21,17 @@ from __future__ import annotations
 import json
 import re
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from logstore import LogError, space_problem
 from logstore.location import shown
 from queue_worker.names import printable, worker_label
 from queue_worker.partitions import Manifest, partition_location
-from queue_worker.snapshot import WorkerSnapshot, read_snapshots
-from queue_worker.state import Lease
+from queue_worker.stats_file import read_stats
 from supervisor import lazy_typer as typer
 from supervisor.cli_options import fail
-from supervisor.model import QueueView, sum_queues
+from supervisor.queue_counts import Held, QueueCounts, sum_counts
 from supervisor.supervisor_lines import supervisor_lines
 
 #: held tasks named one per line (--json lists them all)
@@ -43,51 +41,44 @@ _MEMBER_WORKER = re.compile(r"\.p(\d+)$")
 _COUNTS = ("published", "pending", "held", "done", "dead", "failed")
 
 
-@dataclass
-class PartitionStatus:
+class PartitionStatus(NamedTuple):
     partition: int
-    queue: QueueView
-    held: list[tuple[int, Lease, float | None]]
-    running: list[WorkerSnapshot]
+    queue: QueueCounts
+    held: Held
+    running: list[dict[str, Any]]  # its workers' stats (queue_worker.stats_file)
 
 
-def status(directory: Path, location: str, as_json: bool) -> bool:
-    """Print the status of the partitioned queue at `location` (False: it has no
-    partitions, and `qw status` goes on as for any queue)."""
-    from supervisor import partitioned_cli
-
-    manifest = partitioned_cli.manifest_at(location, create=False)
-    if manifest is None:
-        return False
-    from supervisor.run_files import is_running_worker, read_status_files
+def status(directory: Path, location: str, manifest: Manifest, as_json: bool) -> None:
+    """Print the status of the partitioned queue at `location`, whose manifest `qw status`
+    has read (it imports this module only for a queue that has one)."""
+    from supervisor.run_files import is_running, read_status_files
 
     try:
         parts = _read(directory, location, manifest)
     except LogError as e:
         fail(str(e))
     supervisors = [s for run in _run_dirs(directory, manifest) for s in read_status_files(run)]
-    running = [w for p in parts for w in p.running if is_running_worker(w)]
-    total = sum_queues([p.queue for p in parts])
+    running = [w for p in parts for w in p.running if is_running(w)]
+    total = sum_counts([p.queue for p in parts])
     disk = space_problem(location)
     now_us = time.time_ns() // 1000
     if as_json:
         typer.echo(
             json.dumps(_json(location, manifest, parts, supervisors, disk, now_us), indent=2)
         )
-        return True
+        return
     typer.echo(f"qw on {shown(location)} · {manifest.count} partitions")
     if disk is not None:
         typer.echo(f"disk         {disk}")
     for line in supervisor_lines(supervisors):  # (one line for a qw up's partitions)
         typer.echo(line)
     rows = [
-        [f"p{p.partition}", *_counts(p.queue), f"{_alive(p, is_running_worker)} running"]
-        for p in parts
+        [f"p{p.partition}", *_counts(p.queue), f"{_alive(p, is_running)} running"] for p in parts
     ]
     rows.append(["total", *_counts(total), f"{len(running)} running"])
     for line in _table(["partition", *_COUNTS, "workers"], rows):
         typer.echo(line)
-    here = {w.worker for w in running}
+    here = {w["worker"] for w in running}
     held = [(p.partition, *h) for p in parts for h in p.held]
     from supervisor.end_state import held_text
 
@@ -99,7 +90,6 @@ def status(directory: Path, location: str, as_json: bool) -> bool:
         typer.echo(f"  … and {len(held) - MAX_HELD_SHOWN} more held (qw status --json lists all)")
     if any(lease.expiry <= now_us for _, _, lease, _ in held):
         typer.echo("  (expired: by this machine's clock; a live worker may take the task over)")
-    return True
 
 
 def _read(directory: Path, location: str, manifest: Manifest) -> list[PartitionStatus]:
@@ -107,19 +97,19 @@ def _read(directory: Path, location: str, manifest: Manifest) -> list[PartitionS
     from queue_worker.report import has_logs
     from supervisor.queue_counts import queue_counts
 
-    members = read_snapshots(directory / "run")
+    members = read_stats(directory / "run")
     parts = []
     for k in range(manifest.count):
         where = open_partition_topic(location, manifest, k)  # its logs are this queue's
-        queue, held = queue_counts(where) if has_logs(where) else (QueueView(), [])
-        running = read_snapshots(directory / f"p{k}" / "run")
+        queue, held = queue_counts(where) if has_logs(where) else (QueueCounts(), [])
+        running = read_stats(directory / f"p{k}" / "run")
         running += [w for w in members if _member_partition(w) == k]
         parts.append(PartitionStatus(k, queue, held, running))
     return parts
 
 
-def _member_partition(snap: WorkerSnapshot) -> int | None:
-    found = _MEMBER_WORKER.search(snap.name or "")
+def _member_partition(stats: dict[str, Any]) -> int | None:
+    found = _MEMBER_WORKER.search(stats["name"] or "")
     return int(found.group(1)) if found else None
 
 
@@ -131,7 +121,7 @@ def _alive(part: PartitionStatus, running: Any) -> int:
     return sum(1 for w in part.running if running(w))
 
 
-def _counts(q: QueueView) -> list[str]:
+def _counts(q: QueueCounts) -> list[str]:
     return [str(getattr(q, key)) for key in _COUNTS]
 
 
@@ -157,8 +147,8 @@ def _json(
     disk: str | None,
     now_us: int,
 ) -> dict[str, Any]:
-    def queue(q: QueueView) -> dict[str, Any]:
-        return {k: v for k, v in vars(q).items() if k != "throughput_history"}
+    def queue(q: QueueCounts) -> dict[str, Any]:
+        return q._asdict()
 
     return {
         "partitioned": True,
@@ -167,13 +157,13 @@ def _json(
         "disk": disk,
         "location": shown(location),
         "supervisors": supervisors,
-        "queue": queue(sum_queues([p.queue for p in parts])),
+        "queue": queue(sum_counts([p.queue for p in parts])),
         "partitions": [
             {
                 "partition": p.partition,
                 "location": shown(partition_location(location, p.partition, manifest.count)),
                 "queue": queue(p.queue),
-                "workers": [w.to_dict() for w in p.running],
+                "workers": p.running,
                 "held": [
                     {
                         "task": f"{p.partition}:{task}",

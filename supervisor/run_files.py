@@ -9,10 +9,13 @@ that import (multiprocessing, the monitor, the worker's process module…) was ~
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from queue_worker.snapshot import WorkerSnapshot, WorkerState
+if TYPE_CHECKING:
+    from queue_worker.snapshot import WorkerSnapshot
 
 
 def read_status_files(run_dir: Path) -> list[dict[str, Any]]:
@@ -32,6 +35,15 @@ def read_status_files(run_dir: Path) -> list[dict[str, Any]]:
 
 def _running_since(pid: int, started_at: object) -> bool:
     """Is `pid` alive and the same process that started at `started_at` (not a reused pid)?"""
+    if pid > 0:
+        # No such process: not running, known without psutil (~25 ms of CPU to import, and
+        # most files in a run directory are those of workers that have exited)
+        try:
+            os.kill(pid, 0)  # signal 0: only asks whether the process exists
+        except ProcessLookupError:
+            return False
+        except OSError:  # another user's process, say: psutil tells
+            pass
     import psutil
 
     try:
@@ -46,9 +58,18 @@ def _running_since(pid: int, started_at: object) -> bool:
 
 def is_running_worker(snapshot: WorkerSnapshot) -> bool:
     """Is the worker that published `snapshot` still running?"""
-    if snapshot.pid is None or snapshot.state == WorkerState.EXITED:
+    # (WorkerState is a str: its EXITED is the word; not imported, for `qw status`)
+    if snapshot.pid is None or snapshot.state == "exited":
         return False
     return _running_since(snapshot.pid, snapshot.started_at)
 
 
-__all__ = ["is_running_worker", "read_status_files"]
+def is_running(stats: Mapping[str, Any]) -> bool:
+    """`is_running_worker` for stats read as plain values (queue_worker.stats_file)."""
+    pid = stats["pid"]
+    if pid is None or stats["state"] == "exited":
+        return False
+    return _running_since(pid, stats["started_at"])
+
+
+__all__ = ["is_running", "is_running_worker", "read_status_files"]

@@ -29,22 +29,26 @@ MAX_HELD_SHOWN: Final = 10
 
 
 def status(directory: Path, log: str | None, as_json: bool) -> None:
-    from queue_worker.snapshot import read_snapshots
+    # workers' stats as plain JSON values (no dataclass) and the counts without the
+    # supervisor's monitor: tests/test_startup_imports.py
+    from queue_worker.stats_file import read_stats
     from supervisor.end_state import held_text
     from supervisor.queue_counts import queue_counts  # (the fold: not for `qw enqueue`)
-    from supervisor.run_files import is_running_worker, read_status_files
+    from supervisor.run_files import is_running, read_status_files
     from supervisor.supervisor_lines import supervisor_lines
 
     location = location_of(directory, log)
-    from supervisor import partition_status
+    manifest = partitioned_cli.manifest_at(location, create=False)
+    if manifest is not None:  # a partitioned queue: each partition, and the sum
+        from supervisor import partition_status
 
-    if partition_status.status(directory, location, as_json):  # each partition, and the sum
+        partition_status.status(directory, location, manifest, as_json)
         return
     require_logs(location)
     run_dir = directory / "run"
     supervisors = read_status_files(run_dir)
-    snapshots = read_snapshots(run_dir)
-    running = [s for s in snapshots if is_running_worker(s)]
+    snapshots = read_stats(run_dir)
+    running = [s for s in snapshots if is_running(s)]
     try:
         queue, held = queue_counts(location)
     except LogError as e:
@@ -57,10 +61,10 @@ def status(directory: Path, log: str | None, as_json: bool) -> None:
             "location": shown(location),
             "supervisors": supervisors,
             "workers": {
-                "running": [s.to_dict() for s in running],
+                "running": running,  # (what WorkerSnapshot.to_dict() gives)
                 "stopped": len(snapshots) - len(running),
             },
-            "queue": {k: v for k, v in vars(queue).items() if k != "throughput_history"},
+            "queue": queue._asdict(),  # (QueueView's fields, less its history)
             "held": [
                 {
                     "task": task,
@@ -82,13 +86,12 @@ def status(directory: Path, log: str | None, as_json: bool) -> None:
         typer.echo(line)
     typer.echo(f"workers      {len(running)} running, {len(snapshots) - len(running)} stopped")
     for snap in running:
-        task = snap.current_task
-        state = None if snap.state is None else snap.state.value
+        task, state = snap["current_task"], snap["state"]
         doing = f"{state} task {task}" if task is not None else str(state)
-        label = worker_label(snap.worker) if snap.worker is not None else snap.name
-        typer.echo(f"  {label}  {printable(doing)}  finished {snap.finished}")
-        if snap.log_error:  # a full disk, a server out of reach: say it, and where
-            typer.echo(f"    log error: {printable(snap.log_error)}")
+        label = worker_label(snap["worker"]) if snap["worker"] is not None else snap["name"]
+        typer.echo(f"  {label}  {printable(doing)}  finished {snap['finished']}")
+        if snap["log_error"]:  # a full disk, a server out of reach: say it, and where
+            typer.echo(f"    log error: {printable(snap['log_error'])}")
     expired = sum(1 for _, lease, _ in held if lease.expiry <= now_us)
     expired_text = f" ({expired} expired)" if expired else ""
     typer.echo(
@@ -98,7 +101,7 @@ def status(directory: Path, log: str | None, as_json: bool) -> None:
     )
     # workers on this directory's run dir; a holder elsewhere (another host on --log) is
     # not seen here, hence "here"
-    here = {snap.worker for snap in running}
+    here = {snap["worker"] for snap in running}
     for task, lease, died in held[:MAX_HELD_SHOWN]:
         gone = None if lease.worker in here else "not running here"
         typer.echo(f"  held: {held_text(task, lease, died, now_us, gone=gone)}")

@@ -111,6 +111,20 @@ UNUSED_BY_READERS = ["hashlib", "secrets", "ctypes", "random"]
     ("args", "absent"),
     [
         (["status"], ["typer", "queue_worker.report", "socket", *UNUSED_BY_READERS]),
+        # status counts without the supervisor's monitor and model, and reads the workers'
+        # stats as plain values: no dataclasses (with inspect, ast, dis, tokenize)
+        (
+            ["status"],
+            [
+                "supervisor.monitor",
+                "supervisor.model",
+                "supervisor.partition_status",  # (a queue of one partition)
+                "queue_worker.snapshot",
+                "dataclasses",
+                "inspect",
+            ],
+        ),
+        (["status", "--json"], ["supervisor.monitor", "queue_worker.snapshot", "dataclasses"]),
         (
             ["task", "0"],
             ["typer", "queue_worker.report", "queue_worker.checkpoint", *UNUSED_BY_READERS],
@@ -151,3 +165,27 @@ def test_the_qw_script_runs_the_small_commands_on_what_they_use(
         [sys.executable, "-c", probe], cwd=queue, capture_output=True, text=True, timeout=60
     )
     assert json.loads(result.stderr.splitlines()[-1]) == [0, []], result.stderr
+
+
+def test_status_asks_psutil_only_about_processes_that_exist(queue: Path) -> None:
+    # the stats and status files of workers and supervisors that have exited (most of a
+    # run directory's): no such pid, known without psutil (~25 ms of CPU to import)
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    run = queue / ".qw" / "run"
+    (run / "supervisors").mkdir(parents=True)
+    stats = {"worker": f"w0-{gone.pid}-a", "name": "w0", "pid": gone.pid, "state": "idle"}
+    (run / "w0.json").write_text(json.dumps({**stats, "started_at": 1.0}))
+    (run / "supervisors" / "s.json").write_text(json.dumps({"pid": gone.pid, "started_at": 1.0}))
+    probe = (
+        "import sys\n"
+        "from supervisor.entry import main\n"
+        "sys.argv = ['qw', 'status']\n"
+        "code = main()\n"
+        "print(code, 'psutil' in sys.modules, file=sys.stderr)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], cwd=queue, capture_output=True, text=True, timeout=60
+    )
+    assert result.stderr.splitlines()[-1] == "0 False", result.stderr
+    assert "workers      0 running, 1 stopped" in result.stdout
