@@ -67,9 +67,9 @@ import os
 import struct
 import threading
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn, Protocol, TypeVar
 from zlib import crc32
 
 from logstore import framing
@@ -84,7 +84,7 @@ from logstore.base import (
     PositionCompactedError,
     RecordTooLargeError,
 )
-from logstore.framing import FILE_HEADER_SIZE, FRAME_HEADER_SIZE, MAX_RECORD, Stop
+from logstore.framing import FILE_HEADER_SIZE, FRAME_HEADER_SIZE, MAX_RECORD, Decoded, Span, Stop
 from logstore.identity import (
     IdentityError,
     LogIdentity,
@@ -93,6 +93,7 @@ from logstore.identity import (
     read_file_header,
 )
 from logstore.locking import FlockLock, HeldLock, maintenance_lock, open_lock, open_read_lock
+from logstore.native import SpanLoop
 from logstore.segments import (
     DEFAULT_SEGMENT_BYTES,
     FIRST_BASE,
@@ -151,6 +152,40 @@ def _after_fork_in_child() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+class SpanRead:
+    """What `FileLog.read_span` found: the items, their positions, and the position after
+    the last one (where the next read starts; `position` itself when none was found)."""
+
+    __slots__ = ("items", "next", "positions")
+
+    def __init__(self, items: list[Any], positions: list[int], next: int) -> None:
+        self.items = items
+        self.positions = positions
+        self.next = next
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+
+class _Stopped(Protocol):
+    """What the read loop needs of a decode's answer (`Decoded`, `Span`)."""
+
+    @property
+    def consumed(self) -> int: ...
+    @property
+    def verified(self) -> int: ...
+    @property
+    def stop(self) -> Stop: ...
+    @property
+    def needed(self) -> int: ...
+
+
+_Found = TypeVar("_Found", bound=_Stopped)
+_Read = TypeVar("_Read", list[Entry], SpanRead)
+#: a read within one segment: (position, max_records) -> what it found
+Reader = Callable[[int, "int | None"], _Read]
 
 
 def _pread(fd: int, pos: int, want: int, buf: memoryview) -> memoryview:
@@ -928,17 +963,41 @@ class FileLog(Log):
     # -- reading -------------------------------------------------------------------------------
 
     def read(self, position: int, max_records: int | None = None) -> list[Entry]:
+        if max_records is not None and max_records <= 0:
+            self._check_read(position)
+            return []
+        return self._reading(position, max_records, self._read)
+
+    def read_span(self, position: int, max_records: int, loop: SpanLoop) -> SpanRead:
+        """`read`, with each record's payload made into an item by `loop` as the frames are
+        walked (see `framing.decode_span`): the items and their positions, with no `Entry`
+        and no payload copy. For a reader that folds every record (a claims follower); the
+        same reads, checks and errors as `read` (segments included: a span never crosses a
+        segment's end, `read`'s way of going on in the next segment applies)."""
+        if max_records <= 0:
+            self._check_read(position)
+            return SpanRead([], [], position)
+
+        def read(at: int, count: int | None) -> SpanRead:
+            return self._read_span(at, max_records, loop)
+
+        return self._reading(position, max_records, read)
+
+    def _check_read(self, position: int) -> None:
         if self._stale:
             self._revive()
         if position < FILE_HEADER_SIZE:
             raise ValueError(
                 f"{self.name}: position {position} is before the first record ({FILE_HEADER_SIZE})"
             )
-        if max_records is not None and max_records <= 0:
-            return []
+
+    def _reading(self, position: int, max_records: int | None, read: Reader[_Read]) -> _Read:
+        """`read(position, max_records)` in the segment that holds `position`, going on in
+        the next segment when a sealed one has nothing more."""
+        self._check_read(position)
         if not self._rbase <= position < self._rnext:
             self._locate(position)
-        entries = self._read_segment(position, max_records)
+        entries = self._read_segment(position, max_records, read)
         if entries or not self._sealed():
             return entries
         # Nothing more in a sealed segment: the records go on in the next one.
@@ -960,17 +1019,17 @@ class FileLog(Log):
                 "a segment is missing",
             )
         self._locate(after)
-        return self._read_segment(position, max_records)
+        return self._read_segment(position, max_records, read)
 
-    def _read_segment(self, position: int, max_records: int | None) -> list[Entry]:
+    def _read_segment(self, position: int, max_records: int | None, read: Reader[_Read]) -> _Read:
         try:
-            return self._read(position, max_records)
+            return read(position, max_records)
         except CorruptLogError:
             # Perhaps a writer was cutting a torn tail while we read it. Decide again with
             # the writers held off: damage that is still there is real.
             self._lock.acquire_shared()
             try:
-                return self._read(position, max_records)
+                return read(position, max_records)
             finally:
                 self._lock.release()
 
@@ -1006,9 +1065,57 @@ class FileLog(Log):
         raise PositionCompactedError(self.name, position, self.start)
 
     def _read(self, position: int, max_records: int | None) -> list[Entry]:
+        entries: list[Entry] = []
+        max_record, name = self._file_max, self.name
+
+        def decode(buf: bytes, base: int, at_eof: bool, limit: int | None, seen: int) -> Decoded:
+            return framing.decode_frames(
+                buf, base, at_eof=at_eof, max_record=max_record, path=name, limit=limit,
+                verified=seen,
+            )  # fmt: skip
+
+        def keep(found: Decoded) -> int:
+            if found.entries:
+                entries.extend(found.entries)
+            return len(entries)
+
+        self._read_frames(position, max_records, decode, keep)
+        return entries
+
+    def _read_span(self, position: int, max_records: int, loop: SpanLoop) -> SpanRead:
+        items: list[Any] = []
+        positions: list[int] = []
+        max_record, name = self._file_max, self.name
+
+        def decode(buf: bytes, base: int, at_eof: bool, limit: int | None, seen: int) -> Span:
+            assert limit is not None  # a span read always has one
+            return framing.decode_span(
+                buf, base, loop, at_eof=at_eof, max_record=max_record, path=name, limit=limit,
+                verified=seen,
+            )  # fmt: skip
+
+        def keep(found: Span) -> int:
+            if found.items:
+                items.extend(found.items)
+                positions.extend(found.positions)
+            return len(items)
+
+        return SpanRead(items, positions, self._read_frames(position, max_records, decode, keep))
+
+    def _read_frames(
+        self,
+        position: int,
+        max_records: int | None,
+        decode: Callable[[bytes, int, bool, int | None, int], _Found],
+        keep: Callable[[_Found], int],
+    ) -> int:
+        """Read and decode frames from `position` in the current segment: `decode(buf, base,
+        at_eof, limit, verified)` decodes each buffer read, `keep` keeps what it found and
+        says how many records are kept so far. Returns the position after the last record
+        kept."""
         fd = self._rfd
         delta = self._rdelta
-        entries: list[Entry] = []
+        kept = 0
         pos = position
         if max_records is None:
             want = READ_CHUNK
@@ -1025,32 +1132,29 @@ class FileLog(Log):
                 # protocol (which never cuts a complete batch). Vouch for nothing any more.
                 self._seen = self._rbase
             if not buf:  # nothing past `pos` (a caught-up reader's usual read): done
-                return entries
-            found = framing.decode_frames(
+                return pos
+            found = decode(
                 buf,
                 pos,
-                at_eof=at_eof,
-                max_record=self._file_max,
-                path=self.name,
-                limit=None if max_records is None else max_records - len(entries),
-                verified=self._seen - pos,  # frames before it are not verified again
+                at_eof,
+                None if max_records is None else max_records - kept,
+                self._seen - pos,  # frames before it are not verified again
             )
-            if found.entries:
-                entries += found.entries
+            kept = keep(found)
             if pos + found.verified > self._seen:
                 self._seen = pos + found.verified
             stop = found.stop
             if stop is Stop.CLEAN:
                 pos += found.consumed
-                if at_eof or (max_records is not None and len(entries) >= max_records):
-                    return entries
-                want = _read_on(max_records, len(entries), pos - position)
+                if at_eof or (max_records is not None and kept >= max_records):
+                    return pos
+                want = _read_on(max_records, kept, pos - position)
             elif stop is Stop.NEED_DATA:
                 pos += found.consumed
                 if not found.needed:  # only zero bytes to the end of the buffer: read it all
                     want = os.lseek(fd, 0, _SEEK_END) + delta - pos + 1
                 elif found.consumed:  # read on from the open frame or batch
-                    want = max(found.needed, _read_on(max_records, len(entries), pos - position))
+                    want = max(found.needed, _read_on(max_records, kept, pos - position))
                 elif pos < self._seen:  # a verified frame longer than the buffer: read it
                     want = max(found.needed, want)
                 elif vouch and self._vouch(pos, 2 * want):
@@ -1064,9 +1168,9 @@ class FileLog(Log):
             elif stop is Stop.TORN_TAIL:
                 # Nothing more yet. Remember what we saw, so that wait() sleeps until it changes.
                 self._stall = (pos + found.consumed, pos + len(buf))
-                return entries
+                return pos + found.consumed
             else:  # DAMAGED: return the good records; the next read from here raises
-                return entries
+                return pos + found.consumed
 
     def _vouch(self, start: int, chunk: int) -> bool:
         """Verify the batch at `start` (not verified yet, longer than the read buffer) in full.
