@@ -10,9 +10,10 @@ in this process, three ways, interleaved, median of the repeats, CPU time of thi
   (how a worker folded before `ClaimsFollower.fold_entries`; kept as the reference);
 - catch-up: `ClaimsFollower.catch_up` (what a starting worker does).
 
-A catch-up's time per record is also split by stage (read: the file, frames, checksums and
-entries; decode: `decode_claims_all`; fold: `ClaimState.apply_all`), each stage timed over
-the whole log on its own, the collector held off as a catch-up holds it off.
+A catch-up's time per record is also split by stage (read + decode: `FileLog.read_span`,
+the file, frames, checksums and each record decoded in one walk; fold:
+`ClaimState.apply_all`), each stage timed over the whole log on its own, the collector held
+off as a catch-up holds it off.
 
 Drain: `tasks` no-op tasks drained by 2 and by 8 qw worker processes (the drain section's
 `qw_drain`, checked exactly-once) and by the raw loop (`bench.raw_loop`) with as many
@@ -46,8 +47,9 @@ from bench.common import REPO, Section, Target, median, num, scratch, table
 from bench.long_bench import extend
 from bench.queue_bench import qw_drain
 from logstore import Entry, Log, open_log
-from queue_worker import compiled
-from queue_worker.records import ClaimsRecord, decode_claims, decode_claims_all
+from logstore.file_log import FileLog
+from queue_worker import claims_span, compiled
+from queue_worker.records import decode_claims, decode_claims_all
 from queue_worker.state import ClaimSnapshot, ClaimState
 from queue_worker.topics import CLAIMS_TOPIC, READ_BATCH, ClaimsFollower, gc_paused
 
@@ -55,7 +57,8 @@ TARGET_REPLAY = 1_000_000  # records/s
 #: the two ways of running the fold: the Python modules, and the compiled ones
 PATHS = ("pure", "compiled")
 CATCH_UP = "catch-up (`ClaimsFollower.catch_up`)"
-STAGES = ("read", "decode", "fold")
+#: on a file log, a catch-up reads and decodes in one walk (read_span): "read + decode"
+STAGES = ("read + decode", "fold")
 #: the share of the raw loop's drain rate qw must reach, by worker count
 TARGET_RAW = {2: 0.50, 8: 0.35}
 WORKER_COUNTS = (2, 8)
@@ -108,26 +111,38 @@ REPLAYS: dict[str, Callable[[Log], tuple[int, ClaimSnapshot | None]]] = {
 
 
 def stage_times(claims: Log) -> dict[str, float]:
-    """µs of CPU a record for each stage of a catch-up, each over the whole log."""
+    """µs of CPU a record for each stage of a catch-up, each over the whole log: on a file
+    log, the span read (file, frames, checksums and decoding in one walk: `read_span`) and
+    the fold; else the read (entries), the decode and the fold."""
     with gc_paused():
         started = time.process_time()
-        batches: list[list[Entry]] = []
+        spans: list[tuple[list[Any], list[int]]] = []
         position = claims.start
-        while entries := claims.read(position, READ_BATCH):
-            batches.append(entries)
-            position = entries[-1].next
-        read = time.process_time()
-        decoded = [decode_claims_all([e.data for e in entries]) for entries in batches]
-        decode = time.process_time()
+        if isinstance(claims, FileLog):
+            loop = claims_span.loop()
+            while found := claims.read_span(position, READ_BATCH, loop):
+                spans.append((found.items, found.positions))
+                position = found.next
+            decode = time.process_time()
+        else:
+            batches: list[list[Entry]] = []
+            while entries := claims.read(position, READ_BATCH):
+                batches.append(entries)
+                position = entries[-1].next
+            for entries in batches:
+                spans.append(
+                    (decode_claims_all([e.data for e in entries]), [e.position for e in entries])
+                )
+            decode = time.process_time()
         state = ClaimState()
-        for entries, records in zip(batches, decoded, strict=True):
-            folded: list[ClaimsRecord] = [r for r in records if r is not None]
-            state.apply_all(folded, [e.position for e in entries])
+        for records, positions in spans:
+            if None in records:
+                raise RuntimeError("a malformed record in the synthetic log")
+            state.apply_all(records, positions)
         fold = time.process_time()
-    count = sum(map(len, batches)) or 1
+    count = sum(len(records) for records, _ in spans) or 1
     return {
-        "read": (read - started) / count * 1e6,
-        "decode": (decode - read) / count * 1e6,
+        "read + decode": (decode - started) / count * 1e6,
         "fold": (fold - decode) / count * 1e6,
     }
 
@@ -288,8 +303,8 @@ def fold_section(root: Path, records: int, tasks: int, repeats: int) -> Section:
             "",
             table(["replay", "path", "records/s", "runs", "×"], replay_rows),
             "",
-            "Where a catch-up's time goes: µs of CPU a record by stage (read = file, frames, "
-            "checksums, entries; decode = `decode_claims_all`; fold = `apply_all`):",
+            "Where a catch-up's time goes: µs of CPU a record by stage (read + decode = "
+            "`read_span`: file, frames, checksums and records in one walk; fold = `apply_all`):",
             "",
             table(["path", *STAGES, "total µs"], stage_rows),
             "",

@@ -68,11 +68,11 @@ import sys
 import zlib
 from collections.abc import Sequence
 from itertools import repeat
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from logstore import native
 from logstore.base import CorruptLogError, Entry, ForeignFileError
-from logstore.native import EntriesLoop, EntriesResult, Loop, LoopResult, WalkLoop
+from logstore.native import EntriesLoop, EntriesResult, Loop, LoopResult, SpanLoop, WalkLoop
 
 Buffer = bytes | bytearray | memoryview
 
@@ -333,6 +333,52 @@ def decode_frames(
     if pos == size == batch_start:
         return Decoded(entries, pos, pos, Stop.CLEAN, 0)
     return _stopped(buf, base, pos, batch_start, entries, at_eof, max_record, path)
+
+
+class Span(NamedTuple):
+    """The answer of `decode_span`: `Decoded`, with the loop's items and their (absolute)
+    positions in place of entries."""
+
+    items: list[Any]
+    positions: list[int]
+    consumed: int
+    verified: int
+    stop: Stop
+    needed: int
+
+
+def decode_span(
+    buf: bytes,
+    base: int,
+    loop: SpanLoop,
+    *,
+    at_eof: bool,
+    max_record: int,
+    path: str,
+    limit: int,
+    verified: int = 0,
+) -> Span:
+    """`decode_frames`, with `loop` making each payload into an item (a reader that needs
+    neither entries nor payload copies: a fold's, see `FileLog.read_span`). The same walk,
+    the same checks: `loop(buf, max_record, verified, limit, base)` is `_decode_loop` with
+    each payload made into an item and each offset made absolute (for the claims log,
+    `queue_worker.claims_span`), and every stop (torn, damaged, corrupt) is decided by
+    `_stopped`, as for `decode_frames`."""
+    if limit <= 0:
+        return Span([], [], 0, 0, Stop.CLEAN, 0)
+    size = len(buf)
+    items, positions, pos, batch_start, ready = loop(buf, max_record, verified, limit, base)
+    if ready >= limit:
+        consumed = positions[limit] - base if limit < ready else batch_start
+        if limit < len(items):
+            del items[limit:], positions[limit:]
+        return Span(items, positions, consumed, batch_start, Stop.CLEAN, 0)
+    if ready < len(items):
+        del items[ready:], positions[ready:]
+    if pos == size == batch_start:
+        return Span(items, positions, pos, pos, Stop.CLEAN, 0)
+    found = _stopped(buf, base, pos, batch_start, items, at_eof, max_record, path)
+    return Span(items, positions, found.consumed, found.verified, found.stop, found.needed)
 
 
 def _decode_loop(buf: bytes, max_record: int, verified: int, limit: int) -> LoopResult:

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from importlib.machinery import EXTENSION_SUFFIXES, ExtensionFileLoader
 from importlib.util import module_from_spec, spec_from_loader
 from types import ModuleType
-from typing import Final
+from typing import Any, Final
 
 from logstore.base import Entry
 
@@ -26,6 +26,9 @@ Loop = Callable[[bytes, int, int, int], LoopResult]
 #: (entries, pos, batch_start, ready), as framing._decode_entries returns them
 EntriesResult = tuple[list[Entry], int, int, int]
 EntriesLoop = Callable[[bytes, int, int, int, int, type[Entry]], EntriesResult]
+#: (items, positions, pos, batch_start, ready): a span loop (framing.decode_span)
+SpanResult = tuple[list[Any], list[int], int, int, int]
+SpanLoop = Callable[[bytes, int, int, int, int], SpanResult]
 #: (end, open_batch, last_batch), as framing._walk_frames returns them
 WalkLoop = Callable[
     [bytes | bytearray | memoryview, int, int, int, int, bool], tuple[int, int, int]
@@ -34,7 +37,7 @@ WalkLoop = Callable[
 MODULE: Final = "logstore._cframes"
 PURE_ENV: Final = "QW_PURE"
 PACKAGE_DIR: Final = os.path.dirname(os.path.abspath(__file__))
-SOURCES: Final = ("_cframes.c", "framing.py")
+SOURCES: Final = ("_cframes.c", "_framewalk.h", "framing.py")
 BUILD_ROOT: Final = os.path.join(PACKAGE_DIR, "_compiled")
 EXT_SUFFIX: Final = EXTENSION_SUFFIXES[0]
 

@@ -6,6 +6,10 @@
        records.decode_claims_entries: the same for a read's entries (a list of tuples
        (position, next, data, server_time_us)), with their positions, and whether any
        carries a server time
+   decode_claims_frames(buf, max_record, verified, limit, base, Claim, Done, fallback)
+       -> (records, positions, pos, batch_start, ready): a span of a file log's frames,
+       walked and checked as logstore.framing._decode_loop walks them, each payload decoded
+       where it lies (see below): a fold reader's read with no Entry and no payload copy
 
    `records.py` stays the definition of the records and their errors. This file knows the
    two records a drain writes, well formed and packed as msgpack packs them:
@@ -24,6 +28,8 @@
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
+
+#include "../logstore/_framewalk.h"
 
 /* What a call builds with (records.py's types, its fallback): arguments, not module state,
    so that a second copy of records.py (the tests load one) cannot change the first's. */
@@ -222,11 +228,12 @@ read_result(reader *r)
 /* The record `data` encodes when it is one this file knows; NULL otherwise, with an error
    set only for a real failure (memory), never for the bytes. */
 static PyObject *
-decode_known(PyObject *data, const types *t, cached_str *cache, int *cached)
+decode_span(const unsigned char *data, Py_ssize_t size, const types *t, cached_str *cache,
+            int *cached)
 {
     reader r;
-    r.p = (const unsigned char *)PyBytes_AS_STRING(data);
-    r.end = r.p + PyBytes_GET_SIZE(data);
+    r.p = data;
+    r.end = data + size;
     if (!need(&r, 4))
         return NULL;
     unsigned char array = r.p[0], version = r.p[1], str1 = r.p[2], code = r.p[3];
@@ -275,6 +282,13 @@ fail:
     for (int i = 0; i < 5; i++)
         Py_XDECREF(items[i]);
     return NULL;
+}
+
+static PyObject *
+decode_known(PyObject *data, const types *t, cached_str *cache, int *cached)
+{
+    return decode_span((const unsigned char *)PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data),
+                       t, cache, cached);
 }
 
 static void
@@ -417,7 +431,99 @@ error:
     return NULL;
 }
 
+/* decode_claims_frames: the state of a walk (see _framewalk.h's keeper) */
+typedef struct {
+    PyObject *records;
+    PyObject *positions;
+    long long base;
+    types t;
+    PyObject *fallback;
+    cached_str *cache;
+    int *cached;
+} span_state;
+
+static int
+keep_record(void *state, long long pos, long long end, const unsigned char *data,
+            long long length)
+{
+    span_state *s = (span_state *)state;
+    PyObject *record = decode_span(data, (Py_ssize_t)length, &s->t, s->cache, s->cached);
+    if (record == NULL) {
+        if (PyErr_Occurred())
+            return -1;
+        /* not one this file knows: the payload, as bytes, to the Python (records.py) */
+        PyObject *payload = PyBytes_FromStringAndSize((const char *)data, (Py_ssize_t)length);
+        if (payload == NULL)
+            return -1;
+        record = PyObject_CallOneArg(s->fallback, payload);
+        Py_DECREF(payload);
+        if (record == NULL)
+            return -1;
+    }
+    int failed = PyList_Append(s->records, record);
+    Py_DECREF(record);
+    if (failed)
+        return -1;
+    PyObject *position = PyLong_FromLongLong(s->base + pos);
+    if (position == NULL)
+        return -1;
+    failed = PyList_Append(s->positions, position);
+    Py_DECREF(position);
+    return failed;
+}
+
+/* decode_claims_frames(buf, max_record, verified, limit, base, Claim, Done, fallback)
+       -> (records, positions, pos, batch_start, ready)
+
+   logstore.framing._decode_loop's walk over the frames of `buf` (bytes; the same checks, in
+   the same code: _framewalk.h), each payload decoded where it lies as decode_claims_all
+   decodes it (a record, or the fallback's answer for one this file does not know), each
+   frame's offset made absolute (`base` + offset). `records.decode_claims_frames_py` is its
+   definition. The file log's span read (FileLog.read_span) decides the rest (torn, damaged,
+   corrupt) from pos, batch_start and ready, as it does for entries. */
+static PyObject *
+decode_claims_frames(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 8) {
+        PyErr_SetString(PyExc_TypeError, "decode_claims_frames(buf, max_record, verified, limit, "
+                                         "base, Claim, Done, fallback)");
+        return NULL;
+    }
+    PyObject *buf = args[0], *fallback = args[7];
+    if (!PyBytes_CheckExact(buf) || !is_tuple_type(args[5]) || !is_tuple_type(args[6])
+        || !PyCallable_Check(fallback)) {
+        PyErr_SetString(PyExc_TypeError, "decode_claims_frames: buf must be bytes, Claim and "
+                                         "Done tuple types, fallback callable");
+        return NULL;
+    }
+    long long numbers[4];
+    for (int i = 0; i < 4; i++) {
+        numbers[i] = PyLong_AsLongLong(args[1 + i]);
+        if (numbers[i] == -1 && PyErr_Occurred())
+            return NULL;
+    }
+    cached_str cache[WORKER_CACHE];
+    int cached = 0;
+    span_state state = {PyList_New(0), PyList_New(0), numbers[3],
+                        {(PyTypeObject *)args[5], (PyTypeObject *)args[6]}, fallback, cache,
+                        &cached};
+    long long pos, batch_start, ready;
+    /* buf is held by the caller's arguments: the fallback cannot free it */
+    if (state.records == NULL || state.positions == NULL
+        || frame_walk(buf, numbers[0], numbers[1], numbers[2], keep_record, &state, &pos,
+                      &batch_start, &ready) < 0) {
+        Py_XDECREF(state.records);
+        Py_XDECREF(state.positions);
+        release(cache, cached);
+        return NULL;
+    }
+    release(cache, cached);
+    return Py_BuildValue("(NNLLL)", state.records, state.positions, pos, batch_start, ready);
+}
+
 static PyMethodDef methods[] = {
+    {"decode_claims_frames", (PyCFunction)(void (*)(void))decode_claims_frames, METH_FASTCALL,
+     "records.decode_claims_frames_py, in C."},
     {"decode_claims_all", (PyCFunction)(void (*)(void))decode_claims_all, METH_FASTCALL,
      "records.decode_claims_all, in C."},
     {"decode_claims_entries", (PyCFunction)(void (*)(void))decode_claims_entries, METH_FASTCALL,

@@ -119,7 +119,7 @@ def build_decoder(verbose: bool = False) -> Path:
         cdecode.source_key,
         cdecode.extension_path,
         cdecode.BUILD_ROOT,
-        [],
+        ["z"],  # the frame walk's crc32 (decode_claims_frames)
         verbose,
     )
 
@@ -138,9 +138,14 @@ def _build_c(
     sources, into the directory of their key under `build_root`."""
     with tempfile.TemporaryDirectory(prefix="qw-c-") as tmp:
         root = Path(tmp)
+        # the package's files in `src`, a source named from its directory ("../logstore/…")
+        # beside it, where the C file's #include finds it too
+        src = root / "src"
         for name in sources:
-            shutil.copyfile(Path(package_dir) / name, root / name)
-        target = Path(extension_path(key_of(str(root))))
+            copy = Path(os.path.normpath(src / name))
+            copy.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(Path(package_dir) / name, copy)
+        target = Path(extension_path(key_of(str(src))))
         if target.is_file():
             return target
         try:
@@ -153,7 +158,7 @@ def _build_c(
             with contextlib.redirect_stdout(sys.stdout if verbose else out):
                 ext = extension(
                     module,
-                    [str(root / sources[0])],
+                    [str(src / sources[0])],
                     libraries=libraries,
                     extra_compile_args=["-O2"],
                 )

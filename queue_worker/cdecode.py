@@ -22,7 +22,16 @@ from logstore.native import EXT_SUFFIX, find_build, key_of, load_extension
 
 MODULE: Final = "queue_worker._cdecode"
 PACKAGE_DIR: Final = os.path.dirname(os.path.abspath(__file__))
-SOURCES: Final = ("_cdecode.c", "records.py")
+#: the C file first, then the definitions it must agree with: records.py, and for
+#: `decode_claims_frames` its twin (claims_span.py), the frame walk it shares with
+#: logstore/_cframes.c and that walk's definition (named from this directory)
+SOURCES: Final = (
+    "_cdecode.c",
+    "records.py",
+    "claims_span.py",
+    "../logstore/_framewalk.h",
+    "../logstore/framing.py",
+)
 BUILD_ROOT: Final = os.path.join(PACKAGE_DIR, "_compiled_c")
 
 #: why the C decoder is not in use ("" when it is)

@@ -271,48 +271,80 @@ class ClaimState:
         on the state: a CLAIM of a task nobody has claimed yet (it wins), and a DONE from the
         holder (accepted). Every other record goes through `apply` itself, so the rules stay
         in one place. (2.6× faster than `apply` a record at a time on a replay, measured.)
+
+        A winning CLAIM is held back one record (`pending`): when the very next record is
+        the holder's DONE of it (the claim's position, the claim's worker: accepted), the
+        task closes with no lease or task state built for it and dropped at once; else the
+        claim's effect lands before that record is folded (and at the end, whatever happens),
+        so nothing ever sees the state without it.
         """
         open_ = self._open
         closed = self._closed_above
         find = open_.get
-        new = _new
         # the classes in locals: compiled, each use of a module global is a dict lookup
-        claim_type, done_type, lease_type = Claim, Done, Lease
+        claim_type, done_type = Claim, Done
         position = self.position
-        for record, position in zip(records, positions, strict=True):
-            if type(record) is claim_type:
-                task = record.task
-                # not closed (above the watermark, not closed above it) and never claimed
-                if task >= self.watermark and task not in closed and task not in open_:
-                    at = record.at
-                    lease = new(lease_type, (position, record.worker, at, at + record.lease))
-                    open_[task] = TaskState(lease, 1)
-                    self._held += 1
-                    continue
-            elif type(record) is done_type:
-                task = record.task
-                st = find(task)
-                if st is not None:
-                    h = st.holder
-                    # the holder's claim, from the holder's worker: accepted
-                    if h is not None and h.claim == record.claim and h.worker == record.worker:
-                        del open_[task]
-                        self._held -= 1
+        pending: Claim | None = None  # a winning CLAIM not folded yet, at pending_position
+        pending_position = -1
+        try:
+            for record, position in zip(records, positions, strict=True):
+                if pending is not None:
+                    if (
+                        type(record) is done_type
+                        and record.task == pending.task
+                        and record.claim == pending_position
+                        and record.worker == pending.worker
+                    ):
+                        pending = None  # `_claim` then `_done` accepted: closed, held as before
                         self.done_count += 1
-                        # `_close`: add it to `closed`, then advance the watermark over
-                        # the closed run (the task at the watermark is not added, only passed)
-                        watermark = self.watermark
-                        if task == watermark:
-                            watermark += 1
-                        else:
-                            closed.add(task)
-                        while watermark in closed:
-                            closed.discard(watermark)
-                            watermark += 1
-                        self.watermark = watermark
+                        self._pass(record.task)
                         continue
-            self.apply(record, position)
+                    self._won(pending, pending_position)
+                    pending = None
+                if type(record) is claim_type:
+                    task = record.task
+                    # not closed (above the watermark, not closed above it) and never claimed
+                    if task >= self.watermark and task not in closed and task not in open_:
+                        pending, pending_position = record, position
+                        continue
+                elif type(record) is done_type:
+                    task = record.task
+                    st = find(task)
+                    if st is not None:
+                        h = st.holder
+                        # the holder's claim, from the holder's worker: accepted
+                        if h is not None and h.claim == record.claim and h.worker == record.worker:
+                            del open_[task]
+                            self._held -= 1
+                            self.done_count += 1
+                            self._pass(task)
+                            continue
+                self.apply(record, position)
+        finally:
+            if pending is not None:
+                self._won(pending, pending_position)
         self.position = position
+
+    def _won(self, r: Claim, position: int) -> None:
+        """`_claim`'s effect for a CLAIM of a task nobody has claimed yet (`apply_all`)."""
+        at = r.at
+        self._open[r.task] = TaskState(_new(Lease, (position, r.worker, at, at + r.lease)), 1)
+        self._held += 1
+
+    def _pass(self, task: int) -> None:
+        """`_close`'s effect on the closed tasks for `task`, done, no longer open: add it to
+        them, then advance the watermark over the closed run (the task at the watermark is
+        not added, only passed)."""
+        watermark = self.watermark
+        closed = self._closed_above
+        if task == watermark:
+            watermark += 1
+        else:
+            closed.add(task)
+        while watermark in closed:
+            closed.discard(watermark)
+            watermark += 1
+        self.watermark = watermark
 
     def _claim(self, r: Claim, position: int) -> Outcome:
         t = r.task

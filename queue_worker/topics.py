@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Final, NamedTuple, cast
 
 from logstore import Durability, Entry, IdentityError, Log, LogError, open_log
 from logstore.location import shown
+from queue_worker import claims_span
 from queue_worker.errors import QwError
 from queue_worker.partitions import PartitionError, read_manifest
 from queue_worker.records import (
@@ -57,6 +58,7 @@ from queue_worker.records import (
 )
 
 if TYPE_CHECKING:  # the fold is imported where a follower is made: not by a producer
+    from logstore.file_log import FileLog, SpanRead
     from queue_worker.state import ClaimState, Outcome
 
 TASKS_TOPIC: Final = "tasks"
@@ -271,12 +273,33 @@ class ClaimsFollower:
 
     def catch_up(self, log: Log) -> int:
         """Fold every record now in the log; return how many were folded."""
+        from logstore.file_log import FileLog  # (imported by open_log for a file log)
+
         count = 0
         with gc_paused():  # the read's entries too (see gc_paused)
+            if isinstance(log, FileLog):
+                # records and positions straight from the frames: no entries (claims_span)
+                loop = claims_span.loop()
+                while found := log.read_span(self.next_position, READ_BATCH, loop):
+                    self._fold_span(log, found)
+                    count += len(found)
+                return count
             while entries := log.read(self.next_position, READ_BATCH):
                 self.fold_entries(entries)
                 count += len(entries)
         return count
+
+    def _fold_span(self, log: FileLog, found: SpanRead) -> None:
+        """Fold what a span read found (records, None for a malformed one; no server time:
+        a file log has none)."""
+        records: list[ClaimsRecord | None] = found.items
+        if None in records:
+            # rare: fold the same records read as entries, which say what is wrong
+            # (`_malformed`); the catch-up goes on from where they end
+            self._fold_entries(log.read(self.next_position, len(records)))
+            return
+        self.state.apply_all(cast("list[ClaimsRecord]", records), found.positions)
+        self.next_position = found.next
 
     def fold_entries(self, entries: Sequence[Entry]) -> None:
         """Fold entries read in order from `next_position` on (none of them ours to settle).

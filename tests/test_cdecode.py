@@ -347,8 +347,11 @@ def decoder_status(tmp_path: Path, edit: str | None = None, **env: str) -> str:
     """A copy of queue_worker with its C decoder's build, `edit` (a file name) edited: which
     decoder `records.decode_claims_all` runs."""
     copy = tmp_path / "src" / "queue_worker"
+    ignore = shutil.ignore_patterns("__pycache__", "_compiled")
+    shutil.copytree(cdecode.PACKAGE_DIR, copy, ignore=ignore)
+    # the frame walk and its definition, which the decoder's key covers too
     shutil.copytree(
-        cdecode.PACKAGE_DIR, copy, ignore=shutil.ignore_patterns("__pycache__", "_compiled")
+        Path(cdecode.PACKAGE_DIR).parent / "logstore", copy.parent / "logstore", ignore=ignore
     )
     if edit is not None:
         with (copy / edit).open("a") as f:
@@ -366,7 +369,16 @@ def test_the_build_runs_for_its_own_sources(tmp_path: Path) -> None:
     assert decoder_status(tmp_path) == "C (queue_worker/_cdecode.c) | True"
 
 
-@pytest.mark.parametrize("edited", ["records.py", "_cdecode.c"])
+@pytest.mark.parametrize(
+    "edited",
+    [
+        "records.py",
+        "_cdecode.c",
+        "claims_span.py",
+        "../logstore/_framewalk.h",
+        "../logstore/framing.py",
+    ],
+)
 def test_an_edited_source_runs_the_python_decoder(tmp_path: Path, edited: str) -> None:
     assert decoder_status(tmp_path, edited) == (
         "Python (no build of these sources (`make compiled`)) | False"

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, rule
@@ -452,3 +453,50 @@ def test_apply_all_reaches_the_state_apply_reaches(
 def comparable(snap: ClaimSnapshot) -> ClaimSnapshot:
     """A snapshot with its closed tasks in id order (a set's order is not the state's)."""
     return snap._replace(closed_above=tuple(sorted(snap.closed_above)))
+
+
+@st.composite
+def logs_with_pairs(draw: st.DrawFn) -> list[ClaimsRecord]:
+    """`claims_logs`, with CLAIMs followed at once by a DONE: the claim's own (its position,
+    its worker), or a near miss (another worker, another position, another task)."""
+    log = draw(claims_logs())
+    out: list[ClaimsRecord] = []
+    for record in log:
+        out.append(record)
+        if type(record) is Claim and draw(st.booleans()):
+            pos = len(out) - 1
+            miss = draw(st.sampled_from(["none", "none", "worker", "position", "task"]))
+            worker = "z" if miss == "worker" else record.worker
+            token = pos - 1 if miss == "position" else pos
+            task = record.task + 1 if miss == "task" else record.task
+            out.append(Done(task, worker, record.at + UNIT, token, None))
+    return out
+
+
+@SETTINGS
+@given(logs_with_pairs(), st.data())
+def test_apply_all_folds_a_claim_and_its_done_as_apply_does(
+    log: list[ClaimsRecord], data: st.DataObject
+) -> None:
+    """A winning CLAIM followed at once by its DONE (closed without a lease built) and every
+    near miss of one: the state `apply` reaches, however the log is cut into calls."""
+    one_by_one, _ = fold(log)
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(log)), max_size=4)))
+    batched = ClaimState()
+    for start, end in zip([0, *cuts], [*cuts, len(log)], strict=True):
+        batched.apply_all(log[start:end], range(start, end))
+    assert comparable(batched.snapshot()) == comparable(one_by_one.snapshot())
+    assert batched.held_count == one_by_one.held_count
+    assert list(batched.held_tasks()) == list(one_by_one.held_tasks())
+
+
+def test_a_claim_held_back_is_folded_when_the_positions_run_out() -> None:
+    """zip(strict=True) raises after the last pair: the winning CLAIM held back for its DONE
+    is in the state all the same, as `apply` would have left it."""
+    log: list[ClaimsRecord] = [Claim(0, "a", 0, UNIT), Done(0, "a", 1, 0, None)]
+    state = ClaimState()
+    with pytest.raises(ValueError, match="zip"):
+        state.apply_all(log, [0])
+    one, _ = fold(log[:1])
+    assert list(state.held_tasks()) == list(one.held_tasks()) != []
+    assert state.held_count == 1
