@@ -72,6 +72,11 @@ _LOST: Final = frozenset(
     {Verdict.LOST_HELD, Verdict.LOST_DONE, Verdict.LOST_DEAD, Verdict.LOST_BACKOFF}
 )
 
+#: `ClaimState.apply_all` holds back at most this many winning CLAIMs for their DONEs: in a
+#: drain's log a task's DONE comes a few records after its CLAIM (two for each other
+#: worker, a claim appended ahead with each DONE)
+PENDING_CLAIMS: Final = 64
+
 
 # Lease and Outcome are NamedTuples, not frozen dataclasses: every record read makes one,
 # and a frozen dataclass builds itself through object.__setattr__ (4x slower, measured).
@@ -272,11 +277,14 @@ class ClaimState:
         holder (accepted). Every other record goes through `apply` itself, so the rules stay
         in one place. (2.6× faster than `apply` a record at a time on a replay, measured.)
 
-        A winning CLAIM is held back one record (`pending`): when the very next record is
-        the holder's DONE of it (the claim's position, the claim's worker: accepted), the
-        task closes with no lease or task state built for it and dropped at once; else the
-        claim's effect lands before that record is folded (and at the end, whatever happens),
-        so nothing ever sees the state without it.
+        A winning CLAIM is held back (`pending`, up to PENDING_CLAIMS of them, oldest
+        first): when its holder's DONE of it (the claim's position, the claim's worker:
+        accepted) comes while it is held, the task closes with no lease or task state built
+        for it and dropped at once (in a drain's log a task's DONE follows its CLAIM a few
+        records later, the other workers' records between). Every held claim's effect lands,
+        in their order, before any record goes through `apply`, when more are held than the
+        limit (the oldest), and at the end whatever happens: `apply` never sees the state
+        without them, and the open tasks keep the order of their claims.
         """
         open_ = self._open
         closed = self._closed_above
@@ -284,46 +292,77 @@ class ClaimState:
         # the classes in locals: compiled, each use of a module global is a dict lookup
         claim_type, done_type = Claim, Done
         position = self.position
-        pending: Claim | None = None  # a winning CLAIM not folded yet, at pending_position
-        pending_position = -1
+        # The newest held claim in two locals (a drain by one worker puts each DONE right
+        # after its CLAIM: no dict touched), the older ones in `pending`, oldest first.
+        last: Claim | None = None
+        last_position = -1
+        pending: dict[int, tuple[Claim, int]] = {}  # task -> its winning CLAIM, position
         try:
             for record, position in zip(records, positions, strict=True):
-                if pending is not None:
-                    if (
-                        type(record) is done_type
-                        and record.task == pending.task
-                        and record.claim == pending_position
-                        and record.worker == pending.worker
-                    ):
-                        pending = None  # `_claim` then `_done` accepted: closed, held as before
-                        self.done_count += 1
-                        self._pass(record.task)
-                        continue
-                    self._won(pending, pending_position)
-                    pending = None
                 if type(record) is claim_type:
                     task = record.task
-                    # not closed (above the watermark, not closed above it) and never claimed
-                    if task >= self.watermark and task not in closed and task not in open_:
-                        pending, pending_position = record, position
+                    # not closed (above the watermark, not closed above it), never claimed
+                    if (
+                        task >= self.watermark
+                        and task not in closed
+                        and task not in open_
+                        and task not in pending
+                        and (last is None or task != last.task)
+                    ):
+                        if last is not None:
+                            pending[last.task] = (last, last_position)
+                            if len(pending) > PENDING_CLAIMS:
+                                self._won_oldest(pending)
+                        last, last_position = record, position
                         continue
                 elif type(record) is done_type:
                     task = record.task
-                    st = find(task)
-                    if st is not None:
-                        h = st.holder
-                        # the holder's claim, from the holder's worker: accepted
-                        if h is not None and h.claim == record.claim and h.worker == record.worker:
-                            del open_[task]
-                            self._held -= 1
+                    if last is not None and task == last.task:
+                        if record.claim == last_position and record.worker == last.worker:
+                            last = None  # `_claim` then `_done` accepted: closed
                             self.done_count += 1
                             self._pass(task)
                             continue
+                    elif task in pending:
+                        claim, claim_position = pending[task]
+                        if record.claim == claim_position and record.worker == claim.worker:
+                            del pending[task]  # as above
+                            self.done_count += 1
+                            self._pass(task)
+                            continue
+                    else:
+                        st = find(task)
+                        if st is not None:
+                            h = st.holder
+                            # the holder's claim, from the holder's worker: accepted
+                            if (
+                                h is not None
+                                and h.claim == record.claim
+                                and h.worker == record.worker
+                            ):
+                                del open_[task]
+                                self._held -= 1
+                                self.done_count += 1
+                                self._pass(task)
+                                continue
+                # any other record: every held claim folded first, in order
+                while pending:
+                    self._won_oldest(pending)
+                if last is not None:
+                    self._won(last, last_position)
+                    last = None
                 self.apply(record, position)
         finally:
-            if pending is not None:
-                self._won(pending, pending_position)
+            while pending:
+                self._won_oldest(pending)
+            if last is not None:
+                self._won(last, last_position)
         self.position = position
+
+    def _won_oldest(self, pending: dict[int, tuple[Claim, int]]) -> None:
+        """Fold the oldest winning CLAIM `apply_all` holds back."""
+        claim, position = pending.pop(next(iter(pending)))
+        self._won(claim, position)
 
     def _won(self, r: Claim, position: int) -> None:
         """`_claim`'s effect for a CLAIM of a task nobody has claimed yet (`apply_all`)."""
