@@ -116,6 +116,30 @@ def test_a_sequence_the_packing_cannot_hold_is_a_clear_error() -> None:
 # -- basics ------------------------------------------------------------------------
 
 
+_ARG = st.one_of(st.binary(max_size=40), st.text(max_size=20), st.integers())
+
+
+@given(
+    st.text(min_size=1, max_size=8),
+    st.lists(st.text(max_size=30), max_size=6),
+    st.lists(_ARG, max_size=20),
+    st.lists(_ARG, max_size=20),
+)
+def test_a_script_call_packed_with_its_kept_head_is_the_whole_command_packed(
+    sha: str, keys: list[str], args: list[bytes | int | str], other: list[bytes | int | str]
+) -> None:
+    """`_pack_evalsha` keeps the head (script and keys) of a call: a second call with other
+    arguments, or after the kept heads were cleared, is still exactly the command."""
+    whole = redis_log._pack  # the reference: every part packed at every call
+    for arguments in (args, other, args):
+        packed = redis_log._pack_evalsha(sha, keys, arguments)
+        assert packed == whole(b"EVALSHA", sha, len(keys), *keys, *arguments)
+    redis_log._heads.clear()
+    assert redis_log._pack_evalsha(sha, keys, other) == whole(
+        b"EVALSHA", sha, len(keys), *keys, *other
+    )
+
+
 def test_open_log_gives_a_redis_log_on_the_stream_qw_topic(redis_url: str) -> None:
     with open_log(redis_url, "tasks") as handle:
         assert isinstance(handle, RedisLog)
