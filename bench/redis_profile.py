@@ -38,8 +38,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import ENV, NOOP, REPO, enqueue_batch, fold_claims, median, scratch
+from bench.common import NOOP, REPO, enqueue_batch, fold_claims, median, scratch
 from bench.redis_bench import redis_server
+from bench.start_bench import USER_ENV, warm_bytecode
 
 #: the records a worker's catch-up reads at once (`queue_worker.topics`)
 WORKER_BATCH = 512
@@ -117,9 +118,10 @@ def read_claims(location: str, out: str) -> None:
 
 
 def _env(no_hiredis: Path | None, cprofile: bool) -> dict[str, str]:
-    env = {**ENV, "QW_PROFILE_POLLS": "1" if cprofile else "0"}
+    # USER_ENV: with bytecode caches, as bench.redis_bench runs qw (warm_bytecode in main)
+    env = {**USER_ENV, "QW_PROFILE_POLLS": "1" if cprofile else "0"}
     if no_hiredis is not None:
-        env["PYTHONPATH"] = os.pathsep.join([str(no_hiredis), ENV["PYTHONPATH"]])
+        env["PYTHONPATH"] = os.pathsep.join([str(no_hiredis), USER_ENV["PYTHONPATH"]])
     return env
 
 
@@ -201,6 +203,7 @@ def main() -> None:
     (hide / "sitecustomize.py").write_text(_NO_HIREDIS)
     results: dict[str, list[dict[str, Any]]] = {p: [] for p in parsers}
     try:
+        warm_bytecode()
         with redis_server(root, binary) as url:
             for rep in range(args.repeats):
                 for parser_name in parsers:

@@ -52,8 +52,8 @@ from queue_worker.server_verdicts import (
     record_args,
     server_view,
     unpack_reply,
+    verdict_of,
 )
-from queue_worker.state import Verdict
 
 # KEYS[5] the tasks stream. ARGV[4..11] the previous task's DONE or FAIL (as the verdict
 # script takes a record; ARGV[4] '' for none), ARGV[12] the worker, ARGV[13] its lease,
@@ -181,7 +181,7 @@ class NextTask(NamedTuple):
 def _verdict(entry_id: bytes, word: bytes, packed: bytes) -> ServerVerdict:
     return ServerVerdict(
         pack_id(*parse_id(entry_id)),
-        Verdict(word.decode()),
+        verdict_of(word),
         server_view(packed) if packed else None,
     )
 

@@ -7,6 +7,7 @@ to Redis.
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import multiprocessing
 import random
@@ -116,6 +117,30 @@ def test_a_sequence_the_packing_cannot_hold_is_a_clear_error() -> None:
 # -- basics ------------------------------------------------------------------------
 
 
+_ARG = st.one_of(st.binary(max_size=40), st.text(max_size=20), st.integers())
+
+
+@given(
+    st.text(min_size=1, max_size=8),
+    st.lists(st.text(max_size=30), max_size=6),
+    st.lists(_ARG, max_size=20),
+    st.lists(_ARG, max_size=20),
+)
+def test_a_script_call_packed_with_its_kept_head_is_the_whole_command_packed(
+    sha: str, keys: list[str], args: list[bytes | int | str], other: list[bytes | int | str]
+) -> None:
+    """`_pack_evalsha` keeps the head (script and keys) of a call: a second call with other
+    arguments, or after the kept heads were cleared, is still exactly the command."""
+    whole = redis_log._pack  # the reference: every part packed at every call
+    for arguments in (args, other, args):
+        packed = redis_log._pack_evalsha(sha, keys, arguments)
+        assert packed == whole(b"EVALSHA", sha, len(keys), *keys, *arguments)
+    redis_log._heads.clear()
+    assert redis_log._pack_evalsha(sha, keys, other) == whole(
+        b"EVALSHA", sha, len(keys), *keys, *other
+    )
+
+
 def test_open_log_gives_a_redis_log_on_the_stream_qw_topic(redis_url: str) -> None:
     with open_log(redis_url, "tasks") as handle:
         assert isinstance(handle, RedisLog)
@@ -135,6 +160,31 @@ def test_open_log_gives_a_redis_log_on_the_stream_qw_topic(redis_url: str) -> No
         assert pack_id(*parse_id(raw_id)) == position
     finally:
         client.close()
+
+
+def test_every_connection_names_the_client_as_redis_py_would_once_resolved(
+    redis_url: str,
+) -> None:
+    """The client's name and version for CLIENT SETINFO are what redis-py resolves by
+    itself (its name, its installed version), resolved once for every handle's clients."""
+    driver_info = pytest.importorskip("redis.driver_info")
+    first, second = RedisLog.open(redis_url, "t"), RedisLog.open(redis_url, "u")
+    try:
+        first.append(b"x")  # a connection made with them
+        given = [
+            client.connection_pool.connection_kwargs["driver_info"]
+            for log in (first, second)
+            for client in (log._client, log._blocking)
+        ]
+        assert first._conn is not None and first._conn.driver_info is given[0]
+    finally:
+        first.close()
+        second.close()
+    own = driver_info.resolve_driver_info()  # what redis-py makes when given none
+    assert own is not None and given[0] is not None
+    assert all(info is given[0] for info in given)
+    assert (given[0].formatted_name, given[0].lib_version) == (own.formatted_name, own.lib_version)
+    assert given[0].lib_version == importlib.metadata.version("redis")
 
 
 def test_append_read_and_end(log: RedisLog) -> None:
