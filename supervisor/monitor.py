@@ -175,17 +175,19 @@ class Monitor:
         self._tasks.check()
         self._claims.check()
         with self._lock:
-            while self._read_claims()[1] == self._batch:
+            # to the end: a read stops short at the end of a segment, so only an empty
+            # read says the end is reached (a short one stopped at the first segment's end)
+            while self._read_claims()[1]:
                 pass
             # after the claims: every task they name is in the tasks log by now
             highest = self._state.highest_closed()
             needed = -1 if highest is None else highest
-            tasks_read = 0
+            tasks_read = -1
             while count_all or self._published <= needed:
                 tasks_read = self._read_tasks()
-                if tasks_read < self._batch:
+                if tasks_read == 0:
                     break
-            self._caught_up = count_all and tasks_read < self._batch
+            self._caught_up = count_all and tasks_read == 0
             check_tasks_cover(self._tasks, self._published, self._claims, self._state)
 
     # -- what the supervisor tells it --------------------------------------------------------
