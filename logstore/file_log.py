@@ -974,13 +974,17 @@ class FileLog(Log):
         if not self._rbase <= position < self._rnext:
             self._locate(position)
         entries = self._read_segment(position, max_records)
-        if entries or not self._sealed():
+        if entries or not self._sealed() or not self._to_next_segment(position):
             return entries
-        # Nothing more in a sealed segment: the records go on in the next one.
+        return self._read_segment(position, max_records)
+
+    def _to_next_segment(self, position: int) -> bool:
+        """Nothing more at `position` in a sealed segment: the records go on in the next
+        one. Locate it and say True, or False when it is not there yet."""
         after = self._next_base()
         end = os.lseek(self._rfd, 0, _SEEK_END) + self._rdelta
         if after == _NO_SEGMENT or end > position:
-            return entries  # (the next segment is being created; or this one is not done)
+            return False  # (the next segment is being created; or this one is not done)
         if after != end:  # a roll forces a segment to disk before the next one begins
             start = self.start
             if end < start:
@@ -995,7 +999,7 @@ class FileLog(Log):
                 "a segment is missing",
             )
         self._locate(after)
-        return self._read_segment(position, max_records)
+        return True
 
     def _read_segment(self, position: int, max_records: int | None) -> list[Entry]:
         try:
@@ -1040,27 +1044,8 @@ class FileLog(Log):
         if not self._rbase <= position < self._rnext:
             self._locate(position)
         entries = self._read_segment_with(position, max_records, read)
-        if entries or not self._sealed():
+        if entries or not self._sealed() or not self._to_next_segment(position):
             return entries
-        # Nothing more in a sealed segment: the records go on in the next one.
-        after = self._next_base()
-        end = os.lseek(self._rfd, 0, _SEEK_END) + self._rdelta
-        if after == _NO_SEGMENT or end > position:
-            return entries  # (the next segment is being created; or this one is not done)
-        if after != end:  # a roll forces a segment to disk before the next one begins
-            start = self.start
-            if end < start:
-                # The segments from here on were removed after this handle looked (it read
-                # this one while it was active): compaction, which removes only a prefix,
-                # not a missing middle segment.
-                raise PositionCompactedError(self.name, position, start)
-            raise CorruptLogError(
-                segment_path(self.path, self._rbase),
-                end,
-                f"the next segment starts at position {after}, not where this one ends: "
-                "a segment is missing",
-            )
-        self._locate(after)
         return self._read_segment_with(position, max_records, read)
 
     def _read_segment_with(
