@@ -173,7 +173,8 @@ class TextGrid:
         for n, (i, width) in enumerate(layout):
             column = self.columns[i]
             _append_cell(head, Text(column.name), width, column.justify, GAP if n else 0)
-        rule = Text("─" * (sum(w for _, w in layout) + GAP * (len(layout) - 1)), style="dim")
+        # the rule spans the screen, as the sections' rules below the table do
+        rule = Text("─" * options.max_width, style="dim")
         lines = [head, rule]
         for cells, style in self.rows:
             line = Text()

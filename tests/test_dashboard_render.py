@@ -730,3 +730,9 @@ def test_more_workers_than_fit_scroll_with_the_selection() -> None:
     assert "▶15" in row_of(text, "w15·41015")
     assert re.search(r"… \d+ more rows: ↑/↓ select to scroll", text)
     assert len([line for line in lines if line.startswith("── events")]) == 1
+
+
+@pytest.mark.parametrize("width", [80, 200])
+def test_the_worker_tables_rule_spans_the_screen_as_the_sections_rules_do(width: int) -> None:
+    lines = text_of(worker_table(eight_workers(), now=NOW), width=width).splitlines()
+    assert lines[1] == "─" * width
