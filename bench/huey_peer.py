@@ -51,6 +51,10 @@ class HueyDrain:
     tasks: int
     span_s: float  # first task start → last task end
     wall_s: float  # consumer start → every result stored
+    #: CPU of the consumer and its workers, start to exit (None: not measured)
+    consumer_cpu_s: float | None = None
+    #: CPU of redis-server meanwhile (RedisHuey; None: not measured)
+    server_cpu_s: float | None = None
 
     @property
     def rate(self) -> float:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import resource
 import signal
 import sys
 import time
@@ -46,6 +47,10 @@ def drain(url: str, workers: int, tasks: int, name: str = "bench") -> HueyDrain:
     for i in range(tasks):  # enqueued in one pipeline: the backlog is not what is timed
         pipe.lpush(producer.storage.queue_key, message(noop.s(i)))
     pipe.execute()
+    server_cpu = _server_cpu(producer.storage.conn)
+    # the consumer's CPU and its workers' (it waits for them): the children's rusage of
+    # this process once the consumer is joined, as bench.redis_bench measures `qw up`
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     ctx = mp.get_context("fork")
     proc = ctx.Process(target=_consume, args=(url, name, workers))
     start = time.time()
@@ -72,13 +77,22 @@ def drain(url: str, workers: int, tasks: int, name: str = "bench") -> HueyDrain:
             if proc.is_alive():
                 proc.kill()
                 proc.join()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    server_cpu = _server_cpu(producer.storage.conn) - server_cpu
     spans = [producer.serializer.deserialize(v) for v in storage.result_items().values()]
     producer.flush()
     if len(spans) != tasks:
         raise RuntimeError(f"huey stored {len(spans)} results for {tasks} tasks")
     first = min(s for s, _ in spans)
     last = max(e for _, e in spans)
-    return HueyDrain(tasks, last - first, wall)
+    consumer_cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    return HueyDrain(tasks, last - first, wall, consumer_cpu, server_cpu)
+
+
+def _server_cpu(conn: Any) -> float:
+    """redis-server's CPU seconds so far (user + system)."""
+    cpu = conn.info("cpu")
+    return float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
 
 
 if __name__ == "__main__":

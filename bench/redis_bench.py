@@ -263,6 +263,12 @@ def redis_section(root: Path, counts: Sequence[int], tasks: int, repeats: int) -
                  num(median(r.client_cpu_s / r.tasks * 1e6 for r in ups)),
                  str(sum(r.lost for r in ups))]
             )  # fmt: skip
+        if all(h.consumer_cpu_s is not None and h.server_cpu_s is not None for h in huey):
+            cost_rows.append(
+                [n, "RedisHuey", "—", "—",
+                 num(median((h.server_cpu_s or 0.0) / h.tasks * 1e6 for h in huey)),
+                 num(median((h.consumer_cpu_s or 0.0) / h.tasks * 1e6 for h in huey)), "—"]
+            )  # fmt: skip
     body = "\n".join(
         [
             f"{runs.tasks:,} no-op tasks enqueued beforehand on one local redis-server "
@@ -302,7 +308,9 @@ def redis_section(root: Path, counts: Sequence[int], tasks: int, repeats: int) -
             "round trips (script calls, appends and reads, and blocking waits) per task, "
             "bytes the server sent per task per worker, CPU per task of redis-server and of "
             "`qw up` with its workers "
-            "(start-up included), and the CLAIMs lost in all runs.",
+            "(start-up included), and the CLAIMs lost in all runs; RedisHuey's rows: the "
+            "server's CPU per task and that of its consumer with its workers (start-up "
+            "included; forked from the bench's process, which has imported huey).",
             "",
             table(
                 [
@@ -311,7 +319,7 @@ def redis_section(root: Path, counts: Sequence[int], tasks: int, repeats: int) -
                     "round trips / task",
                     "bytes sent / task / worker",
                     "server CPU µs / task",
-                    "qw CPU µs / task",
+                    "qw (or Huey) CPU µs / task",
                     "lost CLAIMs",
                 ],
                 cost_rows,
