@@ -51,6 +51,7 @@ from queue_worker.server_verdicts import (
     call_folding_script,
     record_args,
     reply_verdict,
+    state_keys,
     unpack_reply,
 )
 
@@ -66,6 +67,7 @@ from queue_worker.server_verdicts import (
 _NEXT_LUA: Final = (
     RULES_LUA
     + r"""
+if ARGV[4] ~= '' then prefetch = ARGV[6] end  -- the finish's task
 local saved, refused = prelude()
 if refused then return refused end
 if saved then return saved end
@@ -183,6 +185,7 @@ class ServerClaims:
     def __init__(self, claims_log: RedisLog, tasks_log: RedisLog) -> None:
         self.log = claims_log
         self.tasks_key = tasks_log.key
+        self._keys = [*state_keys(claims_log), self.tasks_key]  # (after the log's own two)
         self._next = claims_log.register_script(_NEXT_LUA)
         #: the claims log for everything else the worker appends (renewals, a time-out's
         #: FAIL, a recovery): through the verdict script as well
@@ -210,7 +213,7 @@ class ServerClaims:
                 raise RecordTooLargeError(len(data), self.log.max_record)
             head = [data, *record_args(finish)]
         args = [*head, worker, lease_us, now, "1" if claim else "0", "1" if heirs else "0"]
-        raw = call_folding_script(self.log, self._next, [self.tasks_key], args)
+        raw = call_folding_script(self.log, self._next, self._keys, args)
         items = unpack_reply(self.log, raw, 12)
         finished = reply_verdict(self.log, *items[0:3]) if items[0] else None
         claimed = reply_verdict(self.log, *items[3:6]) if items[3] else None
