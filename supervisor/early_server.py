@@ -31,11 +31,22 @@ if TYPE_CHECKING:
 
 #: the environment variable that picks how workers start: "fork" (default) or "exec"
 START_ENV: Final = "QW_WORKER_START"
-#: what the fork server imports before it forks anything (see forkserver_init.py)
-PRELOAD: Final = ["supervisor.forkserver_init"]
+#: what the fork server imports before it forks anything (see forkserver_init.py), and
+#: last, what makes it wait for the supervisor's first word (forkserver_ready.py)
+PRELOAD: Final = ["supervisor.forkserver_init", "supervisor.forkserver_ready"]
 #: ... and for a queue on Redis: the Redis log and the server verdicts' claiming (redis-py
-#: costs ~0.25 s of CPU to import: once here, not once in every worker after its fork)
+#: costs ~0.25 s of CPU to import: once here, not once in every worker after its fork),
+#: before that wait
 REDIS_PRELOAD: Final = ["logstore.redis_log", "queue_worker.server_claim"]
+
+
+def preload_modules(redis: bool) -> list[str]:
+    """The fork server's preload for a queue of files, or on Redis."""
+    if not redis:
+        return list(PRELOAD)
+    return [*PRELOAD[:-1], *REDIS_PRELOAD, *PRELOAD[-1:]]
+
+
 #: multiprocessing.forkserver.ForkServer.ensure_running's command (CPython 3.10-3.13)
 _COMMAND: Final = "from multiprocessing.forkserver import main; main(%d, %d, %r, **%r)"
 #: sys.flags that `subprocess._args_from_interpreter_flags` turns into options (when all
@@ -173,4 +184,13 @@ def _remove(tempdir: str) -> None:
         os.rmdir(tempdir)
 
 
-__all__ = ["PRELOAD", "REDIS_PRELOAD", "START_ENV", "EarlyServer", "fork_enabled", "spawn", "take"]
+__all__ = [
+    "PRELOAD",
+    "REDIS_PRELOAD",
+    "START_ENV",
+    "EarlyServer",
+    "fork_enabled",
+    "preload_modules",
+    "spawn",
+    "take",
+]

@@ -27,9 +27,8 @@ def main() -> int:
 
         if early_server.fork_enabled():  # QW_WORKER_START=exec: no fork server
             redis = on_redis(sys.argv[1:], os.environ.get("QW_LOG"))
-            preload = early_server.PRELOAD + (early_server.REDIS_PRELOAD if redis else [])
             # before multiprocessing is imported (~30 ms), else as multiprocessing does
-            if not early_server.spawn(preload):
+            if not early_server.spawn(early_server.preload_modules(redis)):
                 from supervisor.forked import start_server
 
                 start_server(redis=redis)

@@ -51,7 +51,7 @@ from multiprocessing.util import Finalize
 from typing import TYPE_CHECKING, Final, Protocol
 
 from supervisor import early_server
-from supervisor.early_server import PRELOAD, REDIS_PRELOAD, START_ENV, fork_enabled
+from supervisor.early_server import START_ENV, fork_enabled, preload_modules
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
@@ -102,7 +102,7 @@ def start_server(*, redis: bool = False) -> int:
     """Start the fork server if it is not running (it then imports the worker code while
     the caller goes on; with `redis`, the Redis log's too), and return its pid."""
     _adopt(early_server.take())
-    forkserver.set_forkserver_preload(PRELOAD + REDIS_PRELOAD if redis else PRELOAD)
+    forkserver.set_forkserver_preload(preload_modules(redis))
     with _no_resource_tracker(), _control_pipe():
         forkserver.ensure_running()  # also restarts one that died
     pid = getattr(forkserver._forkserver, "_forkserver_pid", None)

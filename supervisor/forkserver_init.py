@@ -4,15 +4,14 @@ It leaves the supervisor's session, so that a Ctrl-C, a terminal's hang-up or a 
 the supervisor's process group reaches the supervisor (which then drains the workers in
 order) and not the server (whose death would kill every worker at once). Then it imports
 the worker code, once, for every worker it will fork (what no worker needs before its
-first claim: once the first is forked), and installs the fold it makes before
-each fork (supervisor.prefold), given the control pipe last on its command line.
+first claim: once the first is forked). The fold it makes before each fork is installed
+by `supervisor.forkserver_ready`, preloaded last.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import sys
 
 with contextlib.suppress(OSError):  # already a session leader
     os.setsid()
@@ -26,8 +25,6 @@ import logstore.file_log  # noqa: F401
 import queue_worker.handlers
 import queue_worker.process
 import queue_worker.worker  # noqa: F401
-import supervisor.forked  # the worker's entry
-import supervisor.prefold
 
 
 def _after_first_fork() -> None:
@@ -48,7 +45,3 @@ def _after_first_fork() -> None:
 _server_pid = os.getpid()
 _late_done = False
 os.register_at_fork(after_in_parent=_after_first_fork)
-
-# `python -c <server code> <control fd>` (supervisor.forked._control_pipe)
-if len(sys.argv) > 1 and sys.argv[-1].isdigit():
-    supervisor.prefold.install(int(sys.argv[-1]))

@@ -129,5 +129,5 @@ def test_qw_up_starts_the_server_before_importing_multiprocessing(tmp_path: Path
         timeout=120,
     )
     assert result.returncode == 0, result.stderr
-    assert "early ['supervisor.forkserver_init']" in result.stderr
+    assert "early ['supervisor.forkserver_init', 'supervisor.forkserver_ready']" in result.stderr
     assert "done 1" in result.stdout + result.stderr
