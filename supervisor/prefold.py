@@ -63,10 +63,13 @@ def warm(control_fd: int, location: str, slots: int) -> None:
     """Ask the fork server to fold `location`'s queue for `slots` workers: `request`, and
     what `qw up` sends as soon as it knows its queue, so that a server ready before the
     supervisor folds while the supervisor makes ready (`install`)."""
-    from queue_worker.inherited import can_prefold
+    # `queue_worker.inherited.can_prefold` (files only), asked without importing the fold's
+    # module here: with the checkpoint's (secrets, hashlib) it is ~16 ms of the supervisor's
+    # CPU before its first fork, and the supervisor itself never folds from it
+    from logstore.location import is_redis_url
 
     message: dict[str, object] = {"location": None}
-    if enabled() and can_prefold(location):
+    if enabled() and not is_redis_url(location):
         message = {"location": location, "path": os.path.abspath(location), "slots": slots}
     with contextlib.suppress(BlockingIOError, BrokenPipeError):  # then the worker folds
         os.write(control_fd, json.dumps(message).encode() + b"\n")

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import psutil
+import pytest
 
 from tests.helpers import wait_until
 
@@ -131,3 +132,26 @@ def test_qw_up_starts_the_server_before_importing_multiprocessing(tmp_path: Path
     assert result.returncode == 0, result.stderr
     assert "early ['supervisor.forkserver_init', 'supervisor.forkserver_ready']" in result.stderr
     assert "done 1" in result.stdout + result.stderr
+
+
+@pytest.mark.parametrize(
+    "location", ["qw", "/data/qw", "redis://127.0.0.1:6379/0", "rediss://h/1", "unix:///s.sock"]
+)
+def test_the_supervisor_asks_for_a_fold_exactly_when_the_server_can_make_one(
+    location: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # prefold.warm decides without importing queue_worker.inherited: the same rule
+    from queue_worker.inherited import can_prefold
+    from supervisor import prefold
+
+    monkeypatch.delenv(prefold.PREFOLD_ENV, raising=False)
+    read_end, write_end = os.pipe()
+    try:
+        prefold.warm(write_end, location, 8)
+        message = json.loads(os.read(read_end, 65536))
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+    assert (message["location"] is not None) == can_prefold(location)
+    if message["location"] is not None:
+        assert message == {"location": location, "path": os.path.abspath(location), "slots": 8}
