@@ -123,9 +123,10 @@ def _spawn(preload: list[str]) -> EarlyServer:
     # util.get_temp_dir's directory (tempfile.mkdtemp(prefix="pymp-")), in $TMPDIR or /tmp
     # (multiprocessing removes it at exit once adopted; `_remove` if it never is)
     base = os.environ.get("TMPDIR") or "/tmp"
-    tempdir = os.path.join(base, "pymp-" + os.urandom(6).hex())
+    # (names as long as multiprocessing's: a socket's path has ~107 bytes at most)
+    tempdir = os.path.join(base, "pymp-" + os.urandom(4).hex())
     os.mkdir(tempdir, 0o700)
-    address = os.path.join(tempdir, "listener-" + os.urandom(6).hex())
+    address = os.path.join(tempdir, "listener-" + os.urandom(4).hex())
     listener = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     opened: list[int] = []
     try:

@@ -116,22 +116,30 @@ def test_qw_up_starts_the_server_before_importing_multiprocessing(tmp_path: Path
         "def checked(preload):\n"
         "    assert 'multiprocessing' not in sys.modules\n"
         "    print('early', preload, file=sys.stderr, flush=True)\n"
-        "    return spawn(preload)\n"
+        "    ok = spawn(preload)\n"
+        "    print('spawned', ok, file=sys.stderr, flush=True)\n"
+        "    return ok\n"
         "e.spawn = checked\n"
         "from supervisor.entry import main\n"
         "sys.exit(main())\n"
     )
     args = ["up", "--dir", str(data), "--workers", "2", "--work-ms", "0", "--no-tui"]
+    temp = tmp_path / "t"  # where the server's listener goes (a short path: a socket's)
+    temp.mkdir()
     result = subprocess.run(
         [sys.executable, "-c", probe, *args, "--exit-when-drained", "--fsync", "none"],
         cwd=REPO,
         capture_output=True,
         text=True,
         timeout=120,
+        env={**os.environ, "TMPDIR": str(temp)},
     )
     assert result.returncode == 0, result.stderr
     assert "early ['supervisor.forkserver_init', 'supervisor.forkserver_ready']" in result.stderr
+    assert "spawned True" in result.stderr  # not multiprocessing's own start, the fallback
     assert "done 1" in result.stdout + result.stderr
+    # qw up ends with os._exit (no atexit): its listener went with the server
+    assert [p for p in temp.rglob("*") if not p.is_dir()] == [], list(temp.rglob("*"))
 
 
 @pytest.mark.parametrize(
