@@ -11,7 +11,6 @@ line that starts a worker as a plain subprocess (the fallback, demos, benches, t
 
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
 import sys
@@ -57,6 +56,8 @@ def _die_with_parent(parent_pid: int) -> None:
     and a watchdog thread notices a changed parent within WATCHDOG_PERIOD_S as a fallback
     (other systems; and PDEATHSIG fires when the parent *thread* that started us exits)."""
     if sys.platform.startswith("linux"):
+        import ctypes  # here: the supervisor imports this module for its exit codes
+
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
     # Checked after prctl: a parent that died before it took effect is caught here.

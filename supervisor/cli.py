@@ -264,6 +264,10 @@ def up(
     start, --demo (or --rate R) while running.
     """
     location = location_of(directory, log)
+    from supervisor.forked import fork_enabled, warm_server
+
+    if fork_enabled():  # the server folds the queue while we make ready
+        warm_server(location, workers)
     from supervisor.supervisor import (
         RestartPolicy,
         Supervisor,

@@ -2,8 +2,9 @@
 
 The fork server (supervisor.forked) is a fresh interpreter that imports the worker code,
 ~0.25 s of CPU; `qw up` itself imports typer and the supervisor and parses its options,
-about as much again. Started here, first thing, the two run side by side (on two cores,
-in half the time) and the first worker can be forked as soon as the supervisor is ready.
+about as much again. Started here, first thing (before multiprocessing itself is imported:
+supervisor.early_server), the two run side by side (on two cores, in half the time) and
+the first worker can be forked as soon as the supervisor is ready.
 On Redis the server imports redis-py too (~0.25 s of CPU, most of it the asyncio that
 redis-py imports whatever is used), once, instead of every worker after its fork.
 The plain forms of `qw status`, `task`, `why` and `enqueue` run without typer
@@ -22,10 +23,15 @@ from supervisor.up_args import on_redis, starts_workers
 
 def main() -> int:
     if starts_workers(sys.argv[1:]):
-        from supervisor.forked import fork_enabled, start_server
+        from supervisor import early_server
 
-        if fork_enabled():  # QW_WORKER_START=exec: no fork server
-            start_server(redis=on_redis(sys.argv[1:], os.environ.get("QW_LOG")))
+        if early_server.fork_enabled():  # QW_WORKER_START=exec: no fork server
+            redis = on_redis(sys.argv[1:], os.environ.get("QW_LOG"))
+            # before multiprocessing is imported (~30 ms), else as multiprocessing does
+            if not early_server.spawn(early_server.preload_modules(redis)):
+                from supervisor.forked import start_server
+
+                start_server(redis=redis)
     else:
         args = sys.argv[1:]
         if args == ["--help"]:

@@ -46,9 +46,12 @@ import threading
 import weakref
 from multiprocessing import forkserver, popen_forkserver, reduction, resource_tracker, spawn, util
 from multiprocessing.context import set_spawning_popen
-from multiprocessing.process import BaseProcess
+from multiprocessing.process import BaseProcess, current_process
 from multiprocessing.util import Finalize
 from typing import TYPE_CHECKING, Final, Protocol
+
+from supervisor import early_server
+from supervisor.early_server import START_ENV, fork_enabled, preload_modules
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
@@ -62,13 +65,6 @@ if TYPE_CHECKING:
 # CPU before the server is started, measured): what only a worker's start uses is imported
 # there.
 
-#: the environment variable that picks how workers start: "fork" (default) or "exec"
-START_ENV: Final = "QW_WORKER_START"
-#: what the fork server imports before it forks anything (see forkserver_init.py)
-PRELOAD: Final = ["supervisor.forkserver_init"]
-#: ... and for a queue on Redis: the Redis log and the server verdicts' claiming (redis-py
-#: costs ~0.25 s of CPU to import: once here, not once in every worker after its fork)
-REDIS_PRELOAD: Final = ["logstore.redis_log", "queue_worker.server_claim"]
 #: preparation data a forked worker does not take from the supervisor: its __main__ (the
 #: qw script, or pytest's, would be run again in every worker) and its argv (which may hold
 #: a password given on the command line)
@@ -95,10 +91,6 @@ class WorkerHandle(Protocol):
         ...
 
 
-def fork_enabled() -> bool:
-    return os.environ.get(START_ENV, "fork") != "exec"
-
-
 def start_worker(config: WorkerConfig, log_path: Path) -> WorkerHandle:
     """Start a worker for `config`, its stdout and stderr appended to `log_path`."""
     if fork_enabled():
@@ -109,12 +101,51 @@ def start_worker(config: WorkerConfig, log_path: Path) -> WorkerHandle:
 def start_server(*, redis: bool = False) -> int:
     """Start the fork server if it is not running (it then imports the worker code while
     the caller goes on; with `redis`, the Redis log's too), and return its pid."""
-    forkserver.set_forkserver_preload(PRELOAD + REDIS_PRELOAD if redis else PRELOAD)
+    _adopt(early_server.take())
+    forkserver.set_forkserver_preload(preload_modules(redis))
     with _no_resource_tracker(), _control_pipe():
         forkserver.ensure_running()  # also restarts one that died
     pid = getattr(forkserver._forkserver, "_forkserver_pid", None)
     assert isinstance(pid, int), "multiprocessing's fork server has no pid"
     return pid
+
+
+def warm_server(location: str, slots: int) -> None:
+    """Tell the fork server (if one runs for us) the queue its workers will be for, so
+    that it folds it while we make ready (supervisor.prefold.warm)."""
+    from supervisor.prefold import warm
+
+    _adopt(early_server.take())
+    with _control_lock:
+        if _control_w is not None:
+            warm(_control_w, location, slots)
+
+
+def _adopt(early: early_server.EarlyServer | None) -> None:
+    """Make the server `qw up` started before multiprocessing was imported (early_server)
+    multiprocessing's own, as `ForkServer.ensure_running` would have made it."""
+    global _control_w
+    if early is None:
+        return
+    server = forkserver._forkserver
+    if getattr(server, "_forkserver_pid", None) is not None:  # (never: one start per process)
+        os.close(early.alive_w)
+        os.close(early.control_w)
+        return
+    server._forkserver_address = early.address  # type: ignore[attr-defined]
+    server._forkserver_alive_fd = early.alive_w  # type: ignore[attr-defined]
+    server._forkserver_pid = early.pid  # type: ignore[attr-defined]
+    server._preload_modules = early.preload  # type: ignore[attr-defined]
+    # util.get_temp_dir's directory, removed at exit as multiprocessing removes its own
+    if current_process()._config.get("tempdir") is None:  # type: ignore[attr-defined]
+        import shutil
+
+        current_process()._config["tempdir"] = early.tempdir  # type: ignore[attr-defined]
+        Finalize(None, util._remove_temp_dir, args=(shutil.rmtree, early.tempdir),  # type: ignore[attr-defined]
+                 exitpriority=-100)  # fmt: skip
+    with _control_lock:
+        _close_control()
+        _control_w = early.control_w
 
 
 def stop_server() -> None:
@@ -128,6 +159,7 @@ def stop_server() -> None:
     alive_fd = getattr(server, "_forkserver_alive_fd", None)
     if not isinstance(pid, int) or not isinstance(alive_fd, int):
         return
+    address = getattr(server, "_forkserver_address", None)
     os.close(alive_fd)
     _close_control()
     for name in ("_forkserver_alive_fd", "_forkserver_address", "_forkserver_pid"):
@@ -136,6 +168,11 @@ def stop_server() -> None:
     # read EOF and tear down an interpreter full of modules (~50 ms), end it now.
     os.kill(pid, signal.SIGKILL)
     os.waitpid(pid, 0)
+    # Its listener's socket file (`qw up` ends with os._exit, which skips multiprocessing's
+    # removal of the directory it is in; the directory stays for this process's next one)
+    if isinstance(address, str):
+        with contextlib.suppress(OSError):
+            os.unlink(address)
 
 
 @contextlib.contextmanager
@@ -387,4 +424,5 @@ __all__ = [
     "start_server",
     "stop_server",
     "start_worker",
+    "warm_server",
 ]

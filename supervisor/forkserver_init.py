@@ -3,36 +3,45 @@
 It leaves the supervisor's session, so that a Ctrl-C, a terminal's hang-up or a signal to
 the supervisor's process group reaches the supervisor (which then drains the workers in
 order) and not the server (whose death would kill every worker at once). Then it imports
-the worker code, once, for every worker it will fork, and installs the fold it makes before
-each fork (supervisor.prefold), given the control pipe last on its command line.
+the worker code, once, for every worker it will fork (what no worker needs before its
+first claim: once the first is forked). The fold it makes before each fork is installed
+by `supervisor.forkserver_ready`, preloaded last.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import sys
 
 with contextlib.suppress(OSError):  # already a session leader
     os.setsid()
 
 # The whole worker, the file log included (a worker opens its log, and so imports it, late).
-# filelock too: `logstore.locking` and `queue_worker.checkpoint` import it only when a lock
-# is first taken, for the small commands' sake, but slot 0's worker takes the checkpoint's
-# at its exit: imported there, it kept a drained `qw up` from exiting for ~40 ms more.
-# ctypes likewise: `logstore.waiting` imports it only when a waiter is made (the small
-# commands make none), and every worker makes one.
+# ctypes too: `logstore.waiting` imports it only when a waiter is made (the small commands
+# make none), and every worker makes one.
 import ctypes  # noqa: F401
-
-import filelock  # noqa: F401
 
 import logstore.file_log  # noqa: F401
 import queue_worker.handlers
 import queue_worker.process
 import queue_worker.worker  # noqa: F401
-import supervisor.forked  # the worker's entry
-import supervisor.prefold
 
-# `python -c <server code> <control fd>` (supervisor.forked._control_pipe)
-if len(sys.argv) > 1 and sys.argv[-1].isdigit():
-    supervisor.prefold.install(int(sys.argv[-1]))
+
+def _after_first_fork() -> None:
+    """filelock, imported by the server once its first worker is forked: `logstore.locking`
+    and `queue_worker.checkpoint` import it only when a lock is first taken (for the small
+    commands' sake), and no worker takes one before its first claim, but slot 0's worker
+    takes the checkpoint's at its exit (imported there, it kept a drained `qw up` from
+    exiting for ~40 ms more). Imported before the first fork, it cost the first claim
+    ~20 ms; here it runs beside that first worker, and the supervisor forks slot 0 last
+    (`Supervisor.start`), so that slot 0 inherits it."""
+    global _late_done
+    if _late_done or os.getpid() != _server_pid:
+        return  # done, or a worker's own fork (its handler's)
+    _late_done = True
+    import filelock  # noqa: F401
+
+
+_server_pid = os.getpid()
+_late_done = False
+os.register_at_fork(after_in_parent=_after_first_fork)

@@ -4,9 +4,13 @@ checks before it starts from it).
 
 Three sides, one module:
   supervisor   before each fork, `request` writes one line to the control pipe: the queue
-               the next worker is for ({"location": null}: none, fold nothing);
-  fork server  `install` registers `_before_fork` with os.register_at_fork: multiprocessing's
-               server loop calls os.fork() for each worker, and just before it this reads
+               the next worker is for ({"location": null}: none, fold nothing); and `qw
+               up` writes the same line (`warm`) as soon as it knows its queue;
+  fork server  `install` folds the queue of the supervisor's first line as soon as it comes
+               (before the server's loop: its imports done, it would idle until the first
+               fork otherwise), and registers `_before_fork` with os.register_at_fork:
+               multiprocessing's server loop calls os.fork() for each worker, and just
+               before it this reads
                the last request, brings that queue's `Prefold` up to date (reading only
                what was appended since the last fork), and freezes the garbage collector's
                view of it (gc.freeze: the child's collections then leave the inherited
@@ -39,6 +43,8 @@ if TYPE_CHECKING:
 PREFOLD_ENV: Final = "QW_PREFOLD"
 #: the most queues one fork server keeps a fold of (a partitioned queue has one each)
 MAX_FOLDS: Final = 64
+#: how long the server waits for the supervisor's first line before its loop (`install`)
+FIRST_WORD_WAIT_S: Final = 1.0
 
 
 def enabled() -> bool:
@@ -50,13 +56,21 @@ def enabled() -> bool:
 
 def request(control_fd: int, config: WorkerConfig) -> None:
     """Ask the fork server to fold `config`'s queue for the worker it forks next."""
-    from queue_worker.inherited import can_prefold
+    warm(control_fd, config.location, config.slots)
 
-    wanted = enabled() and can_prefold(config.location)
+
+def warm(control_fd: int, location: str, slots: int) -> None:
+    """Ask the fork server to fold `location`'s queue for `slots` workers: `request`, and
+    what `qw up` sends as soon as it knows its queue, so that a server ready before the
+    supervisor folds while the supervisor makes ready (`install`)."""
+    # `queue_worker.inherited.can_prefold` (files only), asked without importing the fold's
+    # module here: with the checkpoint's (secrets, hashlib) it is ~16 ms of the supervisor's
+    # CPU before its first fork, and the supervisor itself never folds from it
+    from logstore.location import is_redis_url
+
     message: dict[str, object] = {"location": None}
-    if wanted:
-        path = os.path.abspath(config.location)
-        message = {"location": config.location, "path": path, "slots": config.slots}
+    if enabled() and not is_redis_url(location):
+        message = {"location": location, "path": os.path.abspath(location), "slots": slots}
     with contextlib.suppress(BlockingIOError, BrokenPipeError):  # then the worker folds
         os.write(control_fd, json.dumps(message).encode() + b"\n")
 
@@ -66,25 +80,66 @@ def request(control_fd: int, config: WorkerConfig) -> None:
 _server_pid: int | None = None
 _control_fd: int | None = None
 _folds: dict[str, Prefold] = {}
+#: what `_first_fold` read from the control pipe (`_last_request` reads it first)
+_unread = b""
 #: the fold made for the fork under way (read by the child through `take`)
 _inherited: StartingFold | None = None
 
 
 def install(control_fd: int) -> None:
-    """In the fork server: fold the requested queue before each fork."""
+    """In the fork server: fold the requested queue before each fork; and first, the queue
+    of the supervisor's first word, as soon as it comes (`_first_fold`)."""
     global _server_pid, _control_fd
     _server_pid, _control_fd = os.getpid(), control_fd
-    os.set_blocking(control_fd, False)
     os.register_at_fork(before=_before_fork)
+    _first_fold(control_fd)
+    os.set_blocking(control_fd, False)
+
+
+def _first_fold(control_fd: int) -> None:
+    """Wait for the supervisor's first word (`warm`, or the first fork's `request`: every
+    fork is asked for after one) and fold that queue now, before the server's loop: when
+    the server has imported the worker code before the supervisor is ready to fork (the
+    usual case: it is started first thing, and `qw up` warms it as soon as it knows its
+    queue), the fold is made while the supervisor makes ready, not after it asks. The
+    words read stay for `_last_request`. EOF (the supervisor gone): the loop sees it too."""
+    global _unread
+    import select
+
+    with contextlib.suppress(OSError):
+        # (bounded: a fork asked for by other means than `request` is never held up long)
+        if select.select([control_fd], [], [], FIRST_WORD_WAIT_S)[0]:
+            _unread = os.read(control_fd, 65536)
+    wanted = _parse(_unread)
+    if wanted is not None:
+        with contextlib.suppress(Exception):  # the fork's own refresh meets it again
+            _prefold(*wanted).refresh(wanted[2])
+
+
+def _prefold(location: str, path: str, slots: int) -> Prefold:
+    from queue_worker.inherited import Prefold
+
+    prefold = _folds.get(location)
+    if prefold is None:
+        if len(_folds) >= MAX_FOLDS:
+            _folds.pop(next(iter(_folds))).close()
+        prefold = _folds[location] = Prefold(location, path)
+    return prefold
 
 
 def _last_request() -> tuple[str, str, int] | None:
     """The last request in the control pipe (None: no request, or "fold nothing")."""
+    global _unread
     assert _control_fd is not None
-    data = b""
+    data, _unread = _unread, b""
     with contextlib.suppress(BlockingIOError):
         while chunk := os.read(_control_fd, 65536):
             data += chunk
+    return _parse(data)
+
+
+def _parse(data: bytes) -> tuple[str, str, int] | None:
+    """The last request in `data` (None: none, or "fold nothing")."""
     lines = data.splitlines()
     if not lines:
         return None
@@ -110,13 +165,7 @@ def _before_fork() -> None:
     if wanted is None:
         return
     location, path, slots = wanted
-    from queue_worker.inherited import Prefold
-
-    prefold = _folds.get(location)
-    if prefold is None:
-        if len(_folds) >= MAX_FOLDS:
-            _folds.pop(next(iter(_folds))).close()
-        prefold = _folds[location] = Prefold(location, path)
+    prefold = _prefold(location, path, slots)
     try:
         _inherited = prefold.refresh(slots)
     except Exception:

@@ -240,7 +240,9 @@ class Supervisor:
                 ids = queue.enqueue_many(demo_payloads(0, opts.tasks))
             self._event("info", f"enqueued {len(ids)} demo tasks ({ids[0]}–{ids[-1]})")
         with self._lock:
-            for slot in self._slots:
+            # Slot 0 last: it saves the fold checkpoint at its exit, with filelock, which the
+            # fork server imports only once its first worker is forked (forkserver_init).
+            for slot in [*self._slots[1:], *self._slots[:1]]:
                 self._spawn(slot)
         if opts.rate > 0:
             self._publisher = DemoPublisher(

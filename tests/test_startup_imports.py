@@ -91,16 +91,6 @@ def test_status_and_kill_do_not_import_the_supervisor(queue: Path, args: list[st
     assert result.stderr.splitlines()[-1] == "[True, False]", result.stderr
 
 
-def test_the_fork_server_preloads_filelock_for_the_workers() -> None:
-    # A worker takes the checkpoint's lock at its exit (slot 0): importing filelock then,
-    # rather than once in the fork server, kept a drained `qw up` from exiting ~40 ms more.
-    probe = "import sys, supervisor.forkserver_init; print('filelock' in sys.modules)"
-    out = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
-    ).stdout
-    assert out.split() == ["True"]
-
-
 #: what a command that neither hashes a partition key (OpenSSL's hashlib), names a temporary
 #: file (secrets: random, hmac, base64) nor waits for an append (ctypes, for inotify) must
 #: not pay for at its start

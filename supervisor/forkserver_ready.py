@@ -1,0 +1,17 @@
+"""Imported by the fork server only, last of what it preloads (`supervisor.early_server`).
+
+It installs the fold the server makes before each fork (supervisor.prefold), given the
+control pipe last on its command line: which first waits for the supervisor's first word
+and folds that queue. Last, so that the server has imported everything (the Redis log
+too, on Redis) before it waits.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import supervisor.prefold
+
+# `python -c <server code> <control fd>` (supervisor.forked._control_pipe)
+if len(sys.argv) > 1 and sys.argv[-1].isdigit():
+    supervisor.prefold.install(int(sys.argv[-1]))
