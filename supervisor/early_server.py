@@ -93,6 +93,10 @@ def spawn(preload: list[str]) -> bool:
     global _started
     if _started is not None:
         return True
+    if not (3, 10) <= sys.version_info[:2] <= (3, 13):
+        # the server's command line and state are those of CPython 3.10-3.13 (3.14's
+        # server also authenticates its clients): elsewhere multiprocessing starts it
+        return False
     try:
         _started = _spawn(preload)
     except OSError:

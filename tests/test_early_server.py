@@ -163,3 +163,23 @@ def test_the_supervisor_asks_for_a_fold_exactly_when_the_server_can_make_one(
     assert (message["location"] is not None) == can_prefold(location)
     if message["location"] is not None:
         assert message == {"location": location, "path": os.path.abspath(location), "slots": 8}
+
+
+@pytest.mark.parametrize("version", [(3, 9, 18), (3, 14, 0)])
+def test_another_pythons_server_is_left_to_multiprocessing(
+    version: tuple[int, int, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The command line and the state adopted are CPython 3.10-3.13's: on any other Python
+    `spawn` starts nothing and says so, and `supervisor.forked` starts the server itself."""
+    from supervisor import early_server
+
+    monkeypatch.setattr(sys, "version_info", version)
+    forks: list[object] = []
+
+    def fork_exec(*args: object) -> int:
+        forks.append(args)
+        return 0
+
+    monkeypatch.setattr(early_server, "_fork_exec", fork_exec)
+    assert early_server.spawn(early_server.PRELOAD) is False
+    assert forks == [] and early_server.take() is None
