@@ -435,11 +435,11 @@ class Worker:
         # (to within a round trip) how far our clock is from the server's.
         self.clock_offset_us = settled.record.at - now if isinstance(settled.record, Claim) else 0
         verdict = settled.outcome.verdict
-        self.record.claimed(verdict, latency_us, (self.tasks, self.claims))
         if not verdict.won:
+            self.record.claimed(verdict, latency_us, (self.tasks, self.claims))
             self.record.state("idle")
             return StepResult(StepKind.LOST, task, position, verdict, latency_us=latency_us)
-        return self._work(task, settled, latency_us)
+        return self._work(task, settled, latency_us, verdict)
 
     def fold_time(self, now: int) -> int:
         """`now` on the clock the fold judges by (the server's, when the backend has one)."""
@@ -485,12 +485,17 @@ class Worker:
 
     # -- running a won task --------------------------------------------------------------------
 
-    def _work(self, task: int, settled: Settled, latency_us: int) -> StepResult:
+    def _work(
+        self, task: int, settled: Settled, latency_us: int, won: Verdict | None = None
+    ) -> StepResult:
+        """Run the task our claim holds. `won`: the claim's verdict, just settled (counted
+        with the task taken in hand, one stats event); None: counted before (in hand)."""
         claim = settled.record
         lease = settled.outcome.holder
         assert isinstance(claim, Claim) and lease is not None
         claim_position = settled.entry.position
-        self.record.working(task, claim_position, lease.expiry)  # (the state too)
+        claimed = None if won is None else (won, latency_us, (self.tasks, self.claims))
+        self.record.working(task, claim_position, lease.expiry, claimed=claimed)  # (the state)
         self._task_started = time.monotonic()
         try:
             attempt, _ = self._history(task)
