@@ -131,7 +131,7 @@ class StatsRecorder:
         claim_position: int,
         expiry: int,
         *,
-        claimed: tuple[Verdict, int, tuple[TaskIndex, ClaimsFollower]] | None = None,
+        claimed: tuple[Verdict, int, tuple[TaskIndex, ClaimsFollower] | None] | None = None,
     ) -> None:
         """We run `task` under the claim at `claim_position`, leased until `expiry` (fold
         clock, µs): the state is "working" (as `state("working")` sets it). With `claimed`

@@ -406,7 +406,9 @@ class Worker:
 
     def _settle_ahead(self, ahead: AheadClaim) -> StepResult:
         self._ahead = None
-        return self._claimed(ahead.claim, ahead.settled, ahead.latency_us)
+        # The folds have not moved since the DONE/FAIL settled with this CLAIM, and that
+        # event noted them: no need to note them again.
+        return self._claimed(ahead.claim, ahead.settled, ahead.latency_us, folds_noted=True)
 
     def _resume_in_hand(self, settled: Settled, latency_us: int) -> StepResult:
         """Run a won task whose payload could not be read last time, if our claim still
@@ -427,8 +429,11 @@ class Worker:
             latency_us=latency_us,
         )
 
-    def _claimed(self, claim: Claim, settled: Settled, latency_us: int) -> StepResult:
-        """Count a settled CLAIM of ours, and run its task if it won."""
+    def _claimed(
+        self, claim: Claim, settled: Settled, latency_us: int, *, folds_noted: bool = False
+    ) -> StepResult:
+        """Count a settled CLAIM of ours, and run its task if it won. `folds_noted`: the
+        stats have the folds as they are now (the CLAIM's event need not note them)."""
         task, now = claim.task, claim.at
         position = settled.entry.position
         # Our CLAIM as folded carries the server's time where there is one: now we know
@@ -439,7 +444,7 @@ class Worker:
             self.record.claimed(verdict, latency_us, (self.tasks, self.claims))
             self.record.state("idle")
             return StepResult(StepKind.LOST, task, position, verdict, latency_us=latency_us)
-        return self._work(task, settled, latency_us, verdict)
+        return self._work(task, settled, latency_us, verdict, folds_noted)
 
     def fold_time(self, now: int) -> int:
         """`now` on the clock the fold judges by (the server's, when the backend has one)."""
@@ -486,7 +491,12 @@ class Worker:
     # -- running a won task --------------------------------------------------------------------
 
     def _work(
-        self, task: int, settled: Settled, latency_us: int, won: Verdict | None = None
+        self,
+        task: int,
+        settled: Settled,
+        latency_us: int,
+        won: Verdict | None = None,
+        folds_noted: bool = False,
     ) -> StepResult:
         """Run the task our claim holds. `won`: the claim's verdict, just settled (counted
         with the task taken in hand, one stats event); None: counted before (in hand)."""
@@ -494,7 +504,8 @@ class Worker:
         lease = settled.outcome.holder
         assert isinstance(claim, Claim) and lease is not None
         claim_position = settled.entry.position
-        claimed = None if won is None else (won, latency_us, (self.tasks, self.claims))
+        folds = None if folds_noted else (self.tasks, self.claims)
+        claimed = None if won is None else (won, latency_us, folds)
         self.record.working(task, claim_position, lease.expiry, claimed=claimed)  # (the state)
         self._task_started = time.monotonic()
         try:
@@ -891,7 +902,7 @@ class Worker:
                         self.record.publish()
                         self._wait_for_work(result)
                         self._picker.step_aside(self.tasks.known)
-                    else:
+                    elif result.kind is not StepKind.DONE:  # (a DONE's event published)
                         self.record.publish()
                 except FATAL_LOG_ERRORS:
                     raise
