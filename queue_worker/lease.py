@@ -351,14 +351,15 @@ class RenewalThread:
         self._ticking: LeaseKeeper | None = None  # the keeper inside tick() right now
         self._wake_at = float("inf")
         self._closed = False
-        self._thread: threading.Thread | None = None
+        # (not `_thread`: compiled by mypyc, that is the C field `__thread`, a C keyword)
+        self._daemon: threading.Thread | None = None
 
     def attach(self, keeper: LeaseKeeper) -> None:
         with self._lock:
             self._keeper = keeper
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="qw-lease", daemon=True)
-                self._thread.start()
+            if self._daemon is None:
+                self._daemon = threading.Thread(target=self._run, name="qw-lease", daemon=True)
+                self._daemon.start()
             elif keeper.next_renewal < self._wake_at:
                 self._cond.notify_all()
 
@@ -374,7 +375,7 @@ class RenewalThread:
         with self._cond:
             self._closed = True
             self._cond.notify_all()
-            thread = self._thread
+            thread = self._daemon
         if thread is not None and thread is not threading.current_thread():
             thread.join()
 

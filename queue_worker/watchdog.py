@@ -89,7 +89,8 @@ class TimeLimits:
         self._running: _Running | None = None
         self._drain_at: float | None = None  # monotonic; written without a lock (see drain)
         self._wake_at = float("inf")
-        self._thread: threading.Thread | None = None
+        # (not `_thread`: compiled by mypyc, that is the C field `__thread`, a C keyword)
+        self._daemon: threading.Thread | None = None
         self._closed = False
         self._ended = threading.Event()  # set once `exit` has returned (tests only)
 
@@ -132,11 +133,11 @@ class TimeLimits:
     def _arm(self, run: _Running) -> None:
         with self._lock:
             self._running = run
-            if self._thread is None:
-                self._thread = threading.Thread(
+            if self._daemon is None:
+                self._daemon = threading.Thread(
                     target=self._watch, name="qw-time-limit", daemon=True
                 )
-                self._thread.start()
+                self._daemon.start()
             elif self._deadline(run)[0] < self._wake_at:
                 self._cond.notify_all()
 
@@ -154,7 +155,7 @@ class TimeLimits:
         with self._cond:
             self._closed = True
             self._cond.notify_all()
-            thread = self._thread
+            thread = self._daemon
         if thread is not None and thread is not threading.current_thread():
             thread.join()
 

@@ -51,7 +51,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
@@ -108,15 +107,17 @@ if TYPE_CHECKING:  # redis is an optional extra: imported by `_server_claims` wh
     from queue_worker.server_claim import NextTask, ServerClaims
     from queue_worker.server_verdicts import TaskView
 
+# Not Final, these three: a compiled build (queue_worker.compiled) inlines a Final constant,
+# and the tests set them on the module.
 #: claim ahead: a fold settled this recently (seconds) is fresh enough to pick from
-FRESH_FOLD_S: Final = 0.002
+FRESH_FOLD_S = 0.002
 #: ... on a networked log (Redis), where the read before the pick is a round trip: 0.3 of
 #: a round trip per no-op task saved, for ~0.1 % more lost CLAIMs (measured, 8 workers)
-FRESH_FOLD_REMOTE_S: Final = 0.05
+FRESH_FOLD_REMOTE_S = 0.05
 
 #: the worker in slot 0 saves a fold checkpoint each time it has folded this much more of
 #: the claims log (~100k tasks' CLAIM + DONE; a save of 1M tasks' fold takes ~30 ms)
-CHECKPOINT_EVERY_BYTES: Final = 8 << 20
+CHECKPOINT_EVERY_BYTES = 8 << 20
 
 
 class StepKind(enum.Enum):
@@ -284,6 +285,8 @@ class Worker:
         #: a won claim whose task could not be loaded (the log out of reach), to run next
         self._in_hand: tuple[Settled, int] | None = None
         self._stop = threading.Event()  # run()'s stop event: no claim ahead once it is set
+        #: the lease in µs (`config.lease_us` computes it at each call: twice a task)
+        self._lease_us = config.lease_us
 
     # -- the fold checkpoint (see queue_worker.checkpoint) ---------------------------------------
 
@@ -452,11 +455,6 @@ class Worker:
 
     def _fold_now(self) -> int:
         return self._clock() + self.clock_offset_us
-
-    @cached_property
-    def _lease_us(self) -> int:
-        """The lease in µs (`config.lease_us` computes it at each call: twice a task)."""
-        return self.config.lease_us
 
     def drain(self) -> None:
         """Make no new claims; the task in hand is finished. (Safe from a signal handler.)"""

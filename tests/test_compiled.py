@@ -51,6 +51,8 @@ def _pure(name: str) -> ModuleType:
 
 @pytest.fixture(scope="module", autouse=True)
 def compiled_in_use() -> None:
+    for name in compiled.COMPILED:  # in_use() lists the ones imported so far
+        importlib.import_module(name)
     if compiled.in_use() != list(compiled.COMPILED):
         why = f"the compiled modules are not in use: {compiled.status()}"
         if REQUIRED:
@@ -185,10 +187,16 @@ def test_a_bad_snapshot_is_refused_with_the_same_words() -> None:
 
 @pytest.fixture
 def package_copy(tmp_path: Path) -> Iterator[Path]:
-    """A copy of the package with its compiled build, importable from tmp_path/src."""
+    """A copy of the package with its compiled build, importable from tmp_path/src (with
+    logstore beside it: the key covers modules of both)."""
     source = compiled.PACKAGE_DIR
     copy = tmp_path / "src" / "queue_worker"
     shutil.copytree(source, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(
+        source.parent / "logstore",
+        copy.parent / "logstore",
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
     yield copy
 
 
