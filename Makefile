@@ -25,11 +25,11 @@ $(VENV)/.installed-bench: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q -e '.[test,bench]'
 	touch $@
 
-## compiled: build the fold's modules with mypyc (queue_worker.compiled), the frame loop in
-## C (logstore.native) and the claims decoder in C (queue_worker.cdecode); a no-op when the
-## build of the current sources exists. Without a C
-## compiler it says so and the Python runs (QW_REQUIRE_COMPILED=1 makes that an error, as
-## in CI). Then cache `qw --help` as typer prints it (supervisor.help_cache).
+## compiled: build the fold's and the worker loop's modules with mypyc (queue_worker.compiled),
+## the frame loop in C (logstore.native) and the claims decoder in C (queue_worker.cdecode);
+## a no-op when the build of the current sources exists. Without a C compiler it says so and
+## the Python runs (QW_REQUIRE_COMPILED=1 makes that an error, as in CI). Then cache
+## `qw --help` as typer prints it (supervisor.help_cache).
 compiled: $(VENV)/.installed
 	$(BIN)/python -m queue_worker.build_compiled
 	$(BIN)/python -m supervisor.help_cache

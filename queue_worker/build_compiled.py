@@ -1,9 +1,9 @@
-"""Build the compiled fold and the C frame loop: python -m queue_worker.build_compiled
+"""Build the compiled fold and worker loop, and the C parts: python -m queue_worker.build_compiled
 
-The fold's modules are compiled by mypyc (see `queue_worker.compiled`); the frame-decoding
-loop is `logstore/_cframes.c` (see `logstore.native`) and the claims records' decoder
-`queue_worker/_cdecode.c` (see `queue_worker.cdecode`). Each build lands in a directory
-named by the hash of its sources, which is the only place its loader looks.
+The fold's and the worker loop's modules are compiled by mypyc (see `queue_worker.compiled`);
+the frame-decoding loop is `logstore/_cframes.c` (see `logstore.native`) and the claims
+records' decoder `queue_worker/_cdecode.c` (see `queue_worker.cdecode`). Each build lands in
+a directory named by the hash of its sources, which is the only place its loader looks.
 
 `make up`, `make test` and CI run it. It copies the sources to a scratch directory first and
 takes the key from the copies, so that an edit made while it builds cannot end up under the
@@ -32,6 +32,7 @@ from queue_worker.compiled import (
     COMPILED,
     DEPENDS,
     EXT_SUFFIX,
+    PACKAGE_DIR,
     build_dir,
     group_name,
     source_files,
@@ -59,13 +60,15 @@ def build(verbose: bool = False) -> Path:
     (at once when it is already built). Raises BuildError."""
     with tempfile.TemporaryDirectory(prefix="qw-compile-") as tmp:
         root = Path(tmp)
-        package = root / "src" / "queue_worker"
-        package.mkdir(parents=True)
-        (package / "__init__.py").write_text("")  # the real one's imports are not compiled
-        copies = []
-        for path in source_files():
-            copies.append(package / path.name)
-            shutil.copyfile(path, copies[-1])
+        # Both packages whole: mypyc type-checks the compiled modules against all they
+        # import (the worker imports much of the package); the key covers only the files
+        # it names (compiled.source_files).
+        for package in ("queue_worker", "logstore"):
+            here = PACKAGE_DIR.parent / package
+            (root / "src" / package).mkdir(parents=True)
+            for path in [*here.glob("*.py"), here / "py.typed"]:
+                shutil.copyfile(path, root / "src" / package / path.name)
+        copies = [root / "src" / path.parent.name / path.name for path in source_files()]
         key = source_key(copies)
         target = build_dir(key)
         if target.is_dir():

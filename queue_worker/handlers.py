@@ -44,7 +44,7 @@ import random
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal, TypeVar
+from typing import Any, Final, Literal, NamedTuple, TypeVar
 
 from queue_worker.clock import seconds_to_us
 from queue_worker.errors import QwError
@@ -101,7 +101,9 @@ TIME_LIMIT_ATTRIBUTE: Final = "qw_time_limit_s"
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def time_limit(seconds: float) -> Callable[[F], F]:
+# `int | float`, not `float`: compiled (queue_worker.compiled), a float parameter would turn
+# a 0 into 0.0 before the check, and the error quotes the value as given
+def time_limit(seconds: int | float) -> Callable[[F], F]:
     """Give a handler its own time limit, which overrides the worker's `--task-timeout`::
 
         @time_limit(30)
@@ -207,9 +209,9 @@ def _ctx_mode(spec: str, function: Callable[..., Any]) -> CtxMode:
     return "none"
 
 
-@dataclass(frozen=True)
-class HandlerOutcome:
-    """What one call of a handler came to: a result, or an error (with the exception)."""
+class HandlerOutcome(NamedTuple):
+    """What one call of a handler came to: a result, or an error (with the exception). (A
+    NamedTuple: one is made every task, and a frozen dataclass is slower to build.)"""
 
     result: Any = None
     error: str | None = None
@@ -302,7 +304,9 @@ class DemoFailure(Exception):
 def demo(payload: Any, ctx: TaskContext) -> dict[str, Any]:
     """The default handler: work for `work_ms` (the payload's {"work_ms": n}, else the
     worker's), stop at once when cancelled, and fail when the payload says {"fail": true}."""
-    work_ms: float = ctx.work_ms
+    # int | float, not float: compiled (queue_worker.compiled), a float holds no int, and the
+    # result says what was asked ({"worked_ms": 10}, not 10.0)
+    work_ms: int | float = ctx.work_ms
     requested = payload.get("work_ms") if isinstance(payload, dict) else None
     if isinstance(requested, int | float) and not isinstance(requested, bool) and requested >= 0:
         work_ms = requested

@@ -130,6 +130,17 @@ class SingleTaskFold:
         return holder is not None and holder.claim == self.claim_position
 
 
+class CancelFlag(threading.Event):
+    """A `threading.Event` (what a handler sees as `ctx.cancelled`), made faster to build:
+    one is made for every task. An Event's Condition over a plain Lock looks for three
+    methods the Lock lacks, each an AttributeError raised and caught: over an RLock (which
+    has them) it is built ~3x faster, and waits and wakes the same."""
+
+    def __init__(self) -> None:  # (threading.Event.__init__, but over an RLock)
+        self._cond = threading.Condition(threading.RLock())
+        self._flag = False
+
+
 class LeaseListener(Protocol):
     """What the keeper tells the worker (called from the keeper's thread)."""
 
@@ -175,7 +186,7 @@ class LeaseKeeper:
         self.claim_position = claim_position
         self.read_from = read_from
         self._fold: SingleTaskFold | None = None  # built at the first renewal (see `fold`)
-        self.cancelled = cancelled if cancelled is not None else threading.Event()
+        self.cancelled = cancelled if cancelled is not None else CancelFlag()
         self.listener = listener
         self.renew_every_s = renew_every_s if renew_every_s is not None else lease_us / 2e6
         self.renewals = 0
@@ -332,25 +343,29 @@ class RenewalThread:
     """
 
     def __init__(self) -> None:
-        self._cond = threading.Condition()
+        # `with self._lock` where no wait is needed: the Condition's own `with` is two
+        # Python calls more, and attach/detach run at every task
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
         self._keeper: LeaseKeeper | None = None
         self._ticking: LeaseKeeper | None = None  # the keeper inside tick() right now
         self._wake_at = float("inf")
         self._closed = False
-        self._thread: threading.Thread | None = None
+        # (not `_thread`: compiled by mypyc, that is the C field `__thread`, a C keyword)
+        self._daemon: threading.Thread | None = None
 
     def attach(self, keeper: LeaseKeeper) -> None:
-        with self._cond:
+        with self._lock:
             self._keeper = keeper
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="qw-lease", daemon=True)
-                self._thread.start()
+            if self._daemon is None:
+                self._daemon = threading.Thread(target=self._run, name="qw-lease", daemon=True)
+                self._daemon.start()
             elif keeper.next_renewal < self._wake_at:
                 self._cond.notify_all()
 
     def detach(self, keeper: LeaseKeeper) -> None:
         """Stop ticking `keeper`; returns once no tick of it is in flight."""
-        with self._cond:
+        with self._lock:
             if self._keeper is keeper:
                 self._keeper = None
             while self._ticking is keeper:
@@ -360,7 +375,7 @@ class RenewalThread:
         with self._cond:
             self._closed = True
             self._cond.notify_all()
-            thread = self._thread
+            thread = self._daemon
         if thread is not None and thread is not threading.current_thread():
             thread.join()
 

@@ -46,7 +46,8 @@ class SnapshotPublisher:
         self._last_state: str | None = None
         self._last_ended = 0  # tasks the worker had ended at the last write
         self._pending = threading.Event()
-        self._thread: threading.Thread | None = None
+        # (not `_thread`: compiled by mypyc, that is the C field `__thread`, a C keyword)
+        self._daemon: threading.Thread | None = None
         self._file_lock = threading.Lock()  # one snapshot taken and written at a time
 
     def publish(self, *, force: bool = False) -> None:
@@ -58,9 +59,9 @@ class SnapshotPublisher:
         if self._pending.is_set():  # a write is already coming: it will see this change
             return
         self._pending.set()
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="qw-stats", daemon=True)
-            self._thread.start()
+        if self._daemon is None:
+            self._daemon = threading.Thread(target=self._run, name="qw-stats", daemon=True)
+            self._daemon.start()
 
     def _take(self) -> dict[str, Any]:
         """The snapshot to write (under the stats lock; the file is written after it)."""

@@ -49,6 +49,7 @@ class StatsRecorder:
         self.publish = self.publisher.publish
         self._draining = draining
         self._wall_seconds = wall_seconds
+        self._on_task = False  # a task is in hand (`working`); the worker's thread only
 
     # -- the worker's state and its fold -------------------------------------------------------
 
@@ -104,44 +105,76 @@ class StatsRecorder:
         with `folds`, the folds moved on too (`folded`, under the same lock: every event
         on a task's path is a lock taken, and a drain runs thousands of tasks a second)."""
         with self.lock:
-            if folds is not None:
-                self._folded(*folds)
-            self.stats.attempts += 1
-            self.stats.record_latency(latency_us)
-            if verdict.won:
-                self.stats.won += 1
-                if verdict is Verdict.TAKEOVER:
-                    self.stats.takeovers += 1
-            else:
-                self.stats.count_lost(verdict.value)
+            self._claimed(verdict, latency_us, folds)
 
-    def working(self, task: int, claim_position: int, expiry: int) -> None:
+    def _claimed(
+        self,
+        verdict: Verdict,
+        latency_us: int,
+        folds: tuple[TaskIndex, ClaimsFollower] | None,
+    ) -> None:
+        """`claimed`, under the stats lock."""
+        if folds is not None:
+            self._folded(*folds)
+        self.stats.attempts += 1
+        self.stats.record_latency(latency_us)
+        if verdict.won:
+            self.stats.won += 1
+            if verdict is Verdict.TAKEOVER:
+                self.stats.takeovers += 1
+        else:
+            self.stats.count_lost(verdict.value)
+
+    def working(
+        self,
+        task: int,
+        claim_position: int,
+        expiry: int,
+        *,
+        claimed: tuple[Verdict, int, tuple[TaskIndex, ClaimsFollower] | None] | None = None,
+    ) -> None:
         """We run `task` under the claim at `claim_position`, leased until `expiry` (fold
-        clock, µs): the state is "working" (as `state("working")` sets it)."""
+        clock, µs): the state is "working" (as `state("working")` sets it). With `claimed`
+        (verdict, latency_us, folds): that claim was just settled, and is counted here as
+        `claimed` counts it (one event, one lock taken, where a drain's task had two)."""
         with self.lock:
+            if claimed is not None:
+                self._claimed(*claimed)
             self.stats.current_task = task
             self.stats.current_claim = claim_position
             self.stats.current_since = time.time()
             self.stats.lease_expiry = self._wall_seconds(expiry)
             self.stats.state = "draining" if self._draining.is_set() else "working"
+            self._on_task = True
         self.publisher.publish()
 
     def off_task(self) -> None:
-        """The task in hand is over, however it ended: the state is "idle"."""
+        """The task in hand is over, however it ended: the state is "idle". (At once when
+        `finished` has already taken it off.)"""
+        if not self._on_task:
+            return
         with self.lock:
-            self.stats.current_task = None
-            self.stats.current_claim = None
-            self.stats.current_since = None
-            self.stats.lease_expiry = None
-            self.stats.state = "idle"
+            self._off_task()
         self.publisher.publish()
 
+    def _off_task(self) -> None:
+        """`off_task`, under the stats lock."""
+        self.stats.current_task = None
+        self.stats.current_claim = None
+        self.stats.current_since = None
+        self.stats.lease_expiry = None
+        self.stats.state = "idle"
+        self._on_task = False
+
     def finished(self, folds: tuple[TaskIndex, ClaimsFollower] | None = None) -> None:
-        """Our DONE was accepted (with `folds`: and the folds moved on, as in `claimed`)."""
+        """Our DONE was accepted (with `folds`: and the folds moved on, as in `claimed`):
+        the task is off hand too, as `off_task` puts it (one event where there were two)."""
         with self.lock:
             if folds is not None:
                 self._folded(*folds)
             self.stats.finished += 1
+            self._off_task()
+        self.publisher.publish()
 
     def failed(self, task: int, error: str) -> None:
         """Our FAIL was accepted (the task is retried later, or dead)."""

@@ -82,11 +82,15 @@ class TimeLimits:
     ) -> None:
         self.drain_timeout_s = drain_timeout_s
         self._exit = exit
-        self._cond = threading.Condition(threading.Lock())  # a Lock: cheaper than an RLock
+        # a Lock: cheaper than an RLock; `with self._lock` where no wait is needed (the
+        # Condition's own `with` is two Python calls more, and every task arms and disarms)
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
         self._running: _Running | None = None
         self._drain_at: float | None = None  # monotonic; written without a lock (see drain)
         self._wake_at = float("inf")
-        self._thread: threading.Thread | None = None
+        # (not `_thread`: compiled by mypyc, that is the C field `__thread`, a C keyword)
+        self._daemon: threading.Thread | None = None
         self._closed = False
         self._ended = threading.Event()  # set once `exit` has returned (tests only)
 
@@ -127,19 +131,19 @@ class TimeLimits:
         return timed_out_error(run.limit_s)
 
     def _arm(self, run: _Running) -> None:
-        with self._cond:
+        with self._lock:
             self._running = run
-            if self._thread is None:
-                self._thread = threading.Thread(
+            if self._daemon is None:
+                self._daemon = threading.Thread(
                     target=self._watch, name="qw-time-limit", daemon=True
                 )
-                self._thread.start()
+                self._daemon.start()
             elif self._deadline(run)[0] < self._wake_at:
                 self._cond.notify_all()
 
     def _disarm(self, run: _Running) -> bool:
         """Stop watching `run`; False if its time ran out first (the process is ending)."""
-        with self._cond:
+        with self._lock:
             if run.expired:
                 return False
             if self._running is run:
@@ -151,7 +155,7 @@ class TimeLimits:
         with self._cond:
             self._closed = True
             self._cond.notify_all()
-            thread = self._thread
+            thread = self._daemon
         if thread is not None and thread is not threading.current_thread():
             thread.join()
 

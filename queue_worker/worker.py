@@ -51,10 +51,8 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 from logstore import (
     Entry,
@@ -109,15 +107,17 @@ if TYPE_CHECKING:  # redis is an optional extra: imported by `_server_claims` wh
     from queue_worker.server_claim import NextTask, ServerClaims
     from queue_worker.server_verdicts import TaskView
 
+# Not Final, these three: a compiled build (queue_worker.compiled) inlines a Final constant,
+# and the tests set them on the module.
 #: claim ahead: a fold settled this recently (seconds) is fresh enough to pick from
-FRESH_FOLD_S: Final = 0.002
+FRESH_FOLD_S = 0.002
 #: ... on a networked log (Redis), where the read before the pick is a round trip: 0.3 of
 #: a round trip per no-op task saved, for ~0.1 % more lost CLAIMs (measured, 8 workers)
-FRESH_FOLD_REMOTE_S: Final = 0.05
+FRESH_FOLD_REMOTE_S = 0.05
 
 #: the worker in slot 0 saves a fold checkpoint each time it has folded this much more of
 #: the claims log (~100k tasks' CLAIM + DONE; a save of 1M tasks' fold takes ~30 ms)
-CHECKPOINT_EVERY_BYTES: Final = 8 << 20
+CHECKPOINT_EVERY_BYTES = 8 << 20
 
 
 class StepKind(enum.Enum):
@@ -143,8 +143,10 @@ _FINISHED_AS: Final = {
 }
 
 
-@dataclass(frozen=True)
-class StepResult:
+# StepResult and AheadClaim are NamedTuples, not frozen dataclasses: one of each is made
+# every task, and a frozen dataclass sets each field through object.__setattr__ (a
+# StepResult took ~4x the time of the NamedTuple to build).
+class StepResult(NamedTuple):
     kind: StepKind
     task: int | None = None
     claim: int | None = None  # the position of our CLAIM
@@ -157,8 +159,7 @@ class StepResult:
     next_change: int | None = None  # IDLE: when a held/backed-off task frees up (fold clock)
 
 
-@dataclass(frozen=True, slots=True)
-class AheadClaim:
+class AheadClaim(NamedTuple):
     """A CLAIM appended and settled with the previous task's DONE/FAIL, for the next step
     to count and work."""
 
@@ -284,6 +285,8 @@ class Worker:
         #: a won claim whose task could not be loaded (the log out of reach), to run next
         self._in_hand: tuple[Settled, int] | None = None
         self._stop = threading.Event()  # run()'s stop event: no claim ahead once it is set
+        #: the lease in µs (`config.lease_us` computes it at each call: twice a task)
+        self._lease_us = config.lease_us
 
     # -- the fold checkpoint (see queue_worker.checkpoint) ---------------------------------------
 
@@ -406,7 +409,9 @@ class Worker:
 
     def _settle_ahead(self, ahead: AheadClaim) -> StepResult:
         self._ahead = None
-        return self._claimed(ahead.claim, ahead.settled, ahead.latency_us)
+        # The folds have not moved since the DONE/FAIL settled with this CLAIM, and that
+        # event noted them: no need to note them again.
+        return self._claimed(ahead.claim, ahead.settled, ahead.latency_us, folds_noted=True)
 
     def _resume_in_hand(self, settled: Settled, latency_us: int) -> StepResult:
         """Run a won task whose payload could not be read last time, if our claim still
@@ -427,19 +432,22 @@ class Worker:
             latency_us=latency_us,
         )
 
-    def _claimed(self, claim: Claim, settled: Settled, latency_us: int) -> StepResult:
-        """Count a settled CLAIM of ours, and run its task if it won."""
+    def _claimed(
+        self, claim: Claim, settled: Settled, latency_us: int, *, folds_noted: bool = False
+    ) -> StepResult:
+        """Count a settled CLAIM of ours, and run its task if it won. `folds_noted`: the
+        stats have the folds as they are now (the CLAIM's event need not note them)."""
         task, now = claim.task, claim.at
         position = settled.entry.position
         # Our CLAIM as folded carries the server's time where there is one: now we know
         # (to within a round trip) how far our clock is from the server's.
         self.clock_offset_us = settled.record.at - now if isinstance(settled.record, Claim) else 0
         verdict = settled.outcome.verdict
-        self.record.claimed(verdict, latency_us, (self.tasks, self.claims))
         if not verdict.won:
+            self.record.claimed(verdict, latency_us, (self.tasks, self.claims))
             self.record.state("idle")
             return StepResult(StepKind.LOST, task, position, verdict, latency_us=latency_us)
-        return self._work(task, settled, latency_us)
+        return self._work(task, settled, latency_us, verdict, folds_noted)
 
     def fold_time(self, now: int) -> int:
         """`now` on the clock the fold judges by (the server's, when the backend has one)."""
@@ -447,11 +455,6 @@ class Worker:
 
     def _fold_now(self) -> int:
         return self._clock() + self.clock_offset_us
-
-    @cached_property
-    def _lease_us(self) -> int:
-        """The lease in µs (`config.lease_us` computes it at each call: twice a task)."""
-        return self.config.lease_us
 
     def drain(self) -> None:
         """Make no new claims; the task in hand is finished. (Safe from a signal handler.)"""
@@ -485,12 +488,23 @@ class Worker:
 
     # -- running a won task --------------------------------------------------------------------
 
-    def _work(self, task: int, settled: Settled, latency_us: int) -> StepResult:
+    def _work(
+        self,
+        task: int,
+        settled: Settled,
+        latency_us: int,
+        won: Verdict | None = None,
+        folds_noted: bool = False,
+    ) -> StepResult:
+        """Run the task our claim holds. `won`: the claim's verdict, just settled (counted
+        with the task taken in hand, one stats event); None: counted before (in hand)."""
         claim = settled.record
         lease = settled.outcome.holder
         assert isinstance(claim, Claim) and lease is not None
         claim_position = settled.entry.position
-        self.record.working(task, claim_position, lease.expiry)  # (the state too)
+        folds = None if folds_noted else (self.tasks, self.claims)
+        claimed = None if won is None else (won, latency_us, folds)
+        self.record.working(task, claim_position, lease.expiry, claimed=claimed)  # (the state)
         self._task_started = time.monotonic()
         try:
             attempt, _ = self._history(task)
@@ -886,7 +900,7 @@ class Worker:
                         self.record.publish()
                         self._wait_for_work(result)
                         self._picker.step_aside(self.tasks.known)
-                    else:
+                    elif result.kind is not StepKind.DONE:  # (a DONE's event published)
                         self.record.publish()
                 except FATAL_LOG_ERRORS:
                     raise
