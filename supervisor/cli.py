@@ -480,8 +480,23 @@ def main(argv: list[str] | None = None) -> int:
         # ~0.1 s more: end the process now, output flushed.
         sys.stdout.flush()
         sys.stderr.flush()
+        _remove_multiprocessing_tempdir()
         os._exit(code)
     return code
+
+
+def _remove_multiprocessing_tempdir() -> None:
+    """Remove the directory multiprocessing made for its fork server's listener (pymp-…
+    in $TMPDIR), as its exit handler would have: `os._exit` skips that handler, and each
+    `qw up` left one directory behind."""
+    mp_process = sys.modules.get("multiprocessing.process")
+    if mp_process is None:
+        return
+    tempdir = mp_process.current_process()._config.get("tempdir")
+    if isinstance(tempdir, str):
+        import shutil
+
+        shutil.rmtree(tempdir, ignore_errors=True)
 
 
 if __name__ == "__main__":
