@@ -43,16 +43,7 @@ import msgpack
 from redis.commands.core import Script
 
 from logstore import AppendError, IdentityError, LogError, RecordTooLargeError
-from logstore.redis_log import (
-    SEQ_BITS,
-    SEQ_LIMIT,
-    RedisLog,
-    format_id,
-    pack_id,
-    parse_id,
-    redis_key,
-    unpack_position,
-)
+from logstore.redis_log import RedisLog, format_id, pack_id, parse_id, redis_key, unpack_position
 from queue_worker.errors import QwError
 from queue_worker.records import Claim, Done, Fail, Renew, encode
 from queue_worker.state import ClaimState, Lease, Verdict
@@ -454,10 +445,10 @@ def reply_verdict(log: RedisLog, entry_id: object, word: object, st: object) -> 
     try:
         if not isinstance(entry_id, bytes) or not isinstance(word, bytes):
             raise ValueError("an entry id and a verdict are strings")
-        position = _position(entry_id)
+        position = pack_id(*parse_id(entry_id))
         verdict = verdict_of(word)
         task = None if not st else _view(st, entry_id, position)
-    except (KeyError, AttributeError, ValueError, TypeError) as e:
+    except (LogError, KeyError, AttributeError, ValueError, TypeError) as e:
         raise LogError(
             f"{log.name}: unexpected reply from redis ({e}): "
             f"{entry_id!r:.60} {word!r:.40} {st!r:.200}"
@@ -483,7 +474,7 @@ def _view(st: object, entry_id: bytes, position: int) -> TaskView:
     holder = None
     claim = st.get(b"c")
     if claim is not None:
-        held = position if claim == entry_id else _position(claim)
+        held = position if claim == entry_id else pack_id(*parse_id(claim))
         holder = Lease(held, st[b"w"].decode(), _int(st[b"a"]), _int(st[b"e"]))
     retry_at = st.get(b"r")
     return TaskView(
@@ -495,16 +486,6 @@ def _int(value: object) -> int:
     if type(value) is not int:
         raise ValueError(f"{value!r:.40} is not an integer")
     return value
-
-
-def _position(entry_id: bytes) -> int:
-    """An entry id's position (`pack_id(*parse_id(entry_id))` without its layers: the ids
-    come from the server; ValueError for one that is not ``ms-seq``)."""
-    ms, dash, seq = entry_id.partition(b"-")
-    sequence = int(seq)
-    if not dash or not 0 <= sequence < SEQ_LIMIT or not ms.isdigit():
-        raise ValueError(f"not a stream entry id qw packs: {entry_id!r}")
-    return (int(ms) << SEQ_BITS) | sequence
 
 
 def call_folding_script(
