@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from logstore import Log, LogError, PositionCompactedError, is_redis_url
+from logstore import Log, LogError, PositionCompactedError
 from queue_worker.checkpoint import (
     CheckpointRefused,
     checkpoint_exists,
@@ -216,12 +216,6 @@ def _saved_at(directory: str) -> int | None:
         return None
 
 
-def can_prefold(location: str) -> bool:
-    """Whether a fork server folds this queue for its workers: a queue of files (a Redis
-    worker reads over the network, and a fork would share the server's connection)."""
-    return not is_redis_url(location)
-
-
 __all__ = [
     "KEEP_PER_SLOT",
     "LogError",
@@ -229,5 +223,4 @@ __all__ = [
     "Prefold",
     "StartingFold",
     "begin_folds",
-    "can_prefold",
 ]

@@ -54,6 +54,17 @@ def enabled() -> bool:
 # -- the supervisor's side -----------------------------------------------------------------------
 
 
+def can_prefold(location: str) -> bool:
+    """Whether a fork server folds this queue for its workers: a queue of files (a Redis
+    worker reads over the network, and a fork would share the server's connection). Here,
+    not beside the fold (queue_worker.inherited): with the checkpoint's imports (secrets,
+    hashlib) that module is ~16 ms of the supervisor's CPU before its first fork, and the
+    supervisor itself never folds."""
+    from logstore.location import is_redis_url
+
+    return not is_redis_url(location)
+
+
 def request(control_fd: int, config: WorkerConfig) -> None:
     """Ask the fork server to fold `config`'s queue for the worker it forks next."""
     warm(control_fd, config.location, config.slots)
@@ -63,13 +74,8 @@ def warm(control_fd: int, location: str, slots: int) -> None:
     """Ask the fork server to fold `location`'s queue for `slots` workers: `request`, and
     what `qw up` sends as soon as it knows its queue, so that a server ready before the
     supervisor folds while the supervisor makes ready (`install`)."""
-    # `queue_worker.inherited.can_prefold` (files only), asked without importing the fold's
-    # module here: with the checkpoint's (secrets, hashlib) it is ~16 ms of the supervisor's
-    # CPU before its first fork, and the supervisor itself never folds from it
-    from logstore.location import is_redis_url
-
     message: dict[str, object] = {"location": None}
-    if enabled() and not is_redis_url(location):
+    if enabled() and can_prefold(location):
         message = {"location": location, "path": os.path.abspath(location), "slots": slots}
     with contextlib.suppress(BlockingIOError, BrokenPipeError):  # then the worker folds
         os.write(control_fd, json.dumps(message).encode() + b"\n")

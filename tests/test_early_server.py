@@ -138,19 +138,25 @@ def test_qw_up_starts_the_server_before_importing_multiprocessing(tmp_path: Path
     assert "early ['supervisor.forkserver_init', 'supervisor.forkserver_ready']" in result.stderr
     assert "spawned True" in result.stderr  # not multiprocessing's own start, the fallback
     assert "done 1" in result.stdout + result.stderr
-    # qw up ends with os._exit (no atexit): its listener went with the server, and the
-    # directory multiprocessing made for it too
+    # qw up ends with os._exit (no atexit): the directory multiprocessing made for its
+    # server's listener went too, socket and all
     assert list(temp.iterdir()) == [], list(temp.rglob("*"))
 
 
 @pytest.mark.parametrize(
-    "location", ["qw", "/data/qw", "redis://127.0.0.1:6379/0", "rediss://h/1", "unix:///s.sock"]
+    ("location", "folded"),
+    [
+        ("qw", True),
+        ("/data/qw", True),
+        ("redis://127.0.0.1:6379/0", False),
+        ("rediss://h/1", False),
+        ("unix:///s.sock", False),
+    ],
 )
 def test_the_supervisor_asks_for_a_fold_exactly_when_the_server_can_make_one(
-    location: str, monkeypatch: pytest.MonkeyPatch
+    location: str, folded: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # prefold.warm decides without importing queue_worker.inherited: the same rule
-    from queue_worker.inherited import can_prefold
+    # a queue of files: a Redis worker reads over the network (prefold.can_prefold)
     from supervisor import prefold
 
     monkeypatch.delenv(prefold.PREFOLD_ENV, raising=False)
@@ -161,7 +167,7 @@ def test_the_supervisor_asks_for_a_fold_exactly_when_the_server_can_make_one(
     finally:
         os.close(read_end)
         os.close(write_end)
-    assert (message["location"] is not None) == can_prefold(location)
+    assert (message["location"] is not None) == folded == prefold.can_prefold(location)
     if message["location"] is not None:
         assert message == {"location": location, "path": os.path.abspath(location), "slots": 8}
 
