@@ -159,7 +159,6 @@ def stop_server() -> None:
     alive_fd = getattr(server, "_forkserver_alive_fd", None)
     if not isinstance(pid, int) or not isinstance(alive_fd, int):
         return
-    address = getattr(server, "_forkserver_address", None)
     os.close(alive_fd)
     _close_control()
     for name in ("_forkserver_alive_fd", "_forkserver_address", "_forkserver_pid"):
@@ -168,11 +167,8 @@ def stop_server() -> None:
     # read EOF and tear down an interpreter full of modules (~50 ms), end it now.
     os.kill(pid, signal.SIGKILL)
     os.waitpid(pid, 0)
-    # Its listener's socket file (`qw up` ends with os._exit, which skips multiprocessing's
-    # removal of the directory it is in; the directory stays for this process's next one)
-    if isinstance(address, str):
-        with contextlib.suppress(OSError):
-            os.unlink(address)
+    # (its listener's socket stays in multiprocessing's directory, removed with it at exit:
+    # by multiprocessing's exit handler, or by `qw up` itself, which ends with os._exit)
 
 
 @contextlib.contextmanager
