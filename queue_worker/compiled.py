@@ -13,8 +13,18 @@ an editable install would import it and ignore every later edit to the source). 
 of the modules they import from this package); the finder below loads an extension only
 from the directory named by the hash of the sources as they are *now*. Edit a compiled
 module, or one it imports, and the key changes: nothing is found there, the edited Python
-runs, and `status()` says so until the build is run again. The hash is taken once, at the
+runs, and `status()` says so until the build is run again. The key is found once, at the
 first import of a compiled module.
+
+Hashing the sources (~350 KiB) costs ~1.7 ms, a good part of a small command's own work, so
+it is done once for each state of the files: a build directory keeps a stamp of the sources
+it was found to match (`STAMP_FILE`: each file's path, size, mtime, ctime and inode), and a
+later process whose sources stat exactly as stamped takes the key from it without reading
+them. Any write to a source changes its ctime (which no one can set back, unlike the mtime),
+and a file replaced by another changes its inode: the stamp then differs and the sources are
+hashed again. A stamp is written only for files whose times are at least `STAMP_MARGIN_NS`
+old, so that a write landing in the same tick of a coarse file-system clock as the stamped
+state cannot go unseen.
 
 `QW_PURE=1` in the environment forces the Python modules (as does a machine where the build
 could not run, for want of a C compiler or of mypy). `status()` says which path is in use.
@@ -22,8 +32,10 @@ could not run, for want of a C compiler or of mypy). `status()` says which path 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+import time
 from collections.abc import Sequence
 from importlib.machinery import EXTENSION_SUFFIXES, ExtensionFileLoader, ModuleSpec
 from pathlib import Path
@@ -63,6 +75,11 @@ DEPENDS: Final = (
     "logstore.redis_log",
 )
 PURE_ENV: Final = "QW_PURE"
+#: in a build directory: the stamp of the sources it was found to match (see the module doc)
+STAMP_FILE: Final = "sources.stamp"
+#: how old a source's mtime and ctime must be for a stamp of it to be written: more than the
+#: tick of any file system's clock (FAT's is 2 s)
+STAMP_MARGIN_NS: Final = 3_000_000_000
 
 PACKAGE_DIR: Final = Path(__file__).resolve().parent
 BUILD_ROOT: Final = PACKAGE_DIR / "_compiled"
@@ -96,6 +113,72 @@ def source_key(files: Sequence[Path] | None = None) -> str:
     return digest.hexdigest()
 
 
+def source_stamp(files: Sequence[Path]) -> tuple[str, int]:
+    """The sources' stamp (a line per file: path, size, mtime, ctime, inode) and the newest
+    of their mtimes and ctimes. Raises OSError when one cannot be stat'ed."""
+    lines = []
+    newest = 0
+    for path in files:
+        st = os.stat(path)
+        lines.append(f"{path}\t{st.st_size}\t{st.st_mtime_ns}\t{st.st_ctime_ns}\t{st.st_ino}\n")
+        newest = max(newest, st.st_mtime_ns, st.st_ctime_ns)
+    return "".join(lines), newest
+
+
+def stamped_key(stamp: str, root: Path | None = None) -> str | None:
+    """The key of the build directory (under `root`) stamped with exactly `stamp`, if any."""
+    root = BUILD_ROOT if root is None else root
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return None
+    for name in names:
+        try:
+            with open(root / name / STAMP_FILE, encoding="utf-8") as f:
+                if f.read() == stamp:
+                    return name
+        except (OSError, ValueError):  # not a build directory, no stamp, an unreadable one
+            continue
+    return None
+
+
+def find_key(
+    files: Sequence[Path] | None = None, root: Path | None = None, now_ns: int | None = None
+) -> tuple[str, bool]:
+    """The key of the sources as they are now, and whether it came from a stamp (else they
+    were hashed). After a hash that matches a build under `root`, the build is stamped,
+    unless a source is younger than STAMP_MARGIN_NS at `now_ns` (default: now) or changed
+    while it was hashed. Raises OSError when a source cannot be read."""
+    files = source_files() if files is None else files
+    root = BUILD_ROOT if root is None else root
+    now_ns = time.time_ns() if now_ns is None else now_ns
+    stamp, newest = source_stamp(files)
+    key = stamped_key(stamp, root)
+    if key is not None:
+        return key, True
+    key = source_key(files)
+    directory = root / key
+    if (
+        newest <= now_ns - STAMP_MARGIN_NS
+        and directory.is_dir()
+        and source_stamp(files)[0] == stamp  # not written to while it was hashed
+    ):
+        _write_stamp(directory, stamp)
+    return key, False
+
+
+def _write_stamp(directory: Path, stamp: str) -> None:
+    """Put `stamp` in `directory` whole (a reader sees the old one or the new), or nothing
+    where it cannot be written (a read-only install hashes at each start, as before)."""
+    temporary = directory / f".{STAMP_FILE}.{os.getpid()}"
+    try:
+        temporary.write_text(stamp, encoding="utf-8")
+        os.replace(temporary, directory / STAMP_FILE)
+    except OSError:
+        with contextlib.suppress(OSError):
+            temporary.unlink()
+
+
 def group_name(key: str) -> str:
     return f"{GROUP_PREFIX}{key}"
 
@@ -112,6 +195,7 @@ class _Choice:
         self.decided = False
         self.directory: Path | None = None
         self.key = ""
+        self.stamped = False  # the key came from a build's stamp (the sources not hashed)
         self.reason = "not decided yet (no compiled module imported)"
 
     def decide(self) -> Path | None:
@@ -122,7 +206,7 @@ class _Choice:
             self.reason = f"{PURE_ENV}={os.environ[PURE_ENV]}"
             return None
         try:
-            self.key = source_key()
+            self.key, self.stamped = find_key()
         except OSError as e:  # a source missing (an install without them): nothing to match
             self.reason = f"cannot read the sources to hash: {e}"
             return None

@@ -14,6 +14,7 @@ import importlib.util
 import os
 import shutil
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
@@ -270,3 +271,103 @@ def test_the_key_covers_every_module_the_compiled_ones_import() -> None:
             for module in imported:
                 if module.split(".")[0] in ("queue_worker", "logstore", "supervisor"):
                     assert module in keyed, f"{name} imports {module}, which is not in the key"
+
+
+# -- the stamp: the key without hashing, for sources that stat as stamped ------------------
+
+
+def _sources(directory: Path) -> list[Path]:
+    files = []
+    for name, text in (("a.py", "A = 1\n"), ("b.py", "B = 2\n")):
+        (directory / name).write_text(text)
+        files.append(directory / name)
+    return files
+
+
+def _built(root: Path, files: list[Path]) -> str:
+    """A build directory for the files' key (as `build` leaves one), its key."""
+    key = compiled.source_key(files)
+    (root / key).mkdir(parents=True)
+    return key
+
+
+def _later() -> int:
+    """A clock late enough that the files just written are old enough to be stamped."""
+    return time.time_ns() + compiled.STAMP_MARGIN_NS + 1
+
+
+def test_a_stamped_build_gives_its_key_without_hashing(tmp_path: Path) -> None:
+    files, root = _sources(tmp_path), tmp_path / "_compiled"
+    key = _built(root, files)
+    assert compiled.find_key(files, root, _later()) == (key, False)  # hashed, then stamped
+    assert (root / key / compiled.STAMP_FILE).is_file()
+    assert compiled.find_key(files, root, _later()) == (key, True)
+
+
+def test_young_sources_are_not_stamped(tmp_path: Path) -> None:
+    """A source written less than STAMP_MARGIN_NS ago could be written again within the same
+    tick of the file system's clock, and stat as stamped: no stamp then."""
+    files, root = _sources(tmp_path), tmp_path / "_compiled"
+    key = _built(root, files)
+    assert compiled.find_key(files, root) == (key, False)
+    assert compiled.find_key(files, root) == (key, False)
+    assert not (root / key / compiled.STAMP_FILE).exists()
+
+
+def _rewrite_same_size(path: Path) -> None:
+    text = path.read_text()
+    path.write_text(text.replace("1", "7").replace("2", "8"))
+    assert len(path.read_text()) == len(text)
+
+
+def test_a_same_size_edit_with_a_new_mtime_is_hashed(tmp_path: Path) -> None:
+    files, root = _sources(tmp_path), tmp_path / "_compiled"
+    key = _built(root, files)
+    compiled.find_key(files, root, _later())
+    _rewrite_same_size(files[0])
+    stat = files[0].stat()
+    os.utime(files[0], ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))
+    new_key, stamped = compiled.find_key(files, root, _later())
+    assert not stamped
+    assert new_key == compiled.source_key(files) != key
+
+
+def test_a_same_size_edit_with_its_mtime_set_back_is_hashed(tmp_path: Path) -> None:
+    """A write changes the ctime, which cannot be set back as the mtime can: the stamp
+    differs, the sources are hashed, and the edit is seen."""
+    files, root = _sources(tmp_path), tmp_path / "_compiled"
+    key = _built(root, files)
+    compiled.find_key(files, root, _later())
+    before = files[1].stat()
+    _rewrite_same_size(files[1])
+    os.utime(files[1], ns=(before.st_atime_ns, before.st_mtime_ns))
+    after = files[1].stat()
+    assert (after.st_size, after.st_mtime_ns) == (before.st_size, before.st_mtime_ns)
+    new_key, stamped = compiled.find_key(files, root, _later())
+    assert not stamped
+    assert new_key == compiled.source_key(files) != key
+
+
+def test_an_edit_after_a_stamp_runs_as_edited(package_copy: Path) -> None:
+    """End to end: the copy's build stamped, a compiled source edited to the same size with
+    its mtime set back: the next import runs the edited Python."""
+    files = [compiled.source_file(name, package_copy) for name in compiled.COMPILED]
+    files += [compiled.source_file(name, package_copy) for name in compiled.DEPENDS]
+    key, _ = compiled.find_key(files, package_copy / "_compiled", _later())
+    assert (package_copy / "_compiled" / key / compiled.STAMP_FILE).is_file()
+    probe = (
+        "import queue_worker.state as s\n"
+        "from queue_worker import compiled\n"
+        "print(s.__file__); print(compiled._choice.stamped)\n"
+    )
+    assert probe_copy(package_copy, probe) == [
+        str(package_copy / "_compiled" / key / ("state" + compiled.EXT_SUFFIX)),
+        "True",
+    ]
+    state = package_copy / "state.py"
+    before = state.stat()
+    text = state.read_text()
+    state.write_text(text.replace('"""', "'''", 1).replace('"""', "'''", 1))
+    os.utime(state, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert state.stat().st_size == before.st_size
+    assert probe_copy(package_copy, probe) == [str(state), "False"]
