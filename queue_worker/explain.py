@@ -8,7 +8,8 @@ lease a takeover replaced, which claim held the task when a completion was refus
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import operator
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
 from queue_worker.names import printable, worker_label
@@ -61,6 +62,7 @@ class TaskStory(NamedTuple):
         }
 
 
+_FIRST = operator.itemgetter(0)
 _ENDS = (Verdict.DONE, Verdict.RELEASED, Verdict.DEAD)
 _VERBS = {"kill": "killed", "pause": "paused", "resume": "resumed", "restart": "restarted"}
 
@@ -83,8 +85,14 @@ def _lease_text(lease: Lease) -> str:
 class _Teller:
     """The fold plus the few facts about one task that the words need."""
 
-    def __init__(self, task: int, state: ClaimState | None = None) -> None:
+    def __init__(
+        self,
+        task: int,
+        state: ClaimState | None = None,
+        seen: Callable[[int, ClaimsRecord], None] | None = None,
+    ) -> None:
         self.task = task
+        self.seen = seen  # called with each record about the task (apply_batch)
         self.state = state if state is not None else ClaimState()
         self.wins: list[int] = []  # winning claims of the task
         self.last_at: dict[int, int] = {}  # claim -> its last accepted at
@@ -112,6 +120,31 @@ class _Teller:
             step = self._fail(record, outcome)
         self._span(record, outcome)
         self.steps.append(step)
+
+    def apply_batch(self, records: Sequence[ClaimsRecord], positions: Sequence[int]) -> None:
+        """`apply` each record in turn: the runs of other tasks' records, which are only
+        folded, in one `ClaimState.apply_all` each (its exact effect, without building
+        verdicts nobody reads), found by the task id every known record has first."""
+        task = self.task
+        firsts = list(map(_FIRST, records))  # (an Unknown's first field is its code)
+        begin = 0
+        while True:
+            try:
+                i = firsts.index(task, begin)
+            except ValueError:
+                break
+            record = records[i]
+            if isinstance(record, Unknown):  # a code equal to the task id: only folded
+                firsts[i] = None
+                continue
+            if begin < i:
+                self.state.apply_all(records[begin:i], positions[begin:i])
+            self.apply(record, positions[i])
+            if self.seen is not None:
+                self.seen(positions[i], record)
+            begin = i + 1
+        if begin < len(records):
+            self.state.apply_all(records[begin:], positions[begin:])
 
     def _span(self, r: Claim | Renew | Done | Fail, o: Outcome) -> None:
         if isinstance(r, Claim) and o.verdict.won:
@@ -275,6 +308,35 @@ def explain_task(
     teller = _Teller(task) if start is None else _Teller(task, ClaimState.restore(start))
     for position, record in claims:
         teller.apply(record, position)
+    return _story(teller, task_record, ops, now_us)
+
+
+def explain_batches(
+    task: int,
+    task_record: TaskRecord | str | None,
+    batches: Iterable[tuple[Sequence[ClaimsRecord], Sequence[int]]],
+    ops: Iterable[OpRecord] = (),
+    now_us: int | None = None,
+    start: ClaimSnapshot | None = None,
+    seen: Callable[[int, ClaimsRecord], None] | None = None,
+) -> TaskStory:
+    """`explain_task` of the claims given as batches of records and their positions
+    (`queue_worker.log_reading.read_claims_batches`): the same story, the other tasks'
+    records folded a run at a time. `seen` is called with each record about the task."""
+    state = None if start is None else ClaimState.restore(start)
+    teller = _Teller(task, state, seen)
+    for records, positions in batches:
+        teller.apply_batch(records, positions)
+    return _story(teller, task_record, ops, now_us)
+
+
+def _story(
+    teller: _Teller,
+    task_record: TaskRecord | str | None,
+    ops: Iterable[OpRecord],
+    now_us: int | None,
+) -> TaskStory:
+    task = teller.task
     steps = list(teller.steps)
     for op in ops:
         cited = teller.cite(op)

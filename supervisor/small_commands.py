@@ -112,24 +112,28 @@ def status(directory: Path, log: str | None, as_json: bool) -> None:
 
 
 def task(task_name: str, directory: Path, log: str | None, as_json: bool) -> None:
-    from queue_worker.explain import explain_task
-    from queue_worker.log_reading import ReportInputError, prefix_state, read_claims, read_task
+    from queue_worker.explain import explain_batches
+    from queue_worker.log_reading import (
+        ReportInputError,
+        prefix_state,
+        read_claims_batches,
+        read_task,
+    )
 
     location, task_id, label = partitioned_cli.task_location(location_of(directory, log), task_name)
     require_logs(location)
     results: dict[int, Any] = {}
 
-    def claims() -> Any:
-        for position, record in read_claims(location):
-            if isinstance(record, Done) and record.task == task_id:
-                results[position] = record.result
-            yield position, record
+    def seen(position: int, record: Any) -> None:
+        if isinstance(record, Done):
+            results[position] = record.result
 
     try:
         now_us = time.time_ns() // 1000  # a lease that ran out by now reads as expired
         start = prefix_state(location)  # (compacted logs: the fold of what was removed)
-        story = explain_task(
-            task_id, read_task(location, task_id), claims(), now_us=now_us, start=start
+        claims = read_claims_batches(location)
+        story = explain_batches(
+            task_id, read_task(location, task_id), claims, now_us=now_us, start=start, seen=seen
         )
     except (ReportInputError, LogError) as e:
         fail(str(e))
@@ -160,13 +164,13 @@ def task(task_name: str, directory: Path, log: str | None, as_json: bool) -> Non
 
 def why(task_name: str, directory: Path, log: str | None, as_json: bool) -> None:
     from logstore import LogError
-    from queue_worker.explain import explain_task
+    from queue_worker.explain import explain_batches
     from queue_worker.log_reading import (
         ReportInputError,
         has_logs,
         missing_logs_text,
         prefix_state,
-        read_claims,
+        read_claims_batches,
         read_task,
     )
     from queue_worker.ops import read_ops
@@ -180,9 +184,9 @@ def why(task_name: str, directory: Path, log: str | None, as_json: bool) -> None
             raise report_fail(missing_logs_text(location))
         ops, _ = read_ops(location)
         now_us = time.time_ns() // 1000  # a lease that ran out by now reads as expired
-        claims = read_claims(location)
+        claims = read_claims_batches(location)
         start = prefix_state(location)  # (compacted logs: the fold of what was removed)
-        story = explain_task(
+        story = explain_batches(
             task, read_task(location, task), claims, ops, now_us=now_us, start=start
         )
     except (ReportInputError, LogError, OSError) as e:

@@ -2,17 +2,31 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
 import typer
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from logstore import open_log
-from queue_worker.explain import explain_task
-from queue_worker.records import Claim, ClaimsRecord, Done, Fail, Renew, TaskRecord, encode
+from queue_worker.explain import _Teller, explain_batches, explain_task
+from queue_worker.records import (
+    Claim,
+    ClaimsRecord,
+    Done,
+    Fail,
+    Renew,
+    TaskRecord,
+    Unknown,
+    encode,
+)
 from queue_worker.report import EXIT_BAD_INPUT, clock_text
+from queue_worker.state import ClaimState
 from supervisor.report_cli import register
+from tests.test_state_model import claims_logs
 
 S = 1_000_000  # µs
 T0 = 1_700_000_000 * S  # a wall-clock time, so that the clock texts are real times
@@ -183,3 +197,36 @@ def test_qw_why_on_a_damaged_log_is_exit_2_naming_the_offset(data_dir: Path) -> 
 
     assert result.exit_code == EXIT_BAD_INPUT
     assert "claims.log" in result.output and "byte offset" in result.output
+
+
+@settings(max_examples=200, deadline=None)
+@given(claims_logs(), st.integers(min_value=0, max_value=4), st.lists(st.integers(0, 50)))
+def test_the_story_from_batches_is_the_story_record_by_record(
+    log: list[ClaimsRecord], task: int, cuts: list[int]
+) -> None:
+    """`explain_batches` (what `qw why` and `qw task` fold: the other tasks' records a run at
+    a time) tells each task's story as `explain_task` does, however the log is batched; it
+    shows each of the task's records to `seen`, in order. An Unknown record whose code
+    equals the task id (0 here; no decoder makes one, the check is defensive) is only folded."""
+    zero = Unknown(0)  # type: ignore[arg-type]
+    log = [zero if isinstance(r, Unknown) and r.code == "" else r for r in log]
+    positions = [10 * i for i in range(len(log))]
+    bounds = sorted({0, len(log), *(c for c in cuts if c <= len(log))})
+    batches = [(log[a:b], positions[a:b]) for a, b in itertools.pairwise(bounds)]
+    now = T0 + 50 * S
+    seen: list[tuple[int, ClaimsRecord]] = []
+    ours = explain_batches(
+        task, TaskRecord("p", T0), batches, now_us=now, seen=lambda *p: seen.append(p)
+    )
+    theirs = explain_task(task, TaskRecord("p", T0), zip(positions, log, strict=True), now_us=now)
+    assert ours == theirs
+    about = [(p, r) for p, r in zip(positions, log, strict=True) if not isinstance(r, Unknown)]
+    assert seen == [(p, r) for p, r in about if r.task == task]
+    # and the whole fold, every task's records, not only the story's (which needs its own)
+    teller = _Teller(task)
+    for records, at in batches:
+        teller.apply_batch(records, at)
+    whole = ClaimState()
+    for position, record in zip(positions, log, strict=True):
+        whole.apply(record, position)
+    assert teller.state == whole

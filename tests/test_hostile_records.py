@@ -17,11 +17,13 @@ from typing import Any
 import msgpack
 import pytest
 
+from queue_worker.log_reading import read_claims_batches
 from queue_worker.producer import Queue
 from queue_worker.records import (
     MAX_TASK_ID,
     Claim,
     RecordDecodeError,
+    Unknown,
     decode,
     encode,
 )
@@ -102,6 +104,22 @@ def test_hostile_task_ids_hold_nothing_for_any_reader(
     held = sorted(task for task, _ in state.held_tasks())
     assert held == [0, 1]  # the claims for −1 and 2^64 − 1 were skipped as malformed
     assert state.unknown_count == 2
+
+
+def test_hostile_records_read_in_batches_as_one_by_one(
+    tmp_path: Path, hostile: dict[str, int]
+) -> None:
+    """`read_claims_batches` (what `qw why` and `qw task` read) gives `read_claims`'s records
+    and positions: a malformed one as Unknown(MALFORMED), a batch of them read as entries."""
+    d = tmp_path / ".qw"
+    append_raw(d, "claims", [1, "Z", 0])  # a type this version does not know
+    batched = [
+        (position, record)
+        for records, positions in read_claims_batches(str(d))
+        for record, position in zip(records, positions, strict=True)
+    ]
+    assert batched == list(read_claims(str(d)))
+    assert sum(isinstance(r, Unknown) for _, r in batched) == 3
 
 
 # -- every reader: no crash, absurd times shown as such --------------------------------------
