@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING, Final, NamedTuple
 
 if TYPE_CHECKING:
     from logstore import Entry, Log
+    from logstore.file_log import FileLog
+    from logstore.native import SpanLoop
     from queue_worker.state import Lease
     from queue_worker.topics import ClaimsFollower
 
@@ -84,6 +86,9 @@ class _Reading:
         self.records = 0
         self.failed = 0
         self.done_seconds: Counter[int] = Counter()  # DONEs by their record's second
+        # a DONE before this (µs) cannot be in the throughput's window (`_read_span`)
+        self.since = (int(time.time()) - THROUGHPUT_WINDOW) * MICROS
+        self.loop: SpanLoop | None = None
         if tasks.start != tasks.origin or claims.start != claims.origin:
             self._from_checkpoint()
 
@@ -155,6 +160,52 @@ class _Reading:
         return len(entries)
 
     def _read_claims(self) -> int:
+        from logstore.file_log import FileLog  # (imported by open_log for a file log)
+
+        if isinstance(self.claims, FileLog):
+            return self._read_span(self.claims)
+        return self._read_entries()
+
+    def _read_span(self, log: FileLog) -> int:
+        """Read a file log's next records where its frames lie (`FileLog.read_span`, as a
+        worker's catch-up reads them) and fold them: a run of records whose verdicts are not
+        counted in one `ClaimState.apply_all` (its exact effect, without building them), each
+        other record by itself. The counted ones: every FAIL (accepted: `failed`), and every
+        DONE recent enough to be in the throughput's window (the window is of seconds before
+        `counts` ends, so after `since`, taken before the logs were read)."""
+        from queue_worker import claims_span
+        from queue_worker.records import Done, Fail
+        from queue_worker.state import Verdict
+
+        if self.loop is None:
+            self.loop = claims_span.loop()
+        follower: ClaimsFollower = self.follower
+        found = log.read_span(follower.next_position, BATCH, self.loop)
+        records, positions = found.items, found.positions
+        if None in records:  # rare: a malformed record, which the fold decodes and counts
+            return self._read_entries()
+        state, since = follower.state, self.since
+        done, released, dead = Verdict.DONE, Verdict.RELEASED, Verdict.DEAD
+        begin = 0
+        for i, record in enumerate(records):
+            kind = type(record)
+            if kind is not Fail and (kind is not Done or record.at < since):
+                continue
+            if begin < i:
+                state.apply_all(records[begin:i], positions[begin:i])
+            verdict = state.apply(record, positions[i]).verdict
+            if verdict is done:
+                self.done_seconds[record.at // MICROS] += 1
+            elif verdict is released or verdict is dead:
+                self.failed += 1
+            begin = i + 1
+        if begin < len(records):
+            state.apply_all(records[begin:], positions[begin:])
+        follower.next_position = found.next
+        self.records += len(records)
+        return len(records)
+
+    def _read_entries(self) -> int:
         from queue_worker.records import Done, decode_claims_all
         from queue_worker.state import Verdict
 
