@@ -6,7 +6,10 @@ Each round runs every command once with each `qw` (and `python -c pass` of each 
 turn, so that a burst of load hits both alike; the table gives the medians of CPU time
 (user + system of the process and its children, from wait4) and of wall time, and CPU as
 a multiple of this venv's `python -c pass`. Each `qw` runs on its own copy of one queue
-of 100 tasks (enqueue adds one each round).
+of 100 tasks (enqueue adds one each round); with `--drained N`, of N tasks that `qw up` has
+worked (a claims log of 2N records that `status`, `task` and `why` fold whole):
+
+    python -m bench.small_commands --before /work/main/.venv/bin/qw --drained 3000
 """
 
 from __future__ import annotations
@@ -49,18 +52,23 @@ def _timed(argv: list[str], cwd: Path) -> tuple[int, float]:
     return os.waitstatus_to_exitcode(status), usage.ru_utime + usage.ru_stime
 
 
-def measure(before: str, after: str, runs: int) -> list[list[str]]:
+def make_queue(qw: str, directory: Path, drained: int) -> None:
+    """The queue the commands read: 100 tasks enqueued, or `drained` tasks worked."""
+    if drained:
+        command = [qw, "up", "--tasks", str(drained), "--work-ms", "0", "--workers", "2"]
+        command += ["--fsync", "none", "--no-tui", "--exit-when-drained"]
+    else:
+        command = [qw, "enqueue", "--count", "100", "--fsync", "none"]
+    subprocess.run(command, cwd=directory, env=USER_ENV, check=True, capture_output=True)
+
+
+def measure(before: str, after: str, runs: int, drained: int = 0) -> list[list[str]]:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
+        (root / "queue").mkdir()
+        make_queue(after, root / "queue", drained)
         for name, qw in (("before", before), ("after", after)):
-            (root / name).mkdir()
-            subprocess.run(
-                [qw, "enqueue", "--count", "100", "--fsync", "none"],
-                cwd=root / name,
-                env=USER_ENV,
-                check=True,
-                capture_output=True,
-            )
+            shutil.copytree(root / "queue", root / name)  # the same records for both
             for warm in COMMANDS:  # bytecode caches written, as a user's second run
                 subprocess.run([qw, *warm], cwd=root / name, env=USER_ENV, capture_output=True)
         rows = [(["python -c pass"], "pass"), *((c, "qw") for c in COMMANDS)]
@@ -78,6 +86,7 @@ def measure(before: str, after: str, runs: int) -> list[list[str]]:
                     if code != 0:
                         raise SystemExit(f"{argv} exited with {code}")
         bare = statistics.median(cpu[("python -c pass", "after")])
+        bare_wall = statistics.median(wall[("python -c pass", "after")])
         table = []
         for args, kind in rows:
             label = "python -c pass" if kind == "pass" else "qw " + " ".join(args)
@@ -97,6 +106,8 @@ def measure(before: str, after: str, runs: int) -> list[list[str]]:
                     f"{a_cpu / (bare * 1000):.1f}×",
                     f"{b_wall:.0f} ms",
                     f"{a_wall:.0f} ms",
+                    f"{b_wall / (bare_wall * 1000):.1f}×",
+                    f"{a_wall / (bare_wall * 1000):.1f}×",
                 ]
             )
         return table
@@ -107,12 +118,13 @@ def main() -> int:
     parser.add_argument("--before", required=True, help="the other checkout's qw script")
     parser.add_argument("--after", default=shutil.which("qw", path=os.path.dirname(sys.executable)))
     parser.add_argument("--runs", type=int, default=9)
+    parser.add_argument("--drained", type=int, default=0, help="a queue of N tasks worked")
     options = parser.parse_args()
     head = ["command", "CPU before", "CPU after", "before × pass", "after × pass"]
-    head += ["wall before", "wall after"]
+    head += ["wall before", "wall after", "before × pass (wall)", "after × pass (wall)"]
     print(f"| {' | '.join(head)} |")
     print("|---|" + "---:|" * (len(head) - 1))
-    for row in measure(options.before, options.after, options.runs):
+    for row in measure(options.before, options.after, options.runs, options.drained):
         print(f"| {' | '.join(row)} |")
     print(f"\n(load average {os.getloadavg()[0]:.1f} at the end)")
     return 0

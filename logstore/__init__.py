@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from logstore.base import (
     AppendError,
@@ -32,7 +33,9 @@ from logstore.identity import (
 )
 from logstore.location import is_redis_url
 from logstore.locking import maintenance_lock
-from logstore.memory import MemoryLog
+
+if TYPE_CHECKING:
+    from logstore.memory import MemoryLog as MemoryLog
 
 __all__ = [
     # the interface
@@ -55,6 +58,16 @@ __all__ = [
     "PositionCompactedError",
     "RecordTooLargeError",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """`MemoryLog` on first use: its `threading` is ~1 ms of every command's start, and only
+    tests and in-process demos use it."""
+    if name == "MemoryLog":
+        from logstore.memory import MemoryLog
+
+        return MemoryLog
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def open_log(

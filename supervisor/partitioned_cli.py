@@ -7,7 +7,6 @@ queue created without partitions behaves exactly as before.
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -258,6 +257,8 @@ def report(location: str, as_json: bool, timeline: Path | None = None) -> int | 
     if timeline is not None:
         write_timeline(location, manifest, timeline)
     if as_json:
+        import json  # (`qw enqueue`, which imports this module, has no JSON to write)
+
         body = result.to_json()
         now_us = time.time_ns() // 1000
         for part, r in zip(body["per_partition"], result.partitions, strict=True):

@@ -9,7 +9,6 @@ print and how they fail is the same either way.
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any, Final
@@ -18,8 +17,6 @@ from logstore import LogError, space_problem
 from logstore.location import is_redis_url, shown
 from queue_worker.names import printable, worker_label
 from queue_worker.records import Done
-from queue_worker.times import clock_text
-from queue_worker.values import value_text
 from supervisor import enqueue_input, partitioned_cli
 from supervisor import lazy_typer as typer
 from supervisor.cli_options import bad, check_log_url, fail, location_of, require_logs
@@ -56,6 +53,8 @@ def status(directory: Path, log: str | None, as_json: bool) -> None:
     disk = space_problem(location)
     now_us = time.time_ns() // 1000  # which held leases read as expired: this clock's view
     if as_json:
+        import json  # (not for `qw enqueue`, which has no JSON to read or write: ~1 ms)
+
         body = {
             "disk": disk,
             "location": shown(location),
@@ -112,6 +111,8 @@ def status(directory: Path, log: str | None, as_json: bool) -> None:
 
 
 def task(task_name: str, directory: Path, log: str | None, as_json: bool) -> None:
+    import json
+
     from queue_worker.explain import explain_batches
     from queue_worker.log_reading import (
         ReportInputError,
@@ -119,6 +120,8 @@ def task(task_name: str, directory: Path, log: str | None, as_json: bool) -> Non
         read_claims_batches,
         read_task,
     )
+    from queue_worker.times import clock_text
+    from queue_worker.values import value_text
 
     location, task_id, label = partitioned_cli.task_location(location_of(directory, log), task_name)
     require_logs(location)
@@ -163,6 +166,8 @@ def task(task_name: str, directory: Path, log: str | None, as_json: bool) -> Non
 
 
 def why(task_name: str, directory: Path, log: str | None, as_json: bool) -> None:
+    import json
+
     from logstore import LogError
     from queue_worker.explain import explain_batches
     from queue_worker.log_reading import (
