@@ -207,3 +207,36 @@ def test_an_environment_variable_an_option_reads_goes_to_typer(
 ) -> None:
     monkeypatch.setenv("QW_LOG", "redis://127.0.0.1:1/0")
     assert fast_path.run(["status"]) is None
+
+
+@pytest.mark.parametrize(
+    ("args", "collector"),
+    [
+        (["status", "--dir", "nowhere"], False),  # a small command: over in a few ms
+        (["tail", "--help"], True),  # any other may run for long (`qw tail -f`, `qw up`)
+    ],
+)
+def test_the_collector_is_off_only_for_the_small_commands(
+    args: list[str], collector: bool, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """`qw` turns the cyclic garbage collector off for the small commands only: a command
+    that goes to the typer path runs with it on."""
+    import gc
+
+    from supervisor import cli, entry, small_commands
+
+    seen: list[bool] = []
+
+    def body(*_: Any, **__: Any) -> int:
+        seen.append(gc.isenabled())
+        return 0
+
+    monkeypatch.setattr(small_commands, "status", body)
+    monkeypatch.setattr(cli, "main", body)
+    monkeypatch.setattr(sys, "argv", ["qw", *args])
+    monkeypatch.chdir(tmp_path)
+    try:
+        assert entry.main() == 0
+    finally:
+        gc.enable()
+    assert seen == [collector]
