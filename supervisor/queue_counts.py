@@ -3,9 +3,11 @@ place for the single queue and each partition of a partitioned one).
 
 The numbers are those of the supervisor's `supervisor.monitor.Monitor` after its
 `check_start` (`queue_view()`, `held_leases()`: tests/test_queue_counts.py compares them on
-the same logs), from the same fold (`queue_worker.topics.ClaimsFollower`, record by record,
-so that each FAIL's verdict is counted) and the same checks, without the monitor's event
-machinery and dataclass model, which were ~25 ms of the command's CPU.
+the same logs), from the same fold (`queue_worker.topics.ClaimsFollower`'s state: one by one
+the records whose verdicts are counted, each FAIL and each DONE recent enough for the
+throughput, the runs between them in one `ClaimState.apply_all` each) and the same checks,
+without the monitor's event machinery and dataclass model, which were ~25 ms of the
+command's CPU.
 
 One difference: it reads each log to its end. The monitor's start-up check stops at the
 first read shorter than its batch, and a read stops short at the end of a segment, so on a
