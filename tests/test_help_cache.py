@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -61,8 +62,9 @@ def test_without_a_cache_of_these_sources_typer_answers(tmp_path: Path) -> None:
     assert fast.stderr == b"True\n"
 
 
-def test_the_key_changes_with_any_source(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    for package in help_cache.PACKAGES:  # a copy of the sources, one file then edited
+def _copy_sources(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A copy of the sources in tmp_path, which the key is then taken of."""
+    for package in help_cache.PACKAGES:
         src = Path(help_cache.ROOT) / package
         for path in src.rglob("*.py"):
             if "_compiled" in path.parts or "__pycache__" in path.parts:
@@ -71,8 +73,59 @@ def test_the_key_changes_with_any_source(tmp_path: Path, monkeypatch: pytest.Mon
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(path.read_bytes())
     monkeypatch.setattr(help_cache, "ROOT", str(tmp_path))
+
+
+def test_the_key_changes_with_any_source(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _copy_sources(tmp_path, monkeypatch)  # one file then edited
     before = help_cache.source_key()
     assert before == help_cache.source_key()
     cli = tmp_path / "supervisor" / "cli.py"
     cli.write_text(cli.read_text() + "\n# an edit\n")
     assert help_cache.source_key() != before
+
+
+def _later() -> int:
+    """A clock late enough that the files just written are old enough to be stamped."""
+    return time.time_ns() + help_cache.STAMP_MARGIN_NS + 1
+
+
+def test_a_stamped_cache_gives_the_key_without_hashing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _copy_sources(tmp_path, monkeypatch)
+    cache = tmp_path / "cache"
+    key = help_cache.source_key()
+    (cache / key).mkdir(parents=True)  # (a build's directory of that key)
+    assert help_cache.current_key(str(cache)) == key  # too young to stamp
+    assert not (cache / key / help_cache.STAMP_FILE).exists()
+    assert help_cache.current_key(str(cache), _later()) == key  # hashed, then stamped
+    assert (cache / key / help_cache.STAMP_FILE).is_file()
+
+    def no_hash(*_: object) -> str:
+        raise AssertionError("hashed")
+
+    monkeypatch.setattr(help_cache, "source_key", no_hash)
+    assert help_cache.current_key(str(cache), _later()) == key
+
+
+@pytest.mark.parametrize("change", ["same size, mtime set back", "a new file"])
+def test_a_change_after_a_stamp_is_hashed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, change: str
+) -> None:
+    _copy_sources(tmp_path, monkeypatch)
+    cache = tmp_path / "cache"
+    key = help_cache.source_key()
+    (cache / key).mkdir(parents=True)
+    help_cache.current_key(str(cache), _later())
+    assert (cache / key / help_cache.STAMP_FILE).is_file()
+    cli = tmp_path / "supervisor" / "cli.py"
+    if change == "a new file":
+        (tmp_path / "supervisor" / "new.py").write_text("")
+    else:  # a write changes the ctime, which cannot be set back
+        before = cli.stat()
+        text = cli.read_text()
+        cli.write_text(text.replace('"""', "'''", 1).replace('"""', "'''", 1))
+        os.utime(cli, ns=(before.st_atime_ns, before.st_mtime_ns))
+        assert (cli.stat().st_size, cli.stat().st_mtime_ns) == (before.st_size, before.st_mtime_ns)
+    new = help_cache.current_key(str(cache), _later())
+    assert new == help_cache.source_key() != key
