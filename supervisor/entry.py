@@ -39,6 +39,8 @@ def main() -> int:
         # thousands of objects, and the cyclic collector ran ~40 times over them looking
         # for cycles that are not garbage (~4 % of `qw why`'s instructions, counted). It
         # is off until the command is known to be one of these; refcounting frees the rest.
+        # (Left off when one has run: the process ends with it, and turned on again the
+        # collector would go once over everything made since, ~2 % more, counted.)
         gc.disable()
         if args == ["--help"]:
             from supervisor.help_cache import cached_help
