@@ -136,7 +136,10 @@ def _quote(value: Any) -> str:
 
 def _pack(items: list[Any], *, free_form: bool) -> bytes:
     try:
-        data: bytes = msgpack.packb(items, use_bin_type=True)
+        if free_form or not _all_scalars(items):
+            data: bytes = msgpack.packb(items, use_bin_type=True)
+        else:
+            data = _PACKER.pack(items)
     except (TypeError, ValueError, OverflowError, BufferError) as e:
         raise _caused(RecordEncodeError(f"cannot encode as msgpack: {e}"), e) from e
     # msgpack packs some values that no reader can decode (a map keyed by a tuple comes
@@ -166,6 +169,16 @@ def _caused(error: _E, cause: BaseException) -> _E:
 
 #: values that msgpack always packs into something that decodes (no check needed)
 _SCALARS: Final = frozenset({type(None), bool, int, float, str, bytes})
+
+#: one Packer for every record made of `_SCALARS` only (a CLAIM, a DONE of a no-op): packb
+#: builds a Packer a call, half of a small record's packing. Safe to share between threads:
+#: packing those types runs no Python code, so a call runs whole under the GIL; a failed
+#: call (an int out of range) empties its buffer.
+_PACKER: Final = msgpack.Packer(use_bin_type=True)
+
+
+def _all_scalars(items: list[Any]) -> bool:
+    return all(type(item) in _SCALARS for item in items)  # (a loop, compiled)
 
 
 def _fields(*checks: tuple[Any, str, type]) -> None:
