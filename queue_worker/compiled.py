@@ -57,10 +57,12 @@ COMPILED: Final = (
     "queue_worker.handlers",
     "queue_worker.pick",
     "queue_worker.clock",
+    "queue_worker.topics",
 )
 #: the modules (of this package or logstore) the compiled ones import: an edit there must
 #: invalidate them too (mypyc compiles against their types)
 DEPENDS: Final = (
+    "queue_worker.compile_hints",
     "queue_worker.errors",
     "queue_worker.checkpoint",
     "queue_worker.config",
@@ -70,8 +72,12 @@ DEPENDS: Final = (
     "queue_worker.recovery",
     "queue_worker.server_claim",
     "queue_worker.server_verdicts",
-    "queue_worker.topics",
+    "queue_worker",
+    "queue_worker.claims_span",
+    "queue_worker.partitions",
     "logstore",
+    "logstore.file_log",
+    "logstore.location",
     "logstore.redis_log",
 )
 PURE_ENV: Final = "QW_PURE"

@@ -130,15 +130,32 @@ class SingleTaskFold:
         return holder is not None and holder.claim == self.claim_position
 
 
+#: held while a CancelFlag makes its Condition (two threads may ask for it at once)
+_MAKING_CONDITION: Final = threading.Lock()
+
+
 class CancelFlag(threading.Event):
     """A `threading.Event` (what a handler sees as `ctx.cancelled`), made faster to build:
-    one is made for every task. An Event's Condition over a plain Lock looks for three
-    methods the Lock lacks, each an AttributeError raised and caught: over an RLock (which
-    has them) it is built ~3x faster, and waits and wakes the same."""
+    one is made for every task. Its Condition (what `set`, `clear` and `wait` use; `is_set`
+    reads the flag alone) is made at the first of those calls: most tasks never make one
+    (a short handler does not wait, and a lease is seldom lost), and it was most of the
+    cost of a task's Event. It is over an RLock: a Condition over a plain Lock looks for
+    three methods the Lock lacks, each an AttributeError raised and caught (~3x slower to
+    build), and waits and wakes the same."""
 
-    def __init__(self) -> None:  # (threading.Event.__init__, but over an RLock)
-        self._cond = threading.Condition(threading.RLock())
+    def __init__(self) -> None:  # (threading.Event.__init__, the Condition left for later)
         self._flag = False
+        self._made: threading.Condition | None = None
+
+    @property
+    def _cond(self) -> threading.Condition:  # what threading.Event's methods use
+        made = self._made
+        if made is None:
+            with _MAKING_CONDITION:
+                made = self._made
+                if made is None:
+                    made = self._made = threading.Condition(threading.RLock())
+        return made
 
 
 class LeaseListener(Protocol):

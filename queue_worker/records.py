@@ -134,9 +134,13 @@ def _quote(value: Any) -> str:
     return _QUOTE.repr(value)
 
 
-def _pack(items: list[Any], *, free_form: bool) -> bytes:
+def _pack(items: list[Any], *, free_form: bool, scalars: bool = False) -> bytes:
+    """`scalars`: every item is of a `_SCALARS` type (the shared Packer may pack them)."""
     try:
-        data: bytes = msgpack.packb(items, use_bin_type=True)
+        if scalars:
+            data: bytes = _PACKER.pack(items)
+        else:
+            data = msgpack.packb(items, use_bin_type=True)
     except (TypeError, ValueError, OverflowError, BufferError) as e:
         raise _caused(RecordEncodeError(f"cannot encode as msgpack: {e}"), e) from e
     # msgpack packs some values that no reader can decode (a map keyed by a tuple comes
@@ -167,6 +171,12 @@ def _caused(error: _E, cause: BaseException) -> _E:
 #: values that msgpack always packs into something that decodes (no check needed)
 _SCALARS: Final = frozenset({type(None), bool, int, float, str, bytes})
 
+#: one Packer for every record made of `_SCALARS` only (a CLAIM, a DONE of a no-op): packb
+#: builds a Packer a call, half of a small record's packing. Safe to share between threads:
+#: packing those types runs no Python code, so a call runs whole under the GIL; a failed
+#: call (an int out of range) empties its buffer.
+_PACKER: Final = msgpack.Packer(use_bin_type=True)
+
 
 def _fields(*checks: tuple[Any, str, type]) -> None:
     """Refuse a fixed field of the wrong type (a bool where an integer goes, …)."""
@@ -185,16 +195,26 @@ def encode(record: Record) -> bytes:
         c: Any = record
         _fields((c.task, "task", int), (c.worker, "worker", str), (c.at, "at", int))
         _fields((c.lease, "lease", int))
-        return _pack([SCHEMA, CLAIM, c.task, c.worker, c.at, c.lease], free_form=False)
+        items = [SCHEMA, CLAIM, c.task, c.worker, c.at, c.lease]
+        return _pack(items, free_form=False, scalars=True)  # (the fields checked above)
     if isinstance(record, Renew):
         r: Any = record
         _fields((r.task, "task", int), (r.worker, "worker", str), (r.at, "at", int))
         _fields((r.claim, "claim", int), (r.lease, "lease", int))
-        return _pack([SCHEMA, RENEW, r.task, r.worker, r.at, r.claim, r.lease], free_form=False)
+        items = [SCHEMA, RENEW, r.task, r.worker, r.at, r.claim, r.lease]
+        return _pack(items, free_form=False, scalars=True)
     if isinstance(record, Done):
         d: Any = record
         items = [SCHEMA, DONE, d.task, d.worker, d.at, d.claim, d.result]
-        return _pack(items, free_form=type(d.result) not in _SCALARS)
+        # (its fixed fields are not checked: only looked at, for the shared Packer)
+        scalars = (
+            type(d.task) is int
+            and type(d.worker) is str
+            and type(d.at) is int
+            and type(d.claim) is int
+            and type(d.result) in _SCALARS
+        )
+        return _pack(items, free_form=type(d.result) not in _SCALARS, scalars=scalars)
     if isinstance(record, Fail):
         f: Any = record
         _fields((f.task, "task", int), (f.worker, "worker", str), (f.at, "at", int))
@@ -202,7 +222,7 @@ def encode(record: Record) -> bytes:
         if f.retry_at is not None:
             _fields((f.retry_at, "retry_at", int))
         items = [SCHEMA, FAIL, f.task, f.worker, f.at, f.claim, f.error, f.retry_at]
-        return _pack(items, free_form=False)
+        return _pack(items, free_form=False, scalars=True)
     if isinstance(record, TaskRecord):
         t: Any = record
         payload = t.payload

@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Final, NamedTuple, cast
 from logstore import Durability, Entry, IdentityError, Log, LogError, open_log
 from logstore.location import shown
 from queue_worker import claims_span
+from queue_worker.compile_hints import mypyc_attr
 from queue_worker.errors import QwError
 from queue_worker.partitions import PartitionError, read_manifest
 from queue_worker.records import (
@@ -75,11 +76,13 @@ _new: Final = tuple.__new__
 #: the type code a claims record that does not decode is folded as
 MALFORMED: Final = "?malformed"
 
+# Not Final, these two: a compiled build (queue_worker.compiled) inlines a Final constant,
+# and the tests set them on the module.
 #: records read per call while catching up
-READ_BATCH: Final = 4096
+READ_BATCH = 4096
 
 #: TaskIndex.keep_payloads: how many TASK records' bytes are kept, and up to what size
-KEEP_MAX_RECORDS: Final = 4096
+KEEP_MAX_RECORDS = 4096
 KEEP_MAX_BYTES: Final = 1024
 
 #: how long settling waits for a record it has appended to become readable
@@ -234,6 +237,8 @@ class Settled(NamedTuple):  # a NamedTuple: `dataclasses` (with inspect) is ~15 
     entry: Entry
 
 
+# a test subclasses it in Python (a compiled class refuses that unless told)
+@mypyc_attr(allow_interpreted_subclasses=True)
 class ClaimsFollower:
     """The fold over the claims log, caught up incrementally."""
 
@@ -432,8 +437,8 @@ _TASK_PREFIX: Final = b"\x94\x01\xa1T"
 #: TaskIndex: settled positions are dropped from the front of the array once at least this
 #: many, and at least half the array, are settled: each drop moves the live part once, so
 #: the cost per task stays constant, and the array holds at most twice the live tasks (plus
-#: this many)
-COMPACT_MIN_TASKS: Final = 4096
+#: this many). Not Final: a test sets it on the module (as READ_BATCH).
+COMPACT_MIN_TASKS = 4096
 
 
 class TaskSettledError(QwError):

@@ -682,7 +682,8 @@ class Worker:
         if settled is None:
             return self._lost_while_unreachable(task, claim_position, outcome, keeper, latency_us)
         verdict = settled.outcome.verdict
-        kind = _FINISHED_AS[verdict]
+        # (an Enum's hash is a Python call: the usual verdict by identity first)
+        kind = StepKind.DONE if verdict is Verdict.DONE else _FINISHED_AS[verdict]
         if kind is StepKind.DONE:
             self.record.finished((self.tasks, self.claims))
             return StepResult(
