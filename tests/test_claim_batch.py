@@ -46,7 +46,7 @@ def _enqueue(tasks: RedisLog, count: int) -> None:
 def test_a_run_of_short_tasks_claims_several_a_call_and_each_is_done_once(
     redis_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    tasks = 40
+    tasks = 100
     with Queue(redis_url) as queue:
         queue.enqueue_many(list(range(tasks)))
     calls: list[tuple[int, int]] = []  # (tasks wanted, DONEs sent before the call's own)
