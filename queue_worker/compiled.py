@@ -51,6 +51,7 @@ COMPILED: Final = (
 DEPENDS: Final = (
     "queue_worker.errors",
     "queue_worker.checkpoint",
+    "queue_worker.claim_batch",
     "queue_worker.config",
     "queue_worker.inherited",
     "queue_worker.names",

@@ -268,9 +268,10 @@ class Worker:
         self.record = StatsRecorder(
             self.stats, path, draining=self._draining, wall_seconds=self._wall_seconds
         )
-        #: resolves our appends whose replies were lost (see recovery.py)
+        #: resolves our appends whose replies were lost (see recovery.py); its second
+        #: append of a DONE/FAIL goes through the verdict script with server verdicts
         self._recovery = OutageRecovery(
-            claims_log,
+            self.claims_log,
             self.record,
             draining=self._draining,
             poll_s=config.idle_poll_s,

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from logstore import LogError
 from logstore.redis_log import RedisLog
 from queue_worker.claim_batch import BATCH_MAX, ClaimBatch
 from queue_worker.config import WorkerConfig
@@ -150,3 +151,35 @@ def test_a_task_claimed_ahead_that_another_worker_took_over_is_left(
     assert [type(r).__name__ for r in verdicts] == ["Renew", "Renew"]
     assert not batch.has_ahead
     assert check_log(claims) == []
+
+
+def test_a_done_whose_call_never_landed_is_appended_again_through_the_script(
+    redis_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The outage recovery's second append of a DONE (its call failed before reaching the
+    server) goes through the verdict script like every other append of the worker: the
+    server folds it, and the next call is not refused as behind a foreign writer."""
+    with Queue(redis_url) as queue:
+        queue.enqueue_many([0, 1, 2])
+    real_next = ServerClaims.next
+    failed: list[int] = []
+
+    def fails_once_with_a_finish(self: ServerClaims, *args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("finish") is not None and not failed:
+            failed.append(kwargs["finish"].task)
+            raise LogError("the server went away (the call never reached it)")
+        return real_next(self, *args, **kwargs)
+
+    monkeypatch.setattr(ServerClaims, "next", fails_once_with_a_finish)
+    config = WorkerConfig(
+        redis_url, str(tmp_path / "run"), name="w0", exit_when_drained=True, idle_poll_s=0.01
+    )
+    with Worker(config, handler=lambda payload: payload) as worker:
+        assert worker.run() == "queue drained"
+    assert failed == [0]
+    report = load_report(redis_url)
+    assert report.ok and report.tasks_done == 3 and report.completions == 3
+    tasks_log, claims = open_topics(redis_url)
+    with tasks_log, claims:
+        assert isinstance(claims, RedisLog)
+        assert check_log(claims) == []
