@@ -172,6 +172,8 @@ DEFAULT_SOCKET_TIMEOUT = 5.0
 DEFAULT_CONNECT_TIMEOUT = 5.0
 #: the longest single XREAD BLOCK; a longer wait blocks again
 BLOCK_CHUNK_S = 5.0
+#: entries the start-up check looks at in one script call (`RedisLog.check`)
+CHECK_BATCH = 4096
 #: the COUNT of a read that wants every entry (a script takes a number, not "no limit")
 READ_ALL = 1 << 62
 #: how long the server keeps a handle's last-append record (for retries of that append)
@@ -243,6 +245,32 @@ _READ_LUA = (
 local start = trimmed_before(KEYS[2], ARGV[1])
 if start then return redis.error_reply('QWTRIMMED ' .. start) end
 return entries(KEYS[1], ARGV[1], '+', ARGV[2])
+"""
+)
+
+# The start-up check (`RedisLog.check`): what `read` would refuse as damage, looked for on
+# the server, so that checking a backlog costs no reply of its records. KEYS and ARGV as
+# _READ_LUA's. Returns {entries looked at, the last one's id ('' for none), the id of the
+# first entry without a 'd' field or with a sequence number past 2^SEQ_BITS - 1 ('' for
+# none)}: the look stops at it.
+_CHECK_LUA = (
+    TRIMMED_LUA
+    + """
+local start = trimmed_before(KEYS[2], ARGV[1])
+if start then return redis.error_reply('QWTRIMMED ' .. start) end
+local n, last, bad = 0, '', ''
+for _, e in ipairs(redis.call('XRANGE', KEYS[1], ARGV[1], '+', 'COUNT', ARGV[2])) do
+  n, last = n + 1, e[1]
+  local f, has = e[2], false
+  for j = 1, #f, 2 do
+    if f[j] == 'd' then has = true break end
+  end
+  if not has or tonumber(string.match(e[1], '-(%d+)$')) > ARGV[3] + 0 then
+    bad = e[1]
+    break
+  end
+end
+return {n, last, bad}
 """
 )
 
@@ -492,6 +520,7 @@ class RedisLog(Log):
             raise ValueError(f"bad redis URL {self.url}: {exc}") from None
         self._script = self._client.register_script(_APPEND_LUA)
         self._read_script = self._client.register_script(_READ_LUA)
+        self._check_script = self._client.register_script(_CHECK_LUA)
         #: the connection the scripts are called on (`_run_script`), and the pid it is for
         self._conn: redis.connection.Connection | None = None
         self._conn_pid = -1
@@ -785,6 +814,51 @@ class RedisLog(Log):
         if position < self.start:
             raise PositionCompactedError(self.name, position, self.start)
         return self._entries(raw)
+
+    def check(self) -> int:
+        """Log.check's look for damage (what `read` would refuse: an entry without a 'd'
+        field, a sequence number it cannot pack), made on the server in batches of
+        CHECK_BATCH: the records themselves are not sent (a backlog of 10,000 tasks read
+        and parsed cost `qw up` ~12 ms of CPU and 75-230 ms before its first worker,
+        measured at load 4). Where scripts are refused: read, as Log.check does."""
+        self._check_open()
+        if not self._script_reads:
+            return super().check()
+        position = self.start
+        while True:
+            first = format_id(*unpack_position(position))
+
+            def by_script(first: str = first) -> object:
+                try:
+                    keys = [self.key, self.start_key]
+                    args: list[bytes | int | str] = [first, CHECK_BATCH, _SEQ_MASK]
+                    return self._run_script(self._check_script, keys, args)
+                except rex.ResponseError as exc:
+                    if "WRONGTYPE" in str(exc) or TRIMMED_ERROR in str(exc):
+                        raise
+                    self._script_reads = False  # scripts refused here: as `read` does
+                    return None
+
+            try:
+                raw = self._call("check", by_script)
+            except LogError as exc:
+                if TRIMMED_ERROR in str(exc):
+                    raise PositionCompactedError(self.name, position, self.start) from None
+                raise
+            if raw is None:
+                return super().check()
+            if not isinstance(raw, list) or len(raw) != 3:
+                raise LogError(f"{self.name}: unexpected reply from redis: {raw!r:.80}")
+            count, last, bad = raw
+            if bad:
+                ms, seq = parse_id(cast("bytes", bad))
+                at = pack_id(ms, seq)  # raises LogError for a sequence it cannot pack
+                raise CorruptLogError(self.name, at, f"stream entry {ms}-{seq} has no 'd' field")
+            if not count:
+                return position
+            position = pack_id(*parse_id(cast("bytes", last))) + 1
+            if count < CHECK_BATCH:
+                return position
 
     def _parse_entries(self, blob: bytes) -> list[Entry]:
         """The entries of a script's reply (the format is described above `_ENTRIES_LUA`)."""

@@ -65,6 +65,7 @@ DEPENDS: Final = (
     "queue_worker.compile_hints",
     "queue_worker.errors",
     "queue_worker.checkpoint",
+    "queue_worker.claim_batch",
     "queue_worker.config",
     "queue_worker.inherited",
     "queue_worker.names",

@@ -43,6 +43,7 @@ from typing import Any, Final, NamedTuple
 
 from logstore import Entry, Log, RecordTooLargeError
 from logstore.redis_log import RedisLog, pack_id, parse_id
+from queue_worker.claim_batch import ClaimBatch
 from queue_worker.records import Claim, Done, Fail, Renew, decode_claims, encode
 from queue_worker.server_verdicts import (
     RULES_LUA,
@@ -57,26 +58,44 @@ from queue_worker.server_verdicts import (
 
 # KEYS[5] the tasks stream. ARGV[4..11] the previous task's DONE or FAIL (as the verdict
 # script takes a record; ARGV[4] '' for none), ARGV[12] the worker, ARGV[13] its lease,
-# ARGV[14] its clock, ARGV[15] '1' to claim a task, ARGV[16] '1' to leave a predecessor's
-# lapsed tasks to the others for one lease (the worker has siblings). Returns, packed as
-# one msgpack array (`unpack_reply`): {the finish's id, verdict and state (the state a
-# map, `reply_verdict`; '' each for none), the CLAIM's id, verdict and state, its task,
-# the task's payload record ('' each for none); when nothing was claimed, the last tasks
-# entry read, the earliest time an open task becomes claimable ('' for none), '1' when no
-# task is open, and the time the pick went by ('' for none)}.
+# ARGV[14] its clock, ARGV[15] '1' to claim, ARGV[16] '1' to leave a predecessor's lapsed
+# tasks to the others for one lease (the worker has siblings), ARGV[17] how many tasks to
+# claim at most, ARGV[18] how many earlier DONEs or FAILs follow (the worker's batch,
+# `ClaimBatch`), 8 arguments each from ARGV[19], appended and folded in order before the
+# one of ARGV[4..11]. Returns, packed as one msgpack array (`unpack_reply`): {the finish's
+# id, verdict and state (the state a map, `reply_verdict`; '' each for none), the first
+# CLAIM's id, verdict and state, its task, the task's payload record ('' each for none);
+# when nothing was claimed, the last tasks entry read, the earliest time an open task
+# becomes claimable ('' for none), '1' when no task is open, and the time the pick went by
+# ('' for none)}, then the id, verdict and state of each earlier finish, then the id,
+# verdict, state, task and payload of each CLAIM after the first.
 _NEXT_LUA: Final = (
     RULES_LUA
     + r"""
-if ARGV[4] ~= '' then prefetch = ARGV[6] end  -- the finish's task
+local wanted = tonumber(ARGV[17])
+local earlier = tonumber(ARGV[18])
+local finishes = {}  -- the first argument of each record to fold before the pick, in order
+for j = 0, earlier - 1 do finishes[#finishes + 1] = 19 + 8 * j end
+if ARGV[4] ~= '' then finishes[#finishes + 1] = 4 end
+if #finishes > 0 then  -- the finishes' tasks, read with the queue's fields
+  prefetch = {}
+  for _, b in ipairs(finishes) do prefetch[#prefetch + 1] = ARGV[b + 2] end
+end
 local saved, refused = prelude()
 if refused then return refused end
 if saved then return saved end
 local reply = {'', '', '', '', '', '', '', '', '', '', '', ''}
+local more = {}  -- the earlier finishes' answers, then the CLAIMs after the first
 local finished_ms = nil
-if ARGV[4] ~= '' then
-  local f = fold_in(ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11])
+for _, b in ipairs(finishes) do
+  local f = fold_in(ARGV[b], ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4], ARGV[b + 5],
+                    ARGV[b + 6], ARGV[b + 7])
   if f.err then return f end
-  reply[1], reply[2], reply[3] = f[1], f[2], f[3]
+  if b == 4 then reply[1], reply[2], reply[3] = f[1], f[2], f[3]
+  else
+    local n = #more
+    more[n + 1], more[n + 2], more[n + 3] = f[1], f[2], f[3]
+  end
   finished_ms = tonumber(string.match(f[1], '^(%d+)-'))
 end
 local function payload_of(entry)
@@ -86,32 +105,48 @@ local function payload_of(entry)
   end
   return ''
 end
+local now, withheld = nil, nil
+local function lineage(w) return string.match(w, '^(.*)%-[^-]*%-[^-]*$') or w end
+local mine = lineage(ARGV[12])
+local taken = {}  -- the tasks this call claimed (not picked twice)
+-- the untouched tasks, read `fetch` at a time: twice the tasks wanted when several are,
+-- and the backlog is deep when the first read finds that many (only then are several
+-- claimed: with few tasks left, each goes to a worker of its own)
+local fetch = 1
+if wanted > 1 then fetch = 2 * wanted end
+local fresh, fresh_at, fetched, deep = {}, 1, false, false
+local function fill()
+  local m = get_meta()
+  local start = '-'
+  if m.tasks then start = '(' .. m.tasks end
+  fresh, fresh_at = redis.call('XRANGE', KEYS[5], start, '+', 'COUNT', fetch), 1
+  if not fetched then deep = #fresh == fetch end
+  fetched = true
+end
+local orphans = true  -- false once a look at the index found none due: none will be
 -- the pick: an orphan (lease lapsed, backoff over) first, else the next untouched task
-local task, task_entry, payload, now, withheld = nil, nil, nil, nil, nil
-if ARGV[15] == '1' then
-  -- now, on the stream's clock: the finish's entry time when there is one (our CLAIM's
-  -- comes at or after it), else the server's clock to the millisecond below
-  if finished_ms then now = finished_ms * 1000
-  else
-    local t = redis.call('TIME')
-    now = (tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)) * 1000
-  end
-  -- not by the heir: a lapsed task of our predecessor (its name and host, another
-  -- process) is left to the others for one lease after its lapse
-  local function lineage(w) return string.match(w, '^(.*)%-[^-]*%-[^-]*$') or w end
-  local mine = lineage(ARGV[12])
-  local due = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now, 'LIMIT', 0, 16)
-  for _, t in ipairs(due) do
-    local st = load(t)
-    local until_us = nil
-    if ARGV[16] == '1' and st and st.c and st.w ~= ARGV[12] and lineage(st.w) == mine then
-      until_us = st.e + tonumber(ARGV[13])
-    end
-    if until_us and now < until_us then
-      if not withheld or until_us < withheld then withheld = until_us end
-    else
-      task, task_entry = t, st and st.t
-      break
+local function pick()
+  local task, task_entry, payload = nil, nil, nil
+  if orphans then
+    orphans = false
+    -- not by the heir: a lapsed task of our predecessor (its name and host, another
+    -- process) is left to the others for one lease after its lapse
+    local due = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now, 'LIMIT', 0, 16)
+    for _, t in ipairs(due) do
+      if not taken[t] then
+        local st = load(t)
+        local until_us = nil
+        if ARGV[16] == '1' and st and st.c and st.w ~= ARGV[12] and lineage(st.w) == mine then
+          until_us = st.e + tonumber(ARGV[13])
+        end
+        if until_us and now < until_us then
+          if not withheld or until_us < withheld then withheld = until_us end
+        else
+          task, task_entry = t, st and st.t
+          orphans = true  -- there may be more
+          break
+        end
+      end
     end
   end
   if task then
@@ -119,31 +154,55 @@ if ARGV[15] == '1' then
       local e = redis.call('XRANGE', KEYS[5], task_entry, task_entry)
       if e[1] then payload = payload_of(e[1]) end
     end
-  else
-    local m = get_meta()
-    while true do
-      local start = '-'
-      if m.tasks then start = '(' .. m.tasks end
-      local e = redis.call('XRANGE', KEYS[5], start, '+', 'COUNT', 1)
-      if not e[1] then break end
-      local id = string.format('%d', m.next)
-      m.tasks, m.next, m.moved = e[1][1], m.next + 1, true
-      -- a task some CLAIM of another path has touched is the index's, or closed
-      if not load(id) then
-        task, task_entry, payload = id, e[1][1], payload_of(e[1])
-        break
-      end
+    return task, task_entry, payload
+  end
+  local m = get_meta()
+  while true do
+    if fresh_at > #fresh then
+      if fetched and #fresh < fetch then return nil end  -- the stream's end, read already
+      fill()
+      if not fresh[1] then return nil end
     end
+    local e = fresh[fresh_at]
+    fresh_at = fresh_at + 1
+    local id = string.format('%d', m.next)
+    m.tasks, m.next, m.moved = e[1], m.next + 1, true
+    -- a task some CLAIM of another path has touched is the index's, or closed
+    if not load(id) then return id, e[1], payload_of(e) end
   end
 end
-if task then
-  local data = cmsgpack.pack({1, 'C', tonumber(task), ARGV[12], tonumber(ARGV[14]),
-                              tonumber(ARGV[13])})
-  local c = fold_in(data, 'C', task, ARGV[12], ARGV[13], '', '', '', task_entry)
-  if c.err then return c end
-  reply[4], reply[5], reply[6], reply[7], reply[8] = c[1], c[2], c[3], task, payload or ''
+local claimed = 0
+if ARGV[15] == '1' then
+  -- now, on the stream's clock: the last finish's entry time when there is one (our
+  -- CLAIMs come at or after it), else the server's clock to the millisecond below
+  if finished_ms then now = finished_ms * 1000
+  else
+    local t = redis.call('TIME')
+    now = (tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)) * 1000
+  end
+  while claimed < wanted do
+    if claimed > 0 then  -- more than one only from a deep backlog
+      if not fetched then fill() end
+      if not deep then break end
+    end
+    local task, task_entry, payload = pick()
+    if not task then break end
+    taken[task] = true
+    local data = cmsgpack.pack({1, 'C', tonumber(task), ARGV[12], tonumber(ARGV[14]),
+                                tonumber(ARGV[13])})
+    local c = fold_in(data, 'C', task, ARGV[12], ARGV[13], '', '', '', task_entry)
+    if c.err then return c end
+    if claimed == 0 then
+      reply[4], reply[5], reply[6], reply[7], reply[8] = c[1], c[2], c[3], task, payload or ''
+    else
+      local n = #more
+      more[n + 1], more[n + 2], more[n + 3], more[n + 4], more[n + 5] =
+        c[1], c[2], c[3], task, payload or ''
+    end
+    claimed = claimed + 1
+  end
 end
-if not task then  -- nothing claimed: how far the tasks were read, and when to look again
+if claimed == 0 then  -- nothing claimed: how far the tasks were read, and when to look again
   reply[9] = get_meta().tasks or ''
   local soonest = redis.call('ZRANGE', KEYS[4], 0, 0, 'WITHSCORES')
   if soonest[1] then
@@ -158,9 +217,18 @@ if not task then  -- nothing claimed: how far the tasks were read, and when to l
   else reply[11] = '1' end
   if now then reply[12] = string.format('%d', now) end
 end
+for _, v in ipairs(more) do reply[#reply + 1] = v end
 return save(reply)
 """
 )
+
+
+class MoreClaim(NamedTuple):
+    """A CLAIM a call made after its first (`ServerClaims.next` with `want` > 1)."""
+
+    claimed: ServerVerdict  # its verdict and the task's state after it
+    claim: Claim  # as the fold sees it: on the server's clock
+    payload: bytes | None  # the task's record in the tasks stream (None: not found)
 
 
 class NextTask(NamedTuple):
@@ -177,6 +245,10 @@ class NextTask(NamedTuple):
     #: A worker that has made no CLAIM yet learns its clock's offset from it, to wait for
     #: `next_change` on the server's clock (a fast clock would otherwise not wait at all).
     server_now: int | None = None
+    #: the verdicts of the `earlier` finishes sent with the call, in order
+    earlier: tuple[ServerVerdict, ...] = ()
+    #: the CLAIMs after the first (`want` > 1), in the order they were made
+    more: tuple[MoreClaim, ...] = ()
 
 
 class ServerClaims:
@@ -187,9 +259,11 @@ class ServerClaims:
         self.tasks_key = tasks_log.key
         self._keys = [*state_keys(claims_log), self.tasks_key]  # (after the log's own two)
         self._next = claims_log.register_script(_NEXT_LUA)
+        #: a worker's tasks claimed ahead and DONEs not sent yet (queue_worker.claim_batch)
+        self.batch = ClaimBatch()
         #: the claims log for everything else the worker appends (renewals, a time-out's
-        #: FAIL, a recovery): through the verdict script as well
-        self.verdict_log = ServerVerdictLog(claims_log)
+        #: FAIL, a recovery): through the verdict script as well, the batch's DONEs first
+        self.verdict_log = ServerVerdictLog(claims_log, self.batch)
 
     def next(
         self,
@@ -201,10 +275,13 @@ class ServerClaims:
         finish_data: bytes | None = None,
         claim: bool = True,
         heirs: bool = False,
+        want: int = 1,
+        earlier: Sequence[tuple[Done | Fail, bytes]] = (),
     ) -> NextTask:
-        """Append `finish` (when given) and, with `claim`, claim the next task for `worker`
-        with a lease of `lease_us` (its clock reads `now`), in one call. `heirs`: leave a
-        predecessor's lapsed tasks to the others for one lease (module docstring)."""
+        """Append `earlier` (records and their bytes), then `finish` (when given) and, with
+        `claim`, claim up to `want` tasks for `worker` with a lease of `lease_us` (its clock
+        reads `now`), in one call. `heirs`: leave a predecessor's lapsed tasks to the others
+        for one lease (module docstring)."""
         if finish is None:
             head: list[bytes | int | str] = ["", "", "", "", "", "", "", ""]
         else:
@@ -213,15 +290,25 @@ class ServerClaims:
                 raise RecordTooLargeError(len(data), self.log.max_record)
             head = [data, *record_args(finish)]
         args = [*head, worker, lease_us, now, "1" if claim else "0", "1" if heirs else "0"]
+        args += [want, len(earlier)]
+        for held, held_data in earlier:
+            args += [held_data, *record_args(held)]
         raw = call_folding_script(self.log, self._next, self._keys, args)
-        items = unpack_reply(self.log, raw, 12)
+        items = unpack_reply(self.log, raw, 12 + 3 * len(earlier), 5)
         finished = reply_verdict(self.log, *items[0:3]) if items[0] else None
         claimed = reply_verdict(self.log, *items[3:6]) if items[3] else None
         record = None
         if claimed is not None:
-            at = (claimed.position >> 20) * 1000  # the entry's millisecond: the server's time
-            record = Claim(int(items[6]), worker, at, lease_us)
+            record = self._claim(claimed, items[6], worker, lease_us)
         tasks_read = pack_id(*parse_id(items[8])) + 1 if items[8] else None
+        answers = tuple(
+            reply_verdict(self.log, *items[i : i + 3]) for i in range(12, 12 + 3 * len(earlier), 3)
+        )
+        more = []
+        for i in range(12 + 3 * len(earlier), len(items), 5):
+            verdict = reply_verdict(self.log, *items[i : i + 3])
+            made = self._claim(verdict, items[i + 3], worker, lease_us)
+            more.append(MoreClaim(verdict, made, items[i + 4] or None))
         return NextTask(
             finished,
             claimed,
@@ -231,7 +318,14 @@ class ServerClaims:
             int(items[9]) if items[9] else None,
             items[10] == b"1",
             int(items[11]) if items[11] else None,
+            answers,
+            tuple(more),
         )
+
+    @staticmethod
+    def _claim(claimed: ServerVerdict, task: bytes, worker: str, lease_us: int) -> Claim:
+        """A CLAIM the script made, as the fold sees it: at its entry's millisecond."""
+        return Claim(int(task), worker, (claimed.position >> 20) * 1000, lease_us)
 
 
 class ServerVerdictLog(Log):
@@ -240,9 +334,10 @@ class ServerVerdictLog(Log):
     timed-out attempt's FAIL, a lost reply's recovery), so that the server folds them all.
     Reads, waits and everything else are the stream's own."""
 
-    def __init__(self, log: RedisLog) -> None:
+    def __init__(self, log: RedisLog, batch: ClaimBatch | None = None) -> None:
         self.inner = log
         self.server = ServerVerdicts(log)
+        self._batch = batch
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -254,6 +349,8 @@ class ServerVerdictLog(Log):
     def append(self, data: bytes, *, durable: bool = False) -> int:
         record = decode_claims(data)
         assert isinstance(record, Claim | Renew | Done | Fail), "a worker appends these only"
+        if self._batch is not None:  # (a renewal, a time-out's FAIL: rare, and may be late)
+            self._batch.send_held(self.server)
         return self.server.append(record, data).position
 
     def append_many(self, records: Sequence[bytes], *, durable: bool = False) -> list[int]:
@@ -295,4 +392,4 @@ def wants_server_verdicts(log: Log) -> bool:
     return isinstance(log, RedisLog) and log.verdicts == "server"
 
 
-__all__ = ["NextTask", "ServerClaims", "ServerVerdictLog", "wants_server_verdicts"]
+__all__ = ["MoreClaim", "NextTask", "ServerClaims", "ServerVerdictLog", "wants_server_verdicts"]

@@ -71,18 +71,17 @@ local meta = nil   -- {through, tasks (cursor), next (task id), below}
 local cache = {}   -- task -> its state (a table), or false: no field
 local written = {} -- task -> its state packed, to write
 local order = {}   -- the tasks in `written`, in order
--- a task whose state the call will read: fetched by the same HMGET as the queue's fields
--- (a redis.call is ~5 us of the server's CPU however small its work, measured)
+-- the tasks whose state the call will read (a list): fetched by the same HMGET as the
+-- queue's fields (a redis.call is ~5 us of the server's CPU however small its work, measured)
 local prefetch = nil
 
 local function get_meta()
   if not meta then
-    local m
-    if prefetch then
-      m = redis.call('HMGET', KEYS[3], '~through', '~tasks', '~next', '~below', prefetch)
-      if m[5] then cache[prefetch] = cmsgpack.unpack(m[5]) else cache[prefetch] = false end
-    else
-      m = redis.call('HMGET', KEYS[3], '~through', '~tasks', '~next', '~below')
+    local fields = {'~through', '~tasks', '~next', '~below'}
+    for _, t in ipairs(prefetch or {}) do fields[#fields + 1] = t end
+    local m = redis.call('HMGET', KEYS[3], unpack(fields))
+    for i = 5, #fields do
+      if m[i] then cache[fields[i]] = cmsgpack.unpack(m[i]) else cache[fields[i]] = false end
     end
     meta = {through = m[1] or '0-0', tasks = m[2] or nil,
             next = tonumber(m[3] or '0'), below = tonumber(m[4] or '0'),
@@ -241,7 +240,7 @@ end
 _VERDICT_LUA: Final = (
     RULES_LUA
     + r"""
-prefetch = ARGV[6]
+prefetch = {ARGV[6]}
 local saved, refused = prelude()
 if refused then return refused end
 if saved then return saved end
@@ -417,16 +416,23 @@ def verdict_of(word: bytes) -> Verdict:
     return found if found is not None else Verdict(word.decode())
 
 
-def unpack_reply(log: RedisLog, raw: object, size: int) -> list[Any]:
-    """A folding script's reply: `size` items, packed as one msgpack array (one string
-    to read instead of a nested reply, which redis-py parses item by item)."""
+def unpack_reply(log: RedisLog, raw: object, size: int, step: int = 0) -> list[Any]:
+    """A folding script's reply: `size` items (with `step`, `size` and any number of groups
+    of `step` more), packed as one msgpack array (one string to read instead of a nested
+    reply, which redis-py parses item by item)."""
     try:
         items = msgpack.unpackb(raw, raw=True) if isinstance(raw, bytes) else None
     except Exception:  # msgpack raises several unrelated types on garbage
         items = None
-    if not isinstance(items, list) or len(items) != size:
+    if not isinstance(items, list) or not _sized(len(items), size, step):
         raise LogError(f"{log.name}: unexpected reply from redis: {raw!r:.200}")
     return items
+
+
+def _sized(length: int, size: int, step: int) -> bool:
+    if step == 0:
+        return length == size
+    return length >= size and (length - size) % step == 0
 
 
 #: a done task's view: the same every time

@@ -42,7 +42,9 @@ publishes the stats snapshot and hears the lease keeper.
 
 from __future__ import annotations
 
+import contextlib
 import enum
+import math
 import os
 import random
 import secrets
@@ -104,6 +106,7 @@ from queue_worker.topics import (
 from queue_worker.watchdog import TimeLimits
 
 if TYPE_CHECKING:  # redis is an optional extra: imported by `_server_claims` when used
+    from queue_worker.claim_batch import ClaimBatch
     from queue_worker.server_claim import NextTask, ServerClaims
     from queue_worker.server_verdicts import TaskView
 
@@ -265,9 +268,10 @@ class Worker:
         self.record = StatsRecorder(
             self.stats, path, draining=self._draining, wall_seconds=self._wall_seconds
         )
-        #: resolves our appends whose replies were lost (see recovery.py)
+        #: resolves our appends whose replies were lost (see recovery.py); its second
+        #: append of a DONE/FAIL goes through the verdict script with server verdicts
         self._recovery = OutageRecovery(
-            claims_log,
+            self.claims_log,
             self.record,
             draining=self._draining,
             poll_s=config.idle_poll_s,
@@ -287,6 +291,10 @@ class Worker:
         self._stop = threading.Event()  # run()'s stop event: no claim ahead once it is set
         #: the lease in µs (`config.lease_us` computes it at each call: twice a task)
         self._lease_us = config.lease_us
+        #: inside `run()`, which works every task a batch claimed ahead and sends the DONEs
+        #: it holds before it returns: only there are several tasks claimed in one call
+        #: (queue_worker.claim_batch); `step()` alone appends each DONE as it returns
+        self._batching = False
 
     # -- the fold checkpoint (see queue_worker.checkpoint) ---------------------------------------
 
@@ -809,12 +817,20 @@ class Worker:
         if self._draining.is_set():
             return StepResult(StepKind.DRAINING)
         self.record.state("claiming")
+        batch = self._server_batch_settle()
         now = self._clock()
         started = time.perf_counter_ns()
-        got = self._server.next(
-            self.worker_id, self.config.lease_us, now, heirs=self.config.slots > 1
-        )
+        held = batch.take_held()  # (a task claimed ahead was cancelled: see claim_batch)
+        try:
+            got = self._server.next(
+                self.worker_id, self.config.lease_us, now, heirs=self.config.slots > 1,
+                earlier=held,
+            )  # fmt: skip
+        except LogError as e:
+            batch.uncertain.extend((done, data, e) for done, data in held)
+            raise
         latency_us = (time.perf_counter_ns() - started) // 1000
+        batch.keep(got.more, time.monotonic())
         settled = self._server_claimed(got)
         if settled is None:
             if got.server_now is not None:  # (the server's clock, as a CLAIM would tell it)
@@ -841,7 +857,16 @@ class Worker:
     def _server_finish(self, record: Done | Fail, ahead: Claim | None) -> Settled | None:
         """Our DONE or FAIL, and (with `ahead`) the next task's CLAIM, in one call."""
         assert self._server is not None
+        batch = self._server_batch_settle()
         data = encode(record)
+        ran_s = time.monotonic() - self._task_started if self._batching else math.inf
+        if isinstance(record, Done) and batch.can_hold(ran_s, self.config.lease_s):
+            # the next task is in hand already: this DONE goes with the next call
+            batch.hold(record, data)
+            self._server_take_ahead()
+            outcome = Outcome(Verdict.DONE, -1, record.task, record.worker)
+            return Settled(outcome, record, Entry(-1, -1, data))
+        held = batch.take_held()
         started = time.perf_counter_ns()
         try:
             got = self._server.next(
@@ -850,19 +875,30 @@ class Worker:
                 ahead.at if ahead is not None else self._clock(),
                 finish=record,
                 finish_data=data,
-                claim=ahead is not None,
+                claim=ahead is not None and not batch.has_ahead,
                 heirs=self.config.slots > 1,
+                want=batch.want(ran_s),
+                earlier=held,
             )
         except (RecordTooLargeError, *FATAL_LOG_ERRORS):
             raise
         except LogError as e:
             # Out of reach: our fold finds out whether it landed (a claim ahead that did
-            # land holds its task until its lease lapses; then it is taken over).
-            found, _ = self._recovery.resolve((self.tasks, self.claims), record, data, None, e)
+            # land holds its task until its lease lapses; then it is taken over). The held
+            # DONEs of the same call after it: found, or appended again.
+            folds = (self.tasks, self.claims)
+            found, _ = self._recovery.resolve(folds, record, data, None, e)
+            for was_held, held_data in held:
+                self._recovery.resolve(folds, was_held, held_data, None, e)
             if found is not None:
                 self.record.log_recovered()
             return found
         latency_us = (time.perf_counter_ns() - started) // 1000
+        for answer, (was_held, _) in zip(got.earlier, held, strict=True):
+            if answer.verdict is not Verdict.DONE:
+                self.record.stale(was_held.task, None, done=True, lease_noticed=False)
+        if got.claimed is not None:
+            batch.keep(got.more, time.monotonic())
         assert got.finished is not None
         done = got.finished
         at = (done.position >> 20) * 1000  # the entry's millisecond: the server's time
@@ -874,8 +910,47 @@ class Worker:
         if ahead is not None and ahead_settled is not None and got.claim is not None:
             claim = ahead._replace(task=got.claim.task)
             self._ahead = AheadClaim(claim, ahead_settled, latency_us)
+        elif batch.has_ahead:
+            self._server_take_ahead()
         self.record.log_recovered()
         return settled
+
+    def _server_batch_settle(self) -> ClaimBatch:
+        """The claim batch (queue_worker.claim_batch), after counting what its held DONEs
+        sent by another thread came to, and resolving those whose sending failed."""
+        assert self._server is not None
+        batch = self._server.batch
+        late, uncertain = batch.take_late()
+        for done, _ in late:
+            self.record.stale(done.task, None, done=True, lease_noticed=False)
+        for done, data, error in uncertain:
+            self._recovery.resolve((self.tasks, self.claims), done, data, None, error)
+        return batch
+
+    def _server_take_ahead(self) -> None:
+        """The next task the batch claimed ahead, in hand for the next step (none: every one
+        left was lost, see ClaimBatch.take_ahead)."""
+        assert self._server is not None
+        now = self._clock()
+        got = self._server.batch.take_ahead(
+            self._server.verdict_log.server, self.worker_id, self._lease_us, now
+        )
+        if got is None:
+            return
+        claimed, claim = got.claimed, got.claim
+        self._server_won = (claim.task, claimed.task, got.payload)
+        holder = claimed.task.holder if claimed.task is not None else None
+        outcome = Outcome(claimed.verdict, claimed.position, claim.task, claim.worker, holder)
+        entry = Entry(claimed.position, claimed.position + 1, b"", claim.at)
+        # `at` as our clock read when the call made it: the clock offset stays what it is
+        mine = Claim(claim.task, self.worker_id, claim.at - self.clock_offset_us, self._lease_us)
+        self._ahead = AheadClaim(mine, Settled(outcome, claim, entry), 0)
+
+    def _server_send_held(self) -> None:
+        """Send the DONEs the batch still holds (at the end of the run)."""
+        if self._server is not None:
+            self._server.batch.send_held(self._server.verdict_log.server)
+            self._server_batch_settle()
 
     # -- the loop ------------------------------------------------------------------------------
 
@@ -885,6 +960,7 @@ class Worker:
         stop = stop if stop is not None else threading.Event()
         self._stop = stop
         reason = "stopped"
+        self._batching = True
         try:
             while True:
                 in_hand = self._ahead is not None or self._in_hand is not None
@@ -912,11 +988,13 @@ class Worker:
                         # hand (its lease lapses and another worker takes the task over).
                         self._ahead = self._in_hand = None
                     stop.wait(self.config.idle_poll_s)
+            self._server_send_held()
             self._save_checkpoint(final=True)
         except BaseException as e:
             reason = f"error: {error_text(e)}"
             raise
         finally:
+            self._batching = False
             self.record.exited(reason)
         return reason
 
@@ -948,6 +1026,9 @@ class Worker:
         return us_to_seconds(fold_time_us - self.clock_offset_us)
 
     def close(self) -> None:
+        if self._server is not None:  # (sent by run() already, unless it raised)
+            with contextlib.suppress(LogError):
+                self._server.batch.send_held(self._server.verdict_log.server)
         self._renewer.close()
         self._time_limits.close()
         for log in self._owned_logs:

@@ -385,6 +385,31 @@ def test_an_entry_without_data_is_reported_as_damage(log: RedisLog, redis_url: s
     assert raised.value.offset == pack_id(*parse_id(bad))
 
 
+def test_check_finds_the_damage_read_finds_without_reading_the_records(
+    log: RedisLog, redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`check` looks on the server (RedisLog.check): its batches' edges (CHECK_BATCH) are
+    crossed, the end it returns is `read`'s, and an entry without data is damage at its
+    position, as `read` says."""
+    monkeypatch.setattr(redis_log, "CHECK_BATCH", 3)
+    positions = log.append_many([b"%d" % n for n in range(7)])
+    monkeypatch.setattr(RedisLog, "read", lambda *a, **k: pytest.fail("check read records"))
+    assert log.check() == positions[-1] + 1
+    client = raw_client(redis_url)
+    try:
+        bad = client.xadd("qw:t", {"other": b"x"})
+        client.xadd("qw:t", {"d": b"after it"})
+    finally:
+        client.close()
+    with pytest.raises(CorruptLogError, match="no 'd' field") as raised:
+        log.check()
+    assert raised.value.offset == pack_id(*parse_id(bad))
+
+
+def test_check_of_an_empty_stream_is_its_start(log: RedisLog) -> None:
+    assert log.check() == log.start
+
+
 def test_close_is_idempotent_and_final(redis_url: str) -> None:
     handle = RedisLog.open(redis_url, "t")
     position = handle.append(b"x")

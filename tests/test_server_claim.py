@@ -8,7 +8,7 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from logstore.redis_log import RedisLog
@@ -96,58 +96,117 @@ def test_a_task_backing_off_is_not_claimed_until_its_time(
 
 
 WORKERS = ("w0-1-aa", "w1-2-bb", "w2-3-cc")
-# a call of the claiming script by a worker: its lease, and how it ends the task it holds
-# (if any) in the same call: DONE, FAIL with a backoff, dead FAIL, or not at all
+# a call of the claiming script by a worker: its lease, how it ends the first task it holds
+# (if any) in the same call: DONE, FAIL with a backoff, dead FAIL, or not at all; whether
+# to claim; how many tasks to claim at most; and whether its other held tasks are DONE and
+# go first in the same call (queue_worker.claim_batch: DONEs held for the next call)
 calls = st.tuples(
     st.sampled_from(WORKERS),
     st.sampled_from([-1000, 0, 500, 1000, 10**9]),
     st.sampled_from(["done", "retry", "dead", "keep"]),
     st.sampled_from([-1000, 0, 2000, 10**9]),
     st.booleans(),
+    st.integers(1, 3),
+    st.booleans(),
 )
 
 
 @settings(
-    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
-@given(history=st.lists(calls, min_size=1, max_size=30), tasks=st.integers(0, 4))
+@given(history=st.lists(calls, min_size=1, max_size=30), tasks=st.integers(0, 12))
 def test_the_claiming_scripts_verdicts_are_the_folds(
-    redis_url: str, history: list[tuple[str, int, str, int, bool]], tasks: int
+    redis_url: str, history: list[tuple[str, int, str, int, bool, int, bool]], tasks: int
 ) -> None:
-    """Generated runs of the claiming script (each call maybe finishing the caller's task,
-    maybe claiming): every record it appends, CLAIMs built on the server included, is folded
-    by ClaimState from the stream's bytes with the server's verdict and task state, and the
-    report's cross-check finds nothing."""
+    """Generated runs of the claiming script (each call maybe finishing the caller's tasks,
+    maybe claiming one or several): every record it appends, CLAIMs built on the server
+    included, is folded by ClaimState from the stream's bytes, in the stream's order, with
+    the server's verdict and task state, and the report's cross-check finds nothing."""
     tasks_log, claims = open_topics(f"{redis_url}?prefix=h{uuid.uuid4().hex[:10]}")
     with tasks_log, claims:
         assert isinstance(tasks_log, RedisLog) and isinstance(claims, RedisLog)
         _enqueue(tasks_log, tasks)
         server = ServerClaims(claims, tasks_log)
         fold = ClaimState()
-        held: dict[str, tuple[int, int]] = {}  # worker -> (task, claim position) it holds
-        for i, (worker, lease, end, backoff, claim) in enumerate(history):
+        held: dict[str, list[tuple[int, int]]] = {}  # worker -> (task, claim position)s
+        for i, (worker, lease, end, backoff, claim, want, batch) in enumerate(history):
+            at = 1_700_000_000_000_000 + i
+            mine = held.get(worker, [])
             finish: Done | Fail | None = None
-            if worker in held and end != "keep":
-                task, position = held.pop(worker)
-                at = 1_700_000_000_000_000 + i
+            earlier: list[tuple[Done | Fail, bytes]] = []
+            if mine and end != "keep":
+                if batch:
+                    for task, position in mine[1:]:
+                        done = Done(task, worker, at, position, i)
+                        earlier.append((done, encode(done)))
+                    del mine[1:]
+                task, position = mine.pop(0)
                 if end == "done":
                     finish = Done(task, worker, at, position, i)
                 else:
                     retry = at + backoff if end == "retry" else None
                     finish = Fail(task, worker, at, position, f"boom {i}", retry)
-            got = server.next(worker, lease, i, finish=finish, claim=claim or finish is None)
-            answers = [a for a in (got.finished, got.claimed) if a is not None]
-            for answer in answers:
+            got = server.next(
+                worker,
+                lease,
+                i,
+                finish=finish,
+                claim=claim or finish is None,
+                want=want,
+                earlier=earlier,
+            )
+            assert len(got.earlier) == len(earlier)
+            event(f"claimed with others: {len(got.more)}")
+            assert len(got.more) <= want - 1 and (not got.more or got.claimed is not None)
+            answers = [*got.earlier, got.finished, got.claimed, *(m.claimed for m in got.more)]
+            for answer in [a for a in answers if a is not None]:
                 [entry] = claims.read(answer.position, 1)
                 record = decode_claims_entry(entry)
                 assert not isinstance(record, Unknown)
                 outcome = fold.apply(record, entry.position)
                 assert answer.verdict is outcome.verdict, (i, record)
                 assert answer.task == fold_view(fold, record.task), (i, record)
-            if got.claimed is not None and got.claim is not None:
-                assert got.claimed.verdict.won  # the pick chose a task the rules let go
-                held[worker] = (got.claim.task, got.claimed.position)
+            assert fold.position == claims.end() - 1  # every record appended was answered
+            made = [(got.claimed, got.claim)] if got.claim is not None else []
+            for claimed, claim_made in [*made, *((m.claimed, m.claim) for m in got.more)]:
+                assert claimed is not None and claimed.verdict.won  # the pick let it go
+                # (a task of ours again: our lease on it had lapsed, the new claim holds it)
+                mine = [(t, p) for t, p in mine if t != claim_made.task]
+                mine.append((claim_made.task, claimed.position))
+            held[worker] = mine
         assert check_log(claims) == []
+
+
+def test_several_tasks_are_claimed_in_one_call_and_their_dones_sent_in_the_next(
+    logs: tuple[RedisLog, RedisLog],
+) -> None:
+    """`want` tasks from a deep backlog (twice as many untouched tasks as wanted), one from
+    a shallow one (each of the last tasks to a worker of its own); the DONEs held for the
+    next call are folded first, in order."""
+    tasks, claims = logs
+    _enqueue(tasks, 10)
+    server = ServerClaims(claims, tasks)
+    got = server.next("a", NEVER, 1, want=3)
+    assert got.claim is not None and got.claim.task == 0
+    assert [m.claim.task for m in got.more] == [1, 2]
+    assert [decode_task(m.payload or b"") for m in got.more] == [
+        TaskRecord({"n": 1}, 1),
+        TaskRecord({"n": 2}, 1),
+    ]
+    assert got.claimed is not None
+    held = [(got.claimed.position, 0), *((m.claimed.position, m.claim.task) for m in got.more)]
+    earlier = [(d, encode(d)) for d in (Done(t, "a", 2, p, "ok") for p, t in held[:2])]
+    last = Done(2, "a", 2, held[2][0], "ok")
+    after = server.next("a", NEVER, 2, finish=last, earlier=earlier, want=3)
+    assert [a.verdict for a in after.earlier] == [Verdict.DONE, Verdict.DONE]
+    assert [a.position for a in after.earlier] == sorted(a.position for a in after.earlier)
+    assert after.finished is not None and after.finished.verdict is Verdict.DONE
+    assert after.finished.position > after.earlier[-1].position
+    assert after.claim is not None and after.claim.task == 3  # 7 untouched: deep
+    assert [m.claim.task for m in after.more] == [4, 5]
+    shallow = server.next("b", NEVER, 3, want=3)  # 4 untouched: fewer than twice 3
+    assert shallow.claim is not None and shallow.claim.task == 6 and shallow.more == ()
+    assert check_log(claims) == []
 
 
 def test_a_restarted_worker_leaves_its_predecessors_lapsed_task_to_the_others(
