@@ -32,7 +32,8 @@ file log's), each queue under a fresh ``?prefix=`` (its keys deleted after its c
 both verdict modes: the queue's default, server verdicts (a script call finishes the
 worker's tasks and claims its next ones, up to 8 a call: queue_worker/server_claim.py,
 claim_batch.py), and ``&verdicts=client`` (every worker folds every claims record of its
-partition).
+partition). The server's counts are the whole server's: give the bench a server nothing
+else uses meanwhile.
 
 Runs are interleaved over the repeats (P = 1, 2, 4, 8, 1, 2, …) and the medians kept.
 Writes a Markdown section to stdout and to bench/results-partitions.md (``--out``).
