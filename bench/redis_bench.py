@@ -28,6 +28,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -119,22 +120,26 @@ class RedisUp:
         return self.tasks / self.span_s if self.span_s > 0 else float("nan")
 
 
+def server_stats(client: object) -> tuple[Counter[str], int, float]:
+    """(calls by command, bytes sent to clients, CPU seconds) the server has counted since
+    its start or the last CONFIG RESETSTAT (a subcommand's calls are its command's)."""
+    import redis
+
+    assert isinstance(client, redis.Redis)
+    calls: Counter[str] = Counter()
+    for k, v in client.info("commandstats").items():
+        calls[k.removeprefix("cmdstat_").split("|")[0]] += int(v["calls"])
+    stats = client.info("stats")
+    cpu = client.info("cpu")
+    return calls, int(stats["total_net_output_bytes"]), cpu["used_cpu_user"] + cpu["used_cpu_sys"]
+
+
 def _server_counts(
     client: object, round_trips: tuple[str, ...] = ROUND_TRIPS
 ) -> tuple[int, int, float]:
     """(round trips, bytes sent, CPU seconds) the server has counted since the reset."""
-    import redis
-
-    assert isinstance(client, redis.Redis)
-    commands = client.info("commandstats")
-    calls = sum(
-        int(v["calls"])
-        for k, v in commands.items()
-        if k.removeprefix("cmdstat_").split("|")[0] in round_trips
-    )
-    stats = client.info("stats")
-    cpu = client.info("cpu")
-    return calls, int(stats["total_net_output_bytes"]), cpu["used_cpu_user"] + cpu["used_cpu_sys"]
+    calls, sent, cpu = server_stats(client)
+    return sum(calls[c] for c in round_trips), sent, cpu
 
 
 def qw_up_redis(
