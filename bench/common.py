@@ -12,7 +12,8 @@ Two ways to start a drain's workers (`run_fleet(start=...)`):
   a fresh interpreter that imports the worker code), told the queue so that it folds it
   (`warm_server`, as `qw up` does once it knows its queue), then each worker is forked from
   it (`supervisor.forked.ForkedWorker`, which `supervisor.forked.start_worker` returns for
-  the supervisor's `_spawn`), one after another; the server is stopped once all have exited.
+  the supervisor's `_spawn`), one after another, slot 0 last as `Supervisor.start` does;
+  the server is stopped once all have exited.
   Its environment (and so the workers') is `ENV`.
 - "popen": each worker a fresh interpreter, ``python -m queue_worker.process``
   (`queue_worker.fleet`, as the tests start theirs, and as `qw up` does with
@@ -249,7 +250,10 @@ def _run_forked(configs: Sequence[WorkerConfig], log_dir: Path) -> FleetRun:
     workers: list[forked.ForkedWorker] = []
     try:
         forked.warm_server(location, len(configs))
-        for config in configs:
+        # Slot 0 last, as `Supervisor.start` forks them: it saves the checkpoint at its exit,
+        # with filelock, which the server imports once its first worker is forked.
+        order = [*configs[1:], *configs[:1]]
+        for config in order:
             # what start_worker returns for Supervisor._spawn (unless QW_WORKER_START=exec,
             # which would make this start a popen one: the class itself, then)
             workers.append(forked.ForkedWorker(config, log_dir / f"{config.name}.log"))
@@ -260,7 +264,7 @@ def _run_forked(configs: Sequence[WorkerConfig], log_dir: Path) -> FleetRun:
         running = [w.pid for w in workers if w.poll() is None]
         if running:
             raise BenchError(f"workers {running} still running after {TIMEOUT_S:.0f}s")
-        failed = [(c, w) for c, w in zip(configs, workers, strict=True) if w.poll() != 0]
+        failed = [(c, w) for c, w in zip(order, workers, strict=True) if w.poll() != 0]
         if failed:
             config, worker = failed[0]
             raise BenchError(
@@ -344,12 +348,21 @@ class Fold:
     failed: int = 0
     first_claim_at: int | None = None
     last_done_at: int | None = None
+    #: worker id -> `at` of its first CLAIM (how long the workers took to all be claiming)
+    first_claim_by: dict[str, int] = field(default_factory=dict)
     #: task -> `at` of its first winning CLAIM
     won_at: dict[int, int] = field(default_factory=dict)
     #: task -> the worker id of its latest winning CLAIM
     holders: dict[int, str] = field(default_factory=dict)
     #: (takeover CLAIM, the expired lease it replaced)
     takeover_list: list[tuple[Claim, Lease]] = field(default_factory=list)
+
+    @property
+    def ramp_us(self) -> int:
+        """The first CLAIM → the first CLAIM of the last worker to make one."""
+        if self.first_claim_at is None:
+            return 0
+        return max(self.first_claim_by.values()) - self.first_claim_at
 
     @property
     def lost_total(self) -> int:
@@ -392,6 +405,7 @@ def fold_claims(location: str | Path) -> Fold:
                 fold.claims += 1
                 if fold.first_claim_at is None:
                     fold.first_claim_at = record.at
+                fold.first_claim_by.setdefault(record.worker, record.at)
                 if verdict.won:
                     fold.wins += 1
                     fold.won_at.setdefault(record.task, record.at)

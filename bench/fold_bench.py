@@ -276,7 +276,7 @@ def run_drain_pairs(
 START_NAMES: dict[Start, str] = {"fork": "fork (as qw up)", "popen": "popen"}
 DRAIN_HEADERS = (
     "workers", "path", "start", "qw tasks/s", "raw loop tasks/s", "qw / raw", "runs",
-    "CPU µs/task", "server", "start-up s",
+    "CPU µs/task", "server", "start-up s", "ramp ms",
 )  # fmt: skip
 
 
@@ -297,7 +297,8 @@ def drain_text(drains: Drains, tasks: int, repeats: int) -> tuple[list[str], lis
                      " / ".join(f"{share:.1%}" for share in shares),
                      num(median(r.cpu_us_per_task for r in runs)),
                      num(server) if start == "fork" else "–",
-                     num(median(r.startup_s for r in runs), 2)]
+                     num(median(r.startup_s for r in runs), 2),
+                     num(median(r.ramp_s * 1e3 for r in runs))]
                 )  # fmt: skip
         runs = drains.qw["compiled", drains.judged, n]
         qw = median(r.rate for r in runs)
@@ -325,7 +326,9 @@ def drain_text(drains: Drains, tasks: int, repeats: int) -> tuple[list[str], lis
         "user + system time of the workers and, fork, of their fork server (of which in "
         "*server*: its start, imports, folds and forks), start-ups included, over the tasks "
         "(a shared machine's load skews it less than the rates); *start-up s*: launch (of the "
-        "fork server, or the first worker) → first CLAIM.",
+        "fork server, or the first worker) → first CLAIM; *ramp ms*: first CLAIM → the first "
+        "CLAIM of the last worker to make one (the part of the window the workers were still "
+        "starting in).",
         "",
         table(DRAIN_HEADERS, rows),
         "",

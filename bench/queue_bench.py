@@ -3,10 +3,12 @@ lost claim attempts per pick strategy; the durable drain.
 
 qw: `tasks` no-op tasks (bench.noop) are enqueued first, one `Queue.enqueue` each; then
 N worker processes (exit_when_drained, pick spread in slots 0..N-1 of N) drain them,
-started as `qw up` starts its workers (`start="fork"`, the default: a fork server that
-has imported the worker code and folded the queue forks them one after another, ~4 ms
-each; bench.common) or, to compare, each as a fresh interpreter (`start="popen"`:
-``python -m queue_worker.process``, ~0.1-0.2 s of CPU each before its first claim).
+configured and started as `qw up --exit-when-drained` configures and starts its workers
+(`start="fork"`, the default: a fork server that has imported the worker code and folded
+the queue forks them one after another, slot 0 last; bench.common; idle_poll_s as the
+supervisor sets it) or, to compare, each as a fresh interpreter (`start="popen"`:
+``python -m queue_worker.process``, ~0.1 s of CPU each before its first claim, against
+~0.015 s for a forked one).
 Rate = tasks / (last accepted DONE's `at` − first CLAIM's `at`), read from the claims log:
 the window opens when the first worker claims, so its own start is outside it, but the
 other workers' starts that overlap its work (forks, or interpreter start-ups on the same
@@ -49,6 +51,7 @@ from bench.common import (
 )
 from queue_worker.config import PICK_STRATEGIES
 from queue_worker.snapshot import WorkerSnapshot
+from supervisor.supervisor import DRAINED_IDLE_POLL_S
 
 TARGET_RAW_RATIO = 0.50
 TARGET_HUEY_OFF_RATIO = 1.8
@@ -76,6 +79,7 @@ class QwDrain:
     span_s: float  # first CLAIM `at` → last accepted DONE `at`
     wall_s: float  # launch (the fork server's, or the first worker's) → exit of the last
     startup_s: float  # launch → first CLAIM `at`
+    ramp_s: float  # first CLAIM `at` → the last worker's first CLAIM `at` (inside the span)
     claims: int
     lost: int
     snapshots: list[WorkerSnapshot] = field(repr=False)
@@ -134,7 +138,10 @@ def qw_drain(
             enqueue_batch(data, tasks)
         else:
             enqueue(data, tasks, fsync=fsync)
-        configs = fleet_configs(data, d / "run", workers, fsync=fsync, pick=pick)
+        # idle_poll_s as `qw up --exit-when-drained` sets it (SupervisorOptions.worker_config)
+        configs = fleet_configs(
+            data, d / "run", workers, fsync=fsync, pick=pick, idle_poll_s=DRAINED_IDLE_POLL_S
+        )
         cpu_before = children_cpu_s()
         run = run_fleet(configs, d / "logs", start)
         cpu = children_cpu_s() - cpu_before
@@ -147,6 +154,7 @@ def qw_drain(
             span_s=fold.span_us / 1e6,
             wall_s=run.ended - run.launched,
             startup_s=fold.first_claim_at / 1e6 - run.launched,
+            ramp_s=fold.ramp_us / 1e6,
             claims=fold.claims,
             lost=fold.lost_total,
             snapshots=snapshots(d / "run"),
@@ -237,6 +245,7 @@ def drain_section(results: DrainResults) -> Section:
                 _runs([r.rate for r in qw]),
                 num(median(r.wall_rate for r in qw)),
                 num(median(r.startup_s for r in qw), 2),
+                num(median(r.ramp_s * 1e3 for r in qw)),
                 num(median(r.cpu_us_per_task for r in qw)),
                 num(off),
                 num(default),
@@ -264,7 +273,9 @@ def drain_section(results: DrainResults) -> Section:
         f"{STARTED[results.start]}; tasks/s from the first CLAIM's `at` to the last accepted "
         "DONE's `at` (the first worker's start is outside that window; the other workers' "
         "starts, as far as they overlap its work, are inside it); *wall* is tasks / (launch → "
-        "last exit); *start-up* is launch → first CLAIM; *CPU* is the workers' (and their "
+        "last exit); *start-up* is launch → first CLAIM; *ramp*: first CLAIM → the last "
+        "worker's first CLAIM (the part of the window the workers were still starting in); "
+        "*CPU* is the workers' (and their "
         "fork server's) user + system time over the tasks, start-ups included. Huey: SqliteHuey, "
         "process consumer, tasks/s from the first task's start to the last task's end. Raw "
         "loop: bench/raw_loop.py, pre-forked processes timed from their release to the last "
@@ -277,6 +288,7 @@ def drain_section(results: DrainResults) -> Section:
                 "qw runs",
                 "qw wall tasks/s",
                 "qw start-up s",
+                "qw ramp ms",
                 "qw CPU µs/task",
                 "Huey sync off",
                 "Huey default",
