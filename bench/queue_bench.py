@@ -361,8 +361,8 @@ def collisions_section(root: Path, backlog: int, workers: int = 8) -> Section:
             spread_pct = run.lost_pct
     body = "\n".join(
         [
-            f"{workers} workers ({STARTED['fork']}) drain a backlog of {backlog:,} no-op "
-            "tasks; lost attempts are "
+            f"{workers} workers (forked from a preloaded fork server, as `qw up` starts them) "
+            f"drain a backlog of {backlog:,} no-op tasks; lost attempts are "
             "the CLAIMs the fold judged lost (held, done, …), over all CLAIMs in the log. "
             "Every run passed the exactly-once check.",
             "",
