@@ -274,6 +274,11 @@ def run_drain_pairs(
 
 
 START_NAMES: dict[Start, str] = {"fork": "fork (as qw up)", "popen": "popen"}
+#: how the targets' line says the workers were started
+STARTED: dict[Start, str] = {
+    "fork": "forked as `qw up` forks them",
+    "popen": "each a fresh interpreter",
+}
 DRAIN_HEADERS = (
     "workers", "path", "start", "qw tasks/s", "raw loop tasks/s", "qw / raw", "runs",
     "CPU µs/task", "server", "start-up s", "ramp ms",
@@ -305,7 +310,7 @@ def drain_text(drains: Drains, tasks: int, repeats: int) -> tuple[list[str], lis
         targets.append(
             Target(
                 f"drain, {n} workers, no fsync, vs raw-log loop (same run; "
-                f"workers started {START_NAMES[drains.judged]})",
+                f"workers {STARTED[drains.judged]})",
                 f"≥ {TARGET_RAW[n]:.0%} of raw",
                 f"{qw / raw:.1%} ({num(qw)} vs {num(raw)}/s)",
                 qw / raw >= TARGET_RAW[n],
@@ -317,7 +322,7 @@ def drain_text(drains: Drains, tasks: int, repeats: int) -> tuple[list[str], lis
         f"as many processes, interleaved, median of {repeats}. qw's workers started two ways "
         "in the same run (the order flipped every repeat): *fork (as qw up)*: a fork server "
         "(a fresh interpreter importing the worker code, then folding the queue) forks them "
-        "one after another, as `qw up` does; *popen*: each a fresh interpreter "
+        "one after another, slot 0 last, as `qw up` does; *popen*: each a fresh interpreter "
         "(`python -m queue_worker.process`). qw tasks/s: first CLAIM's `at` → last accepted "
         "DONE's `at`, so the first worker's start is outside the window and the other "
         "workers' starts that overlap its work are inside it (forks; or interpreter "
@@ -330,7 +335,7 @@ def drain_text(drains: Drains, tasks: int, repeats: int) -> tuple[list[str], lis
         "CLAIM of the last worker to make one (the part of the window the workers were still "
         "starting in).",
         "",
-        table(DRAIN_HEADERS, rows),
+        table(DRAIN_HEADERS, rows, right=3),
         "",
         f"Raw loop CPU µs/task (its processes, fork from a warm parent included): {raw_cpu}.",
     ]
