@@ -3,13 +3,29 @@ claims log to check and time a run, percentiles, and the Markdown it prints.
 
 Times in the claims log are the records' own `at` (wall clock, µs; on Redis the server's
 clock). A drain is timed from the first CLAIM's `at` to the last accepted DONE's `at`, so
-process start-up is not part of it; the wall time from launch is reported beside it.
+the first worker's start-up is not part of it (the wall time from launch is reported beside
+it); whatever the other workers' starts cost while the first one works is.
+
+Two ways to start a drain's workers (`run_fleet(start=...)`):
+
+- "fork", as `qw up` starts them: a fork server is started (`supervisor.forked.start_server`,
+  a fresh interpreter that imports the worker code), told the queue so that it folds it
+  (`warm_server`, as `qw up` does once it knows its queue), then each worker is forked from
+  it (`supervisor.forked.ForkedWorker`, which `supervisor.forked.start_worker` returns for
+  the supervisor's `_spawn`), one after another, slot 0 last as `Supervisor.start` does;
+  the server is stopped once all have exited.
+  Its environment (and so the workers') is `ENV`.
+- "popen": each worker a fresh interpreter, ``python -m queue_worker.process``
+  (`queue_worker.fleet`, as the tests start theirs, and as `qw up` does with
+  QW_WORKER_START=exec), one after another.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import platform
+import resource
 import shutil
 import signal
 import socket
@@ -21,9 +37,10 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Final, Literal, TypeVar
 
 from logstore import open_log
+from logstore.location import is_redis_url
 from queue_worker.config import WorkerConfig
 from queue_worker.fleet import WorkerProcesses
 from queue_worker.percentile import nearest_rank
@@ -43,6 +60,9 @@ ENV = {
 NOOP = "bench.noop:noop"
 #: how long any one wait of a benchmark may take before the run is declared broken
 TIMEOUT_S = 300.0
+#: how a benchmark starts qw's workers (module docstring); "fork" is how `qw up` does
+Start = Literal["fork", "popen"]
+STARTS: Final[tuple[Start, ...]] = ("fork", "popen")
 
 T = TypeVar("T")
 
@@ -179,14 +199,118 @@ class Fleet(WorkerProcesses):
             )
 
 
-def run_fleet(configs: Sequence[WorkerConfig], log_dir: Path) -> tuple[float, float]:
-    """Start the workers (exit_when_drained) and wait for them all: (launch, exit) wall times."""
+@dataclass(frozen=True)
+class FleetRun:
+    """How a fleet's run went, as its starter saw it."""
+
+    start: Start
+    launched: float  # wall clock, s: the first process started (fork server or worker)
+    ended: float  # wall clock, s: the last worker seen exited
+    #: "fork": the fork server's pid, and its own CPU seconds (user + system: its start,
+    #: imports, folds and forks; not the workers'), read just before it was stopped
+    server_pid: int | None = None
+    server_cpu_s: float = 0.0
+
+
+def run_fleet(configs: Sequence[WorkerConfig], log_dir: Path, start: Start = "popen") -> FleetRun:
+    """Start the workers (exit_when_drained) the `start` way and wait for them all.
+
+    Either way every worker ends as this process's descendant that has been waited for, so
+    RUSAGE_CHILDREN counts its CPU once this returns (forked: its parent, the fork server,
+    reaped it, and the server is reaped here)."""
+    if start == "fork":
+        return _run_forked(configs, log_dir)
     with Fleet(log_dir) as fleet:
         launched = time.time()
         for config in configs:
             fleet.start(config)
         fleet.wait_all()
-        return launched, time.time()
+        return FleetRun("popen", launched, time.time())
+
+
+def children_cpu_s() -> float:
+    """CPU seconds (user + system) of this process's waited-for descendants: after
+    `run_fleet`, its workers (and their fork server) among them."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _run_forked(configs: Sequence[WorkerConfig], log_dir: Path) -> FleetRun:
+    """`run_fleet(start="fork")`: the order `qw up` follows (supervisor.entry starts the
+    server first thing, `qw up` warms it, the supervisor forks each slot's worker)."""
+    from supervisor import forked  # (the popen benchmarks need none of it)
+
+    log_dir.mkdir(parents=True, exist_ok=True)
+    location = configs[0].location
+    launched = time.time()
+    # The server is a fresh interpreter with this process's environment: ENV's then (the
+    # QW_PURE of the fold bench, PYTHONPATH), and every worker forked from it inherits it.
+    with _environment(ENV):
+        server = forked.start_server(redis=is_redis_url(location))
+    workers: list[forked.ForkedWorker] = []
+    try:
+        forked.warm_server(location, len(configs))
+        # Slot 0 last, as `Supervisor.start` forks them: it saves the checkpoint at its exit,
+        # with filelock, which the server imports once its first worker is forked.
+        order = [*configs[1:], *configs[:1]]
+        for config in order:
+            # what start_worker returns for Supervisor._spawn (unless QW_WORKER_START=exec,
+            # which would make this start a popen one: the class itself, then)
+            workers.append(forked.ForkedWorker(config, log_dir / f"{config.name}.log"))
+        deadline = time.monotonic() + TIMEOUT_S
+        for worker in workers:
+            worker.wait(max(0.1, deadline - time.monotonic()))
+        ended = time.time()
+        running = [w.pid for w in workers if w.poll() is None]
+        if running:
+            raise BenchError(f"workers {running} still running after {TIMEOUT_S:.0f}s")
+        failed = [(c, w) for c, w in zip(order, workers, strict=True) if w.poll() != 0]
+        if failed:
+            config, worker = failed[0]
+            raise BenchError(
+                f"worker {config.name} (pid {worker.pid}) exited with {worker.poll()}: "
+                f"{_last_line(log_dir / f'{config.name}.log')}"
+            )
+        return FleetRun("fork", launched, ended, server, _own_cpu_s(server))
+    finally:
+        for worker in workers:
+            if worker.poll() is None:
+                os.kill(worker.pid, signal.SIGKILL)  # in its own session: never us
+                worker.wait(30)
+        forked.stop_server()  # it reaps nothing more; we reap it (and its children's CPU)
+
+
+@contextmanager
+def _environment(env: dict[str, str]) -> Iterator[None]:
+    """os.environ is `env` meanwhile (what a process started meanwhile inherits)."""
+    saved = dict(os.environ)
+    os.environ.clear()
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def _own_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of the running process `pid` itself (not its children);
+    NaN where /proc says nothing."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return math.nan
+    fields = stat.rpartition(")")[2].split()  # after the command name, which may hold spaces
+    utime, stime = int(fields[11]), int(fields[12])  # fields 14 and 15 of proc(5)
+    return (utime + stime) / os.sysconf("SC_CLK_TCK")
+
+
+def _last_line(path: Path) -> str:
+    try:
+        lines = path.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return "(no log)"
+    return lines[-1] if lines else "(empty log)"
 
 
 # -- producing -------------------------------------------------------------------------------
@@ -224,12 +348,21 @@ class Fold:
     failed: int = 0
     first_claim_at: int | None = None
     last_done_at: int | None = None
+    #: worker id -> `at` of its first CLAIM (how long the workers took to all be claiming)
+    first_claim_by: dict[str, int] = field(default_factory=dict)
     #: task -> `at` of its first winning CLAIM
     won_at: dict[int, int] = field(default_factory=dict)
     #: task -> the worker id of its latest winning CLAIM
     holders: dict[int, str] = field(default_factory=dict)
     #: (takeover CLAIM, the expired lease it replaced)
     takeover_list: list[tuple[Claim, Lease]] = field(default_factory=list)
+
+    @property
+    def ramp_us(self) -> int:
+        """The first CLAIM → the first CLAIM of the last worker to make one."""
+        if self.first_claim_at is None:
+            return 0
+        return max(self.first_claim_by.values()) - self.first_claim_at
 
     @property
     def lost_total(self) -> int:
@@ -272,6 +405,7 @@ def fold_claims(location: str | Path) -> Fold:
                 fold.claims += 1
                 if fold.first_claim_at is None:
                     fold.first_claim_at = record.at
+                fold.first_claim_by.setdefault(record.worker, record.at)
                 if verdict.won:
                     fold.wins += 1
                     fold.won_at.setdefault(record.task, record.at)

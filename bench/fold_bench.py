@@ -18,34 +18,50 @@ off as a catch-up holds it off.
 Drain: `tasks` no-op tasks drained by 2 and by 8 qw worker processes (the drain section's
 `qw_drain`, checked exactly-once) and by the raw loop (`bench.raw_loop`) with as many
 processes, interleaved, median of the repeats; qw / raw is the share of the raw loop's rate
-that qw reaches.
+that qw reaches. qw's workers are started both ways of `bench.common.run_fleet` in the same
+run (the order flipped every repeat): forked from a preloaded fork server, as `qw up` starts
+them (what the targets are judged on), and each as a fresh interpreter (Popen). qw's window
+is first CLAIM → last accepted DONE: the first worker's start is outside it, the start of
+the others that overlaps its work inside it. The raw loop's processes are forked from this
+(warm) process and released together: its window is release → last exit.
 
 Both ways of running the fold are measured in the same run: the Python modules
 (`QW_PURE=1`) and the compiled ones (`queue_worker.compiled`; the line under each table says
 what was in use). The replays run in a child process per path (a process imports one or the
 other); the drains' workers get the path in their environment.
 
-    python -m bench.fold_bench [--records N] [--tasks N] [--repeats N]
+    python -m bench.fold_bench [--records N] [--tasks N] [--repeats N] [--start fork|popen|both]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import resource
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from bench import common, raw_loop
-from bench.common import REPO, Section, Target, median, num, scratch, table
+from bench.common import (
+    REPO,
+    STARTS,
+    Section,
+    Start,
+    Target,
+    children_cpu_s,
+    median,
+    num,
+    scratch,
+    table,
+)
 from bench.long_bench import extend
-from bench.queue_bench import qw_drain
+from bench.queue_bench import QwDrain, qw_drain
 from logstore import Entry, Log, open_log
 from logstore.file_log import FileLog
 from queue_worker import claims_span, compiled
@@ -207,12 +223,6 @@ def replay_on(path: str, data: Path, repeats: int) -> Replay:
     return Replay(json.loads(done.stdout))
 
 
-def children_cpu() -> float:
-    """CPU seconds (user + system) of this process's waited-for children: a drain's workers."""
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
-
-
 def replay_child(data: Path, repeats: int) -> None:
     """--replay-of: measure in this process, print JSON for `replay_on`."""
     rates = replay_rates(data, repeats)
@@ -227,7 +237,114 @@ def replay_child(data: Path, repeats: int) -> None:
 # -- the section -----------------------------------------------------------------------------
 
 
-def fold_section(root: Path, records: int, tasks: int, repeats: int) -> Section:
+@dataclass
+class Drains:
+    """The section's drains: qw's by (path, start, workers), the raw loop's by workers."""
+
+    starts: tuple[Start, ...]
+    qw: dict[tuple[str, Start, int], list[QwDrain]] = field(default_factory=dict)
+    raw: dict[int, list[float]] = field(default_factory=dict)  # tasks/s
+    raw_cpu: dict[int, list[float]] = field(default_factory=dict)  # µs/task
+
+    @property
+    def judged(self) -> Start:
+        """The start the targets are judged on: `qw up`'s, when measured."""
+        return "fork" if "fork" in self.starts else self.starts[0]
+
+
+def run_drain_pairs(
+    root: Path, tasks: int, repeats: int, starts: tuple[Start, ...] = STARTS
+) -> Drains:
+    """qw's drains on each path and start, and the raw loop's, interleaved; the starts'
+    order flips every repeat (the one after the other might find the machine warmer)."""
+    out = Drains(starts)
+    for rep in range(repeats):
+        order = starts if rep % 2 == 0 else starts[::-1]
+        for n in WORKER_COUNTS:
+            log(f"fold: drain repeat {rep + 1}/{repeats}, {n} workers: qw {order} × {PATHS}, raw")
+            for path in PATHS:
+                for start in order:
+                    with on_path(path):
+                        run = qw_drain(root, n, tasks, start=start)
+                    out.qw.setdefault((path, start, n), []).append(run)
+            before = children_cpu_s()
+            out.raw.setdefault(n, []).append(raw_loop.drain(n, tasks))
+            out.raw_cpu.setdefault(n, []).append((children_cpu_s() - before) / tasks * 1e6)
+    return out
+
+
+START_NAMES: dict[Start, str] = {"fork": "fork (as qw up)", "popen": "popen"}
+#: how the targets' line says the workers were started
+STARTED: dict[Start, str] = {
+    "fork": "forked as `qw up` forks them",
+    "popen": "each a fresh interpreter",
+}
+DRAIN_HEADERS = (
+    "workers", "path", "start", "qw tasks/s", "raw loop tasks/s", "qw / raw", "runs",
+    "CPU µs/task", "server", "start-up s", "ramp ms",
+)  # fmt: skip
+
+
+def drain_text(drains: Drains, tasks: int, repeats: int) -> tuple[list[str], list[Target]]:
+    """The drain table and its targets (on the compiled path and `drains.judged`)."""
+    rows = []
+    targets = []
+    for n in WORKER_COUNTS:
+        raw = median(drains.raw[n])
+        for path in PATHS:
+            for start in drains.starts:
+                runs = drains.qw[path, start, n]
+                qw = median(r.rate for r in runs)
+                shares = [q.rate / r for q, r in zip(runs, drains.raw[n], strict=True)]
+                server = median(r.server_cpu_s / r.tasks * 1e6 for r in runs)
+                rows.append(
+                    [str(n), path, START_NAMES[start], num(qw), num(raw), f"{qw / raw:.1%}",
+                     " / ".join(f"{share:.1%}" for share in shares),
+                     num(median(r.cpu_us_per_task for r in runs)),
+                     num(server) if start == "fork" else "–",
+                     num(median(r.startup_s for r in runs), 2),
+                     num(median(r.ramp_s * 1e3 for r in runs))]
+                )  # fmt: skip
+        runs = drains.qw["compiled", drains.judged, n]
+        qw = median(r.rate for r in runs)
+        targets.append(
+            Target(
+                f"drain, {n} workers, no fsync, vs raw-log loop (same run; "
+                f"workers {STARTED[drains.judged]})",
+                f"≥ {TARGET_RAW[n]:.0%} of raw",
+                f"{qw / raw:.1%} ({num(qw)} vs {num(raw)}/s)",
+                qw / raw >= TARGET_RAW[n],
+            )
+        )
+    raw_cpu = ", ".join(f"{n} workers {num(median(drains.raw_cpu[n]))}" for n in WORKER_COUNTS)
+    lines = [
+        f"Drain of {tasks:,} no-op tasks (`fsync none`, pick spread) beside the raw loop with "
+        f"as many processes, interleaved, median of {repeats}. qw's workers started two ways "
+        "in the same run (the order flipped every repeat): *fork (as qw up)*: a fork server "
+        "(a fresh interpreter importing the worker code, then folding the queue) forks them "
+        "one after another, slot 0 last, as `qw up` does; *popen*: each a fresh interpreter "
+        "(`python -m queue_worker.process`). qw tasks/s: first CLAIM's `at` → last accepted "
+        "DONE's `at`, so the first worker's start is outside the window and the other "
+        "workers' starts that overlap its work are inside it (forks; or interpreter "
+        "start-ups on the same cores). Raw loop: processes forked from this warm process and "
+        "released together, release → last exit. *runs*: qw / raw run by run. CPU µs/task: "
+        "user + system time of the workers and, fork, of their fork server (of which in "
+        "*server*: its start, imports, folds and forks), start-ups included, over the tasks "
+        "(a shared machine's load skews it less than the rates); *start-up s*: launch (of the "
+        "fork server, or the first worker) → first CLAIM; *ramp ms*: first CLAIM → the first "
+        "CLAIM of the last worker to make one (the part of the window the workers were still "
+        "starting in).",
+        "",
+        table(DRAIN_HEADERS, rows, right=3),
+        "",
+        f"Raw loop CPU µs/task (its processes, fork from a warm parent included): {raw_cpu}.",
+    ]
+    return lines, targets
+
+
+def fold_section(
+    root: Path, records: int, tasks: int, repeats: int, starts: tuple[Start, ...] = STARTS
+) -> Section:
     replays: dict[str, Replay] = {}
     with scratch(root, "fold") as d:
         data = d / "data"
@@ -236,18 +353,7 @@ def fold_section(root: Path, records: int, tasks: int, repeats: int) -> Section:
         for path in PATHS:
             log(f"fold: replaying it, {repeats} × 3 ways, {path}")
             replays[path] = replay_on(path, data, repeats)
-    drains: dict[tuple[str, int], list[float]] = {(p, n): [] for p in PATHS for n in WORKER_COUNTS}
-    cpus: dict[tuple[str, int], list[float]] = {(p, n): [] for p in PATHS for n in WORKER_COUNTS}
-    raws: dict[int, list[float]] = {n: [] for n in WORKER_COUNTS}
-    for rep in range(repeats):
-        for n in WORKER_COUNTS:
-            log(f"fold: drain repeat {rep + 1}/{repeats}, {n} workers: qw pure, compiled, raw")
-            for path in PATHS:
-                before = children_cpu()
-                with on_path(path):
-                    drains[path, n].append(qw_drain(root, n, tasks).rate)
-                cpus[path, n].append((children_cpu() - before) / tasks * 1e6)
-            raws[n].append(raw_loop.drain(n, tasks))
+    drain_lines, targets = drain_text(run_drain_pairs(root, tasks, repeats, starts), tasks, repeats)
 
     reference = median(replays["pure"].rates["record at a time (`decode_claims` + `apply` each)"])
     replay_rows = [
@@ -263,27 +369,6 @@ def fold_section(root: Path, records: int, tasks: int, repeats: int) -> Section:
         total = sum(us.values())
         stage_rows.append(
             [path, *(f"{us[s]:.2f} ({us[s] / total:.0%})" for s in STAGES), f"{total:.2f}"]
-        )
-    drain_rows = []
-    targets = []
-    for n in WORKER_COUNTS:
-        raw = median(raws[n])
-        for path in PATHS:
-            qw = median(drains[path, n])
-            shares = [q / r for q, r in zip(drains[path, n], raws[n], strict=True)]
-            drain_rows.append(
-                [str(n), path, num(qw), num(raw), f"{qw / raw:.1%}",
-                 " / ".join(f"{share:.1%}" for share in shares),
-                 f"{median(cpus[path, n]):.0f}"]
-            )  # fmt: skip
-        ratio = median(drains["compiled", n]) / raw
-        targets.append(
-            Target(
-                f"drain, {n} workers, no fsync, vs raw-log loop (same run)",
-                f"≥ {TARGET_RAW[n]:.0%} of raw",
-                f"{ratio:.1%} ({num(median(drains['compiled', n]))} vs {num(raw)}/s)",
-                ratio >= TARGET_RAW[n],
-            )
         )
     fold_rate = median(replays["compiled"].rates[CATCH_UP])
     targets.insert(
@@ -310,23 +395,7 @@ def fold_section(root: Path, records: int, tasks: int, repeats: int) -> Section:
             "",
             *(f"- {path}: {replays[path].status}" for path in PATHS),
             "",
-            f"Drain of {tasks:,} no-op tasks (`fsync none`, pick spread; start-up excluded, "
-            f"as in the drain section) beside the raw loop with as many processes, "
-            f"interleaved, median of {repeats}; CPU µs/task = the workers' user + system time "
-            f"(start-up included) over the tasks, which a shared machine's load does not skew:",
-            "",
-            table(
-                [
-                    "workers",
-                    "path",
-                    "qw tasks/s",
-                    "raw loop tasks/s",
-                    "qw / raw",
-                    "runs",
-                    "CPU µs/task",
-                ],
-                drain_rows,
-            ),
+            *drain_lines,
         ]
     )
     return Section("The fold: replay and drain against the raw loop", body, targets)
@@ -337,13 +406,20 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--tasks", type=int, default=10_000)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--start",
+        choices=("both", *STARTS),
+        default="both",
+        help="how qw's drains start their workers (default: both, interleaved)",
+    )
     parser.add_argument("--replay-of", type=Path, help=argparse.SUPPRESS)  # see replay_on
     args = parser.parse_args()
     if args.replay_of is not None:
         replay_child(args.replay_of, args.repeats)
         return
     with tempfile.TemporaryDirectory(prefix="qw-fold-") as tmp:
-        section = fold_section(Path(tmp), args.records, args.tasks, args.repeats)
+        starts = STARTS if args.start == "both" else (args.start,)
+        section = fold_section(Path(tmp), args.records, args.tasks, args.repeats, starts)
     print(section.markdown())
     for target in section.targets:
         print(f"- {target.what}: {target.measured} (wanted {target.wanted})")

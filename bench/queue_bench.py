@@ -2,12 +2,20 @@
 lost claim attempts per pick strategy; the durable drain.
 
 qw: `tasks` no-op tasks (bench.noop) are enqueued first, one `Queue.enqueue` each; then
-N worker processes (``python -m queue_worker.process``, exit_when_drained, pick spread in
-slots 0..N-1 of N) drain them. Rate = tasks / (last accepted DONE's `at` − first CLAIM's
-`at`), read from the claims log, so process start-up is excluded; the rate over the wall
-time from launching the first worker to the last one's exit is shown beside it. After
-every qw drain the claims log is folded with the protocol's own fold and every task must
-have been done exactly once (one accepted DONE, no stale DONE), or the run fails.
+N worker processes (exit_when_drained, pick spread in slots 0..N-1 of N) drain them,
+configured and started as `qw up --exit-when-drained` configures and starts its workers
+(`start="fork"`, the default: a fork server that has imported the worker code and folded
+the queue forks them one after another, slot 0 last; bench.common; idle_poll_s as the
+supervisor sets it) or, to compare, each as a fresh interpreter (`start="popen"`:
+``python -m queue_worker.process``, ~0.1 s of CPU each before its first claim, against
+~0.015 s for a forked one).
+Rate = tasks / (last accepted DONE's `at` − first CLAIM's `at`), read from the claims log:
+the window opens when the first worker claims, so its own start is outside it, but the
+other workers' starts that overlap its work (forks, or interpreter start-ups on the same
+cores) are inside it, as in a `qw up`. The rate over the wall time from the launch (the
+fork server's start, or the first worker's) to the last worker's exit is shown beside it.
+After every qw drain the claims log is folded with the protocol's own fold and every task
+must have been done exactly once (one accepted DONE, no stale DONE), or the run fails.
 
 Huey: see bench/huey_peer.py (first task start → last task end; wall beside it).
 Raw loop: see bench/raw_loop.py (the least a log-coordinated drain can cost).
@@ -27,7 +35,9 @@ from pathlib import Path
 from bench import huey_peer, raw_loop
 from bench.common import (
     Section,
+    Start,
     Target,
+    children_cpu_s,
     enqueue,
     enqueue_batch,
     fleet_configs,
@@ -41,11 +51,21 @@ from bench.common import (
 )
 from queue_worker.config import PICK_STRATEGIES
 from queue_worker.snapshot import WorkerSnapshot
+from supervisor.supervisor import DRAINED_IDLE_POLL_S
 
 TARGET_RAW_RATIO = 0.50
 TARGET_HUEY_OFF_RATIO = 1.8
 TARGET_DURABLE_RATIO = 2.0
 TARGET_SPREAD_LOST_PCT = 1.0
+
+
+#: how each start starts the workers, in the sections' text
+STARTED: dict[str, str] = {
+    "fork": "forked one after another from a fork server that has imported the worker code "
+    "and folded the queue, as `qw up` starts them (launch = the server's start)",
+    "popen": "started one after another each as a fresh interpreter (`python -m "
+    "queue_worker.process`; `qw up` with QW_WORKER_START=exec)",
+}
 
 
 def log(message: str) -> None:
@@ -57,11 +77,17 @@ class QwDrain:
     workers: int
     tasks: int
     span_s: float  # first CLAIM `at` → last accepted DONE `at`
-    wall_s: float  # launch of the first worker → exit of the last
+    wall_s: float  # launch (the fork server's, or the first worker's) → exit of the last
     startup_s: float  # launch → first CLAIM `at`
+    ramp_s: float  # first CLAIM `at` → the last worker's first CLAIM `at` (inside the span)
     claims: int
     lost: int
     snapshots: list[WorkerSnapshot] = field(repr=False)
+    start: Start = "fork"
+    #: CPU seconds of the workers and, "fork", of their fork server, start-ups included
+    cpu_s: float = float("nan")
+    #: of which the fork server's own (its start, imports, folds and forks); 0 for "popen"
+    server_cpu_s: float = 0.0
 
     @property
     def rate(self) -> float:
@@ -70,6 +96,10 @@ class QwDrain:
     @property
     def wall_rate(self) -> float:
         return self.tasks / self.wall_s
+
+    @property
+    def cpu_us_per_task(self) -> float:
+        return self.cpu_s / self.tasks * 1e6
 
     @property
     def lost_pct(self) -> float:
@@ -86,14 +116,16 @@ def qw_drain(
     location: str | None = None,
     batch: bool = False,
     segment_bytes: int | None = None,
+    start: Start = "fork",
 ) -> QwDrain:
     """One drain of `tasks` no-op tasks by `workers` worker processes, checked exactly-once.
 
     `location` (a redis:// URL) replaces the file log in a scratch directory; `batch`
     enqueues the backlog as one `enqueue_many` instead of one enqueue per task;
-    `segment_bytes`: the file logs' segment size (as `qw up --segment-bytes` sets it).
+    `segment_bytes`: the file logs' segment size (as `qw up --segment-bytes` sets it);
+    `start`: how the workers are started (module docstring; "fork" as `qw up`).
     """
-    with scratch(root, f"drain-{workers}-{pick}-{fsync}") as d:
+    with scratch(root, f"drain-{workers}-{pick}-{fsync}-{start}") as d:
         data: str | Path = location if location is not None else d / "data"
         if segment_bytes is not None:
             from logstore import open_log
@@ -106,8 +138,13 @@ def qw_drain(
             enqueue_batch(data, tasks)
         else:
             enqueue(data, tasks, fsync=fsync)
-        configs = fleet_configs(data, d / "run", workers, fsync=fsync, pick=pick)
-        launched, ended = run_fleet(configs, d / "logs")
+        # idle_poll_s as `qw up --exit-when-drained` sets it (SupervisorOptions.worker_config)
+        configs = fleet_configs(
+            data, d / "run", workers, fsync=fsync, pick=pick, idle_poll_s=DRAINED_IDLE_POLL_S
+        )
+        cpu_before = children_cpu_s()
+        run = run_fleet(configs, d / "logs", start)
+        cpu = children_cpu_s() - cpu_before
         fold = fold_claims(data)
         fold.check_exactly_once(tasks)
         assert fold.first_claim_at is not None
@@ -115,11 +152,15 @@ def qw_drain(
             workers=workers,
             tasks=tasks,
             span_s=fold.span_us / 1e6,
-            wall_s=ended - launched,
-            startup_s=fold.first_claim_at / 1e6 - launched,
+            wall_s=run.ended - run.launched,
+            startup_s=fold.first_claim_at / 1e6 - run.launched,
+            ramp_s=fold.ramp_us / 1e6,
             claims=fold.claims,
             lost=fold.lost_total,
             snapshots=snapshots(d / "run"),
+            start=start,
+            cpu_s=cpu,
+            server_cpu_s=run.server_cpu_s,
         )
 
 
@@ -132,6 +173,7 @@ class DrainResults:
 
     tasks: int
     repeats: int
+    start: Start = "fork"  # how qw's workers were started (module docstring)
     qw: dict[int, list[QwDrain]] = field(default_factory=dict)
     huey_off: dict[int, list[huey_peer.HueyDrain]] = field(default_factory=dict)
     huey_default: dict[int, list[huey_peer.HueyDrain]] = field(default_factory=dict)
@@ -162,18 +204,20 @@ def run_drains(
     repeats: int,
     batch_tasks: int = 0,
     durable: bool = False,
+    start: Start = "fork",
 ) -> DrainResults:
-    """Every drain, interleaved; `durable` adds qw with fsync commit at the largest count."""
-    results = DrainResults(tasks, repeats)
+    """Every drain, interleaved; `durable` adds qw with fsync commit at the largest count;
+    `start`: how qw's workers are started ("fork": as `qw up` starts them)."""
+    results = DrainResults(tasks, repeats, start)
     for rep in range(repeats):
         for n in counts:
             if durable and n == max(counts):
                 log(f"drain repeat {rep + 1}/{repeats}, {n} workers: qw fsync commit")
                 results.qw_durable.setdefault(n, []).append(
-                    qw_drain(root, n, tasks, fsync="commit")
+                    qw_drain(root, n, tasks, fsync="commit", start=start)
                 )
-            log(f"drain repeat {rep + 1}/{repeats}, {n} workers: qw")
-            results.qw.setdefault(n, []).append(qw_drain(root, n, tasks))
+            log(f"drain repeat {rep + 1}/{repeats}, {n} workers: qw ({start})")
+            results.qw.setdefault(n, []).append(qw_drain(root, n, tasks, start=start))
             log(f"drain repeat {rep + 1}/{repeats}, {n} workers: huey sync off")
             results.huey_off.setdefault(n, []).append(huey_peer.drain(n, False, tasks))
             log(f"drain repeat {rep + 1}/{repeats}, {n} workers: huey default")
@@ -181,8 +225,8 @@ def run_drains(
             results.raw.setdefault(n, []).append(raw_loop.drain(n, tasks))
     if batch_tasks:
         log(f"drain: {batch_tasks} tasks, 1 worker, one enqueue each vs one enqueue_many")
-        single = qw_drain(root, 1, batch_tasks).rate
-        batched = qw_drain(root, 1, batch_tasks, batch=True).rate
+        single = qw_drain(root, 1, batch_tasks, start=start).rate
+        batched = qw_drain(root, 1, batch_tasks, batch=True, start=start).rate
         results.batch = (single, batched)
     return results
 
@@ -201,6 +245,8 @@ def drain_section(results: DrainResults) -> Section:
                 _runs([r.rate for r in qw]),
                 num(median(r.wall_rate for r in qw)),
                 num(median(r.startup_s for r in qw), 2),
+                num(median(r.ramp_s * 1e3 for r in qw)),
+                num(median(r.cpu_us_per_task for r in qw)),
                 num(off),
                 num(default),
                 num(raw),
@@ -223,9 +269,14 @@ def drain_section(results: DrainResults) -> Section:
     claims = sum(r.claims for v in results.qw.values() for r in v)
     lines = [
         f"{results.tasks:,} no-op tasks enqueued beforehand; median of {results.repeats} "
-        "interleaved runs. qw: `fsync none`, pick spread, one slot per worker; tasks/s from the "
-        "first CLAIM's `at` to the last accepted DONE's `at` (start-up excluded); *wall* is "
-        "tasks / (launch → last exit); *start-up* is launch → first CLAIM. Huey: SqliteHuey, "
+        f"interleaved runs. qw: `fsync none`, pick spread, one slot per worker, workers "
+        f"{STARTED[results.start]}; tasks/s from the first CLAIM's `at` to the last accepted "
+        "DONE's `at` (the first worker's start is outside that window; the other workers' "
+        "starts, as far as they overlap its work, are inside it); *wall* is tasks / (launch → "
+        "last exit); *start-up* is launch → first CLAIM; *ramp*: first CLAIM → the last "
+        "worker's first CLAIM (the part of the window the workers were still starting in); "
+        "*CPU* is the workers' (and their "
+        "fork server's) user + system time over the tasks, start-ups included. Huey: SqliteHuey, "
         "process consumer, tasks/s from the first task's start to the last task's end. Raw "
         "loop: bench/raw_loop.py, pre-forked processes timed from their release to the last "
         "exit.",
@@ -237,6 +288,8 @@ def drain_section(results: DrainResults) -> Section:
                 "qw runs",
                 "qw wall tasks/s",
                 "qw start-up s",
+                "qw ramp ms",
+                "qw CPU µs/task",
                 "Huey sync off",
                 "Huey default",
                 "raw loop",
@@ -308,7 +361,8 @@ def collisions_section(root: Path, backlog: int, workers: int = 8) -> Section:
             spread_pct = run.lost_pct
     body = "\n".join(
         [
-            f"{workers} workers drain a backlog of {backlog:,} no-op tasks; lost attempts are "
+            f"{workers} workers (forked from a preloaded fork server, as `qw up` starts them) "
+            f"drain a backlog of {backlog:,} no-op tasks; lost attempts are "
             "the CLAIMs the fold judged lost (held, done, …), over all CLAIMs in the log. "
             "Every run passed the exactly-once check.",
             "",
