@@ -27,19 +27,27 @@ import queue_worker.process
 import queue_worker.worker  # noqa: F401
 
 
-def _after_first_fork() -> None:
-    """filelock, imported by the server once its first worker is forked: `logstore.locking`
-    and `queue_worker.checkpoint` import it only when a lock is first taken (for the small
-    commands' sake), and no worker takes one before its first claim, but slot 0's worker
-    takes the checkpoint's at its exit (imported there, it kept a drained `qw up` from
-    exiting for ~40 ms more). Imported before the first fork, it cost the first claim
-    ~20 ms; here it runs beside that first worker, and the supervisor forks slot 0 last
-    (`Supervisor.start`), so that slot 0 inherits it."""
+def import_late() -> None:
+    """filelock, imported by the server when it is idle before its first fork
+    (`supervisor.forkserver_ready`), or else once its first worker is forked
+    (`_after_first_fork`): `logstore.locking` and `queue_worker.checkpoint` import it only
+    when a lock is first taken (for the small commands' sake), and no worker takes one
+    before its first claim, but slot 0's worker takes the checkpoint's at its exit
+    (imported there, it kept a drained `qw up` from exiting for ~40 ms more). Imported
+    while a fork is asked for, it costs that fork ~20 ms; after the first fork it held the
+    second one up as long (the server answers a fork after its `after_in_parent` hooks), so
+    it is imported while the server waits when it can be. The supervisor forks slot 0 last
+    (`Supervisor.start`), so that slot 0 inherits it either way."""
     global _late_done
-    if _late_done or os.getpid() != _server_pid:
-        return  # done, or a worker's own fork (its handler's)
+    if _late_done:
+        return
     _late_done = True
     import filelock  # noqa: F401
+
+
+def _after_first_fork() -> None:
+    if os.getpid() == _server_pid:  # (not a worker's own fork: its handler's)
+        import_late()
 
 
 _server_pid = os.getpid()

@@ -15,3 +15,7 @@ import supervisor.prefold
 # `python -c <server code> <control fd>` (supervisor.forked._control_pipe)
 if len(sys.argv) > 1 and sys.argv[-1].isdigit():
     supervisor.prefold.install(int(sys.argv[-1]))
+    if not supervisor.prefold.fork_asked():  # idle until the first fork is asked for
+        import supervisor.forkserver_init
+
+        supervisor.forkserver_init.import_late()

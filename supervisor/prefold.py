@@ -67,16 +67,22 @@ def can_prefold(location: str) -> bool:
 
 def request(control_fd: int, config: WorkerConfig) -> None:
     """Ask the fork server to fold `config`'s queue for the worker it forks next."""
-    warm(control_fd, config.location, config.slots)
+    _send(control_fd, config.location, config.slots, warm=False)
 
 
 def warm(control_fd: int, location: str, slots: int) -> None:
     """Ask the fork server to fold `location`'s queue for `slots` workers: `request`, and
     what `qw up` sends as soon as it knows its queue, so that a server ready before the
     supervisor folds while the supervisor makes ready (`install`)."""
+    _send(control_fd, location, slots, warm=True)
+
+
+def _send(control_fd: int, location: str, slots: int, *, warm: bool) -> None:
     message: dict[str, object] = {"location": None}
     if enabled() and can_prefold(location):
         message = {"location": location, "path": os.path.abspath(location), "slots": slots}
+    if warm:
+        message["warm"] = True  # no fork asked for with it (`fork_asked`)
     with contextlib.suppress(BlockingIOError, BrokenPipeError):  # then the worker folds
         os.write(control_fd, json.dumps(message).encode() + b"\n")
 
@@ -120,6 +126,20 @@ def _first_fold(control_fd: int) -> None:
     if wanted is not None:
         with contextlib.suppress(Exception):  # the fork's own refresh meets it again
             _prefold(*wanted).refresh(wanted[2])
+
+
+def fork_asked() -> bool:
+    """In the fork server, after `install`: whether a fork may already be asked for (a
+    request read or waiting in the control pipe), so that the server is not idle."""
+    import select
+
+    assert _control_fd is not None
+    if any(b'"warm": true' not in line for line in _unread.splitlines()):
+        return True
+    try:
+        return bool(select.select([_control_fd], [], [], 0)[0])
+    except OSError:
+        return True
 
 
 def _prefold(location: str, path: str, slots: int) -> Prefold:

@@ -1,7 +1,8 @@
 """The fork server `qw up` starts before multiprocessing is imported (supervisor.early_server):
 multiprocessing adopts it as its own, it forks workers as before, it imports filelock only
-once its first worker is forked, it exits with the supervisor, and its listener's directory
-goes at the supervisor's exit."""
+while no fork is asked for (idle after a `warm`: tests/test_prefold.py) or once its first
+worker is forked, it exits with the supervisor, and its listener's directory goes at the
+supervisor's exit."""
 
 from __future__ import annotations
 
@@ -169,7 +170,9 @@ def test_the_supervisor_asks_for_a_fold_exactly_when_the_server_can_make_one(
         os.close(write_end)
     assert (message["location"] is not None) == folded == prefold.can_prefold(location)
     if message["location"] is not None:
-        assert message == {"location": location, "path": os.path.abspath(location), "slots": 8}
+        assert message == {
+            "location": location, "path": os.path.abspath(location), "slots": 8, "warm": True
+        }  # fmt: skip
 
 
 @pytest.mark.parametrize("version", [(3, 9, 18), (3, 14, 0)])

@@ -309,3 +309,30 @@ def test_a_checkpoint_saved_since_the_last_fold_is_started_from(tmp_path: Path) 
     with Worker(config_of(data), handler=noop) as scratch:
         assert seen == what_it_sees(scratch)
     server.close()
+
+
+def test_the_server_knows_when_no_fork_is_asked_for_yet(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The fork server imports filelock while it waits (supervisor.forkserver_ready) only when
+    # no fork is asked for: a `warm` alone read, nothing more in the control pipe.
+    read_end, write_end = os.pipe()
+    try:
+        os.set_blocking(read_end, False)
+        monkeypatch.setattr(prefold, "_control_fd", read_end)
+        prefold.warm(write_end, "/nowhere/queue", 8)
+        monkeypatch.setattr(prefold, "_unread", os.read(read_end, 65536))
+        assert prefold._parse(prefold._unread) == ("/nowhere/queue", "/nowhere/queue", 8)
+        assert prefold.fork_asked() is False
+        # a fork's request waiting in the pipe
+        prefold.request(write_end, WorkerConfig(location="/nowhere/queue", run_dir="/r", name="w0"))
+        assert prefold.fork_asked() is True
+        # or already read with the warm
+        monkeypatch.setattr(prefold, "_unread", prefold._unread + os.read(read_end, 65536))
+        assert prefold.fork_asked() is True
+        # nothing read at all (no warm came) but a request waiting
+        monkeypatch.setattr(prefold, "_unread", b"")
+        assert prefold.fork_asked() is False
+        prefold.request(write_end, WorkerConfig(location="/nowhere/queue", run_dir="/r", name="w1"))
+        assert prefold.fork_asked() is True
+    finally:
+        os.close(read_end)
+        os.close(write_end)
