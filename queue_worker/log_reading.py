@@ -10,12 +10,18 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from logstore import Log, is_redis_url, open_log
 from queue_worker.errors import QwError
 from queue_worker.partitions import one_partition_text
-from queue_worker.records import RecordDecodeError, TaskRecord, Unknown, decode_task
+from queue_worker.records import (
+    MAX_TASK_ID,
+    RecordDecodeError,
+    TaskRecord,
+    Unknown,
+    decode_task,
+)
 from queue_worker.topics import (
     CLAIMS_TOPIC,
     MALFORMED,
@@ -28,10 +34,17 @@ from queue_worker.topics import (
 
 if TYPE_CHECKING:
     from logstore import Entry
+    from logstore.native import SpanLoop, SpanResult
     from queue_worker.checkpoint import Location
     from queue_worker.prefix import Prefix
     from queue_worker.records import ClaimsRecord
     from queue_worker.state import ClaimSnapshot
+
+
+#: what stands in `read_claims_batches(location, task)`'s batches for a record that is not
+#: one of the task's (not decoded): an Unknown, which a fold passes over as it passes over a
+#: record of a type it does not know
+OTHER_TASK: Final = Unknown("(another task's record)")
 
 
 class ReportInputError(QwError):
@@ -148,12 +161,17 @@ def read_claims(
 
 
 def read_claims_batches(
-    location: str | Path,
+    location: str | Path, task: int | None = None
 ) -> Iterator[tuple[Sequence[ClaimsRecord], Sequence[int]]]:
     """`read_claims`, a batch at a time: the same records (and positions), as lists. A file
     log's are decoded where its frames lie (`FileLog.read_span`, as a worker's catch-up
     reads them: in C when built), with no entry built for each: a batch holding a malformed
-    record is read again as entries, which `read_claims` decodes."""
+    record is read again as entries, which `read_claims` decodes.
+
+    `task`: for a reader of that task's records only (`qw why`, `qw task`), a record that
+    cannot be one of them may be `OTHER_TASK` in its place, not decoded (the C decoder's
+    `other_task`: its third item, where a claims record has its task, is another integer);
+    every record of the task, and any other, is as `read_claims` gives it."""
     log = _open_existing(location, CLAIMS_TOPIC)
     if log is None:
         return
@@ -166,9 +184,7 @@ def read_claims_batches(
         from logstore.file_log import FileLog  # (imported by open_log for a file log)
 
         if isinstance(log, FileLog):
-            from queue_worker import claims_span
-
-            loop = claims_span.loop()
+            loop = _span_loop(task)
             while found := log.read_span(position, READ_BATCH, loop):
                 if None in found.items:  # rare: a malformed record, said as read_claims does
                     yield _decoded(log.read(position, len(found.items)))
@@ -179,6 +195,26 @@ def read_claims_batches(
         while entries := log.read(position, READ_BATCH):  # on the server's clock (Redis)
             yield _decoded(entries)
             position = entries[-1].next
+
+
+def _span_loop(task: int | None) -> SpanLoop:
+    """The span loop of `read_claims_batches`: a claims follower's, or with `task` (and the
+    C decoder built), one that passes over the other tasks' records."""
+    from queue_worker import claims_span, records
+
+    module = records._c_module()
+    if task is None or module is None or not 0 <= task <= MAX_TASK_ID:
+        return claims_span.loop()
+    frames = module.decode_claims_frames
+    claim, done, fallback, other = records.Claim, records.Done, records._claims_or_none, OTHER_TASK
+
+    def own(buf: bytes, max_record: int, verified: int, limit: int, base: int) -> SpanResult:
+        found: SpanResult = frames(
+            buf, max_record, verified, limit, base, claim, done, fallback, task, other
+        )
+        return found
+
+    return own
 
 
 def _decoded(entries: Sequence[Entry]) -> tuple[list[ClaimsRecord], list[int]]:

@@ -11,10 +11,12 @@ unless QW_REQUIRE_COMPILED=1 (CI) makes that a failure.
 from __future__ import annotations
 
 import os
+import struct
 import sys
 from pathlib import Path
 from typing import Any
 
+import msgpack
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -24,7 +26,16 @@ from logstore.base import CorruptLogError
 from logstore.file_log import FileLog
 from logstore.native import SpanLoop
 from queue_worker import claims_span, records, topics
-from queue_worker.records import Claim, Done, decode_claims_all, encode
+from queue_worker.records import (
+    Claim,
+    ClaimsRecord,
+    Done,
+    Fail,
+    Renew,
+    Unknown,
+    decode_claims_all,
+    encode,
+)
 from tests.test_cdecode import any_payloads
 from tests.test_compiled import plain
 
@@ -97,6 +108,78 @@ def test_the_c_span_loop_is_its_python_definition(
     assert [plain(r) for r in python[0]] == [plain(r) for r in decode_claims_all(datas)]
 
 
+@SETTINGS
+@given(
+    claims_buffers(),
+    st.sampled_from([framing.MAX_RECORD, 24]),
+    st.integers(0, 600),
+    st.sampled_from([sys.maxsize, 2]),
+    st.integers(0, 2**40),
+    st.integers(0, 3) | st.sampled_from([127, 128, 255, 256, 2**32, records.MAX_TASK_ID]),
+)
+def test_the_c_span_loop_for_one_task_passes_over_only_other_records(
+    buf: bytes, max_record: int, verified: int, limit: int, base: int, task: int
+) -> None:
+    """With a task (what `qw why` and `qw task` read: log_reading.read_claims_batches), the
+    loop is its definition but that a record which is not one of the task's may be `other`,
+    not decoded; a record of the task never is."""
+    need_c()
+    other = object()
+    python = claims_span.decode_claims_frames_py(buf, max_record, verified, limit, base)
+    fallback = records._claims_or_none
+    ours = C_MODULE.decode_claims_frames(
+        buf, max_record, verified, limit, base, Claim, Done, fallback, task, other
+    )
+    assert ours[1:] == python[1:]
+    for mine, theirs in zip(ours[0], python[0], strict=True):
+        if mine is other:
+            assert theirs is None or isinstance(theirs, Unknown) or theirs.task != task
+        else:
+            assert (type(mine), plain(mine)) == (type(theirs), plain(theirs))
+
+
+@pytest.mark.parametrize("form", ["fix", "u8", "u16", "u32", "u64", "i8", "i16", "i32", "i64"])
+def test_the_common_records_of_other_tasks_are_passed_over(form: str) -> None:
+    """Every record naming another task (its id in any integer encoding) is `other`; every
+    record of the task is decoded."""
+    need_c()
+    other = object()
+    written: list[ClaimsRecord] = [
+        Claim(5, "w", 1, 2),
+        Renew(7, "w", 1, 2, 3),
+        Done(5, "w", 1, 2, {"r": [1.5]}),
+        Fail(300, "w", 1, 2, "e", None),
+        Done(7, "w", 1, 2, None),
+    ]
+    datas = [repacked_task(encode(r), form) for r in written]
+    assert [records.decode(data) for data in datas] == written
+    buf = b"".join(framing.encode_frame(data) for data in datas)
+    fallback = records._claims_or_none
+    found = C_MODULE.decode_claims_frames(
+        buf, framing.MAX_RECORD, 0, 100, 0, Claim, Done, fallback, 7, other
+    )
+    assert found[0] == [other, written[1], other, other, written[4]]
+
+
+def repacked_task(data: bytes, form: str) -> bytes:
+    """A claims record's bytes with its task id (its third item) in the integer encoding
+    `form` (as another msgpack writer could pack it)."""
+    items = msgpack.unpackb(data)
+    rest: bytes = msgpack.packb(items[3:], use_bin_type=True)[1:]
+    head = data[:4]
+    assert head[0] == 0x90 | len(items)
+    formats = {"u8": ">B", "u16": ">H", "u32": ">I", "u64": ">Q"}
+    formats |= {"i8": ">b", "i16": ">h", "i32": ">i", "i64": ">q"}
+    codes = {"u8": 0xCC, "u16": 0xCD, "u32": 0xCE, "u64": 0xCF}
+    codes |= {"i8": 0xD0, "i16": 0xD1, "i32": 0xD2, "i64": 0xD3}
+    task = items[2]
+    if form == "fix" or (form in ("u8", "i8") and task > 127):
+        packed: bytes = msgpack.packb(task)
+    else:
+        packed = bytes([codes[form]]) + struct.pack(formats[form], task)
+    return bytes(head + packed + rest)
+
+
 def test_the_c_span_loop_refuses_bad_arguments() -> None:
     need_c()
     fused = C_MODULE.decode_claims_frames
@@ -110,6 +193,10 @@ def test_the_c_span_loop_refuses_bad_arguments() -> None:
         fused(data, 100, 0, 5, 0, Claim, Done)
     with pytest.raises(OverflowError):
         fused(data, 2**70, 0, 5, 0, Claim, Done, fallback)
+    with pytest.raises(TypeError):
+        fused(data, 100, 0, 5, 0, Claim, Done, fallback, 1)  # a task and no `other`
+    with pytest.raises(ValueError):
+        fused(data, 100, 0, 5, 0, Claim, Done, fallback, -1, None)
 
     def fails(data: bytes) -> None:
         raise RuntimeError("fallback")
