@@ -17,8 +17,8 @@ from logstore import LogError, space_problem
 from logstore.location import is_redis_url, shown
 from queue_worker.names import printable, worker_label
 from queue_worker.records import Done
-from supervisor import enqueue_input, partitioned_cli
 from supervisor import lazy_typer as typer
+from supervisor import partitioned_cli
 from supervisor.cli_options import bad, check_log_url, fail, location_of, require_logs
 
 #: `qw status`: held tasks named one per line (--json lists them all)
@@ -238,6 +238,7 @@ def enqueue(
 ) -> None:
     from logstore import LogError, RecordTooLargeError
     from queue_worker.records import RecordEncodeError
+    from supervisor import enqueue_input
 
     location = location_of(directory, log)
     if file is not None and (payload is not None or count is not None):
