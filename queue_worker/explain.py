@@ -12,8 +12,6 @@ log's fold reaches. `explain_batches(..., fold_others=False)` tells the story th
 `log_reading.read_claims_batches(location, task)`).
 """
 
-from __future__ import annotations
-
 import operator
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple

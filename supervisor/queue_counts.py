@@ -15,8 +15,6 @@ log of several segments `qw status` counted only the first ones (320 tasks read 
 tests/test_queue_counts.py).
 """
 
-from __future__ import annotations
-
 import contextlib
 import operator
 import time
@@ -77,7 +75,7 @@ def queue_counts(location: str) -> tuple[QueueCounts, Held]:
 class _Reading:
     """One reading of a queue's two logs, as `Monitor.check_start` reads them."""
 
-    def __init__(self, location: str, tasks: Log, claims: Log) -> None:
+    def __init__(self, location: str, tasks: "Log", claims: "Log") -> None:
         from queue_worker.topics import ClaimsFollower
 
         self.location, self.tasks, self.claims = location, tasks, claims
@@ -174,7 +172,7 @@ class _Reading:
             return self._read_span(self.claims)
         return self._read_entries()
 
-    def _read_span(self, log: FileLog) -> int:
+    def _read_span(self, log: "FileLog") -> int:
         """Read a file log's next records where its frames lie (`FileLog.read_span`, as a
         worker's catch-up reads them) and fold them: a run of records whose verdicts are not
         counted in one `ClaimState.apply_all` (its exact effect, without building them), each
@@ -233,7 +231,7 @@ class _Reading:
         return len(entries)
 
 
-def _is_foreign(entry: Entry) -> bool:
+def _is_foreign(entry: "Entry") -> bool:
     """A tasks-log record of a type this version does not know (a malformed one is not: a
     worker wins it and fails it for good, so it closes)."""
     from queue_worker.records import RecordDecodeError, Unknown, decode_task
