@@ -27,10 +27,14 @@
    every error is the Python's. No rule of the fold is here.
 
    decode_claims_frames(..., fallback, task, other): the same, for a reader of one task's
-   records (`qw why`, `qw task`: queue_worker.log_reading.read_task_claims): a payload that
-   cannot be a record of `task` (an array whose third item, a claims record's task, is an
-   integer other than `task`) is not decoded: `other` stands in its place. Any other payload
-   is decoded as above.
+   records (`qw why`, `qw task`: queue_worker.log_reading.read_claims_batches with a task):
+   a payload that cannot be a record of `task` (an array whose third item, a claims
+   record's task, is an integer other than `task`) is not decoded: `other` stands in its
+   place. Any other payload is decoded as above.
+
+   task_frames(buf, max_record, verified, limit, base, prefix, known): the same walk over a
+   tasks log's frames, for a counter of its records (`qw status`): a payload beginning with
+   `prefix` is `known`, any other its bytes (nothing is decoded).
 */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -769,9 +773,82 @@ decode_claims_frames(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     return Py_BuildValue("(NNLLL)", state.records, state.positions, pos, batch_start, ready);
 }
 
+/* task_frames: the state of a walk over a tasks log's frames */
+typedef struct {
+    PyObject *items;
+    PyObject *positions;
+    long long base;
+    const char *prefix;
+    Py_ssize_t prefix_size;
+    PyObject *known;
+} task_state;
+
+static int
+keep_task(void *state, long long pos, long long end, const unsigned char *data,
+          long long length)
+{
+    task_state *s = (task_state *)state;
+    PyObject *item;
+    if (length >= s->prefix_size && memcmp(data, s->prefix, (size_t)s->prefix_size) == 0) {
+        item = s->known;
+        Py_INCREF(item);
+    } else {
+        item = PyBytes_FromStringAndSize((const char *)data, (Py_ssize_t)length);
+        if (item == NULL)
+            return -1;
+    }
+    int failed = PyList_Append(s->items, item);
+    Py_DECREF(item);
+    if (failed)
+        return -1;
+    PyObject *position = PyLong_FromLongLong(s->base + pos);
+    if (position == NULL)
+        return -1;
+    failed = PyList_Append(s->positions, position);
+    Py_DECREF(position);
+    return failed;
+}
+
+/* task_frames(buf, max_record, verified, limit, base, prefix, known)
+       -> (items, positions, pos, batch_start, ready)
+
+   decode_claims_frames's walk for a reader that counts a tasks log's records (`qw status`:
+   supervisor.queue_counts): each payload that begins with `prefix` (bytes) is `known`, not
+   copied; any other is its bytes. `log_reading.task_frames_py` is its definition. Records
+   are not decoded here: a TASK's prefix is all the counter looks at. */
+static PyObject *
+task_frames(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 7 || !PyBytes_CheckExact(args[0]) || !PyBytes_CheckExact(args[5])) {
+        PyErr_SetString(PyExc_TypeError, "task_frames(buf: bytes, max_record, verified, "
+                                         "limit, base, prefix: bytes, known)");
+        return NULL;
+    }
+    long long numbers[4];
+    for (int i = 0; i < 4; i++) {
+        numbers[i] = PyLong_AsLongLong(args[1 + i]);
+        if (numbers[i] == -1 && PyErr_Occurred())
+            return NULL;
+    }
+    task_state state = {PyList_New(0),           PyList_New(0),
+                        numbers[3],              PyBytes_AS_STRING(args[5]),
+                        PyBytes_GET_SIZE(args[5]), args[6]};
+    long long pos, batch_start, ready;
+    if (state.items == NULL || state.positions == NULL
+        || frame_walk(args[0], numbers[0], numbers[1], numbers[2], keep_task, &state, &pos,
+                      &batch_start, &ready) < 0) {
+        Py_XDECREF(state.items);
+        Py_XDECREF(state.positions);
+        return NULL;
+    }
+    return Py_BuildValue("(NNLLL)", state.items, state.positions, pos, batch_start, ready);
+}
+
 static PyMethodDef methods[] = {
     {"decode_claims_frames", (PyCFunction)(void (*)(void))decode_claims_frames, METH_FASTCALL,
      "records.decode_claims_frames_py, in C."},
+    {"task_frames", (PyCFunction)(void (*)(void))task_frames, METH_FASTCALL,
+     "log_reading.task_frames_py, in C."},
     {"decode_claims_all", (PyCFunction)(void (*)(void))decode_claims_all, METH_FASTCALL,
      "records.decode_claims_all, in C."},
     {"decode_claims_entries", (PyCFunction)(void (*)(void))decode_claims_entries, METH_FASTCALL,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from logstore import Log, is_redis_url, open_log
 from queue_worker.errors import QwError
@@ -215,6 +215,36 @@ def _span_loop(task: int | None) -> SpanLoop:
         return found
 
     return own
+
+
+def task_frames_py(
+    buf: bytes, max_record: int, verified: int, limit: int, base: int, prefix: bytes, known: Any
+) -> SpanResult:
+    """(items, positions, pos, batch_start, ready): `framing._decode_loop` of `buf`, each
+    payload that begins with `prefix` given as `known`, any other as its bytes, each offset
+    made absolute (file offset `base` + offset in `buf`). `_cdecode.c`'s `task_frames` is
+    this function in C."""
+    from logstore import framing
+
+    starts, datas, pos, batch_start, ready = framing._decode_loop(buf, max_record, verified, limit)
+    items = [known if data.startswith(prefix) else data for data in datas]
+    return items, [start + base for start in starts], pos, batch_start, ready
+
+
+def task_frames_loop(prefix: bytes, known: Any) -> SpanLoop:
+    """A span loop (`FileLog.read_span`) for a counter of a tasks log's records: each one
+    whose payload begins with `prefix` is `known`, not copied; any other is its payload
+    (`task_frames_py`, in C when the claims decoder is built)."""
+    from queue_worker import records
+
+    module = records._c_module()
+    frames = task_frames_py if module is None else module.task_frames
+
+    def loop(buf: bytes, max_record: int, verified: int, limit: int, base: int) -> SpanResult:
+        found: SpanResult = frames(buf, max_record, verified, limit, base, prefix, known)
+        return found
+
+    return loop
 
 
 def _decoded(entries: Sequence[Entry]) -> tuple[list[ClaimsRecord], list[int]]:

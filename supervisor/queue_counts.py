@@ -89,6 +89,7 @@ class _Reading:
         # a DONE before this (µs) cannot be in the throughput's window (`_read_span`)
         self.since = (int(time.time()) - THROUGHPUT_WINDOW) * MICROS
         self.loop: SpanLoop | None = None
+        self.tasks_loop: SpanLoop | None = None
         if tasks.start != tasks.origin or claims.start != claims.origin:
             self._from_checkpoint()
 
@@ -153,17 +154,40 @@ class _Reading:
         return counts, [(task, lease, None) for task, lease in held]
 
     def _read_tasks(self) -> int:
+        from logstore.file_log import FileLog  # (imported by open_log for a file log)
         from queue_worker.topics import _TASK_PREFIX
 
+        if isinstance(self.tasks, FileLog):
+            return self._read_task_span(self.tasks)
         entries = self.tasks.read(self.tasks_pos, BATCH)
         if entries:
             for index, entry in enumerate(entries, self.published):
-                if not entry.data.startswith(_TASK_PREFIX) and _is_foreign(entry):
+                if not entry.data.startswith(_TASK_PREFIX) and _is_foreign(entry.data):
                     self.foreign.add(index)
             self.published += len(entries)
             self.tasks_pos = entries[-1].next
             self.records += len(entries)
         return len(entries)
+
+    def _read_task_span(self, log: "FileLog") -> int:
+        """`_read_tasks` of a file log, its frames walked where they lie (`FileLog.read_span`,
+        as for the claims): a TASK of this schema, which the count only needs to see, is
+        None (no payload copied, no Entry built); any other record is its payload."""
+        from queue_worker.log_reading import task_frames_loop
+        from queue_worker.topics import _TASK_PREFIX
+
+        if self.tasks_loop is None:
+            self.tasks_loop = task_frames_loop(_TASK_PREFIX, None)
+        found = log.read_span(self.tasks_pos, BATCH, self.tasks_loop)
+        payloads, count = found.items, len(found.items)
+        if payloads.count(None) != count:
+            for index, data in enumerate(payloads, self.published):
+                if data is not None and _is_foreign(data):
+                    self.foreign.add(index)
+        self.published += count
+        self.tasks_pos = found.next
+        self.records += count
+        return count
 
     def _read_claims(self) -> int:
         from logstore.file_log import FileLog  # (imported by open_log for a file log)
@@ -231,13 +255,13 @@ class _Reading:
         return len(entries)
 
 
-def _is_foreign(entry: "Entry") -> bool:
+def _is_foreign(data: bytes) -> bool:
     """A tasks-log record of a type this version does not know (a malformed one is not: a
     worker wins it and fails it for good, so it closes)."""
     from queue_worker.records import RecordDecodeError, Unknown, decode_task
 
     try:
-        return isinstance(decode_task(entry.data), Unknown)
+        return isinstance(decode_task(data), Unknown)
     except RecordDecodeError:
         return False
 

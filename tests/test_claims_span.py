@@ -25,13 +25,14 @@ from logstore import Durability, framing
 from logstore.base import CorruptLogError
 from logstore.file_log import FileLog
 from logstore.native import SpanLoop
-from queue_worker import claims_span, records, topics
+from queue_worker import claims_span, log_reading, records, topics
 from queue_worker.records import (
     Claim,
     ClaimsRecord,
     Done,
     Fail,
     Renew,
+    TaskRecord,
     Unknown,
     decode_claims_all,
     encode,
@@ -178,6 +179,52 @@ def repacked_task(data: bytes, form: str) -> bytes:
     else:
         packed = bytes([codes[form]]) + struct.pack(formats[form], task)
     return bytes(head + packed + rest)
+
+
+task_payloads = (
+    st.builds(
+        TaskRecord, st.none() | st.integers(0, 2**40) | st.text(max_size=5), st.integers(0, 2**62)
+    ).map(encode)  # (what this version writes: it begins with topics._TASK_PREFIX)
+    | any_payloads
+    | st.sampled_from([b"", b"\x94", b"\x94\x01\xa1", b"\x94\x01\xa1T", b"\x94\x02\xa1T"])
+)
+
+
+@SETTINGS
+@given(
+    st.lists(st.lists(task_payloads, min_size=1, max_size=4), max_size=6),
+    st.sampled_from(["none", "cut", "flip"]),
+    st.data(),
+    st.sampled_from([framing.MAX_RECORD, 24]),
+    st.integers(0, 600),
+    st.sampled_from([sys.maxsize, 1, 3]),
+    st.integers(0, 2**40),
+)
+def test_the_c_task_loop_is_its_python_definition(
+    batches: list[list[bytes]],
+    damage: str,
+    data: st.DataObject,
+    max_record: int,
+    verified: int,
+    limit: int,
+    base: int,
+) -> None:
+    """`_cdecode.c`'s `task_frames` (what `qw status` counts a tasks log with) is
+    `log_reading.task_frames_py`: each TASK of this schema `known`, any other payload its
+    bytes, on whole, torn and damaged buffers."""
+    need_c()
+    buf = bytearray(b"".join(framing.encode_batch(batch) for batch in batches))
+    if damage == "cut" and buf:
+        del buf[data.draw(st.integers(0, len(buf) - 1)) :]
+    elif damage == "flip" and buf:
+        buf[data.draw(st.integers(0, len(buf) - 1))] ^= data.draw(st.integers(1, 255))
+    known = object()
+    args = (bytes(buf), max_record, verified, limit, base, topics._TASK_PREFIX, known)
+    ours = C_MODULE.task_frames(*args)
+    theirs = log_reading.task_frames_py(*args)
+    assert ours == theirs
+    assert [type(item) for item in ours[0]] == [type(item) for item in theirs[0]]
+    assert ours[1:] == claims_span.decode_claims_frames_py(*args[:5])[1:]  # the same walk
 
 
 def test_the_c_span_loop_refuses_bad_arguments() -> None:
