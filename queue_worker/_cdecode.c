@@ -30,7 +30,8 @@
    records (`qw why`, `qw task`: queue_worker.log_reading.read_claims_batches with a task):
    a payload that cannot be a record of `task` (an array whose third item, a claims
    record's task, is an integer other than `task`) is not decoded: `other` stands in its
-   place. Any other payload is decoded as above.
+   place. Any other payload is decoded as above. without(items, positions, other) then
+   leaves those places out.
 
    task_frames(buf, max_record, verified, limit, base, prefix, known): the same walk over a
    tasks log's frames, for a counter of its records (`qw status`): a payload beginning with
@@ -844,9 +845,43 @@ task_frames(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     return Py_BuildValue("(NNLLL)", state.items, state.positions, pos, batch_start, ready);
 }
 
+/* without(items, positions, other) -> (items, positions)
+
+   The two lists (of one length) without the places where `items` holds `other` (by
+   identity): a span read for one task (decode_claims_frames with a task) made into that
+   task's records, at C speed. `log_reading.without_py` is its definition. */
+static PyObject *
+without(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3 || !PyList_CheckExact(args[0]) || !PyList_CheckExact(args[1])
+        || PyList_GET_SIZE(args[0]) != PyList_GET_SIZE(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "without(items: list, positions: list of the same "
+                                         "length, other)");
+        return NULL;
+    }
+    PyObject *items = args[0], *positions = args[1], *other = args[2];
+    PyObject *kept = PyList_New(0), *at = PyList_New(0);
+    if (kept == NULL || at == NULL)
+        goto error;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(items); i++) {
+        PyObject *item = PyList_GET_ITEM(items, i);
+        if (item == other)
+            continue;
+        if (PyList_Append(kept, item) < 0 || PyList_Append(at, PyList_GET_ITEM(positions, i)) < 0)
+            goto error;
+    }
+    return Py_BuildValue("(NN)", kept, at);
+error:
+    Py_XDECREF(kept);
+    Py_XDECREF(at);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"decode_claims_frames", (PyCFunction)(void (*)(void))decode_claims_frames, METH_FASTCALL,
      "records.decode_claims_frames_py, in C."},
+    {"without", (PyCFunction)(void (*)(void))without, METH_FASTCALL,
+     "log_reading.without_py, in C."},
     {"task_frames", (PyCFunction)(void (*)(void))task_frames, METH_FASTCALL,
      "log_reading.task_frames_py, in C."},
     {"decode_claims_all", (PyCFunction)(void (*)(void))decode_claims_all, METH_FASTCALL,

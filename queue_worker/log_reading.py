@@ -8,7 +8,7 @@ for logs that were compacted.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -41,9 +41,9 @@ if TYPE_CHECKING:
     from queue_worker.state import ClaimSnapshot
 
 
-#: what stands in `read_claims_batches(location, task)`'s batches for a record that is not
-#: one of the task's (not decoded): an Unknown, which a fold passes over as it passes over a
-#: record of a type it does not know
+#: what the C decoder gives, in `read_claims_batches(location, task)`'s reads, for a record
+#: that is not one of the task's (not decoded; then left out of the batches): an Unknown,
+#: which a fold passes over as it passes over a record of a type it does not know
 OTHER_TASK: Final = Unknown("(another task's record)")
 
 
@@ -122,16 +122,39 @@ def read_task(location: str | Path, task: int) -> TaskRecord | str | None:
                 first, start = compacted[0].tasks, compacted[2]
         if task < first:
             return "its record was removed by compaction (settled history: done or dead)"
-        for index, entry in enumerate(log.iter_from(start), first):
-            if index < task:
-                continue
-            try:
-                record = decode_task(entry.data)
-            except RecordDecodeError as e:
-                return f"its record at position {entry.position} is malformed: {e}"
-            if isinstance(record, Unknown):
-                return f"its record is of a type this version does not know ({record.code!r})"
-            return record
+        entry = _nth(log, start, task - first)
+        if entry is None:
+            return None
+        try:
+            record = decode_task(entry.data)
+        except RecordDecodeError as e:
+            return f"its record at position {entry.position} is malformed: {e}"
+        if isinstance(record, Unknown):
+            return f"its record is of a type this version does not know ({record.code!r})"
+        return record
+
+
+def _nth(log: Log, start: int, n: int) -> Entry | None:
+    """The record `n` records after the one at `start` (0: that one), or None when the log
+    holds fewer. A file log's records before it are walked where they lie, none copied
+    (reading them as entries, a batch at a time, was a fifth of `qw why 0` on a queue of
+    3,000 tasks)."""
+    from logstore.file_log import FileLog  # (imported by open_log for a file log)
+
+    position = start
+    if isinstance(log, FileLog):
+        loop = task_frames_loop(b"", None)  # (every payload begins with b"": each is None)
+        while n > 0:
+            found = log.read_span(position, min(n, READ_BATCH), loop)
+            if not found.items:
+                return None
+            n -= len(found.items)
+            position = found.next
+        entries = log.read(position, 1)
+        return entries[0] if entries else None
+    for index, entry in enumerate(log.iter_from(position)):
+        if index == n:
+            return entry
     return None
 
 
@@ -169,9 +192,9 @@ def read_claims_batches(
     record is read again as entries, which `read_claims` decodes.
 
     `task`: for a reader of that task's records only (`qw why`, `qw task`), a record that
-    cannot be one of them may be `OTHER_TASK` in its place, not decoded (the C decoder's
-    `other_task`: its third item, where a claims record has its task, is another integer);
-    every record of the task, and any other, is as `read_claims` gives it."""
+    cannot be one of them may be left out, not decoded (the C decoder's `other_task`: its
+    third item, where a claims record has its task, is another integer); every record of
+    the task, and any other kept, is as `read_claims` gives it, at its position."""
     log = _open_existing(location, CLAIMS_TOPIC)
     if log is None:
         return
@@ -184,12 +207,13 @@ def read_claims_batches(
         from logstore.file_log import FileLog  # (imported by open_log for a file log)
 
         if isinstance(log, FileLog):
-            loop = _span_loop(task)
+            loop, without = _span_loop(task)
             while found := log.read_span(position, READ_BATCH, loop):
-                if None in found.items:  # rare: a malformed record, said as read_claims does
+                records, positions = without(found.items, found.positions, OTHER_TASK)
+                if None in records:  # rare: a malformed record, said as read_claims does
                     yield _decoded(log.read(position, len(found.items)))
-                else:
-                    yield found.items, found.positions
+                elif records:
+                    yield records, positions
                 position = found.next
             return
         while entries := log.read(position, READ_BATCH):  # on the server's clock (Redis)
@@ -197,14 +221,22 @@ def read_claims_batches(
             position = entries[-1].next
 
 
-def _span_loop(task: int | None) -> SpanLoop:
-    """The span loop of `read_claims_batches`: a claims follower's, or with `task` (and the
-    C decoder built), one that passes over the other tasks' records."""
+def without_py(items: list[Any], positions: list[int], other: Any) -> tuple[list[Any], list[int]]:
+    """The two lists without the places where `items` holds `other` (by identity).
+    `_cdecode.c`'s `without` is this function in C."""
+    kept = [i for i, item in enumerate(items) if item is not other]
+    return [items[i] for i in kept], [positions[i] for i in kept]
+
+
+def _span_loop(task: int | None) -> tuple[SpanLoop, Without]:
+    """The span loop of `read_claims_batches` and what leaves OTHER_TASK out of its reads: a
+    claims follower's (nothing to leave out), or with `task` (and the C decoder built), one
+    that passes over the other tasks' records, and its `without`."""
     from queue_worker import claims_span, records
 
     module = records._c_module()
     if task is None or module is None or not 0 <= task <= MAX_TASK_ID:
-        return claims_span.loop()
+        return claims_span.loop(), _as_read
     frames = module.decode_claims_frames
     claim, done, fallback, other = records.Claim, records.Done, records._claims_or_none, OTHER_TASK
 
@@ -214,7 +246,15 @@ def _span_loop(task: int | None) -> SpanLoop:
         )
         return found
 
-    return own
+    return own, module.without
+
+
+def _as_read(items: list[Any], positions: list[int], other: Any) -> tuple[list[Any], list[int]]:
+    return items, positions
+
+
+#: what leaves a span read's OTHER_TASK places out (`without_py`)
+Without = Callable[[list[Any], list[int], Any], tuple[list[Any], list[int]]]
 
 
 def task_frames_py(

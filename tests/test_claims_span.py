@@ -227,6 +227,23 @@ def test_the_c_task_loop_is_its_python_definition(
     assert ours[1:] == claims_span.decode_claims_frames_py(*args[:5])[1:]  # the same walk
 
 
+@SETTINGS
+@given(st.lists(st.sampled_from(["other", "record", "none"])), st.integers(0, 2**40))
+def test_the_c_without_is_its_python_definition(kinds: list[str], base: int) -> None:
+    need_c()
+    other = object()
+    items = [
+        other if k == "other" else None if k == "none" else Claim(i, "w", 1, 2)
+        for i, k in enumerate(kinds)
+    ]
+    positions = [base + 10 * i for i in range(len(items))]
+    ours = C_MODULE.without(items, positions, other)
+    assert ours == log_reading.without_py(items, positions, other)
+    assert ours[0] == [item for item in items if item is not other]
+    with pytest.raises(TypeError):
+        C_MODULE.without(items, [*positions, 1], other)
+
+
 def test_the_c_span_loop_refuses_bad_arguments() -> None:
     need_c()
     fused = C_MODULE.decode_claims_frames
