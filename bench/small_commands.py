@@ -10,6 +10,11 @@ of 100 tasks (enqueue adds one each round); with `--drained N`, of N tasks that 
 worked (a claims log of 2N records that `status`, `task` and `why` fold whole):
 
     python -m bench.small_commands --before /work/main/.venv/bin/qw --drained 3000
+
+With `--instructions`, each command runs once more with each `qw` under valgrind's callgrind
+(after a warm run) and the table gives its instructions instead, and as a multiple of its
+venv's `python -c pass`: a count that a shared machine's load leaves alone (valgrind must be
+on PATH; ~3 s a command).
 """
 
 from __future__ import annotations
@@ -50,6 +55,50 @@ def _timed(argv: list[str], cwd: Path) -> tuple[int, float]:
     )
     _, status, usage = os.wait4(process.pid, 0)
     return os.waitstatus_to_exitcode(status), usage.ru_utime + usage.ru_stime
+
+
+def _instructions(argv: list[str], cwd: Path, out: Path) -> int:
+    """The instructions of one run of `argv` (all its threads), counted by callgrind."""
+    valgrind = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"]
+    done = subprocess.run([*valgrind, *argv], cwd=cwd, env=USER_ENV, capture_output=True)
+    if done.returncode != 0:
+        raise SystemExit(f"{argv} under valgrind exited with {done.returncode}")
+    for line in out.read_text(errors="replace").splitlines():
+        if line.startswith(("summary:", "totals:")):
+            return int(line.split()[1])
+    raise SystemExit(f"{out}: no summary line")
+
+
+def count_instructions(before: str, after: str, drained: int = 0) -> list[list[str]]:
+    """`measure`'s table in instructions: one run of each command with each `qw`."""
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        (root / "queue").mkdir()
+        make_queue(after, root / "queue", drained)
+        counts: dict[tuple[str, str], int] = {}
+        rows = [(["python -c pass"], "pass"), *((c, "qw") for c in COMMANDS)]
+        for name, qw in (("before", before), ("after", after)):
+            shutil.copytree(root / "queue", root / name)
+            for args, kind in rows:
+                argv = [_python_of(qw), "-c", "pass"] if kind == "pass" else [qw, *args]
+                subprocess.run(argv, cwd=root / name, env=USER_ENV, capture_output=True)  # warm
+                out = root / f"callgrind-{name}.out"
+                counts[(" ".join(args), name)] = _instructions(argv, root / name, out)
+        bare = {n: counts[("python -c pass", n)] for n in ("before", "after")}
+        table = []
+        for args, kind in rows:
+            label = "python -c pass" if kind == "pass" else "qw " + " ".join(args)
+            b, a = (counts[(" ".join(args), n)] for n in ("before", "after"))
+            table.append(
+                [
+                    f"`{label}`",
+                    f"{b / 1e6:.1f}M",
+                    f"{a / 1e6:.1f}M",
+                    f"{b / bare['before']:.2f}×",
+                    f"{a / bare['after']:.2f}×",
+                ]
+            )
+        return table
 
 
 def make_queue(qw: str, directory: Path, drained: int) -> None:
@@ -119,7 +168,17 @@ def main() -> int:
     parser.add_argument("--after", default=shutil.which("qw", path=os.path.dirname(sys.executable)))
     parser.add_argument("--runs", type=int, default=9)
     parser.add_argument("--drained", type=int, default=0, help="a queue of N tasks worked")
+    parser.add_argument(
+        "--instructions", action="store_true", help="instructions (valgrind), not CPU time"
+    )
     options = parser.parse_args()
+    if options.instructions:
+        head = ["command", "before", "after", "before × pass", "after × pass"]
+        print(f"| {' | '.join(head)} |")
+        print("|---|" + "---:|" * (len(head) - 1))
+        for row in count_instructions(options.before, options.after, options.drained):
+            print(f"| {' | '.join(row)} |")
+        return 0
     head = ["command", "CPU before", "CPU after", "before × pass", "after × pass"]
     head += ["wall before", "wall after", "before × pass (wall)", "after × pass (wall)"]
     print(f"| {' | '.join(head)} |")

@@ -13,8 +13,6 @@ record has a larger position, and `Entry.next` is the position to read from afte
 (Redis): the protocol then judges lease expiry by that single clock instead of the writer's.
 """
 
-from __future__ import annotations
-
 import enum
 import zlib
 from abc import ABC, abstractmethod
@@ -92,7 +90,7 @@ class Durability(enum.Enum):
     ALWAYS = "always"
 
     @classmethod
-    def parse(cls, text: str) -> Durability:
+    def parse(cls, text: str) -> "Durability":
         try:
             return cls(text)
         except ValueError:
@@ -214,7 +212,7 @@ class Log(ABC):
             crc = zlib.crc32(entry.data, zlib.crc32(entry.position.to_bytes(8, "little"), crc))
         return crc
 
-    def __enter__(self) -> Log:
+    def __enter__(self) -> "Log":
         return self
 
     def __exit__(

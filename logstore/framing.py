@@ -60,8 +60,6 @@ NEED_DATA and TORN_TAIL both mean "no more complete records here yet" to a reade
 holding the append lock truncates a TORN_TAIL before it appends.
 """
 
-from __future__ import annotations
-
 import enum
 import struct
 import sys

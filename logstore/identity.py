@@ -14,8 +14,6 @@ exist, refuses a mix (two queue ids, or a file holding another topic's log), and
 missing log with the set's id. The check is made once, at open: records carry no identity.
 """
 
-from __future__ import annotations
-
 import os
 import stat
 from collections.abc import Iterable

@@ -33,8 +33,6 @@ replaced, atomically, by a *stub*: its version-2 header alone with the COMPACTED
 stub holds no records; the log then starts at the first segment that remains.
 """
 
-from __future__ import annotations
-
 import contextlib
 import os
 import re

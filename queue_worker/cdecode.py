@@ -23,12 +23,14 @@ from logstore.native import EXT_SUFFIX, find_build, key_of, load_extension
 MODULE: Final = "queue_worker._cdecode"
 PACKAGE_DIR: Final = os.path.dirname(os.path.abspath(__file__))
 #: the C file first, then the definitions it must agree with: records.py, and for
-#: `decode_claims_frames` its twin (claims_span.py), the frame walk it shares with
-#: logstore/_cframes.c and that walk's definition (named from this directory)
+#: `decode_claims_frames` its twin (claims_span.py), for `task_frames` its own
+#: (log_reading.py), the frame walk they share with logstore/_cframes.c and that walk's
+#: definition (named from this directory)
 SOURCES: Final = (
     "_cdecode.c",
     "records.py",
     "claims_span.py",
+    "log_reading.py",
     "../logstore/_framewalk.h",
     "../logstore/framing.py",
 )

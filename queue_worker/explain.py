@@ -4,9 +4,13 @@
 the fold's, never re-derived here) and, for the records about one task, words the outcome
 with the facts a reader needs: whose lease a claim ran into and until when, whose expired
 lease a takeover replaced, which claim held the task when a completion was refused.
-"""
 
-from __future__ import annotations
+The fold keeps each task apart: no rule reads another task's records (queue_worker.state),
+so a `ClaimState` given only one task's records reaches the verdicts on them that the whole
+log's fold reaches. `explain_batches(..., fold_others=False)` tells the story that way (what
+`qw why` and `qw task` do, from a read that need not decode the other records at all:
+`log_reading.read_claims_batches(location, task)`).
+"""
 
 import operator
 from collections.abc import Callable, Iterable, Sequence
@@ -121,10 +125,13 @@ class _Teller:
         self._span(record, outcome)
         self.steps.append(step)
 
-    def apply_batch(self, records: Sequence[ClaimsRecord], positions: Sequence[int]) -> None:
+    def apply_batch(
+        self, records: Sequence[ClaimsRecord], positions: Sequence[int], fold_others: bool = True
+    ) -> None:
         """`apply` each record in turn: the runs of other tasks' records, which are only
         folded, in one `ClaimState.apply_all` each (its exact effect, without building
-        verdicts nobody reads), found by the task id every known record has first."""
+        verdicts nobody reads), found by the task id every known record has first.
+        `fold_others=False`: only the task's own records are applied (module docstring)."""
         task = self.task
         firsts = list(map(_FIRST, records))  # (an Unknown's first field is its code)
         begin = 0
@@ -137,13 +144,13 @@ class _Teller:
             if isinstance(record, Unknown):  # a code equal to the task id: only folded
                 firsts[i] = None
                 continue
-            if begin < i:
+            if begin < i and fold_others:
                 self.state.apply_all(records[begin:i], positions[begin:i])
             self.apply(record, positions[i])
             if self.seen is not None:
                 self.seen(positions[i], record)
             begin = i + 1
-        if begin < len(records):
+        if begin < len(records) and fold_others:
             self.state.apply_all(records[begin:], positions[begin:])
 
     def _span(self, r: Claim | Renew | Done | Fail, o: Outcome) -> None:
@@ -319,14 +326,16 @@ def explain_batches(
     now_us: int | None = None,
     start: ClaimSnapshot | None = None,
     seen: Callable[[int, ClaimsRecord], None] | None = None,
+    fold_others: bool = True,
 ) -> TaskStory:
     """`explain_task` of the claims given as batches of records and their positions
     (`queue_worker.log_reading.read_claims_batches`): the same story, the other tasks'
-    records folded a run at a time. `seen` is called with each record about the task."""
+    records folded a run at a time, or (`fold_others=False`) not at all: the story is the
+    same (module docstring). `seen` is called with each record about the task."""
     state = None if start is None else ClaimState.restore(start)
     teller = _Teller(task, state, seen)
     for records, positions in batches:
-        teller.apply_batch(records, positions)
+        teller.apply_batch(records, positions, fold_others)
     return _story(teller, task_record, ops, now_us)
 
 

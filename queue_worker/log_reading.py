@@ -8,14 +8,20 @@ for logs that were compacted.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Final
 
 from logstore import Log, is_redis_url, open_log
 from queue_worker.errors import QwError
 from queue_worker.partitions import one_partition_text
-from queue_worker.records import RecordDecodeError, TaskRecord, Unknown, decode_task
+from queue_worker.records import (
+    MAX_TASK_ID,
+    RecordDecodeError,
+    TaskRecord,
+    Unknown,
+    decode_task,
+)
 from queue_worker.topics import (
     CLAIMS_TOPIC,
     MALFORMED,
@@ -28,10 +34,17 @@ from queue_worker.topics import (
 
 if TYPE_CHECKING:
     from logstore import Entry
+    from logstore.native import SpanLoop, SpanResult
     from queue_worker.checkpoint import Location
     from queue_worker.prefix import Prefix
     from queue_worker.records import ClaimsRecord
     from queue_worker.state import ClaimSnapshot
+
+
+#: what the C decoder gives, in `read_claims_batches(location, task)`'s reads, for a record
+#: that is not one of the task's (not decoded; then left out of the batches): an Unknown,
+#: which a fold passes over as it passes over a record of a type it does not know
+OTHER_TASK: Final = Unknown("(another task's record)")
 
 
 class ReportInputError(QwError):
@@ -109,16 +122,39 @@ def read_task(location: str | Path, task: int) -> TaskRecord | str | None:
                 first, start = compacted[0].tasks, compacted[2]
         if task < first:
             return "its record was removed by compaction (settled history: done or dead)"
-        for index, entry in enumerate(log.iter_from(start), first):
-            if index < task:
-                continue
-            try:
-                record = decode_task(entry.data)
-            except RecordDecodeError as e:
-                return f"its record at position {entry.position} is malformed: {e}"
-            if isinstance(record, Unknown):
-                return f"its record is of a type this version does not know ({record.code!r})"
-            return record
+        entry = _nth(log, start, task - first)
+        if entry is None:
+            return None
+        try:
+            record = decode_task(entry.data)
+        except RecordDecodeError as e:
+            return f"its record at position {entry.position} is malformed: {e}"
+        if isinstance(record, Unknown):
+            return f"its record is of a type this version does not know ({record.code!r})"
+        return record
+
+
+def _nth(log: Log, start: int, n: int) -> Entry | None:
+    """The record `n` records after the one at `start` (0: that one), or None when the log
+    holds fewer. A file log's records before it are walked where they lie, none copied
+    (reading them as entries, a batch at a time, was a fifth of `qw why 0` on a queue of
+    3,000 tasks)."""
+    from logstore.file_log import FileLog  # (imported by open_log for a file log)
+
+    position = start
+    if isinstance(log, FileLog):
+        loop = task_frames_loop(b"", None)  # (every payload begins with b"": each is None)
+        while n > 0:
+            found = log.read_span(position, min(n, READ_BATCH), loop)
+            if not found.items:
+                return None
+            n -= len(found.items)
+            position = found.next
+        entries = log.read(position, 1)
+        return entries[0] if entries else None
+    for index, entry in enumerate(log.iter_from(position)):
+        if index == n:
+            return entry
     return None
 
 
@@ -148,12 +184,17 @@ def read_claims(
 
 
 def read_claims_batches(
-    location: str | Path,
+    location: str | Path, task: int | None = None
 ) -> Iterator[tuple[Sequence[ClaimsRecord], Sequence[int]]]:
     """`read_claims`, a batch at a time: the same records (and positions), as lists. A file
     log's are decoded where its frames lie (`FileLog.read_span`, as a worker's catch-up
     reads them: in C when built), with no entry built for each: a batch holding a malformed
-    record is read again as entries, which `read_claims` decodes."""
+    record is read again as entries, which `read_claims` decodes.
+
+    `task`: for a reader of that task's records only (`qw why`, `qw task`), a record that
+    cannot be one of them may be left out, not decoded (the C decoder's `other_task`: its
+    third item, where a claims record has its task, is another integer); every record of
+    the task, and any other kept, is as `read_claims` gives it, at its position."""
     log = _open_existing(location, CLAIMS_TOPIC)
     if log is None:
         return
@@ -166,19 +207,84 @@ def read_claims_batches(
         from logstore.file_log import FileLog  # (imported by open_log for a file log)
 
         if isinstance(log, FileLog):
-            from queue_worker import claims_span
-
-            loop = claims_span.loop()
+            loop, without = _span_loop(task)
             while found := log.read_span(position, READ_BATCH, loop):
-                if None in found.items:  # rare: a malformed record, said as read_claims does
+                records, positions = without(found.items, found.positions, OTHER_TASK)
+                if None in records:  # rare: a malformed record, said as read_claims does
                     yield _decoded(log.read(position, len(found.items)))
-                else:
-                    yield found.items, found.positions
+                elif records:
+                    yield records, positions
                 position = found.next
             return
         while entries := log.read(position, READ_BATCH):  # on the server's clock (Redis)
             yield _decoded(entries)
             position = entries[-1].next
+
+
+def without_py(items: list[Any], positions: list[int], other: Any) -> tuple[list[Any], list[int]]:
+    """The two lists without the places where `items` holds `other` (by identity).
+    `_cdecode.c`'s `without` is this function in C."""
+    kept = [i for i, item in enumerate(items) if item is not other]
+    return [items[i] for i in kept], [positions[i] for i in kept]
+
+
+def _span_loop(task: int | None) -> tuple[SpanLoop, Without]:
+    """The span loop of `read_claims_batches` and what leaves OTHER_TASK out of its reads: a
+    claims follower's (nothing to leave out), or with `task` (and the C decoder built), one
+    that passes over the other tasks' records, and its `without`."""
+    from queue_worker import claims_span, records
+
+    module = records._c_module()
+    if task is None or module is None or not 0 <= task <= MAX_TASK_ID:
+        return claims_span.loop(), _as_read
+    frames = module.decode_claims_frames
+    claim, done, fallback, other = records.Claim, records.Done, records._claims_or_none, OTHER_TASK
+
+    def own(buf: bytes, max_record: int, verified: int, limit: int, base: int) -> SpanResult:
+        found: SpanResult = frames(
+            buf, max_record, verified, limit, base, claim, done, fallback, task, other
+        )
+        return found
+
+    return own, module.without
+
+
+def _as_read(items: list[Any], positions: list[int], other: Any) -> tuple[list[Any], list[int]]:
+    return items, positions
+
+
+#: what leaves a span read's OTHER_TASK places out (`without_py`)
+Without = Callable[[list[Any], list[int], Any], tuple[list[Any], list[int]]]
+
+
+def task_frames_py(
+    buf: bytes, max_record: int, verified: int, limit: int, base: int, prefix: bytes, known: Any
+) -> SpanResult:
+    """(items, positions, pos, batch_start, ready): `framing._decode_loop` of `buf`, each
+    payload that begins with `prefix` given as `known`, any other as its bytes, each offset
+    made absolute (file offset `base` + offset in `buf`). `_cdecode.c`'s `task_frames` is
+    this function in C."""
+    from logstore import framing
+
+    starts, datas, pos, batch_start, ready = framing._decode_loop(buf, max_record, verified, limit)
+    items = [known if data.startswith(prefix) else data for data in datas]
+    return items, [start + base for start in starts], pos, batch_start, ready
+
+
+def task_frames_loop(prefix: bytes, known: Any) -> SpanLoop:
+    """A span loop (`FileLog.read_span`) for a counter of a tasks log's records: each one
+    whose payload begins with `prefix` is `known`, not copied; any other is its payload
+    (`task_frames_py`, in C when the claims decoder is built)."""
+    from queue_worker import records
+
+    module = records._c_module()
+    frames = task_frames_py if module is None else module.task_frames
+
+    def loop(buf: bytes, max_record: int, verified: int, limit: int, base: int) -> SpanResult:
+        found: SpanResult = frames(buf, max_record, verified, limit, base, prefix, known)
+        return found
+
+    return loop
 
 
 def _decoded(entries: Sequence[Entry]) -> tuple[list[ClaimsRecord], list[int]]:

@@ -24,8 +24,6 @@ Decoding reads untrusted bytes: anything malformed raises `RecordDecodeError` (t
 decode error of this package) and nothing else.
 """
 
-from __future__ import annotations
-
 from pathlib import Path
 from typing import Any, Final, NamedTuple
 

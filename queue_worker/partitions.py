@@ -33,8 +33,6 @@ Task ids: a task of a partitioned queue is named ``k:id`` — its partition, and
 that partition's tasks topic (`TaskRef`). ``3:17`` is task 17 of partition 3.
 """
 
-from __future__ import annotations
-
 import functools
 import struct
 import zlib
@@ -117,7 +115,7 @@ class Manifest:
     def __hash__(self) -> int:
         return hash((self.queue, self.partition_ids))
 
-    def __reduce__(self) -> tuple[type[Manifest], tuple[bytes, tuple[bytes, ...]]]:
+    def __reduce__(self) -> "tuple[type[Manifest], tuple[bytes, tuple[bytes, ...]]]":
         return Manifest, (self.queue, self.partition_ids)  # pickled as its fields
 
     def __repr__(self) -> str:
@@ -128,7 +126,7 @@ class Manifest:
         return len(self.partition_ids)
 
     @classmethod
-    def of(cls, partition_ids: Sequence[bytes]) -> Manifest:
+    def of(cls, partition_ids: Sequence[bytes]) -> "Manifest":
         import hashlib  # here, not at the top: loading OpenSSL is ~3 ms of every reader's start
 
         ids = tuple(partition_ids)
@@ -139,7 +137,7 @@ class Manifest:
         return body + _CRC.pack(zlib.crc32(body))
 
     @classmethod
-    def decode(cls, raw: bytes, where: str) -> Manifest:
+    def decode(cls, raw: bytes, where: str) -> "Manifest":
         """The manifest in `raw`; PartitionError naming `where` when it is not one."""
         if len(raw) < _HEAD.size + _CRC.size or not raw.startswith(MAGIC[:6]):
             raise PartitionError(f"{where} is not a qw partitions manifest")

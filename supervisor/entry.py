@@ -51,6 +51,12 @@ def main() -> int:
 
             code = run(args)  # status, task, why, enqueue in their plain forms: no typer
         if code is not None:
+            # Python's exit collects three times over everything still alive, to free it
+            # (module by module) a moment before the process ends anyway: ~6 % of `qw
+            # status`'s instructions, counted. Frozen, the collector passes over it all
+            # (refcounting still frees what each module held, and the files a command opens
+            # it closes itself).
+            gc.freeze()
             return code
         gc.enable()  # any other command may run for long (qw tail -f, the dashboard)
     from supervisor.cli import main as cli_main

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from logstore import LogError
-from queue_worker.partitions import MAX_PARTITIONS, Manifest
+from queue_worker.partitions import MAX_PARTITIONS, Manifest, read_manifest
 from supervisor import lazy_typer as typer
 from supervisor.cli_options import fail, shown
 
@@ -31,9 +31,14 @@ def manifest_at(location: str, asked: int | None = None, *, create: bool = True)
     """The queue's manifest (creating a partitioned queue when `asked` ≥ 2 and there is no
     queue yet); one line and exit 2 for a count that does not match, or a location that
     cannot be read."""
-    from queue_worker.partitioned import resolve_partitions
-
     try:
+        if asked is None:
+            # all that resolve_partitions does when nothing is asked, without importing the
+            # producer it creates queues with (`qw status`, `task`, `why` and `enqueue` ask
+            # nothing: ~1% of their instructions)
+            return read_manifest(location)
+        from queue_worker.partitioned import resolve_partitions
+
         return resolve_partitions(location, asked, create=create)
     except (LogError, ValueError) as e:
         fail(str(e))

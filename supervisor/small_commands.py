@@ -17,8 +17,8 @@ from logstore import LogError, space_problem
 from logstore.location import is_redis_url, shown
 from queue_worker.names import printable, worker_label
 from queue_worker.records import Done
-from supervisor import enqueue_input, partitioned_cli
 from supervisor import lazy_typer as typer
+from supervisor import partitioned_cli
 from supervisor.cli_options import bad, check_log_url, fail, location_of, require_logs
 
 #: `qw status`: held tasks named one per line (--json lists them all)
@@ -134,9 +134,16 @@ def task(task_name: str, directory: Path, log: str | None, as_json: bool) -> Non
     try:
         now_us = time.time_ns() // 1000  # a lease that ran out by now reads as expired
         start = prefix_state(location)  # (compacted logs: the fold of what was removed)
-        claims = read_claims_batches(location)
+        # the task's own records: the others need not be decoded nor folded (explain.py)
+        claims = read_claims_batches(location, task_id)
         story = explain_batches(
-            task_id, read_task(location, task_id), claims, now_us=now_us, start=start, seen=seen
+            task_id,
+            read_task(location, task_id),
+            claims,
+            now_us=now_us,
+            start=start,
+            seen=seen,
+            fold_others=False,
         )
     except (ReportInputError, LogError) as e:
         fail(str(e))
@@ -189,10 +196,16 @@ def why(task_name: str, directory: Path, log: str | None, as_json: bool) -> None
             raise report_fail(missing_logs_text(location))
         ops, _ = read_ops(location)
         now_us = time.time_ns() // 1000  # a lease that ran out by now reads as expired
-        claims = read_claims_batches(location)
+        claims = read_claims_batches(location, task)  # its own records (as `task` reads)
         start = prefix_state(location)  # (compacted logs: the fold of what was removed)
         story = explain_batches(
-            task, read_task(location, task), claims, ops, now_us=now_us, start=start
+            task,
+            read_task(location, task),
+            claims,
+            ops,
+            now_us=now_us,
+            start=start,
+            fold_others=False,
         )
     except (ReportInputError, LogError, OSError) as e:
         raise report_fail(str(e)) from None
@@ -225,6 +238,7 @@ def enqueue(
 ) -> None:
     from logstore import LogError, RecordTooLargeError
     from queue_worker.records import RecordEncodeError
+    from supervisor import enqueue_input
 
     location = location_of(directory, log)
     if file is not None and (payload is not None or count is not None):

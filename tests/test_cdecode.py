@@ -245,6 +245,54 @@ def test_the_common_records_never_reach_the_python(written: list[ClaimsRecord]) 
     assert [type(r) for r in decoded] == [type(r) for r in written]
 
 
+#: results as msgpack's defaults decode them (maps keyed by str or bin, no ext)
+plain_results = st.recursive(
+    st.one_of(scalars, st.binary(max_size=20)),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=5),
+        st.dictionaries(st.text(max_size=10) | st.binary(max_size=4), inner, max_size=5),
+    ),
+    max_leaves=20,
+)
+
+
+@SETTINGS
+@given(st.lists(st.builds(Done, task_ids, workers, times, times, plain_results), max_size=10))
+def test_a_done_of_any_plain_result_never_reaches_the_python(written: list[Done]) -> None:
+    """A DONE whose result is lists, maps keyed by str or bin and scalars (a drain's
+    `{"task": 0, "worked_ms": 0}`) is built in C too, and equals what was written."""
+    handed_back: list[bytes] = []
+
+    def fallback(data: bytes) -> ClaimsRecord | None:
+        handed_back.append(data)
+        return records._claims_or_none(data)
+
+    blobs = [encode(r) for r in written]
+    decoded = c_decode(blobs, fallback)
+    assert handed_back == []
+    assert [plain(r) for r in decoded] == [plain(r) for r in written]
+    assert [plain(r) for r in decoded] == [plain(r) for r in decode_claims_py(blobs)]
+
+
+@pytest.mark.parametrize(
+    "result",
+    [
+        {1: "int key"},  # msgpack's strict_map_key refuses it: the Python decodes it again
+        {"a": msgpack.ExtType(5, b"x")},
+        [msgpack.Timestamp(1, 2)],
+        "nested",  # 40 levels deep (below)
+        [b"\xff" * 3, {"k": b"bin"}],
+    ],
+)
+def test_a_result_the_c_does_not_build_is_the_pythons(result: Any) -> None:
+    if result == "nested":
+        for _ in range(40):
+            result = [result]
+    data = msgpack.packb([1, "D", 3, "w", 4, 5, result], use_bin_type=True)
+    cut = [data[:n] for n in range(len(data))]
+    same([data, *cut])
+
+
 def test_payloads_freed_while_decoding_and_many_workers() -> None:
     """Each payload a fresh object dropped after its record is built, 40 workers (more than
     the C decoder's cache of worker names holds), each seen many times."""

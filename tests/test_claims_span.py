@@ -11,10 +11,12 @@ unless QW_REQUIRE_COMPILED=1 (CI) makes that a failure.
 from __future__ import annotations
 
 import os
+import struct
 import sys
 from pathlib import Path
 from typing import Any
 
+import msgpack
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -23,8 +25,18 @@ from logstore import Durability, framing
 from logstore.base import CorruptLogError
 from logstore.file_log import FileLog
 from logstore.native import SpanLoop
-from queue_worker import claims_span, records, topics
-from queue_worker.records import Claim, Done, decode_claims_all, encode
+from queue_worker import claims_span, log_reading, records, topics
+from queue_worker.records import (
+    Claim,
+    ClaimsRecord,
+    Done,
+    Fail,
+    Renew,
+    TaskRecord,
+    Unknown,
+    decode_claims_all,
+    encode,
+)
 from tests.test_cdecode import any_payloads
 from tests.test_compiled import plain
 
@@ -97,6 +109,141 @@ def test_the_c_span_loop_is_its_python_definition(
     assert [plain(r) for r in python[0]] == [plain(r) for r in decode_claims_all(datas)]
 
 
+@SETTINGS
+@given(
+    claims_buffers(),
+    st.sampled_from([framing.MAX_RECORD, 24]),
+    st.integers(0, 600),
+    st.sampled_from([sys.maxsize, 2]),
+    st.integers(0, 2**40),
+    st.integers(0, 3) | st.sampled_from([127, 128, 255, 256, 2**32, records.MAX_TASK_ID]),
+)
+def test_the_c_span_loop_for_one_task_passes_over_only_other_records(
+    buf: bytes, max_record: int, verified: int, limit: int, base: int, task: int
+) -> None:
+    """With a task (what `qw why` and `qw task` read: log_reading.read_claims_batches), the
+    loop is its definition but that a record which is not one of the task's may be `other`,
+    not decoded; a record of the task never is."""
+    need_c()
+    other = object()
+    python = claims_span.decode_claims_frames_py(buf, max_record, verified, limit, base)
+    fallback = records._claims_or_none
+    ours = C_MODULE.decode_claims_frames(
+        buf, max_record, verified, limit, base, Claim, Done, fallback, task, other
+    )
+    assert ours[1:] == python[1:]
+    for mine, theirs in zip(ours[0], python[0], strict=True):
+        if mine is other:
+            assert theirs is None or isinstance(theirs, Unknown) or theirs.task != task
+        else:
+            assert (type(mine), plain(mine)) == (type(theirs), plain(theirs))
+
+
+@pytest.mark.parametrize("form", ["fix", "u8", "u16", "u32", "u64", "i8", "i16", "i32", "i64"])
+def test_the_common_records_of_other_tasks_are_passed_over(form: str) -> None:
+    """Every record naming another task (its id in any integer encoding) is `other`; every
+    record of the task is decoded."""
+    need_c()
+    other = object()
+    written: list[ClaimsRecord] = [
+        Claim(5, "w", 1, 2),
+        Renew(7, "w", 1, 2, 3),
+        Done(5, "w", 1, 2, {"r": [1.5]}),
+        Fail(300, "w", 1, 2, "e", None),
+        Done(7, "w", 1, 2, None),
+    ]
+    datas = [repacked_task(encode(r), form) for r in written]
+    assert [records.decode(data) for data in datas] == written
+    buf = b"".join(framing.encode_frame(data) for data in datas)
+    fallback = records._claims_or_none
+    found = C_MODULE.decode_claims_frames(
+        buf, framing.MAX_RECORD, 0, 100, 0, Claim, Done, fallback, 7, other
+    )
+    assert found[0] == [other, written[1], other, other, written[4]]
+
+
+def repacked_task(data: bytes, form: str) -> bytes:
+    """A claims record's bytes with its task id (its third item) in the integer encoding
+    `form` (as another msgpack writer could pack it)."""
+    items = msgpack.unpackb(data)
+    rest: bytes = msgpack.packb(items[3:], use_bin_type=True)[1:]
+    head = data[:4]
+    assert head[0] == 0x90 | len(items)
+    formats = {"u8": ">B", "u16": ">H", "u32": ">I", "u64": ">Q"}
+    formats |= {"i8": ">b", "i16": ">h", "i32": ">i", "i64": ">q"}
+    codes = {"u8": 0xCC, "u16": 0xCD, "u32": 0xCE, "u64": 0xCF}
+    codes |= {"i8": 0xD0, "i16": 0xD1, "i32": 0xD2, "i64": 0xD3}
+    task = items[2]
+    if form == "fix" or (form in ("u8", "i8") and task > 127):
+        packed: bytes = msgpack.packb(task)
+    else:
+        packed = bytes([codes[form]]) + struct.pack(formats[form], task)
+    return bytes(head + packed + rest)
+
+
+task_payloads = (
+    st.builds(
+        TaskRecord, st.none() | st.integers(0, 2**40) | st.text(max_size=5), st.integers(0, 2**62)
+    ).map(encode)  # (what this version writes: it begins with topics._TASK_PREFIX)
+    | any_payloads
+    | st.sampled_from([b"", b"\x94", b"\x94\x01\xa1", b"\x94\x01\xa1T", b"\x94\x02\xa1T"])
+)
+
+
+@SETTINGS
+@given(
+    st.lists(st.lists(task_payloads, min_size=1, max_size=4), max_size=6),
+    st.sampled_from(["none", "cut", "flip"]),
+    st.data(),
+    st.sampled_from([framing.MAX_RECORD, 24]),
+    st.integers(0, 600),
+    st.sampled_from([sys.maxsize, 1, 3]),
+    st.integers(0, 2**40),
+)
+def test_the_c_task_loop_is_its_python_definition(
+    batches: list[list[bytes]],
+    damage: str,
+    data: st.DataObject,
+    max_record: int,
+    verified: int,
+    limit: int,
+    base: int,
+) -> None:
+    """`_cdecode.c`'s `task_frames` (what `qw status` counts a tasks log with) is
+    `log_reading.task_frames_py`: each TASK of this schema `known`, any other payload its
+    bytes, on whole, torn and damaged buffers."""
+    need_c()
+    buf = bytearray(b"".join(framing.encode_batch(batch) for batch in batches))
+    if damage == "cut" and buf:
+        del buf[data.draw(st.integers(0, len(buf) - 1)) :]
+    elif damage == "flip" and buf:
+        buf[data.draw(st.integers(0, len(buf) - 1))] ^= data.draw(st.integers(1, 255))
+    known = object()
+    args = (bytes(buf), max_record, verified, limit, base, topics._TASK_PREFIX, known)
+    ours = C_MODULE.task_frames(*args)
+    theirs = log_reading.task_frames_py(*args)
+    assert ours == theirs
+    assert [type(item) for item in ours[0]] == [type(item) for item in theirs[0]]
+    assert ours[1:] == claims_span.decode_claims_frames_py(*args[:5])[1:]  # the same walk
+
+
+@SETTINGS
+@given(st.lists(st.sampled_from(["other", "record", "none"])), st.integers(0, 2**40))
+def test_the_c_without_is_its_python_definition(kinds: list[str], base: int) -> None:
+    need_c()
+    other = object()
+    items = [
+        other if k == "other" else None if k == "none" else Claim(i, "w", 1, 2)
+        for i, k in enumerate(kinds)
+    ]
+    positions = [base + 10 * i for i in range(len(items))]
+    ours = C_MODULE.without(items, positions, other)
+    assert ours == log_reading.without_py(items, positions, other)
+    assert ours[0] == [item for item in items if item is not other]
+    with pytest.raises(TypeError):
+        C_MODULE.without(items, [*positions, 1], other)
+
+
 def test_the_c_span_loop_refuses_bad_arguments() -> None:
     need_c()
     fused = C_MODULE.decode_claims_frames
@@ -110,6 +257,10 @@ def test_the_c_span_loop_refuses_bad_arguments() -> None:
         fused(data, 100, 0, 5, 0, Claim, Done)
     with pytest.raises(OverflowError):
         fused(data, 2**70, 0, 5, 0, Claim, Done, fallback)
+    with pytest.raises(TypeError):
+        fused(data, 100, 0, 5, 0, Claim, Done, fallback, 1)  # a task and no `other`
+    with pytest.raises(ValueError):
+        fused(data, 100, 0, 5, 0, Claim, Done, fallback, -1, None)
 
     def fails(data: bytes) -> None:
         raise RuntimeError("fallback")

@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 from logstore import open_log
 from queue_worker.explain import _Teller, explain_batches, explain_task
+from queue_worker.log_reading import OTHER_TASK
 from queue_worker.records import (
     Claim,
     ClaimsRecord,
@@ -230,3 +231,39 @@ def test_the_story_from_batches_is_the_story_record_by_record(
     for position, record in zip(positions, log, strict=True):
         whole.apply(record, position)
     assert teller.state == whole
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    claims_logs(), st.integers(min_value=0, max_value=4), st.lists(st.integers(0, 50)), st.data()
+)
+def test_the_story_from_the_tasks_own_records_is_the_whole_folds(
+    log: list[ClaimsRecord], task: int, cuts: list[int], data: st.DataObject
+) -> None:
+    """`fold_others=False` (what `qw why` and `qw task` tell, from a read that may put
+    OTHER_TASK for another task's record): the story `explain_task` tells from the whole
+    fold, each of the task's records shown to `seen`, whichever of the others are there."""
+    positions = [10 * i for i in range(len(log))]
+    given_log = [
+        OTHER_TASK if (isinstance(r, Unknown) or r.task != task) and data.draw(st.booleans()) else r
+        for r in log
+    ]
+    bounds = sorted({0, len(log), *(c for c in cuts if c <= len(log))})
+    batches = [(given_log[a:b], positions[a:b]) for a, b in itertools.pairwise(bounds)]
+    now = T0 + 50 * S
+    seen: list[tuple[int, ClaimsRecord]] = []
+    ours = explain_batches(
+        task,
+        TaskRecord("p", T0),
+        batches,
+        now_us=now,
+        seen=lambda *p: seen.append(p),
+        fold_others=False,
+    )
+    theirs = explain_task(task, TaskRecord("p", T0), zip(positions, log, strict=True), now_us=now)
+    assert ours == theirs
+    assert seen == [
+        (p, r)
+        for p, r in zip(positions, log, strict=True)
+        if not isinstance(r, Unknown) and r.task == task
+    ]

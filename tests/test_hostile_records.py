@@ -17,13 +17,15 @@ from typing import Any
 import msgpack
 import pytest
 
-from queue_worker.log_reading import read_claims_batches
+from queue_worker.explain import explain_batches, explain_task
+from queue_worker.log_reading import OTHER_TASK, read_claims_batches
 from queue_worker.producer import Queue
 from queue_worker.records import (
     MAX_TASK_ID,
     Claim,
     RecordDecodeError,
     Unknown,
+    _c_module,
     decode,
     encode,
 )
@@ -120,6 +122,29 @@ def test_hostile_records_read_in_batches_as_one_by_one(
     ]
     assert batched == list(read_claims(str(d)))
     assert sum(isinstance(r, Unknown) for _, r in batched) == 3
+
+
+@pytest.mark.parametrize("task", [0, 1, 2, 3, MAX_TASK_ID])
+def test_one_tasks_story_from_its_own_records_is_the_whole_folds(
+    tmp_path: Path, hostile: dict[str, int], task: int
+) -> None:
+    """`read_claims_batches(location, task)` (what `qw why` and `qw task` read: another
+    task's record may be left out, not decoded) told without folding the others gives the
+    story the whole fold tells; and it gives every record of the task, as read."""
+    d = tmp_path / ".qw"
+    append_raw(d, "claims", [1, "Z", task])  # a type this version does not know, "of" it
+    append_raw(d, "claims", [1, "D", task, GOOD_WORKER, T0 + 2, hostile["escape"], {"k": [1]}])
+    own = list(read_claims_batches(str(d), task))
+    whole = explain_task(task, None, read_claims(str(d)), now_us=T0)
+    assert explain_batches(task, None, own, now_us=T0, fold_others=False) == whole
+    ours = dict((p, r) for rs, ps in own for r, p in zip(rs, ps, strict=True))
+    theirs = dict(read_claims(str(d)))
+    assert all(theirs[p] == r for p, r in ours.items())  # as read, where read
+    left_out = [r for p, r in theirs.items() if p not in ours]
+    assert all(isinstance(r, Unknown) or r.task != task for r in left_out)  # none of its own
+    if _c_module() is not None:  # (the C decoder passes over the others' records)
+        assert left_out
+    assert OTHER_TASK not in ours.values()
 
 
 # -- every reader: no crash, absurd times shown as such --------------------------------------

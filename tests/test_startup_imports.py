@@ -183,3 +183,41 @@ def test_status_asks_psutil_only_about_processes_that_exist(queue: Path) -> None
     )
     assert result.stderr.splitlines()[-1] == "0 False", result.stderr
     assert "workers      0 running, 1 stopped" in result.stdout
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["status"], ["status", "--json"], ["task", "0"], ["why", "0"], ["enqueue", "--fsync", "none"]],
+)
+def test_the_small_commands_compile_nothing(queue: Path, args: list[str]) -> None:
+    # The first compile() of a process builds Python's AST types (~9M instructions, a tenth
+    # of `python -c pass`), and typing.NamedTuple compiles each field's annotation when it
+    # is a string: the modules that define the NamedTuples these commands build do without
+    # `from __future__ import annotations`. (The fold's modules, compiled, build theirs from
+    # types; their pure-Python fallback does not count.)
+    probe = (
+        "import builtins, json, sys\n"
+        "compiled = []\n"
+        "real = builtins.compile\n"
+        "def compile(source, *args, **kwargs):\n"
+        "    caller = sys._getframe(1).f_globals.get('__name__')\n"
+        "    if not caller.startswith('importlib'):  # (a module without its bytecode cache)\n"
+        "        compiled.append((caller, str(source)[:40]))\n"
+        "    return real(source, *args, **kwargs)\n"
+        "builtins.compile = compile\n"
+        "from supervisor.entry import main\n"
+        f"sys.argv = ['qw', *{args!r}]\n"
+        "code = main()\n"
+        "from queue_worker.compiled import in_use\n"
+        "print(json.dumps([code, compiled, in_use()]), file=sys.stderr)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], cwd=queue, capture_output=True, text=True, timeout=60
+    )
+    code, compiled, in_use = json.loads(result.stderr.splitlines()[-1])
+    if "queue_worker.records" not in in_use:
+        why = "the compiled modules are not in use"
+        if os.environ.get("QW_REQUIRE_COMPILED", "") not in ("", "0"):
+            pytest.fail(why)
+        pytest.skip(why)
+    assert [code, compiled] == [0, []], result.stderr
