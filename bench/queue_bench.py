@@ -31,8 +31,9 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from bench import huey_peer, raw_loop
+from bench import raw_loop
 from bench.common import (
     Section,
     Start,
@@ -52,6 +53,9 @@ from bench.common import (
 from queue_worker.config import PICK_STRATEGIES
 from queue_worker.snapshot import WorkerSnapshot
 from supervisor.supervisor import DRAINED_IDLE_POLL_S
+
+if TYPE_CHECKING:
+    from bench import huey_peer  # huey is the bench extra's: qw_drain's tests run without it
 
 TARGET_RAW_RATIO = 0.50
 TARGET_HUEY_OFF_RATIO = 1.8
@@ -219,6 +223,8 @@ def run_drains(
             log(f"drain repeat {rep + 1}/{repeats}, {n} workers: qw ({start})")
             results.qw.setdefault(n, []).append(qw_drain(root, n, tasks, start=start))
             log(f"drain repeat {rep + 1}/{repeats}, {n} workers: huey sync off")
+            from bench import huey_peer
+
             results.huey_off.setdefault(n, []).append(huey_peer.drain(n, False, tasks))
             log(f"drain repeat {rep + 1}/{repeats}, {n} workers: huey default")
             results.huey_default.setdefault(n, []).append(huey_peer.drain(n, None, tasks))
@@ -392,6 +398,8 @@ def durable_section(root: Path, drains: DrainResults | None, tasks: int, repeats
         tasks, repeats = drains.tasks, drains.repeats
         how = "interleaved with the drain section's runs"
     else:
+        from bench import huey_peer
+
         workers = 8
         runs, huey_runs = [], []
         for rep in range(repeats):
