@@ -155,7 +155,15 @@ def test_exec_start_runs_plain_subprocesses(
     with contextlib.suppress(psutil.NoSuchProcess):  # it may have drained the queue already
         process = psutil.Process(pid)
         assert process.ppid() == os.getpid()
-        assert "queue_worker.process" in process.cmdline()
+        # Its command line reads empty while it is inside execve, and once it has exited
+        # (a zombie not yet reaped): wait for the one or the other.
+        wait_until(
+            lambda: process.status() == psutil.STATUS_ZOMBIE or bool(process.cmdline()),
+            30,
+            "the worker's exec to finish",
+        )
+        if process.status() != psutil.STATUS_ZOMBIE:
+            assert "queue_worker.process" in process.cmdline()
     assert sup.wait(60)
     assert sup.exit_code == EXIT_OK
     assert sup.snapshot().workers[0].stats.finished == 20
