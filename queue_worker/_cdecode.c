@@ -670,6 +670,23 @@ other_task(const unsigned char *data, Py_ssize_t size, uint64_t task)
     return negative || value != task;
 }
 
+/* Append `item` (a reference this steals) to `items` and its absolute `position` to
+   `positions`: what a span loop keeps of each record. 0, or -1 with an exception set. */
+static int
+append_at(PyObject *items, PyObject *positions, PyObject *item, long long position)
+{
+    int failed = PyList_Append(items, item);
+    Py_DECREF(item);
+    if (failed)
+        return -1;
+    PyObject *number = PyLong_FromLongLong(position);
+    if (number == NULL)
+        return -1;
+    failed = PyList_Append(positions, number);
+    Py_DECREF(number);
+    return failed;
+}
+
 static int
 keep_record(void *state, long long pos, long long end, const unsigned char *data,
             long long length)
@@ -694,16 +711,7 @@ keep_record(void *state, long long pos, long long end, const unsigned char *data
         if (record == NULL)
             return -1;
     }
-    int failed = PyList_Append(s->records, record);
-    Py_DECREF(record);
-    if (failed)
-        return -1;
-    PyObject *position = PyLong_FromLongLong(s->base + pos);
-    if (position == NULL)
-        return -1;
-    failed = PyList_Append(s->positions, position);
-    Py_DECREF(position);
-    return failed;
+    return append_at(s->records, s->positions, record, s->base + pos);
 }
 
 /* decode_claims_frames(buf, max_record, verified, limit, base, Claim, Done, fallback
@@ -798,16 +806,7 @@ keep_task(void *state, long long pos, long long end, const unsigned char *data,
         if (item == NULL)
             return -1;
     }
-    int failed = PyList_Append(s->items, item);
-    Py_DECREF(item);
-    if (failed)
-        return -1;
-    PyObject *position = PyLong_FromLongLong(s->base + pos);
-    if (position == NULL)
-        return -1;
-    failed = PyList_Append(s->positions, position);
-    Py_DECREF(position);
-    return failed;
+    return append_at(s->items, s->positions, item, s->base + pos);
 }
 
 /* task_frames(buf, max_record, verified, limit, base, prefix, known)
