@@ -134,12 +134,21 @@ def fork_asked() -> bool:
     import select
 
     assert _control_fd is not None
-    if any(b'"warm": true' not in line for line in _unread.splitlines()):
+    if not all(_is_warm(line) for line in _unread.splitlines()):
         return True
     try:
         return bool(select.select([_control_fd], [], [], 0)[0])
     except OSError:
         return True
+
+
+def _is_warm(line: bytes) -> bool:
+    """Whether a control-pipe line is a `warm` (no fork asked for with it)."""
+    try:
+        message = json.loads(line)
+    except ValueError:
+        return False
+    return isinstance(message, dict) and message.get("warm") is True
 
 
 def _prefold(location: str, path: str, slots: int) -> Prefold:
