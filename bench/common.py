@@ -295,14 +295,14 @@ def _environment(env: dict[str, str]) -> Iterator[None]:
 
 def _own_cpu_s(pid: int) -> float:
     """User + system CPU seconds of the running process `pid` itself (not its children);
-    NaN where /proc says nothing."""
+    NaN where it cannot be read."""
+    import psutil
+
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
+        times = psutil.Process(pid).cpu_times()
+    except psutil.Error:
         return math.nan
-    fields = stat.rpartition(")")[2].split()  # after the command name, which may hold spaces
-    utime, stime = int(fields[11]), int(fields[12])  # fields 14 and 15 of proc(5)
-    return (utime + stime) / os.sysconf("SC_CLK_TCK")
+    return float(times.user + times.system)
 
 
 def _last_line(path: Path) -> str:
