@@ -606,8 +606,8 @@ def restore_checkpoint(
             raise CheckpointRefused("the task index settled tasks the fold has not closed")
         if not follower.state.failed_exact and not _compacted(tasks, claims):
             raise CheckpointRefused(
-                f"format version {OLD_VERSION} (no count of the FAILs accepted) of logs that "
-                "hold every record: a replay from the start counts them"
+                f"no exact count of the FAILs accepted (format version {OLD_VERSION}), of "
+                "logs that hold every record: a replay from the start counts them"
             )
         return TaskIndex.restore(index), follower
     except CheckpointRefused as e:
