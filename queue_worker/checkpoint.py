@@ -3,14 +3,15 @@
 Without it every worker start replays both logs from the beginning (`TaskIndex.catch_up`,
 `ClaimsFollower.catch_up`): seconds for a few million claims records. A checkpoint is the
 `TaskIndex` and the `ClaimsFollower` (with its `ClaimState`) saved at known positions of
-the two logs. It is a cache: losing it, or refusing it, only costs a full replay.
+the two logs. It is a cache: losing it, or refusing it, only costs a full replay. `qw
+status` counts from it as well (`supervisor.queue_counts`), the FAILs accepted included.
 
 The file: ``<data directory>/fold.checkpoint``; on Redis the same bytes in the key
 ``qw:fold.checkpoint`` beside the streams (`queue_worker.redis_checkpoint`: written by
 compaction only, and there a "segment" is a trimmed run of a stream's entries). One msgpack
 map::
 
-    {"format": "qw-fold-checkpoint", "version": 3, "crc32": crc32(body), "body": bytes}
+    {"format": "qw-fold-checkpoint", "version": 4, "crc32": crc32(body), "body": bytes}
 
 `body` is a msgpack map with one entry per topic::
 
@@ -20,7 +21,8 @@ map::
     "claims": {"log": LOG, "next_position": int, "malformed": int, "last_malformed": str|nil,
                "state": {"position", "done_count", "dead_count", "unknown_count",
                          "watermark": int, "closed_above": [task], "dead": [[task, error]],
-                         "open": [[task, HOLDER|nil, attempts, retry_at|nil, last_error|nil]]}}
+                         "open": [[task, HOLDER|nil, attempts, retry_at|nil, last_error|nil]],
+                         "failed_count": int, "failed_exact": bool}}
     LOG     {"start": int, "first": RECORD|nil, "last": RECORD|nil,
              "identity": "<queue id hex>/<topic>"|nil, "prefix_crc": int,
              "origin": log.origin, "compacted": [SEGMENT], "chain": int}
@@ -73,15 +75,21 @@ does not begin at its origin). Saves and compactions take ``fold.checkpoint.lock
 turn, and a save carries the list of the checkpoint it replaces forward: a save never
 forgets a removal. A version-2 checkpoint (before compaction) is refused like any other
 version: the logs it was taken of were never compacted, so one full replay replaces it.
+
+Version 4 added the FAILs accepted (`failed_count`, `ClaimState.failed_count`: what
+`qw status` shows as failed attempts, read from the checkpoint instead of counted from
+the log's start). A version-3 checkpoint, which lacks them, still loads when it lists
+removed segments (compacted logs have no other record of what those held): its fold's
+failed count is then not exact (`failed_exact` false) and counts only the FAILs accepted
+after it, a lower bound that every later save carries on, the FAILs before it being gone
+from both the logs and the checkpoint. A version-3 checkpoint of logs that hold every
+record is refused (a checkpoint is a cache there): one replay from the start replaces it
+with one whose count is exact.
 """
 
-from __future__ import annotations
-
 import contextlib
-import ctypes
 import functools
 import os
-import secrets
 import sys
 import weakref
 import zlib
@@ -101,7 +109,9 @@ from queue_worker.topics import ClaimsFollower, TaskIndex, TaskIndexSnapshot
 
 CHECKPOINT_NAME: Final = "fold.checkpoint"
 FORMAT: Final = "qw-fold-checkpoint"
-VERSION: Final = 3
+VERSION: Final = 4
+#: the previous version, which loads without the FAILs accepted (module docstring)
+OLD_VERSION: Final = 3
 LOCK_NAME: Final = f"{CHECKPOINT_NAME}.lock"
 
 #: temporary files: ``.fold.checkpoint.<pid>.<random>.tmp`` (the pid lets a later save
@@ -321,6 +331,10 @@ def _give_back_memory() -> None:
 
 @functools.cache
 def _malloc_trim() -> Any:
+    # (ctypes and, below, secrets are imported by a save: `qw status` loads checkpoints
+    # and must not pay for them, tests/test_startup_imports.py)
+    import ctypes
+
     try:
         return ctypes.CDLL("libc.so.6").malloc_trim
     except (OSError, AttributeError):
@@ -450,7 +464,7 @@ def _prefix_crc(log: Log, start: int, end: int, *, remember: bool = True) -> int
     return crc
 
 
-def _positions_bytes(positions: array[int]) -> bytes:
+def _positions_bytes(positions: "array[int]") -> bytes:
     if sys.byteorder == "big":
         positions = array("q", positions)
         positions.byteswap()
@@ -503,12 +517,16 @@ def state_plain(snap: ClaimSnapshot) -> dict[str, Any]:
             ]
             for o in snap.open
         ],
+        "failed_count": snap.failed_count,
+        "failed_exact": snap.failed_exact,
     }
 
 
 def _write_atomically(directory: Path, data: bytes, *, durable: bool = False) -> None:
     """Replace the checkpoint; `durable`: on stable storage before this returns (compaction
     removes segments only once the checkpoint that lists them survives a power cut)."""
+    import secrets
+
     tmp = directory / f"{_TMP_PREFIX}{os.getpid()}.{secrets.token_hex(8)}{_TMP_SUFFIX}"
     try:
         # O_EXCL: the name is ours alone; mode 0o666 less the umask, like the logs
@@ -586,6 +604,11 @@ def restore_checkpoint(
         _check_whole(_map(claims, "log"), claims_log, follower.next_position)
         if index.settled > follower.state.watermark:  # the index forgets what the fold closed
             raise CheckpointRefused("the task index settled tasks the fold has not closed")
+        if not follower.state.failed_exact and not _compacted(tasks, claims):
+            raise CheckpointRefused(
+                f"no exact count of the FAILs accepted (format version {OLD_VERSION}), of "
+                "logs that hold every record: a replay from the start counts them"
+            )
         return TaskIndex.restore(index), follower
     except CheckpointRefused as e:
         raise CheckpointRefused(f"{path}: {e}") from None
@@ -605,7 +628,7 @@ def _open_envelope(data: bytes) -> dict[str, Any]:
         raise CheckpointRefused(f"not msgpack: {type(e).__name__}: {e}") from None
     if not isinstance(outer, dict) or outer.get("format") != FORMAT:
         raise CheckpointRefused("not a qw fold checkpoint")
-    if outer.get("version") != VERSION:
+    if outer.get("version") not in (VERSION, OLD_VERSION):
         raise CheckpointRefused(f"format version {outer.get('version')!r}; expected {VERSION}")
     packed, crc = outer.get("body"), outer.get("crc32")
     if not isinstance(packed, bytes) or zlib.crc32(packed) != crc:
@@ -681,6 +704,11 @@ def _check_whole(plain: dict[str, Any], log: Log, next_position: int) -> None:
         )
 
 
+def _compacted(tasks: dict[str, Any], claims: dict[str, Any]) -> bool:
+    """Whether the checkpoint lists segments removed from either log (maps of its body)."""
+    return any(_removed_of(_map(topic, "log")) for topic in (tasks, claims))
+
+
 def _removed_of(plain: dict[str, Any]) -> list[Removed]:
     """The LOG map's removed segments (none in a version-2 checkpoint)."""
     items = plain.get("compacted", [])
@@ -751,7 +779,8 @@ def _claims_from(plain: dict[str, Any]) -> ClaimsFollower:
 
 
 def state_from(state: dict[str, Any]) -> ClaimSnapshot:
-    """The snapshot `state_plain` wrote (CheckpointRefused when it is damaged)."""
+    """The snapshot `state_plain` wrote (CheckpointRefused when it is damaged). One of
+    version 3 has no FAIL count: 0, not exact (module docstring)."""
     open_tasks: list[OpenTask] = []
     for item in _list(state, "open"):
         if not isinstance(item, list) or len(item) != 5:
@@ -775,6 +804,8 @@ def state_from(state: dict[str, Any]) -> ClaimSnapshot:
         tuple(_int_item(t) for t in _list(state, "closed_above")),
         tuple((_int_item(t), _str_item(error)) for t, error in _pairs(state, "dead")),
         tuple(open_tasks),
+        _int(state, "failed_count") if "failed_count" in state else 0,
+        _bool(state, "failed_exact") if "failed_exact" in state else False,
     )
 
 
@@ -814,6 +845,13 @@ def _opt_int(plain: dict[str, Any], key: str) -> int | None:
 def _int_item(value: Any) -> int:
     if type(value) is not int:  # bool is an int subclass, and not a task id
         raise CheckpointRefused(f"damaged: {value!r:.40} where an integer goes")
+    return value
+
+
+def _bool(plain: dict[str, Any], key: str) -> bool:
+    value = plain.get(key)
+    if type(value) is not bool:
+        raise CheckpointRefused(f"damaged: {key!r} is {value!r:.40}, not a boolean")
     return value
 
 

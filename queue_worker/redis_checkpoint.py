@@ -1,7 +1,7 @@
 """The fold checkpoint of a queue on Redis: a string key beside its streams.
 
 A data directory keeps its checkpoint in the file ``fold.checkpoint``; a Redis queue keeps
-the same bytes (`queue_worker.checkpoint`'s format, version 3, digest chain and all) in the
+the same bytes (`queue_worker.checkpoint`'s format, digest chain and all) in the
 key ``qw:fold.checkpoint`` (``P:qw:fold.checkpoint`` with ``?prefix=P``: under a cluster
 prefix with a hash tag it lives in the slot of the queue's streams). Only compaction writes
 it (`queue_worker.redis_compaction`): workers on Redis read it when they start on a trimmed

@@ -169,6 +169,11 @@ class ClaimSnapshot(NamedTuple):
     The held count is not in it: `ClaimState.restore` counts the holders again, so that it
     cannot disagree with them. `dead` and `open` keep the state's order (`dead_tasks` and
     `held_tasks` iterate in it), so a restored state answers exactly as the original.
+
+    `failed_count` is exact only when `failed_exact`; otherwise it counts the FAILs accepted
+    since a fold restored a snapshot that did not know them (a version-3 checkpoint:
+    `queue_worker.checkpoint`), a lower bound. (Defaults: a snapshot built without them
+    knows nothing of the FAILs.)
     """
 
     position: int
@@ -179,6 +184,8 @@ class ClaimSnapshot(NamedTuple):
     closed_above: tuple[int, ...]
     dead: tuple[tuple[int, str], ...]
     open: tuple[OpenTask, ...]
+    failed_count: int = 0
+    failed_exact: bool = False
 
 
 #: ClaimState's fields, in the order `_fields` gives them (its repr names them)
@@ -192,6 +199,8 @@ _STATE_FIELDS: Final = (
     "_dead",
     "_open",
     "_held",
+    "failed_count",
+    "failed_exact",
 )
 
 
@@ -205,6 +214,8 @@ class ClaimState:
         "_open",
         "dead_count",
         "done_count",
+        "failed_count",
+        "failed_exact",
         "position",
         "unknown_count",
         "watermark",
@@ -217,11 +228,18 @@ class ClaimState:
         dead_count: int = 0,
         unknown_count: int = 0,
         watermark: int = 0,
+        failed_count: int = 0,
+        failed_exact: bool = True,
     ) -> None:
         self.position = position
         self.done_count = done_count
         self.dead_count = dead_count
         self.unknown_count = unknown_count
+        # FAILs accepted (released for a retry, or dead): one answer for every reader that
+        # shows "failed". Exact when the fold began at the log's first record or from a
+        # snapshot that knew them; otherwise those since it began (`ClaimSnapshot`).
+        self.failed_count = failed_count
+        self.failed_exact = failed_exact
         # every task below `watermark` is closed (done or dead); closed tasks above it:
         self.watermark = watermark
         self._closed_above: set[int] = set()
@@ -240,6 +258,8 @@ class ClaimState:
             self._dead,
             self._open,
             self._held,
+            self.failed_count,
+            self.failed_exact,
         )
 
     def __eq__(self, other: object) -> bool:  # field by field, as a dataclass compares
@@ -442,6 +462,7 @@ class ClaimState:
         if st is None:
             return Outcome(Verdict.STALE_FAIL, position, r.task, r.worker, self._current(r.task))
         lease = st.holder
+        self.failed_count += 1  # (not on the hot path: apply_all sends every FAIL here)
         if r.retry_at is None:
             self._close(r.task, dead_error=r.error)
             self.dead_count += 1
@@ -481,6 +502,8 @@ class ClaimState:
                 OpenTask(task, st.holder, st.attempts, st.retry_at, st.last_error)
                 for task, st in self._open.items()
             ),
+            self.failed_count,
+            self.failed_exact,
         )
 
     @classmethod
@@ -488,12 +511,22 @@ class ClaimState:
         """The state `snap` was taken of. Raises ValueError for a snapshot that no fold
         reaches (a checkpoint is read from a file: it must not build a state that would
         give verdicts no replay gives)."""
-        if min(snap.done_count, snap.dead_count, snap.unknown_count, snap.watermark) < 0:
+        counts = (snap.done_count, snap.dead_count, snap.unknown_count, snap.failed_count)
+        if min(*counts, snap.watermark) < 0:
             raise ValueError("a negative count or watermark")
         if snap.position < -1:
             raise ValueError(f"position {snap.position} is before the first record")
+        # each dead task was closed by an accepted FAIL, which the exact count counted
+        if snap.failed_exact and snap.failed_count < snap.dead_count:
+            raise ValueError("fewer FAILs accepted than tasks dead")
         state = cls(
-            snap.position, snap.done_count, snap.dead_count, snap.unknown_count, snap.watermark
+            snap.position,
+            snap.done_count,
+            snap.dead_count,
+            snap.unknown_count,
+            snap.watermark,
+            snap.failed_count,
+            snap.failed_exact,
         )
         # A task id no record can name (records.py decodes one as malformed) means the
         # snapshot was taken by a fold that read such records: refused, so that its reader

@@ -127,7 +127,6 @@ class Monitor:
         # will run them, so they are neither pending nor in the way of "drained"
         self._foreign: set[int] = set()
         self._records = 0
-        self._failed = 0
         self._done_per_second: Counter[int] = Counter()
         # DONEs of seconds before this are older than any view shows: not counted (folding a
         # month of history at start-up would otherwise fill a bucket per second of it)
@@ -280,8 +279,7 @@ class Monitor:
             second = record.at // MICROS
             if second >= self._history_from:
                 self._done_per_second[second] += 1
-        elif outcome.verdict in (Verdict.RELEASED, Verdict.DEAD):
-            self._failed += 1
+        # (the FAILs accepted the fold counts itself: `ClaimState.failed_count`)
 
     def _remember_takeover(self, record: ClaimsRecord, outcome: Outcome) -> None:
         previous = outcome.previous
@@ -412,7 +410,7 @@ class Monitor:
                 pending=pending,
                 held=len(held),
                 done=state.done_count,
-                failed=self._failed,
+                failed=state.failed_count,
                 dead=state.dead_count,
                 throughput_now=sum(history[-THROUGHPUT_WINDOW:]) / THROUGHPUT_WINDOW,
                 throughput_history=history,

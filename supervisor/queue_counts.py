@@ -1,5 +1,5 @@
-"""The queue's counts as `qw status` shows them: a fold of the whole claims log, now (one
-place for the single queue and each partition of a partitioned one).
+"""The queue's counts as `qw status` shows them: a fold of the claims log, now (one place
+for the single queue and each partition of a partitioned one).
 
 The numbers are those of the supervisor's `supervisor.monitor.Monitor` after its
 `check_start` (`queue_view()`, `held_leases()`: tests/test_queue_counts.py compares them on
@@ -9,7 +9,17 @@ throughput, the runs between them in one `ClaimState.apply_all` each) and the sa
 without the monitor's event machinery and dataclass model, which were ~25 ms of the
 command's CPU.
 
-One difference: it reads each log to its end. The monitor's start-up check stops at the
+It begins from the fold checkpoint (`queue_worker.checkpoint`) when one covers these logs,
+compacted or not, and reads only what came after (`_Reading._begin`): a drained queue's
+`qw status` no longer grows with the history it ran. The counts are those of a full fold:
+the checkpoint holds the fold's state and task index, FAILs accepted included (version 4;
+a version-3 checkpoint of compacted logs knows only those after it: see its docstring).
+On logs that hold every record a checkpoint is a cache, used only when it is whole and
+valid: refused, missing, or too recent for the throughput (`_too_recent`), the logs are
+folded from their start, and damage in what it covers is then met by that fold. A
+compacted log has no start to fold from: there a refused checkpoint is an error.
+
+Another difference: it reads each log to its end. The monitor's start-up check stops at the
 first read shorter than its batch, and a read stops short at the end of a segment, so on a
 log of several segments `qw status` counted only the first ones (320 tasks read as 55 in
 tests/test_queue_counts.py).
@@ -35,6 +45,10 @@ BATCH: Final = 20_000
 #: the throughput shown as "now" is the mean of this many complete seconds (the monitor's)
 THROUGHPUT_WINDOW: Final = 3
 MICROS: Final = 1_000_000
+#: a checkpoint is begun from only when its last claims record is this much older than the
+#: throughput's window (`_too_recent`): workers' clocks differ a little, and appends of
+#: records stamped a moment apart may land in the other order
+CLOCK_MARGIN_US: Final = 1_000_000
 
 _DATA: Final = operator.itemgetter(2)  # an Entry's bytes
 
@@ -50,7 +64,9 @@ class QueueCounts(NamedTuple):
     dead: int = 0
     throughput_now: float = 0.0  # tasks done per second, over the last complete seconds
     log_bytes: int = 0
-    record_count: int = 0  # records read from both topics
+    # records read from both topics: after the checkpoint the reading began from, if it did
+    # (the checkpoint does not count the records it covers), else every one
+    record_count: int = 0
 
 
 Held = list[tuple[int, "Lease", float | None]]
@@ -84,31 +100,56 @@ class _Reading:
         self.published = 0
         self.foreign: set[int] = set()  # tasks of a type this version does not know
         self.records = 0
-        self.failed = 0
         self.done_seconds: Counter[int] = Counter()  # DONEs by their record's second
         # a DONE before this (µs) cannot be in the throughput's window (`_read_span`)
         self.since = (int(time.time()) - THROUGHPUT_WINDOW) * MICROS
         self.loop: SpanLoop | None = None
         self.tasks_loop: SpanLoop | None = None
-        if tasks.start != tasks.origin or claims.start != claims.origin:
-            self._from_checkpoint()
+        self._begin()
 
-    def _from_checkpoint(self) -> None:
-        """Compacted logs: begin from the fold checkpoint, as the monitor does."""
+    def _begin(self) -> None:
+        """Begin from the fold checkpoint when one covers these logs (module docstring)."""
         from logstore import IdentityError, is_redis_url
         from queue_worker.checkpoint import CheckpointRefused, restore_checkpoint
 
+        tasks, claims = self.tasks, self.claims
+        compacted = tasks.start != tasks.origin or claims.start != claims.origin
         try:
             where = self.location if is_redis_url(self.location) else Path(self.location)
-            index, self.follower = restore_checkpoint(where, self.tasks, self.claims)
+            index, follower = restore_checkpoint(where, tasks, claims)
         except CheckpointRefused as e:
+            if not compacted:
+                return  # a cache: the fold from the start gives the same counts
             raise IdentityError(
-                f"{self.claims.name}: the logs were compacted and their fold checkpoint "
+                f"{claims.name}: the logs were compacted and their fold checkpoint "
                 f"cannot be used: {e}"
             ) from e
+        # (compacted logs cannot be folded from their start: begun from the checkpoint
+        # whatever the throughput then misses, as the monitor does)
+        if not compacted and self._too_recent(follower):
+            return
+        self.follower = follower
         self.tasks_pos = index.next_position
         self.published = index.known
         self.foreign = set(index.foreign)
+
+    def _too_recent(self, follower: "ClaimsFollower") -> bool:
+        """Whether DONEs the checkpoint covers may fall in the throughput's window, which it
+        does not count (it keeps no times): then the full fold, which does. Its last record
+        is the newest it covers, give or take the workers' clocks and the order of their
+        appends (CLOCK_MARGIN_US); a record with no time, or none readable, says nothing."""
+        from logstore import LogError
+        from queue_worker.records import RecordDecodeError, Unknown
+        from queue_worker.topics import decode_claims_entry
+
+        last = follower.last_position
+        if last is None:
+            return False  # it covers no claims record: no DONE either
+        try:
+            record = decode_claims_entry(self.claims.read(last, 1)[0])
+        except (LogError, RecordDecodeError, IndexError):
+            return True
+        return isinstance(record, Unknown) or record.at + CLOCK_MARGIN_US >= self.since
 
     def counts(self) -> tuple[QueueCounts, Held]:
         from logstore.file_log import FileLog  # (imported by open_log for a file log)
@@ -145,7 +186,7 @@ class _Reading:
             pending=max(0, published - closed - len(held) - foreign_open),
             held=len(held),
             done=state.done_count,
-            failed=self.failed,
+            failed=state.failed_count,
             dead=state.dead_count,
             throughput_now=sum(recent) / THROUGHPUT_WINDOW,
             log_bytes=_log_bytes(self.location),
@@ -200,11 +241,11 @@ class _Reading:
         """Read a file log's next records where its frames lie (`FileLog.read_span`, as a
         worker's catch-up reads them) and fold them: a run of records whose verdicts are not
         counted in one `ClaimState.apply_all` (its exact effect, without building them), each
-        other record by itself. The counted ones: every FAIL (accepted: `failed`), and every
-        DONE recent enough to be in the throughput's window (the window is of seconds before
-        `counts` ends, so after `since`, taken before the logs were read)."""
+        other record by itself. The counted ones: every DONE recent enough to be in the
+        throughput's window (the window is of seconds before `counts` ends, so after `since`,
+        taken before the logs were read). (The FAILs accepted the fold counts itself.)"""
         from queue_worker import claims_span
-        from queue_worker.records import Done, Fail
+        from queue_worker.records import Done
         from queue_worker.state import Verdict
 
         if self.loop is None:
@@ -215,19 +256,15 @@ class _Reading:
         if None in records:  # rare: a malformed record, which the fold decodes and counts
             return self._read_entries()
         state, since = follower.state, self.since
-        done, released, dead = Verdict.DONE, Verdict.RELEASED, Verdict.DEAD
+        done = Verdict.DONE
         begin = 0
         for i, record in enumerate(records):
-            kind = type(record)
-            if kind is not Fail and (kind is not Done or record.at < since):
+            if type(record) is not Done or record.at < since:
                 continue
             if begin < i:
                 state.apply_all(records[begin:i], positions[begin:i])
-            verdict = state.apply(record, positions[i]).verdict
-            if verdict is done:
+            if state.apply(record, positions[i]).verdict is done:
                 self.done_seconds[record.at // MICROS] += 1
-            elif verdict is released or verdict is dead:
-                self.failed += 1
             begin = i + 1
         if begin < len(records):
             state.apply_all(records[begin:], positions[begin:])
@@ -241,16 +278,13 @@ class _Reading:
 
         follower: ClaimsFollower = self.follower
         entries: Sequence[Entry] = self.claims.read(follower.next_position, BATCH)
-        done, released, dead = Verdict.DONE, Verdict.RELEASED, Verdict.DEAD
+        done = Verdict.DONE
         # decoded in one call for the batch, a malformed record (None) left to the fold to
         # decode, count and report, as the monitor and the workers do
         for entry, known in zip(entries, decode_claims_all(map(_DATA, entries)), strict=True):
             outcome, record = follower.apply(entry, known)
-            verdict = outcome.verdict
-            if verdict is done and isinstance(record, Done):
+            if outcome.verdict is done and isinstance(record, Done):
                 self.done_seconds[record.at // MICROS] += 1
-            elif verdict is released or verdict is dead:
-                self.failed += 1
         self.records += len(entries)
         return len(entries)
 

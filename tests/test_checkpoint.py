@@ -518,6 +518,10 @@ BAD_FILES: dict[str, Callable[[Path], bytes]] = {
     "a bool for an int": lambda d: with_state(d, watermark=True),
     "a dead count that is off": lambda d: with_state(d, dead_count=5),
     "an open task that is closed": lambda d: with_state(d, open=[[0, None, 1, None, None]]),
+    # (the scenario's fold has one dead task at the checkpoint, and two FAILs accepted)
+    "fewer FAILs accepted than tasks dead": lambda d: with_state(d, failed_count=0),
+    "a negative count of FAILs": lambda d: with_state(d, failed_count=-1, failed_exact=False),
+    "a number for the FAILs' exactness": lambda d: with_state(d, failed_exact=1),
     "a truncated file": lambda d: (d / CHECKPOINT_NAME).read_bytes()[:-7],
     "task positions cut mid-integer": lambda d: envelope(
         pack({**saved_body(d), "tasks": {**saved_body(d)["tasks"], "positions": b"\x10\x00\x00"}})
@@ -531,6 +535,35 @@ def test_a_bad_checkpoint_file_means_replay(tmp_path: Path, bad: str) -> None:
     check_loads(tmp_path)
     (tmp_path / CHECKPOINT_NAME).write_bytes(BAD_FILES[bad](tmp_path))
     check_refused(tmp_path)
+
+
+def test_the_checkpoint_keeps_the_fails_accepted(tmp_path: Path) -> None:
+    # (the scenario's records before the checkpoint: a FAIL for a retry and a dead one)
+    build(tmp_path)
+    assert saved_body(tmp_path)["claims"]["state"]["failed_count"] == 2
+    with topics(tmp_path) as (tasks_log, claims_log):
+        loaded = load_checkpoint(tmp_path, tasks_log, claims_log)
+        assert loaded is not None
+        state = loaded[1].state
+        assert (state.failed_count, state.failed_exact) == (2, True)
+        full = replay(tasks_log, claims_log)[1].state
+        fold_rest(loaded[1], claims_log)  # (the tail's FAIL is stale: not counted)
+        assert (state.failed_count, state.failed_exact) == (full.failed_count, True) == (2, True)
+
+
+def version_3(body: dict[str, Any]) -> bytes:
+    """A checkpoint of the previous format: the same body without the FAIL count."""
+    for state in (body["claims"]["state"], body.get("base", {}).get("state", {})):
+        state.pop("failed_count", None)
+        state.pop("failed_exact", None)
+    return envelope(pack(body), version=VERSION - 1)
+
+
+def test_a_version_3_checkpoint_of_logs_never_compacted_is_refused(tmp_path: Path) -> None:
+    # a cache there: a replay from the start replaces it with one that counts the FAILs
+    build(tmp_path)
+    (tmp_path / CHECKPOINT_NAME).write_bytes(version_3(saved_body(tmp_path)))
+    assert "version 3" in check_refused(tmp_path)
 
 
 @pytest.mark.parametrize("position", [2**63 - 1, 2**63, 2**64 - 1])
