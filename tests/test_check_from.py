@@ -67,9 +67,11 @@ def test_damage_before_start_is_not_read_and_after_it_is(tmp_path: Path) -> None
             log.check(positions[1])
         assert log.check(positions[2]) == log.end()
     flip(path, positions[4] + FRAME_HEADER_SIZE + 2)
-    with FileLog.open(path, read_only=True) as log:
-        with pytest.raises(CorruptLogError, match=f"offset {positions[4]}"):
-            log.check(positions[2])
+    with (
+        FileLog.open(path, read_only=True) as log,
+        pytest.raises(CorruptLogError, match=f"offset {positions[4]}"),
+    ):
+        log.check(positions[2])
 
 
 def test_check_from_a_later_segment_skips_the_earlier_ones(tmp_path: Path) -> None:
