@@ -5,9 +5,11 @@ A queue of `history` tasks, enqueued and drained once by `qw up --workers 8` (wh
 in slot 0 saves the fold checkpoint at its exit, as every run does); then, `repeats`
 times: `backlog` new tasks enqueued, `qw up --workers 8 … --exit-when-drained` timed from
 its launch to its first CLAIM (the `at` of the first record it appended to the claims
-log: no polling process on the cores), and `qw status` timed (wall and CPU, median), run
-a few seconds after the last DONE, as a user comes back to a queue (just after a run it
-folds the whole history, for the rate of the last seconds: `supervisor.fold_begin`).
+log: no polling process on the cores), and `qw status` (wall and CPU) and `qw enqueue
+--count 1` (CPU) timed, medians, run a few seconds after the last DONE, as a user comes
+back to a queue (just after a run `qw status` folds the whole history, for the rate of the
+last seconds: `supervisor.fold_begin`). At the end every task must have been done exactly
+once.
 
     python -m bench.history_start [--history N] [--backlog N] [--repeats R]
 """
@@ -19,7 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.common import NOOP, REPO, BenchError, enqueue_batch, fold_claims, median, scratch
@@ -41,6 +43,7 @@ class HistoryStart:
     first_claim_s: list[float]  # launch → first CLAIM, one per repeat
     status_s: list[float]  # `qw status` wall time
     status_cpu_s: list[float]  # `qw status` user + system CPU
+    enqueue_cpu_s: list[float] = field(default_factory=list)  # `qw enqueue --count 1`
     last_done_s: float = 0.0  # how long after the last DONE the last `qw status` ran
 
 
@@ -81,7 +84,13 @@ def run_history_start(
                     raise BenchError(f"qw status exited with {code}")
                 result.status_s.append(time.perf_counter() - started)
                 result.status_cpu_s.append(cpu)
-        fold_claims(data).check_exactly_once(history + repeats * backlog)
+                enqueue = [QW, "enqueue", "--dir", str(data), "--count", "1", "--fsync", "none"]
+                code, cpu = run_timed(enqueue, stdout=subprocess.DEVNULL, cwd=REPO)
+                if code != 0:
+                    raise BenchError(f"qw enqueue exited with {code}")
+                result.enqueue_cpu_s.append(cpu)
+        _up(data, d / "up.out", USER_ENV)  # (the tasks `qw enqueue` added after the last run)
+        fold_claims(data).check_exactly_once(history + repeats * (backlog + STATUS_RUNS))
     return result
 
 
@@ -119,6 +128,10 @@ def rows(result: HistoryStart) -> list[list[str]]:
         [
             f"qw status on that queue ({done}): wall, CPU",
             f"{median(result.status_s) * 1000:.0f} ms, {median(result.status_cpu_s) * 1000:.0f} ms",
+        ],
+        [
+            "qw enqueue --count 1 on that queue: CPU",
+            f"{median(result.enqueue_cpu_s) * 1000:.0f} ms",
         ],
     ]
 
