@@ -96,15 +96,13 @@ import zlib
 from array import array
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import msgpack
 
 from logstore import Log, LogClosedError, LogError, LogIdentity, is_redis_url
 from logstore.locking import maintenance_lock
 from logstore.segments import sync_directory
-from queue_worker.checkpoint_records import RecordSeen
-from queue_worker.checkpoint_records import Removed as Removed  # (re-exported: compaction)
 from queue_worker.errors import QwError
 from queue_worker.state import ClaimSnapshot, ClaimState, Lease, OpenTask
 from queue_worker.topics import ClaimsFollower, TaskIndex, TaskIndexSnapshot
@@ -130,6 +128,14 @@ class CheckpointError(QwError):
 class CheckpointRefused(QwError):
     """A checkpoint file that cannot be used (missing, damaged, another format, or taken of
     other logs); the message says why."""
+
+
+class Removed(NamedTuple):
+    """A segment compaction removed: its positions and the crc32 of its bytes."""
+
+    base: int
+    end: int
+    crc: int
 
 
 def chain_of(removed: Sequence[Removed]) -> int:
@@ -210,6 +216,15 @@ def checkpoint_lock(directory: Location, *, wait: bool = True) -> Iterator[None]
         yield
     finally:
         lock.release()
+
+
+class _Record(NamedTuple):
+    """Which record a checkpoint saw at a position: enough to tell if it is still there."""
+
+    position: int
+    next: int
+    length: int
+    crc: int
 
 
 # -- saving ----------------------------------------------------------------------------------
@@ -326,13 +341,13 @@ def _malloc_trim() -> Any:
         return None
 
 
-def _record_at(log: Log, position: int) -> RecordSeen | None:
+def _record_at(log: Log, position: int) -> _Record | None:
     """The record exactly at `position`, or None."""
     record = _first_record_from(log, position)
     return record if record is not None and record.position == position else None
 
 
-def _first_record_from(log: Log, position: int) -> RecordSeen | None:
+def _first_record_from(log: Log, position: int) -> _Record | None:
     """The first record at or after `position`: on a file log the one at it, on a Redis
     stream possibly a later id (ids have gaps: a stream trimmed to its end starts one past
     the last id removed, and the next entry appended is given a later one)."""
@@ -340,7 +355,7 @@ def _first_record_from(log: Log, position: int) -> RecordSeen | None:
     if not entries:
         return None
     entry = entries[0]
-    return RecordSeen(entry.position, entry.next, len(entry.data), zlib.crc32(entry.data))
+    return _Record(entry.position, entry.next, len(entry.data), zlib.crc32(entry.data))
 
 
 def _ends(index: TaskIndexSnapshot) -> tuple[int | None, int | None]:
@@ -885,10 +900,10 @@ def _lease(value: Any) -> Lease:
     return Lease(_int_item(claim), _str_item(worker), _int_item(at), _int_item(expiry))
 
 
-def _opt_record(plain: dict[str, Any], key: str) -> RecordSeen | None:
+def _opt_record(plain: dict[str, Any], key: str) -> _Record | None:
     value = plain.get(key)
     if value is None:
         return None
     if not isinstance(value, list) or len(value) != 4:
         raise CheckpointRefused(f"damaged: {key!r} is not a record")
-    return RecordSeen(*(_int_item(v) for v in value))
+    return _Record(*(_int_item(v) for v in value))
