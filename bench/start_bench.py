@@ -15,7 +15,9 @@ Start and stop (`start_section`):
   - the timeline of one `qw up` (8 workers, the backlog): launch → first CLAIM, first
     CLAIM → last DONE, last DONE → exit;
   - `qw --help`, `status`, `enqueue`, `task`, `why`: wall time, median of 5, against
-    `python -c pass` and `python -c "import typer"`.
+    `python -c pass` and `python -c "import typer"`;
+  - `qw up`'s launch → first CLAIM and `qw status` on a queue with a long history
+    (bench/history_start.py).
 
     python -m bench.start_bench [--tasks N] [--repeats R]
 """
@@ -36,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench import huey_peer
+from bench import history_start, huey_peer
 from bench.common import (
     ENV,
     NOOP,
@@ -55,6 +57,8 @@ from bench.common import (
 #: `qw` as a user runs it: the console script beside this interpreter
 QW = str(Path(sys.executable).with_name("qw"))
 COMMAND_RUNS = 5
+#: tasks done before the start the history rows time (bench/history_start.py)
+HISTORY = 200_000
 #: the environment of every timed launch: a user's Python writes bytecode caches, and a
 #: build environment's PYTHONDONTWRITEBYTECODE would make each `qw` compile qw's sources
 #: again (~0.3 s of CPU, measured): it is left out, and `warm_bytecode` writes them first
@@ -473,6 +477,8 @@ def start_section(root: Path, tasks: int, repeats: int) -> Section:
         firsts.append(first_claims(root, 8, tasks))
     log("the small commands")
     commands = command_times(root)
+    log(f"qw up and qw status on a queue of {HISTORY:,} tasks done before")
+    history = history_start.run_history_start(root, HISTORY, 1_000, repeats)
 
     spawn_ms = median(spawns) * 1000
     forked_ms = median(r.forked_s for r in replaced) * 1000
@@ -495,6 +501,7 @@ def start_section(root: Path, tasks: int, repeats: int) -> Section:
             f"{median(f.first_s for f in firsts):.3f} s; load "
             f"{median(f.load for f in firsts):.1f})",
         ],
+        *history_start.rows(history),
     ]
     command_rows = [
         [

@@ -192,10 +192,12 @@ class Log(ABC):
             yield from entries
             position = entries[-1].next
 
-    def check(self) -> int:
-        """Read every record from the start to the end now, so that damage anywhere raises
-        CorruptLogError (a start-up check); return the end. Writes nothing."""
-        position = self.start
+    def check(self, start: int | None = None) -> int:
+        """Read every record from `start` (None: the log's start) to the end now, so that
+        damage anywhere there raises CorruptLogError (a start-up check); return the end.
+        `start` is a record's position: a reader that knows the records before it whole
+        (a fold checkpoint's checksum of them) checks only the rest. Writes nothing."""
+        position = self.start if start is None else max(start, self.start)
         for entry in self.iter_from(position):
             position = entry.next
         return position

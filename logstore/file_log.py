@@ -841,29 +841,32 @@ class FileLog(Log):
             self._walked = True
             return size - end
 
-    def check(self) -> int:
-        """Verify every frame from the start to the end of the file now (checksums too,
-        trusting nothing this handle has seen); return where the valid records end.
-        Damage before the tail raises CorruptLogError naming the byte offset. Writes
-        nothing (a torn tail is left to the next append)."""
+    def check(self, start: int | None = None) -> int:
+        """Verify every frame from `start` (a record's position; None: the log's start) to
+        the end of the file now (checksums too, trusting nothing this handle has seen);
+        return where the valid records end. Damage before the tail raises CorruptLogError
+        naming the byte offset. Writes nothing (a torn tail is left to the next append)."""
         if self._stale:
             self._revive()
-        end = self.start
-        for base, _after in self.segments():
+        end = self.start if start is None else max(start, self.start)
+        for base, after in self.segments():
+            if after <= end:  # wholly before `start`
+                continue
             try:
                 fd, header = self._open_segment(base, os.O_RDONLY)
             except FileNotFoundError:  # compacted meanwhile: it was settled history
                 continue
             delta = base - header.size
+            begin = max(base, end)
             try:
                 try:
                     size = os.lseek(fd, 0, _SEEK_END) + delta
-                    end, _ = self._verify(fd, base, size, self._scan_view, delta)
+                    end, _ = self._verify(fd, begin, size, self._scan_view, delta)
                 except CorruptLogError:  # as in read(): decide again with the writers held off
                     self._lock.acquire_shared()
                     try:
                         size = os.lseek(fd, 0, _SEEK_END) + delta
-                        end, _ = self._verify(fd, base, size, self._scan_view, delta)
+                        end, _ = self._verify(fd, begin, size, self._scan_view, delta)
                     finally:
                         self._lock.release()
             finally:

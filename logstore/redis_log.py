@@ -815,7 +815,7 @@ class RedisLog(Log):
             raise PositionCompactedError(self.name, position, self.start)
         return self._entries(raw)
 
-    def check(self) -> int:
+    def check(self, start: int | None = None) -> int:
         """Log.check's look for damage (what `read` would refuse: an entry without a 'd'
         field, a sequence number it cannot pack), made on the server in batches of
         CHECK_BATCH: the records themselves are not sent (a backlog of 10,000 tasks read
@@ -823,8 +823,8 @@ class RedisLog(Log):
         measured at load 4). Where scripts are refused: read, as Log.check does."""
         self._check_open()
         if not self._script_reads:
-            return super().check()
-        position = self.start
+            return super().check(start)
+        position = self.start if start is None else max(start, self.start)
         while True:
             first = format_id(*unpack_position(position))
 
@@ -846,7 +846,7 @@ class RedisLog(Log):
                     raise PositionCompactedError(self.name, position, self.start) from None
                 raise
             if raw is None:
-                return super().check()
+                return super().check(position)
             if not isinstance(raw, list) or len(raw) != 3:
                 raise LogError(f"{self.name}: unexpected reply from redis: {raw!r:.80}")
             count, last, bad = raw

@@ -620,6 +620,38 @@ def restore_checkpoint(
         raise CheckpointRefused(f"{path}: {e}") from e
 
 
+def tasks_counted(location: Location, tasks_log: Log) -> tuple[int, int]:
+    """How many tasks the checkpoint's task index knows, and the position where the record
+    of the next one begins: a producer, which learns a task's id by counting the records
+    before it, goes on counting from there rather than from the log's start (a queue of
+    500,000 tasks: ~0.2 s a `qw enqueue`). The tasks log is checked as `restore_checkpoint`
+    checks it (its identity, the first and last records covered, a crc32 of every byte
+    covered): ids counted from a checkpoint of another log would be wrong for ever.
+    CheckpointRefused otherwise (then count from the start)."""
+    path = checkpoint_name(location)
+    try:
+        data = _read_checkpoint(location)
+    except FileNotFoundError:
+        raise CheckpointRefused(f"{path}: no checkpoint") from None
+    except OSError as e:
+        raise CheckpointRefused(f"{path}: cannot read: {e}") from e
+    try:
+        tasks = _map(_open_envelope(data), "tasks")
+        index = _tasks_from(tasks)
+        first_task, last_task = _ends(index)
+        log_plain = _map(tasks, "log")
+        _check_log(log_plain, tasks_log, first_task, last_task, index.next_position)
+        _check_whole(log_plain, tasks_log, index.next_position)
+        TaskIndex.restore(index)  # (its consistency checks)
+        return index.known, index.next_position
+    except CheckpointRefused as e:
+        raise CheckpointRefused(f"{path}: {e}") from None
+    except LogClosedError:
+        raise  # a caller's mistake, not a bad checkpoint
+    except (LogError, ValueError, OSError, OverflowError) as e:
+        raise CheckpointRefused(f"{path}: {e}") from e
+
+
 def _open_envelope(data: bytes) -> dict[str, Any]:
     try:
         # msgpack raises several unrelated exception types on garbage (as in records.py)

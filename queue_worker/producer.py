@@ -2,9 +2,10 @@
 
 A task's id is its index in the tasks log (0, 1, 2, …): stable, short, and the same for
 every reader, because the log's order is. An append returns only a *position*, so the
-producer learns the index by counting the records before its own; it remembers how far it
-has counted (an index and its position), so that repeated enqueues read only what other
-producers appended since.
+producer learns the index by counting the records before its own: from where the fold
+checkpoint's task index ends, when there is one (the workers save it), else from the log's
+start. It remembers how far it has counted (an index and its position), so that repeated
+enqueues read only what other producers appended since.
 
     with Queue(".qw") as queue:
         first = queue.enqueue({"url": "https://example.org"})
@@ -13,6 +14,7 @@ producers appended since.
 
 from __future__ import annotations
 
+import os
 import reprlib
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -23,6 +25,10 @@ from logstore import Durability, Log, LogError, PositionCompactedError, is_redis
 from queue_worker.clock import Clock, now_us
 from queue_worker.records import RecordEncodeError, TaskRecord, encode
 from queue_worker.topics import READ_BATCH, TASKS_TOPIC, open_topic
+
+#: a tasks log shorter than this is counted from its start (~30,000 tasks: ~20 ms, about
+#: what loading the checkpoint's modules costs `qw enqueue`, which needs none of the fold's)
+COUNT_FROM_START_BYTES = 1 << 20
 
 
 class Queue:
@@ -50,8 +56,17 @@ class Queue:
         self._counted, self._counted_position = self._count_from()
 
     def _count_from(self) -> tuple[int, int]:
-        """Task 0 at the log's start; or, once compaction removed settled tasks, the first
-        retained task's id and position by the fold checkpoint (ids go on from there)."""
+        """Where counting starts: where the fold checkpoint's task index ends, when there is
+        a checkpoint of this log (`checkpoint.tasks_counted`); else task 0 at the log's
+        start; or, once compaction removed settled tasks, the first retained task's id and
+        position by the checkpoint's prefix (ids go on from there)."""
+        if self._long():
+            from queue_worker.checkpoint import CheckpointRefused, tasks_counted
+
+            try:
+                return tasks_counted(self._location, self.log)
+            except CheckpointRefused:
+                pass
         start = self.log.start
         if start == self.log.origin:
             return 0, start
@@ -62,6 +77,19 @@ class Queue:
             return first_retained_task(self._location, self.log.origin)
         except CheckpointRefused as e:
             raise LogError(str(e)) from e
+
+    def _long(self) -> bool:
+        """Whether the tasks log is long enough for the checkpoint to pay: a file log whose
+        first segment holds COUNT_FROM_START_BYTES, a compacted one, or a log elsewhere (a
+        count over the network)."""
+        from logstore.file_log import FileLog  # (imported by open_topic for a file log)
+
+        if not isinstance(self.log, FileLog) or self.log.start != self.log.origin:
+            return True  # (compacted: the checkpoint is the count's only start anyway)
+        try:
+            return os.path.getsize(self.log.path) >= COUNT_FROM_START_BYTES
+        except OSError:
+            return True
 
     def enqueue(self, payload: Any) -> int:
         """Append one task; return its id."""

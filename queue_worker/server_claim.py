@@ -373,8 +373,8 @@ class ServerVerdictLog(Log):
     def end(self) -> int:
         return self.inner.end()
 
-    def check(self) -> int:
-        return self.inner.check()
+    def check(self, start: int | None = None) -> int:
+        return self.inner.check(start)
 
     def checksum(self, start: int, end: int, seed: int = 0) -> int:
         return self.inner.checksum(start, end, seed)

@@ -392,7 +392,7 @@ class QueueSection:
                     format_bytes(queue.log_bytes),
                     ("  ·  ", "dim"),
                     f"{queue.record_count:,}",
-                    (" records", "dim"),
+                    (" records read", "dim"),  # (after the checkpoint it began from)
                 )
             )
         body = Text("\n").join(lines)

@@ -286,7 +286,8 @@ def metrics_text(snap: SupervisorSnapshot) -> str:
         [("", {}, q.throughput_now)],
     )
     lines += _family("qw_log_bytes", "gauge", "Bytes in both log files.", [("", {}, q.log_bytes)])
-    lines += _family("qw_log_records", "gauge", "Records in both logs.", [("", {}, q.record_count)])
+    read = "Records read from both logs (after the fold checkpoint the monitor began from)."
+    lines += _family("qw_log_records", "gauge", read, [("", {}, q.record_count)])
     workers = snap.workers
     alive = [("", _who(w), 0 if w.ended else 1) for w in workers]
     lines += _family("qw_worker_up", "gauge", "1 while the worker process runs.", alive)

@@ -88,7 +88,8 @@ class QueueView:
     throughput_now: float = 0.0  # tasks done per second, recent
     throughput_history: list[float] = field(default_factory=list)  # one value per second
     log_bytes: int = 0
-    record_count: int = 0  # records in both topics
+    # records read from both topics: after the fold checkpoint the reading began from, if any
+    record_count: int = 0
 
 
 @dataclass

@@ -29,10 +29,9 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Final
 
-from logstore import Entry, IdentityError, Log, PositionCompactedError, is_redis_url
+from logstore import Entry, IdentityError, Log, PositionCompactedError
 from logstore.base import Durability
 from logstore.location import log_file
 from queue_worker.names import worker_label
@@ -55,6 +54,7 @@ from queue_worker.topics import (
     check_tasks_cover,
     open_topics,
 )
+from supervisor.fold_begin import begin_from_checkpoint
 from supervisor.model import Event, QueueView
 
 #: the verdicts a poll does more for than fold them and count a DONE: an event, a failure
@@ -136,25 +136,27 @@ class Monitor:
         self._takeovers: dict[int, Takeover] = {}  # insertion order: the oldest first
         self._caught_up = False
         self._lock = threading.Lock()
+        #: where `check_start` begins to verify each log (tasks, claims): their starts, or
+        #: where the checkpoint the fold begins from ends
+        self._checked_from: tuple[int | None, int | None] = (None, None)
         self._start_from_checkpoint()
 
     def _start_from_checkpoint(self) -> None:
-        """Logs whose first segments were compacted away: begin from the fold checkpoint,
-        which holds what they said (a fold of the rest alone would count too few tasks and
-        give the later ones wrong ids). Uncompacted logs are folded from their start."""
-        if all(log.start == log.origin for log in (self._tasks, self._claims)):
-            return
-        from queue_worker.checkpoint import CheckpointRefused, restore_checkpoint
-
+        """Begin from the fold checkpoint when one covers the logs (`supervisor.fold_begin`:
+        a fold of compacted logs' rest alone would count wrong; on whole logs it saves
+        folding the history again), else from the logs' start. The DONEs it covers are in
+        no throughput bucket: a dashboard's history starts at its checkpoint."""
         try:
-            where = self.location if is_redis_url(self.location) else Path(self.location)
-            index, follower = restore_checkpoint(where, self._tasks, self._claims)
-        except CheckpointRefused as e:
+            begun = begin_from_checkpoint(self.location, self._tasks, self._claims, None)
+        except IdentityError:
             self.close()
-            raise IdentityError(
-                f"{self._claims.name}: the logs were compacted and their fold checkpoint "
-                f"cannot be used: {e}"
-            ) from e
+            raise
+        if begun is None:
+            return
+        index, follower = begun
+        # (what the checkpoint covers, its restore checksummed whole: `check_start` verifies
+        # the rest)
+        self._checked_from = (index.next_position, follower.next_position)
         self._follower = follower
         self._state = follower.state
         self._tasks_pos = index.next_position
@@ -163,7 +165,8 @@ class Monitor:
 
     def check_start(self, *, count_all: bool = True) -> None:
         """Verify every record of both logs (damage raises CorruptLogError naming the file
-        and byte offset) and fold the claims to their end; then refuse a claims log that
+        and byte offset; after a checkpoint the fold begins from, whose restore checksummed
+        what it covers) and fold the claims to their end; then refuse a claims log that
         closed a task the tasks log lacks (IdentityError). What a supervisor does before any
         worker starts, and `qw status` before it counts.
 
@@ -171,8 +174,9 @@ class Monitor:
         needs (none of it when no task was closed yet); `poll` reads the rest while the
         workers start. Counting a backlog of 10,000 tasks here first cost the first CLAIM
         about as much as verifying it (cProfile of `qw up`, bench/start_bench.py)."""
-        self._tasks.check()
-        self._claims.check()
+        tasks_from, claims_from = self._checked_from
+        self._tasks.check(tasks_from)
+        self._claims.check(claims_from)
         with self._lock:
             # to the end: a read stops short at the end of a segment, so only an empty
             # read says the end is reached (a short one stopped at the first segment's end)

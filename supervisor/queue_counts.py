@@ -10,14 +10,16 @@ without the monitor's event machinery and dataclass model, which were ~25 ms of 
 command's CPU.
 
 It begins from the fold checkpoint (`queue_worker.checkpoint`) when one covers these logs,
-compacted or not, and reads only what came after (`_Reading._begin`): a drained queue's
-`qw status` no longer grows with the history it ran. The counts are those of a full fold:
-the checkpoint holds the fold's state and task index, FAILs accepted included (version 4;
-a version-3 checkpoint of compacted logs knows only those after it: see its docstring).
-On logs that hold every record a checkpoint is a cache, used only when it is whole and
-valid: refused, missing, or too recent for the throughput (`_too_recent`), the logs are
-folded from their start, and damage in what it covers is then met by that fold. A
-compacted log has no start to fold from: there a refused checkpoint is an error.
+compacted or not, and reads only what came after (`_Reading._begin`, by the rule
+`supervisor.fold_begin` gives it and the monitor): a drained queue's `qw status` no longer
+grows with the history it ran. The counts are those of a full fold: the checkpoint holds
+the fold's state and task index, FAILs accepted included (version 4; a version-3
+checkpoint of compacted logs knows only those after it: see its docstring). On logs that
+hold every record a checkpoint is a cache, used only when it is whole and valid: refused,
+missing, or too recent for the throughput it shows (its DONEs might be in the window,
+which the checkpoint does not count), the logs are folded from their start, and damage in
+what it covers is then met by that fold. A compacted log has no start to fold from: there
+a refused checkpoint is an error.
 
 Another difference: it reads each log to its end. The monitor's start-up check stops at the
 first read shorter than its batch, and a read stops short at the end of a segment, so on a
@@ -30,7 +32,6 @@ import operator
 import time
 from collections import Counter
 from collections.abc import Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Final, NamedTuple
 
 if TYPE_CHECKING:
@@ -45,10 +46,6 @@ BATCH: Final = 20_000
 #: the throughput shown as "now" is the mean of this many complete seconds (the monitor's)
 THROUGHPUT_WINDOW: Final = 3
 MICROS: Final = 1_000_000
-#: a checkpoint is begun from only when its last claims record is this much older than the
-#: throughput's window (`_too_recent`): workers' clocks differ a little, and appends of
-#: records stamped a moment apart may land in the other order
-CLOCK_MARGIN_US: Final = 1_000_000
 
 _DATA: Final = operator.itemgetter(2)  # an Entry's bytes
 
@@ -108,60 +105,29 @@ class _Reading:
         self._begin()
 
     def _begin(self) -> None:
-        """Begin from the fold checkpoint when one covers these logs (module docstring)."""
-        from logstore import IdentityError, is_redis_url
-        from queue_worker.checkpoint import CheckpointRefused, restore_checkpoint
+        """Begin from the fold checkpoint when one covers these logs (`supervisor.fold_begin`)."""
+        from supervisor.fold_begin import begin_from_checkpoint
 
-        tasks, claims = self.tasks, self.claims
-        compacted = tasks.start != tasks.origin or claims.start != claims.origin
-        try:
-            where = self.location if is_redis_url(self.location) else Path(self.location)
-            index, follower = restore_checkpoint(where, tasks, claims)
-        except CheckpointRefused as e:
-            if not compacted:
-                return  # a cache: the fold from the start gives the same counts
-            raise IdentityError(
-                f"{claims.name}: the logs were compacted and their fold checkpoint "
-                f"cannot be used: {e}"
-            ) from e
-        # (compacted logs cannot be folded from their start: begun from the checkpoint
-        # whatever the throughput then misses, as the monitor does)
-        if not compacted and self._too_recent(follower):
+        begun = begin_from_checkpoint(self.location, self.tasks, self.claims, self.since)
+        if begun is None:
             return
-        self.follower = follower
+        index, self.follower = begun
         self.tasks_pos = index.next_position
         self.published = index.known
         self.foreign = set(index.foreign)
-
-    def _too_recent(self, follower: "ClaimsFollower") -> bool:
-        """Whether DONEs the checkpoint covers may fall in the throughput's window, which it
-        does not count (it keeps no times): then the full fold, which does. Its last record
-        is the newest it covers, give or take the workers' clocks and the order of their
-        appends (CLOCK_MARGIN_US); a record with no time, or none readable, says nothing."""
-        from logstore import LogError
-        from queue_worker.records import RecordDecodeError, Unknown
-        from queue_worker.topics import decode_claims_entry
-
-        last = follower.last_position
-        if last is None:
-            return False  # it covers no claims record: no DONE either
-        try:
-            record = decode_claims_entry(self.claims.read(last, 1)[0])
-        except (LogError, RecordDecodeError, IndexError):
-            return True
-        return isinstance(record, Unknown) or record.at + CLOCK_MARGIN_US >= self.since
 
     def counts(self) -> tuple[QueueCounts, Held]:
         from logstore.file_log import FileLog  # (imported by open_log for a file log)
         from queue_worker.topics import check_tasks_cover
 
-        for log in (self.tasks, self.claims):
+        starts = (self.tasks_pos, self.follower.next_position)
+        for log, start in zip((self.tasks, self.claims), starts, strict=True):
             # A file log's reads below check every frame they return (checksums too: a new
             # handle trusts nothing) and raise at damage, as its check() would, so it is not
             # walked twice (~2% of the command's instructions); and what a checkpoint
-            # covers, it checksummed whole (`_from_checkpoint`).
+            # covers, it checksummed whole (`_begin`): the rest is checked from there.
             if not isinstance(log, FileLog):
-                log.check()
+                log.check(start)
         # to the end: a read stops short at the end of a segment, so only an empty one says
         # that nothing more is there (`Log.read`); a full batch is not the test
         while self._read_claims():

@@ -137,3 +137,62 @@ def test_concurrent_producers_on_redis_get_distinct_ids_in_log_order(redis_url: 
     ids = run_producers(redis_url, count=3, rounds=20)
     with open_log(redis_url, TASKS_TOPIC) as log:
         check_ids_match_log_order(ids, log)
+
+
+# -- counting from the fold checkpoint (a long tasks log) -----------------------------------
+
+
+def long_queue_with_checkpoint(data: Path, tasks: int) -> None:
+    """`tasks` tasks in one batch, and a checkpoint of the fold of them (as a worker saves
+    it), then 3 tasks more after it."""
+    from queue_worker.checkpoint import save_checkpoint
+    from queue_worker.topics import ClaimsFollower, TaskIndex, open_topics
+
+    with Queue(data, fsync="none") as queue:
+        queue.enqueue_many([{"n": i} for i in range(tasks)])
+    tasks_log, claims_log = open_topics(str(data))
+    try:
+        index, follower = TaskIndex(tasks_log.start), ClaimsFollower(claims_log.start)
+        index.catch_up(tasks_log)
+        save_checkpoint(data, index, tasks_log, follower, claims_log)
+    finally:
+        tasks_log.close()
+        claims_log.close()
+    with Queue(data, fsync="none") as queue:
+        queue.enqueue_many([{"after": i} for i in range(3)])
+
+
+def test_a_long_tasks_log_is_counted_from_the_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from queue_worker import producer
+
+    data = tmp_path / "qw"
+    long_queue_with_checkpoint(data, 200)
+    monkeypatch.setattr(producer, "COUNT_FROM_START_BYTES", 1)  # (the log is short)
+    with Queue(data, fsync="none") as queue:
+        # where the checkpoint's index ended: only the 3 tasks after it are counted
+        assert queue._counted == 200
+        assert queue.enqueue({"new": 1}) == 203
+    monkeypatch.setattr(producer, "COUNT_FROM_START_BYTES", 1 << 40)
+    with Queue(data, fsync="none") as queue:
+        assert queue._counted == 0  # a short log: counted from its start
+        assert queue.enqueue({"new": 2}) == 204
+
+
+def test_a_checkpoint_of_another_log_is_not_counted_from(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The checkpoint of a queue whose tasks log was then replaced (fewer tasks, other
+    bytes): its count would give wrong ids; it is refused and the log counted from its start."""
+    from queue_worker import producer
+    from queue_worker.checkpoint import CHECKPOINT_NAME
+
+    long_queue_with_checkpoint(tmp_path / "a", 200)
+    other = tmp_path / "b"
+    with Queue(other, fsync="none") as queue:
+        queue.enqueue_many([{"b": i} for i in range(50)])
+    (other / CHECKPOINT_NAME).write_bytes((tmp_path / "a" / CHECKPOINT_NAME).read_bytes())
+    monkeypatch.setattr(producer, "COUNT_FROM_START_BYTES", 1)
+    with Queue(other, fsync="none") as queue:
+        assert queue.enqueue({"new": 1}) == 50
