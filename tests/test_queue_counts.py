@@ -21,7 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from logstore import CorruptLogError, LogError
+from logstore import CorruptLogError, Log, LogError
 from queue_worker.checkpoint import CHECKPOINT_NAME
 from queue_worker.compaction import compact
 from queue_worker.producer import Queue
@@ -80,28 +80,38 @@ def write_history(data: Path, tasks: int, foreign: list[int], steps: list[Any]) 
     try:
         for _ in foreign:
             tasks_log.append(msgpack.packb([1, "Z", 0]))
-        claimed: dict[tuple[int, str], int] = {}
-        for kind, task, worker, offset in steps:
-            at = NOW_US + offset
-            claim = claimed.get((task, worker), 0)
-            if kind == "claim":
-                claimed[(task, worker)] = claims_log.append(encode(Claim(task, worker, at, LEASE)))
-                continue
-            record: bytes
-            if kind == "renew":
-                record = encode(Renew(task, worker, at, claim, LEASE))
-            elif kind == "done":
-                record = encode(Done(task, worker, at, claim, None))
-            elif kind == "retry":
-                record = encode(Fail(task, worker, at, claim, "ValueError: x", at + 1_000))
-            elif kind == "dead":
-                record = encode(Fail(task, worker, at, claim, "ValueError: y", None))
-            else:  # a record no reader can decode: the fold counts it malformed
-                record = msgpack.packb([1, "C", "not a task"])
-            claims_log.append(record)
+        append_claims(claims_log, steps, {})
     finally:
         tasks_log.close()
         claims_log.close()
+
+
+# one claims record: (kind, task, worker, `at` as an offset from NOW_US, µs)
+Step = tuple[str, int, str, int]
+
+
+def append_claims(log: Log, steps: list[Step], claimed: dict[tuple[int, str], int]) -> None:
+    """Append the claims of `steps`: a DONE, RENEW or FAIL names the worker's last CLAIM of
+    the task in `claimed` (or position 0); a CLAIM appended is noted there."""
+    for kind, task, worker, offset in steps:
+        at = NOW_US + offset
+        claim = claimed.get((task, worker), 0)
+        record: bytes
+        if kind == "claim":
+            record = encode(Claim(task, worker, at, LEASE))
+        elif kind == "renew":
+            record = encode(Renew(task, worker, at, claim, LEASE))
+        elif kind == "done":
+            record = encode(Done(task, worker, at, claim, None))
+        elif kind == "retry":
+            record = encode(Fail(task, worker, at, claim, "ValueError: x", at + 1_000))
+        elif kind == "dead":
+            record = encode(Fail(task, worker, at, claim, "ValueError: y", None))
+        else:  # a record no reader can decode: the fold counts it malformed
+            record = msgpack.packb([1, "C", "not a task"])
+        position = log.append(record)
+        if kind == "claim":
+            claimed[(task, worker)] = position
 
 
 @pytest.fixture

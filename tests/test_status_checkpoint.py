@@ -20,11 +20,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from logstore import CorruptLogError, Log
+from logstore import CorruptLogError
 from queue_worker.checkpoint import CHECKPOINT_NAME, FORMAT, VERSION, restore_checkpoint
 from queue_worker.checkpoint import save_checkpoint as save
 from queue_worker.compaction import compact
-from queue_worker.records import Claim, Done, Fail, Renew, encode
+from queue_worker.records import Claim, Fail, encode
 from queue_worker.settled import Retention
 from queue_worker.topics import open_topics
 from tests.test_checkpoint import append_tasks, replay, topics
@@ -33,6 +33,8 @@ from tests.test_queue_counts import (
     LEASE,
     NOW_US,
     WORKERS,
+    Step,
+    append_claims,
     frozen_clock,
     light_counts,
     monitor_counts,
@@ -46,32 +48,6 @@ S = 1_000_000
 #: NOW_S + 0.5); a checkpoint whose last claims record is 1 s older than its start is used
 WINDOW_START = NOW_US - 3 * S
 NEWEST_USED = WINDOW_START - S - 1
-
-# one claims record: (kind, task, worker, `at` as an offset from NOW_US, µs)
-Step = tuple[str, int, str, int]
-
-
-def append_claims(log: Log, steps: list[Step], claimed: dict[tuple[int, str], int]) -> None:
-    """A DONE, RENEW or FAIL names the worker's last CLAIM of the task (or position 0)."""
-    for kind, task, worker, offset in steps:
-        at = NOW_US + offset
-        claim = claimed.get((task, worker), 0)
-        record: bytes
-        if kind == "claim":
-            record = encode(Claim(task, worker, at, LEASE))
-        elif kind == "renew":
-            record = encode(Renew(task, worker, at, claim, LEASE))
-        elif kind == "done":
-            record = encode(Done(task, worker, at, claim, None))
-        elif kind == "retry":
-            record = encode(Fail(task, worker, at, claim, "ValueError: x", at + 1_000))
-        elif kind == "dead":
-            record = encode(Fail(task, worker, at, claim, "ValueError: y", None))
-        else:  # a record no reader can decode: the fold counts it malformed
-            record = msgpack.packb([1, "C", "not a task"])
-        position = log.append(record)
-        if kind == "claim":
-            claimed[(task, worker)] = position
 
 
 def write(directory: Path, tasks: list[str], steps: list[Step], tcut: int, cut: int) -> None:
