@@ -584,15 +584,7 @@ def restore_checkpoint(
     directory: Location, tasks_log: Log, claims_log: Log
 ) -> tuple[TaskIndex, ClaimsFollower]:
     """`load_checkpoint`, saying why not: raises CheckpointRefused with the reason."""
-    path = checkpoint_name(directory)
-    try:
-        data = _read_checkpoint(directory)
-    except FileNotFoundError:
-        raise CheckpointRefused(f"{path}: no checkpoint") from None
-    except OSError as e:
-        raise CheckpointRefused(f"{path}: cannot read: {e}") from e
-    try:
-        body = _open_envelope(data)
+    with _refusals(directory) as body:
         tasks, claims = _map(body, "tasks"), _map(body, "claims")
         index = _tasks_from(tasks)
         follower = _claims_from(claims)
@@ -610,14 +602,6 @@ def restore_checkpoint(
                 "logs that hold every record: a replay from the start counts them"
             )
         return TaskIndex.restore(index), follower
-    except CheckpointRefused as e:
-        raise CheckpointRefused(f"{path}: {e}") from None
-    except LogClosedError:
-        raise  # a caller's mistake, not a bad checkpoint
-    except (LogError, ValueError, OSError, OverflowError) as e:
-        # ValueError: the restores' consistency checks; OSError and OverflowError: a log
-        # read at an absurd position. (A log that cannot be read fails the replay as well.)
-        raise CheckpointRefused(f"{path}: {e}") from e
 
 
 def tasks_counted(location: Location, tasks_log: Log) -> tuple[int, int]:
@@ -628,6 +612,21 @@ def tasks_counted(location: Location, tasks_log: Log) -> tuple[int, int]:
     checks it (its identity, the first and last records covered, a crc32 of every byte
     covered): ids counted from a checkpoint of another log would be wrong for ever.
     CheckpointRefused otherwise (then count from the start)."""
+    with _refusals(location) as body:
+        tasks = _map(body, "tasks")
+        index = _tasks_from(tasks)
+        first_task, last_task = _ends(index)
+        log_plain = _map(tasks, "log")
+        _check_log(log_plain, tasks_log, first_task, last_task, index.next_position)
+        _check_whole(log_plain, tasks_log, index.next_position)
+        TaskIndex.restore(index)  # (its consistency checks)
+        return index.known, index.next_position
+
+
+@contextlib.contextmanager
+def _refusals(location: Location) -> Iterator[dict[str, Any]]:
+    """The checkpoint's body, for checks against the logs; whatever is wrong with the file
+    or found wrong by the checks is raised as CheckpointRefused, naming the file."""
     path = checkpoint_name(location)
     try:
         data = _read_checkpoint(location)
@@ -636,19 +635,14 @@ def tasks_counted(location: Location, tasks_log: Log) -> tuple[int, int]:
     except OSError as e:
         raise CheckpointRefused(f"{path}: cannot read: {e}") from e
     try:
-        tasks = _map(_open_envelope(data), "tasks")
-        index = _tasks_from(tasks)
-        first_task, last_task = _ends(index)
-        log_plain = _map(tasks, "log")
-        _check_log(log_plain, tasks_log, first_task, last_task, index.next_position)
-        _check_whole(log_plain, tasks_log, index.next_position)
-        TaskIndex.restore(index)  # (its consistency checks)
-        return index.known, index.next_position
+        yield _open_envelope(data)
     except CheckpointRefused as e:
         raise CheckpointRefused(f"{path}: {e}") from None
     except LogClosedError:
         raise  # a caller's mistake, not a bad checkpoint
     except (LogError, ValueError, OSError, OverflowError) as e:
+        # ValueError: the restores' consistency checks; OSError and OverflowError: a log
+        # read at an absurd position. (A log that cannot be read fails the replay as well.)
         raise CheckpointRefused(f"{path}: {e}") from e
 
 
