@@ -188,14 +188,14 @@ def test_a_queue_drained_by_real_workers(tmp_path: Path) -> None:
     )
     counts, held = light_counts(str(data))
     monitor, monitor_held = monitor_counts(str(data))
-    # the throughput: read a moment apart on a live clock; the records read: fewer when
-    # `qw status` began from the checkpoint the workers left (once its last record is
-    # older than the throughput's window: tests/test_status_checkpoint.py)
+    # the throughput: read a moment apart on a live clock; the records read: the monitor
+    # begins from the checkpoint the workers left, `qw status` only once its last record is
+    # older than the throughput's window (supervisor/fold_begin.py)
     differ = ("throughput_now", "record_count")
     assert {k: v for k, v in counts.items() if k not in differ} == {
         k: v for k, v in monitor.items() if k not in differ
     }
-    assert counts["record_count"] <= monitor["record_count"]
+    assert monitor["record_count"] <= counts["record_count"]
     assert counts["done"] == 30 and counts["pending"] == 0 and held == monitor_held == []
 
 
