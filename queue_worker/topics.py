@@ -315,8 +315,17 @@ class ClaimsFollower:
         """
         if not entries:
             return
-        with gc_paused():
+        # gc_paused, written out: a settle folds the others' few records here once a task,
+        # and the generator context manager cost more than folding them (~9k instructions
+        # a use against ~17k for a fold of two records, callgrind, 2-worker drain)
+        if not gc.isenabled():
             self._fold_entries(entries)
+            return
+        gc.disable()
+        try:
+            self._fold_entries(entries)
+        finally:
+            gc.enable()
 
     def _fold_entries(self, entries: Sequence[Entry]) -> None:
         # the records, their positions, and whether any entry carries a server time: one
