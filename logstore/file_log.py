@@ -1202,6 +1202,31 @@ class FileLog(Log):
                 self._seen = self._rbase
             if not buf:  # nothing past `pos` (a caught-up reader's usual read): done
                 return SpanRead(items, positions, pos)
+            # `_read`'s usual reads, answered as there without `decode_span`'s call and Span
+            limit = max_records - kept
+            got, at, end, batch_start, ready = loop(buf, max_record, self._seen - pos, limit, pos)
+            if ready >= limit:  # (a batch verified in full may go on past the limit)
+                consumed = at[limit] - pos if limit < ready else batch_start
+                del got[limit:], at[limit:]
+                items += got
+                positions += at
+                if pos + batch_start > self._seen:
+                    self._seen = pos + batch_start
+                return SpanRead(items, positions, pos + consumed)
+            if end == len(buf) == batch_start:
+                if items:
+                    items += got
+                    positions += at
+                else:
+                    items, positions = got, at
+                kept = len(items)
+                pos += end
+                if pos > self._seen:
+                    self._seen = pos
+                if at_eof:
+                    return SpanRead(items, positions, pos)
+                want = _read_on(max_records, kept, pos - position)
+                continue
             found = framing.decode_span(
                 buf, pos, loop, at_eof=at_eof, max_record=max_record, path=name,
                 limit=max_records - kept,
