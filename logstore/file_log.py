@@ -1089,25 +1089,31 @@ class FileLog(Log):
         if max_records is None:
             want = READ_CHUNK
         else:  # read(pos, 1) must not copy 256 KiB: size the first read for what is asked
-            want = min(READ_CHUNK, max(MIN_READ, max_records * RECORD_GUESS))
+            # (min(READ_CHUNK, max(MIN_READ, …)) without min and max: each parses its
+            # arguments as keywords, ~1.3k instructions a call, and every read pays this)
+            want = max_records * RECORD_GUESS
+            if want > READ_CHUNK:
+                want = READ_CHUNK
+            elif want < MIN_READ:
+                want = MIN_READ
         vouch = True  # whether a batch longer than the buffer may still be verified ahead
         while True:
             # A fresh bytes object rather than a reused bytearray: decoding slices each
             # Entry.data straight out of bytes (a bytearray would be copied to bytes first).
             buf = os.pread(fd, want, pos - delta)
-            at_eof = len(buf) < want
-            if at_eof and pos + len(buf) < self._seen:
+            size = len(buf)
+            at_eof = size < want
+            if at_eof and pos + size < self._seen:
                 # Shorter than what this handle verified: cut by something outside this
                 # protocol (which never cuts a complete batch). Vouch for nothing any more.
                 self._seen = self._rbase
-            if not buf:  # nothing past `pos` (a caught-up reader's usual read): done
+            if not size:  # nothing past `pos` (a caught-up reader's usual read): done
                 return entries
             # The usual reads: whole batches up to the buffer's end, or `max_records` reached.
             # `decode_frames` answers them with its loop's result as it is; the loop is
             # called here directly, without that call's keywords and its Decoded (~a
             # quarter of a small read's instructions). Anything else (a torn or open tail,
             # damage) is decided by `decode_frames`, which decodes the buffer again.
-            size = len(buf)
             limit = _NO_LIMIT if max_records is None else max_records - len(entries)
             got, end, batch_start, ready = framing._entries_loop(
                 buf, self._file_max, self._seen - pos, limit, pos, Entry
@@ -1188,8 +1194,13 @@ class FileLog(Log):
         delta = self._rdelta
         kept = 0
         pos = position
-        # read(pos, 1) must not copy 256 KiB: size the first read for what is asked
-        want = min(READ_CHUNK, max(MIN_READ, max_records * RECORD_GUESS))
+        # read(pos, 1) must not copy 256 KiB: size the first read for what is asked (without
+        # min and max, as in `_read`)
+        want = max_records * RECORD_GUESS
+        if want > READ_CHUNK:
+            want = READ_CHUNK
+        elif want < MIN_READ:
+            want = MIN_READ
         vouch = True  # whether a batch longer than the buffer may still be verified ahead
         while True:
             # A fresh bytes object rather than a reused bytearray: decoding slices each
