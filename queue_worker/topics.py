@@ -398,7 +398,7 @@ class ClaimsFollower:
             self.fold_entries(others)
             others = []
             outcome, folded = self.apply(entry, record)
-            settled.append(Settled(outcome, folded, entry))
+            settled.append(_new(Settled, (outcome, folded, entry)))
             index += 1
             if index < len(mine):
                 position, record = mine[index]
