@@ -982,7 +982,9 @@ class Worker:
         try:
             while True:
                 in_hand = self._ahead is not None or self._in_hand is not None
-                if (stop.is_set() or self._draining.is_set()) and not in_hand:
+                # (in hand first: Event.is_set is a Python call, and a busy worker nearly
+                # always has a CLAIM made ahead in hand)
+                if not in_hand and (stop.is_set() or self._draining.is_set()):
                     reason = "drained" if self._draining.is_set() else "stopped"
                     break
                 try:
