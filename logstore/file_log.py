@@ -94,7 +94,7 @@ from logstore.identity import (
     read_file_header,
 )
 from logstore.locking import FlockLock, HeldLock, maintenance_lock, open_lock, open_read_lock
-from logstore.native import SpanLoop
+from logstore.native import FrameBatch, SpanLoop
 from logstore.segments import (
     DEFAULT_SEGMENT_BYTES,
     FIRST_BASE,
@@ -171,6 +171,29 @@ class SpanRead:
 
     def __len__(self) -> int:
         return len(self.items)
+
+
+def _frame_batch_py(records: Sequence[bytes], max_record: int) -> tuple[bytes, list[int]]:
+    """The frames of `records` as one batch (`framing.encode_batch`: every frame but the last
+    CONTINUED) and each frame's length; RecordTooLargeError for a record longer than
+    `max_record`. `logstore/_cframes.c`'s `frame_batch` is this in C (answering None where
+    this raises, or for a record that is not bytes: this then runs), used when built."""
+    last = len(records) - 1
+    parts: list[bytes] = []
+    lengths: list[int] = []
+    for i, data in enumerate(records):
+        size = len(data)
+        if size > max_record:
+            raise RecordTooLargeError(size, max_record)
+        word = size | _CONTINUED if i < last else size
+        parts.append(_HEADER_PACK(word, word ^ _ALL_ONES, crc32(data, word)))
+        parts.append(data)
+        lengths.append(FRAME_HEADER_SIZE + size)
+    return b"".join(parts), lengths
+
+
+#: `_frame_batch_py` in C (logstore/_cframes.c), when a build of these sources exists
+_FRAME_BATCH: FrameBatch | None = None if framing._c_loops is None else framing._c_loops[3]
 
 
 def _pread(fd: int, pos: int, want: int, buf: memoryview) -> memoryview:
@@ -541,26 +564,16 @@ class FileLog(Log):
             self._refuse_write()
         if not records:
             return []
-        # framing.encode_batch inlined: a worker appends a batch of two records a task, and
-        # three calls a batch (the batch's and each frame header's) were a third of this
-        last = len(records) - 1
-        parts: list[bytes] = []
-        sizes: list[int] = []
-        for i, data in enumerate(records):
-            size = len(data)
-            if size > self.max_record:
-                raise RecordTooLargeError(size, self.max_record)
-            word = size | _CONTINUED if i < last else size
-            parts.append(_HEADER_PACK(word, word ^ _ALL_ONES, crc32(data, word)))
-            parts.append(data)
-            sizes.append(size)
-        frames = b"".join(parts)
+        # A worker appends a batch of two records a task: framed in C when built (a third
+        # of this method's instructions in Python), else by the definition below.
+        built = _FRAME_BATCH(records, self.max_record) if _FRAME_BATCH is not None else None
+        frames, lengths = _frame_batch_py(records, self.max_record) if built is None else built
         pos = self._write((frames,), len(frames))
         positions = []
         at = pos
-        for size in sizes:
+        for length in lengths:
             positions.append(at)
-            at += FRAME_HEADER_SIZE + size
+            at += length
         if self._sync_all or (durable and self._sync_durable):
             self._sync(at)
         return positions
