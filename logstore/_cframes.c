@@ -100,15 +100,29 @@ keep_entry(void *state, long long pos, long long end, const unsigned char *data,
     return failed;
 }
 
+/* METH_FASTCALL (every read calls it): the arguments as "SLLLLO!" with PyType_Type
+   would take them, without building a tuple to parse. */
 static PyObject *
-decode_entries(PyObject *self, PyObject *args)
+decode_entries(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    PyObject *buf, *entry;
-    long long max_record, verified, limit, base;
-    if (!PyArg_ParseTuple(args, "SLLLLO!:decode_entries", &buf, &max_record, &verified, &limit,
-                          &base, &PyType_Type, &entry))
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError,
+                        "decode_entries(buf, max_record, verified, limit, base, Entry)");
         return NULL;
-    if (!PyType_IsSubtype((PyTypeObject *)entry, &PyTuple_Type)) {
+    }
+    PyObject *buf = args[0], *entry = args[5];
+    if (!PyBytes_Check(buf)) {
+        PyErr_SetString(PyExc_TypeError, "decode_entries: buf must be bytes");
+        return NULL;
+    }
+    long long numbers[4]; /* max_record, verified, limit, base */
+    for (int i = 0; i < 4; i++) {
+        numbers[i] = PyLong_AsLongLong(args[i + 1]);
+        if (numbers[i] == -1 && PyErr_Occurred())
+            return NULL;
+    }
+    long long max_record = numbers[0], verified = numbers[1], limit = numbers[2], base = numbers[3];
+    if (!PyType_Check(entry) || !PyType_IsSubtype((PyTypeObject *)entry, &PyTuple_Type)) {
         PyErr_SetString(PyExc_TypeError, "decode_entries: Entry must be a tuple type");
         return NULL;
     }
@@ -235,7 +249,8 @@ frame_batch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 
 static PyMethodDef methods[] = {
     {"decode_loop", decode_loop, METH_VARARGS, "framing._decode_loop, in C."},
-    {"decode_entries", decode_entries, METH_VARARGS, "framing._decode_entries, in C."},
+    {"decode_entries", (PyCFunction)(void (*)(void))decode_entries, METH_FASTCALL,
+     "framing._decode_entries, in C."},
     {"walk_frames", walk_frames, METH_VARARGS, "framing._walk_frames, in C."},
     {"frame_batch", (PyCFunction)(void (*)(void))frame_batch, METH_FASTCALL,
      "file_log._frame_batch_py, in C."},
