@@ -13,6 +13,11 @@
    The same walk, keeping for each frame Entry(base + offset, base + end, payload, None)
    (built as tuple.__new__ builds it) instead of the offset and the payload: exactly
    `framing._decode_entries`, its definition.
+
+   frame_batch(records, max_record) -> (frames, lengths) | None
+
+   The other way: a batch's frames built for an append (`FileLog.append_many`), exactly
+   `logstore.file_log._frame_batch_py` (see below).
 */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -95,15 +100,29 @@ keep_entry(void *state, long long pos, long long end, const unsigned char *data,
     return failed;
 }
 
+/* METH_FASTCALL (every read calls it): the arguments as "SLLLLO!" with PyType_Type
+   would take them, without building a tuple to parse. */
 static PyObject *
-decode_entries(PyObject *self, PyObject *args)
+decode_entries(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    PyObject *buf, *entry;
-    long long max_record, verified, limit, base;
-    if (!PyArg_ParseTuple(args, "SLLLLO!:decode_entries", &buf, &max_record, &verified, &limit,
-                          &base, &PyType_Type, &entry))
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError,
+                        "decode_entries(buf, max_record, verified, limit, base, Entry)");
         return NULL;
-    if (!PyType_IsSubtype((PyTypeObject *)entry, &PyTuple_Type)) {
+    }
+    PyObject *buf = args[0], *entry = args[5];
+    if (!PyBytes_Check(buf)) {
+        PyErr_SetString(PyExc_TypeError, "decode_entries: buf must be bytes");
+        return NULL;
+    }
+    long long numbers[4]; /* max_record, verified, limit, base */
+    for (int i = 0; i < 4; i++) {
+        numbers[i] = PyLong_AsLongLong(args[i + 1]);
+        if (numbers[i] == -1 && PyErr_Occurred())
+            return NULL;
+    }
+    long long max_record = numbers[0], verified = numbers[1], limit = numbers[2], base = numbers[3];
+    if (!PyType_Check(entry) || !PyType_IsSubtype((PyTypeObject *)entry, &PyTuple_Type)) {
         PyErr_SetString(PyExc_TypeError, "decode_entries: Entry must be a tuple type");
         return NULL;
     }
@@ -156,10 +175,85 @@ walk_frames(PyObject *self, PyObject *args)
     return Py_BuildValue("(LLL)", base + pos, open_batch, last_batch);
 }
 
+/* frame_batch(records, max_record) -> (frames, lengths) | None
+
+   Exactly `logstore.file_log._frame_batch_py`, its definition: the frames of `records` (a
+   list or tuple of bytes) as one batch, each record behind its header (its length, with
+   CONTINUED on every frame but the last; that word's complement; the CRC-32 of the payload
+   seeded with the word), and each frame's length (header included). None where the Python
+   raises or takes another type: a record longer than `max_record`, or not bytes (the
+   caller's Python then says why). METH_FASTCALL: an append's every batch calls it. */
+static void
+put_le32(unsigned char *p, uint32_t v)
+{
+    p[0] = (unsigned char)v;
+    p[1] = (unsigned char)(v >> 8);
+    p[2] = (unsigned char)(v >> 16);
+    p[3] = (unsigned char)(v >> 24);
+}
+
+static PyObject *
+frame_batch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "frame_batch(records, max_record)");
+        return NULL;
+    }
+    long long max_record = PyLong_AsLongLong(args[1]);
+    if (max_record == -1 && PyErr_Occurred())
+        return NULL;
+    PyObject *seq = PySequence_Fast(args[0], "frame_batch: records must be a sequence");
+    if (seq == NULL)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    Py_ssize_t total = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (!PyBytes_CheckExact(items[i]) || (long long)PyBytes_GET_SIZE(items[i]) > max_record ||
+            PyBytes_GET_SIZE(items[i]) > (Py_ssize_t)LENGTH_MASK) {
+            Py_DECREF(seq);
+            Py_RETURN_NONE;
+        }
+        total += HEADER + PyBytes_GET_SIZE(items[i]);
+    }
+    PyObject *frames = PyBytes_FromStringAndSize(NULL, total);
+    PyObject *lengths = PyList_New(n);
+    if (frames == NULL || lengths == NULL) {
+        Py_XDECREF(frames);
+        Py_XDECREF(lengths);
+        Py_DECREF(seq);
+        return NULL;
+    }
+    unsigned char *out = (unsigned char *)PyBytes_AS_STRING(frames);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_ssize_t length = PyBytes_GET_SIZE(items[i]);
+        const unsigned char *data = (const unsigned char *)PyBytes_AS_STRING(items[i]);
+        uint32_t word = (uint32_t)length | (i < n - 1 ? 0x80000000u : 0u);
+        put_le32(out, word);
+        put_le32(out + 4, ~word);
+        put_le32(out + 8, (uint32_t)crc32((uLong)word, data, (uInt)length));
+        memcpy(out + HEADER, data, (size_t)length);
+        out += HEADER + length;
+        PyObject *size = PyLong_FromSsize_t(HEADER + length);
+        if (size == NULL) {
+            Py_DECREF(frames);
+            Py_DECREF(lengths);
+            Py_DECREF(seq);
+            return NULL;
+        }
+        PyList_SET_ITEM(lengths, i, size);
+    }
+    Py_DECREF(seq);
+    return Py_BuildValue("(NN)", frames, lengths);
+}
+
 static PyMethodDef methods[] = {
     {"decode_loop", decode_loop, METH_VARARGS, "framing._decode_loop, in C."},
-    {"decode_entries", decode_entries, METH_VARARGS, "framing._decode_entries, in C."},
+    {"decode_entries", (PyCFunction)(void (*)(void))decode_entries, METH_FASTCALL,
+     "framing._decode_entries, in C."},
     {"walk_frames", walk_frames, METH_VARARGS, "framing._walk_frames, in C."},
+    {"frame_batch", (PyCFunction)(void (*)(void))frame_batch, METH_FASTCALL,
+     "file_log._frame_batch_py, in C."},
     {NULL, NULL, 0, NULL},
 };
 

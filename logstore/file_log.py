@@ -65,6 +65,7 @@ import contextlib
 import mmap
 import os
 import struct
+import sys
 import weakref
 from _thread import allocate_lock  # threading.Lock itself, without `threading` (~1 ms to import)
 from collections.abc import Sequence
@@ -93,7 +94,7 @@ from logstore.identity import (
     read_file_header,
 )
 from logstore.locking import FlockLock, HeldLock, maintenance_lock, open_lock, open_read_lock
-from logstore.native import SpanLoop
+from logstore.native import FrameBatch, SpanLoop
 from logstore.segments import (
     DEFAULT_SEGMENT_BYTES,
     FIRST_BASE,
@@ -141,6 +142,8 @@ _SEEK_END = os.SEEK_END
 #: records up to this size are copied behind their header and written with pwrite; larger
 #: ones go out with pwritev from where they are (a copy costs more than the iovec then)
 _COPY_LIMIT = 64 * 1024
+#: `max_records=None` as the decoding loop's limit (framing's own)
+_NO_LIMIT = sys.maxsize
 
 #: every open handle of this process, so that a forked child can mark them inherited
 _HANDLES: weakref.WeakSet[FileLog] = weakref.WeakSet()
@@ -168,6 +171,29 @@ class SpanRead:
 
     def __len__(self) -> int:
         return len(self.items)
+
+
+def _frame_batch_py(records: Sequence[bytes], max_record: int) -> tuple[bytes, list[int]]:
+    """The frames of `records` as one batch (`framing.encode_batch`: every frame but the last
+    CONTINUED) and each frame's length; RecordTooLargeError for a record longer than
+    `max_record`. `logstore/_cframes.c`'s `frame_batch` is this in C (answering None where
+    this raises, or for a record that is not bytes: this then runs), used when built."""
+    last = len(records) - 1
+    parts: list[bytes] = []
+    lengths: list[int] = []
+    for i, data in enumerate(records):
+        size = len(data)
+        if size > max_record:
+            raise RecordTooLargeError(size, max_record)
+        word = size | _CONTINUED if i < last else size
+        parts.append(_HEADER_PACK(word, word ^ _ALL_ONES, crc32(data, word)))
+        parts.append(data)
+        lengths.append(FRAME_HEADER_SIZE + size)
+    return b"".join(parts), lengths
+
+
+#: `_frame_batch_py` in C (logstore/_cframes.c), when a build of these sources exists
+_FRAME_BATCH: FrameBatch | None = None if framing._c_loops is None else framing._c_loops[3]
 
 
 def _pread(fd: int, pos: int, want: int, buf: memoryview) -> memoryview:
@@ -538,26 +564,16 @@ class FileLog(Log):
             self._refuse_write()
         if not records:
             return []
-        # framing.encode_batch inlined: a worker appends a batch of two records a task, and
-        # three calls a batch (the batch's and each frame header's) were a third of this
-        last = len(records) - 1
-        parts: list[bytes] = []
-        sizes: list[int] = []
-        for i, data in enumerate(records):
-            size = len(data)
-            if size > self.max_record:
-                raise RecordTooLargeError(size, self.max_record)
-            word = size | _CONTINUED if i < last else size
-            parts.append(_HEADER_PACK(word, word ^ _ALL_ONES, crc32(data, word)))
-            parts.append(data)
-            sizes.append(size)
-        frames = b"".join(parts)
+        # A worker appends a batch of two records a task: framed in C when built (a third
+        # of this method's instructions in Python), else by the definition below.
+        built = _FRAME_BATCH(records, self.max_record) if _FRAME_BATCH is not None else None
+        frames, lengths = _frame_batch_py(records, self.max_record) if built is None else built
         pos = self._write((frames,), len(frames))
         positions = []
         at = pos
-        for size in sizes:
+        for length in lengths:
             positions.append(at)
-            at += FRAME_HEADER_SIZE + size
+            at += length
         if self._sync_all or (durable and self._sync_durable):
             self._sync(at)
         return positions
@@ -968,7 +984,10 @@ class FileLog(Log):
             return []
         if not self._rbase <= position < self._rnext:
             self._locate(position)
-        entries = self._read_segment(position, max_records)
+        try:  # `_read_segment` inlined: a Python call fewer in every read
+            entries = self._read(position, max_records)
+        except CorruptLogError:
+            entries = self._read_held_off(position, max_records)
         if entries or not self._sealed() or not self._to_next_segment(position):
             return entries
         return self._read_segment(position, max_records)
@@ -1000,13 +1019,16 @@ class FileLog(Log):
         try:
             return self._read(position, max_records)
         except CorruptLogError:
-            # Perhaps a writer was cutting a torn tail while we read it. Decide again with
-            # the writers held off: damage that is still there is real.
-            self._lock.acquire_shared()
-            try:
-                return self._read(position, max_records)
-            finally:
-                self._lock.release()
+            return self._read_held_off(position, max_records)
+
+    def _read_held_off(self, position: int, max_records: int | None) -> list[Entry]:
+        """`_read` again after it met damage: perhaps a writer was cutting a torn tail while
+        we read it. Decided again with the writers held off: damage still there is real."""
+        self._lock.acquire_shared()
+        try:
+            return self._read(position, max_records)
+        finally:
+            self._lock.release()
 
     def _span_segment(self, position: int, max_records: int, loop: SpanLoop) -> SpanRead:
         """`_read_segment` for span reads. (Not one method taking the reader: passing it
@@ -1083,19 +1105,53 @@ class FileLog(Log):
         if max_records is None:
             want = READ_CHUNK
         else:  # read(pos, 1) must not copy 256 KiB: size the first read for what is asked
-            want = min(READ_CHUNK, max(MIN_READ, max_records * RECORD_GUESS))
+            # (min(READ_CHUNK, max(MIN_READ, …)) without min and max: each parses its
+            # arguments as keywords, ~1.3k instructions a call, and every read pays this)
+            want = max_records * RECORD_GUESS
+            if want > READ_CHUNK:
+                want = READ_CHUNK
+            elif want < MIN_READ:
+                want = MIN_READ
         vouch = True  # whether a batch longer than the buffer may still be verified ahead
         while True:
             # A fresh bytes object rather than a reused bytearray: decoding slices each
             # Entry.data straight out of bytes (a bytearray would be copied to bytes first).
             buf = os.pread(fd, want, pos - delta)
-            at_eof = len(buf) < want
-            if at_eof and pos + len(buf) < self._seen:
+            size = len(buf)
+            at_eof = size < want
+            if at_eof and pos + size < self._seen:
                 # Shorter than what this handle verified: cut by something outside this
                 # protocol (which never cuts a complete batch). Vouch for nothing any more.
                 self._seen = self._rbase
-            if not buf:  # nothing past `pos` (a caught-up reader's usual read): done
+            if not size:  # nothing past `pos` (a caught-up reader's usual read): done
                 return entries
+            # The usual reads: whole batches up to the buffer's end, or `max_records` reached.
+            # `decode_frames` answers them with its loop's result as it is; the loop is
+            # called here directly, without that call's keywords and its Decoded (~a
+            # quarter of a small read's instructions). Anything else (a torn or open tail,
+            # damage) is decided by `decode_frames`, which decodes the buffer again.
+            limit = _NO_LIMIT if max_records is None else max_records - len(entries)
+            got, end, batch_start, ready = framing._entries_loop(
+                buf, self._file_max, self._seen - pos, limit, pos, Entry
+            )
+            if ready >= limit:  # (a batch verified in full may go on past the limit)
+                del got[limit:]
+                entries += got
+                if pos + batch_start > self._seen:
+                    self._seen = pos + batch_start
+                return entries
+            if end == size == batch_start:
+                if entries:
+                    entries += got
+                else:
+                    entries = got
+                pos += size
+                if pos > self._seen:
+                    self._seen = pos
+                if at_eof:
+                    return entries
+                want = _read_on(max_records, len(entries), pos - position)
+                continue
             found = framing.decode_frames(
                 buf,
                 pos,
@@ -1154,8 +1210,13 @@ class FileLog(Log):
         delta = self._rdelta
         kept = 0
         pos = position
-        # read(pos, 1) must not copy 256 KiB: size the first read for what is asked
-        want = min(READ_CHUNK, max(MIN_READ, max_records * RECORD_GUESS))
+        # read(pos, 1) must not copy 256 KiB: size the first read for what is asked (without
+        # min and max, as in `_read`)
+        want = max_records * RECORD_GUESS
+        if want > READ_CHUNK:
+            want = READ_CHUNK
+        elif want < MIN_READ:
+            want = MIN_READ
         vouch = True  # whether a batch longer than the buffer may still be verified ahead
         while True:
             # A fresh bytes object rather than a reused bytearray: decoding slices each
@@ -1168,6 +1229,31 @@ class FileLog(Log):
                 self._seen = self._rbase
             if not buf:  # nothing past `pos` (a caught-up reader's usual read): done
                 return SpanRead(items, positions, pos)
+            # `_read`'s usual reads, answered as there without `decode_span`'s call and Span
+            limit = max_records - kept
+            got, at, end, batch_start, ready = loop(buf, max_record, self._seen - pos, limit, pos)
+            if ready >= limit:  # (a batch verified in full may go on past the limit)
+                consumed = at[limit] - pos if limit < ready else batch_start
+                del got[limit:], at[limit:]
+                items += got
+                positions += at
+                if pos + batch_start > self._seen:
+                    self._seen = pos + batch_start
+                return SpanRead(items, positions, pos + consumed)
+            if end == len(buf) == batch_start:
+                if items:
+                    items += got
+                    positions += at
+                else:
+                    items, positions = got, at
+                kept = len(items)
+                pos += end
+                if pos > self._seen:
+                    self._seen = pos
+                if at_eof:
+                    return SpanRead(items, positions, pos)
+                want = _read_on(max_records, kept, pos - position)
+                continue
             found = framing.decode_span(
                 buf, pos, loop, at_eof=at_eof, max_record=max_record, path=name,
                 limit=max_records - kept,

@@ -33,6 +33,8 @@ SpanLoop = Callable[[bytes, int, int, int, int], SpanResult]
 WalkLoop = Callable[
     [bytes | bytearray | memoryview, int, int, int, int, bool], tuple[int, int, int]
 ]
+#: (frames, lengths) or None, as file_log._frame_batch_py answers (None: where it raises)
+FrameBatch = Callable[[Sequence[bytes], int], "tuple[bytes, list[int]] | None"]
 
 MODULE: Final = "logstore._cframes"
 PURE_ENV: Final = "QW_PURE"
@@ -90,9 +92,9 @@ def find_build(
     return path, ""
 
 
-def load() -> tuple[Loop, EntriesLoop, WalkLoop] | None:
-    """The C loops (`decode_loop`, `decode_entries`, `walk_frames`) when a build of the
-    current sources exists (and QW_PURE is not set)."""
+def load() -> tuple[Loop, EntriesLoop, WalkLoop, FrameBatch] | None:
+    """The C loops (`decode_loop`, `decode_entries`, `walk_frames`) and the batch framing
+    (`frame_batch`) when a build of the current sources exists (and QW_PURE is not set)."""
     global reason
     path, reason = find_build(source_key, extension_path)
     if path is None:
@@ -101,7 +103,8 @@ def load() -> tuple[Loop, EntriesLoop, WalkLoop] | None:
     loop: Loop = module.decode_loop
     entries: EntriesLoop = module.decode_entries
     walk: WalkLoop = module.walk_frames
-    return loop, entries, walk
+    batch: FrameBatch = module.frame_batch
+    return loop, entries, walk, batch
 
 
 def status(loop: object) -> str:

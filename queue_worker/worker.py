@@ -136,6 +136,10 @@ class StepKind(enum.Enum):
     CANCELLED = "cancelled"  # the lease was lost and the handler stopped: nothing written
 
 
+#: a NamedTuple built with every field given, on a task's path: tuple.__new__ is one C call,
+#: where the NamedTuple's own __new__ is a Python function (~1k instructions more a build)
+_new: Final = tuple.__new__
+
 #: what an accepted DONE or FAIL of ours came to (`_finish`)
 _FINISHED_AS: Final = {
     Verdict.DONE: StepKind.DONE,
@@ -674,7 +678,7 @@ class Worker:
         recorded = False  # a DONE or FAIL was made (settled is None: our claim lost the task)
         if outcome.ok:
             try:
-                done = Done(task, self.worker_id, at, claim_position, outcome.result)
+                done = _new(Done, (task, self.worker_id, at, claim_position, outcome.result))
                 settled = self._append_and_settle(done, ahead)
                 recorded = True
             except RecordEncodeError as e:
@@ -694,8 +698,22 @@ class Worker:
         kind = StepKind.DONE if verdict is Verdict.DONE else _FINISHED_AS[verdict]
         if kind is StepKind.DONE:
             self.record.finished((self.tasks, self.claims))
-            return StepResult(
-                kind, task, claim_position, verdict, result=outcome.result, latency_us=latency_us
+            # every field given (see _new): kind, task, claim, verdict, result, error,
+            # retry_at, latency_us, drained, next_change
+            return _new(
+                StepResult,
+                (
+                    kind,
+                    task,
+                    claim_position,
+                    verdict,
+                    outcome.result,
+                    None,
+                    None,
+                    latency_us,
+                    False,
+                    None,
+                ),
             )
         self.record.folded(self.tasks, self.claims)
         if kind is StepKind.STALE:
@@ -763,7 +781,7 @@ class Worker:
             raise
         except LogError:  # out of reach: the DONE/FAIL alone, with its own retries
             return None
-        return None if task is None else Claim(task, self.worker_id, now, self._lease_us)
+        return None if task is None else _new(Claim, (task, self.worker_id, now, self._lease_us))
 
     def _append_and_settle(
         self, record: Claim | Done | Fail, ahead: Claim | None = None
@@ -794,7 +812,7 @@ class Worker:
                     self.claims_log, [record, ahead], [data, encode(ahead)], durable=durable
                 )
                 latency_us = (time.perf_counter_ns() - started) // 1000
-                self._ahead = AheadClaim(ahead, ahead_settled, latency_us)
+                self._ahead = _new(AheadClaim, (ahead, ahead_settled, latency_us))
         except (RecordTooLargeError, *FATAL_LOG_ERRORS):
             raise
         except LogError as e:
@@ -964,7 +982,9 @@ class Worker:
         try:
             while True:
                 in_hand = self._ahead is not None or self._in_hand is not None
-                if (stop.is_set() or self._draining.is_set()) and not in_hand:
+                # (in hand first: Event.is_set is a Python call, and a busy worker nearly
+                # always has a CLAIM made ahead in hand)
+                if not in_hand and (stop.is_set() or self._draining.is_set()):
                     reason = "drained" if self._draining.is_set() else "stopped"
                     break
                 try:

@@ -18,8 +18,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from logstore import Entry, framing, native
-from logstore.base import LogError
+from logstore import Entry, file_log, framing, native
+from logstore.base import LogError, RecordTooLargeError
 from tests.helpers import probe_copy
 
 REQUIRED = os.environ.get("QW_REQUIRE_COMPILED", "") not in ("", "0")
@@ -151,6 +151,42 @@ def test_decode_frames_answers_the_same_with_either_loop(
         python = decoded(buf, at_eof, limit, verified)
     assert framing._frames_loop is C_LOOP and framing._entries_loop is C_ENTRIES
     assert decoded(buf, at_eof, limit, verified) == python
+
+
+@SETTINGS
+@given(
+    st.lists(st.binary(max_size=60), max_size=6),
+    st.sampled_from([framing.MAX_RECORD, 0, 3, 16, 40]),
+    st.booleans(),
+)
+def test_the_c_batch_framing_answers_as_the_python_one(
+    records: list[bytes], max_record: int, as_tuple: bool
+) -> None:
+    batch = file_log._FRAME_BATCH
+    assert batch is not None
+    given = tuple(records) if as_tuple else records
+    try:
+        expected: tuple[bytes, list[int]] | None = file_log._frame_batch_py(given, max_record)
+    except RecordTooLargeError:
+        expected = None  # the C one says None; the Python then raises
+    assert batch(given, max_record) == expected
+    if expected is not None and records:
+        # the frames decode back to the records, as one batch
+        found = framing.decode_frames(
+            expected[0], 0, at_eof=True, max_record=framing.MAX_RECORD, path="-"
+        )
+        assert [e.data for e in found.entries] == records
+        assert expected[0] == framing.encode_batch(records)
+
+
+def test_the_c_batch_framing_leaves_other_types_to_the_python() -> None:
+    batch = file_log._FRAME_BATCH
+    assert batch is not None
+    for other in (bytearray(b"b"), memoryview(b"b")):
+        records: list[Any] = [b"a", other]  # (append_many's Python takes any buffer)
+        assert batch(records, framing.MAX_RECORD) is None
+    with pytest.raises(TypeError):
+        batch(5, framing.MAX_RECORD)  # type: ignore[arg-type]
 
 
 def test_a_buffer_that_is_not_bytes_is_refused_not_misread() -> None:
