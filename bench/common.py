@@ -58,6 +58,10 @@ ENV = {
     "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
 }
 NOOP = "bench.noop:noop"
+#: the environment of every timed launch: a user's Python writes bytecode caches, and a
+#: build environment's PYTHONDONTWRITEBYTECODE would make each `qw` compile qw's sources
+#: again (~0.3 s of CPU, measured): it is left out, and `warm_bytecode` writes them first
+USER_ENV = {k: v for k, v in ENV.items() if k != "PYTHONDONTWRITEBYTECODE"}
 #: how long any one wait of a benchmark may take before the run is declared broken
 TIMEOUT_S = 300.0
 #: how a benchmark starts qw's workers (module docstring); "fork" is how `qw up` does
@@ -314,6 +318,17 @@ def _last_line(path: Path) -> str:
 
 
 # -- producing -------------------------------------------------------------------------------
+
+
+def run_timed(command: Sequence[str], **kwargs: Any) -> tuple[int, float]:
+    """Run `command` (USER_ENV); return its exit code and the user + system CPU seconds of
+    it and of every process under it that was waited for (the fork server reaps the
+    workers, the supervisor reaps the fork server): on a loaded machine the CPU a start
+    costs is a steadier figure than its wall time."""
+    process = subprocess.Popen(command, env=USER_ENV, **kwargs)
+    _, status, usage = os.wait4(process.pid, 0)
+    process.returncode = os.waitstatus_to_exitcode(status)
+    return process.returncode, usage.ru_utime + usage.ru_stime
 
 
 def enqueue(location: str | Path, count: int, payload: Any = None, fsync: str = "none") -> None:

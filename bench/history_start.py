@@ -24,7 +24,17 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.common import NOOP, REPO, BenchError, enqueue_batch, fold_claims, median, scratch
+from bench.common import (
+    NOOP,
+    REPO,
+    USER_ENV,
+    BenchError,
+    enqueue_batch,
+    fold_claims,
+    median,
+    run_timed,
+    scratch,
+)
 from logstore import Log, open_log
 from queue_worker.records import Claim, Unknown, decode_claims
 from queue_worker.topics import CLAIMS_TOPIC
@@ -50,8 +60,6 @@ class HistoryStart:
 def run_history_start(
     root: Path, history: int, backlog: int, repeats: int, status_after_s: float = STATUS_AFTER_S
 ) -> HistoryStart:
-    from bench.start_bench import USER_ENV, run_timed
-
     result = HistoryStart(history, backlog, [], [], [])
     with scratch(root, f"history-{history}") as d:
         data = d / "qw"

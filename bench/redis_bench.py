@@ -37,6 +37,7 @@ from pathlib import Path
 from bench.common import (
     NOOP,
     REPO,
+    USER_ENV,
     BenchError,
     Section,
     Target,
@@ -50,7 +51,7 @@ from bench.common import (
     wait_for,
 )
 from bench.huey_peer import HueyDrain, HueyStalled
-from bench.start_bench import USER_ENV, warm_bytecode
+from bench.start_bench import warm_bytecode
 
 #: `qw` as a user runs it: the console script beside this interpreter
 QW = str(Path(sys.executable).with_name("qw"))

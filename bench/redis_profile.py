@@ -38,9 +38,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import NOOP, REPO, enqueue_batch, fold_claims, median, scratch
+from bench.common import NOOP, REPO, USER_ENV, enqueue_batch, fold_claims, median, scratch
 from bench.redis_bench import redis_server
-from bench.start_bench import USER_ENV, warm_bytecode
+from bench.start_bench import warm_bytecode
 
 #: the records a worker's catch-up reads at once (`queue_worker.topics`)
 WORKER_BATCH = 512

@@ -40,9 +40,9 @@ from typing import Any
 
 from bench import history_start, huey_peer
 from bench.common import (
-    ENV,
     NOOP,
     REPO,
+    USER_ENV,
     BenchError,
     Section,
     Target,
@@ -50,6 +50,7 @@ from bench.common import (
     fold_claims,
     median,
     num,
+    run_timed,
     scratch,
     table,
 )
@@ -59,10 +60,6 @@ QW = str(Path(sys.executable).with_name("qw"))
 COMMAND_RUNS = 5
 #: tasks done before the start the history rows time (bench/history_start.py)
 HISTORY = 200_000
-#: the environment of every timed launch: a user's Python writes bytecode caches, and a
-#: build environment's PYTHONDONTWRITEBYTECODE would make each `qw` compile qw's sources
-#: again (~0.3 s of CPU, measured): it is left out, and `warm_bytecode` writes them first
-USER_ENV = {k: v for k, v in ENV.items() if k != "PYTHONDONTWRITEBYTECODE"}
 
 
 def warm_bytecode() -> None:
@@ -121,17 +118,6 @@ def qw_up(root: Path, workers: int, tasks: int, fsync: str = "none") -> UpRun:
             shutdown_s=ended - fold.last_done_at / 1e6,
             cpu_s=cpu,
         )
-
-
-def run_timed(command: Sequence[str], **kwargs: Any) -> tuple[int, float]:
-    """Run `command` (USER_ENV); return its exit code and the user + system CPU seconds of
-    it and of every process under it that was waited for (the fork server reaps the
-    workers, the supervisor reaps the fork server): on a loaded machine the CPU a start
-    costs is a steadier figure than its wall time."""
-    process = subprocess.Popen(command, env=USER_ENV, **kwargs)
-    _, status, usage = os.wait4(process.pid, 0)
-    process.returncode = os.waitstatus_to_exitcode(status)
-    return process.returncode, usage.ru_utime + usage.ru_stime
 
 
 @dataclass(frozen=True)
