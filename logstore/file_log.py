@@ -1140,18 +1140,28 @@ class FileLog(Log):
                 if pos + batch_start > self._seen:
                     self._seen = pos + batch_start
                 return entries
-            if end == size == batch_start:
+            if end == batch_start and (end == size or (end and not at_eof)):
+                # Whole batches to the buffer's end; or to a frame the buffer cuts short,
+                # which the next read starts with (a long log's reads: decoded again by
+                # `decode_frames`, every buffer cost twice as much)
                 if entries:
                     entries += got
                 else:
                     entries = got
-                pos += size
+                pos += end
                 if pos > self._seen:
                     self._seen = pos
                 if at_eof:
                     return entries
                 want = _read_on(max_records, len(entries), pos - position)
                 continue
+            if not batch_start and end and not at_eof and vouch and pos >= self._seen:
+                # Frames of one batch that goes on past the buffer (a producer's enqueue of
+                # thousands): verified in full and read again, as below, without
+                # `decode_frames` decoding the buffer a second time first to learn it
+                if self._vouch(pos, 2 * want):
+                    continue
+                vouch = False
             found = framing.decode_frames(
                 buf,
                 pos,
@@ -1240,7 +1250,8 @@ class FileLog(Log):
                 if pos + batch_start > self._seen:
                     self._seen = pos + batch_start
                 return SpanRead(items, positions, pos + consumed)
-            if end == len(buf) == batch_start:
+            if end == batch_start and (end == len(buf) or (end and not at_eof)):
+                # (as in `_read`: whole batches to the buffer's end or to a frame it cuts)
                 if items:
                     items += got
                     positions += at
@@ -1254,6 +1265,10 @@ class FileLog(Log):
                     return SpanRead(items, positions, pos)
                 want = _read_on(max_records, kept, pos - position)
                 continue
+            if not batch_start and end and not at_eof and vouch and pos >= self._seen:
+                if self._vouch(pos, 2 * want):  # (as in `_read`: a batch longer than a buffer)
+                    continue
+                vouch = False
             found = framing.decode_span(
                 buf, pos, loop, at_eof=at_eof, max_record=max_record, path=name,
                 limit=max_records - kept,
