@@ -31,6 +31,7 @@ import signal
 import socket
 import statistics
 import subprocess
+import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -58,6 +59,8 @@ ENV = {
     "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
 }
 NOOP = "bench.noop:noop"
+#: `qw` as a user runs it: the console script beside this interpreter
+QW = str(Path(sys.executable).with_name("qw"))
 #: the environment of every timed launch: a user's Python writes bytecode caches, and a
 #: build environment's PYTHONDONTWRITEBYTECODE would make each `qw` compile qw's sources
 #: again (~0.3 s of CPU, measured): it is left out, and `warm_bytecode` writes them first
@@ -318,6 +321,13 @@ def _last_line(path: Path) -> str:
 
 
 # -- producing -------------------------------------------------------------------------------
+
+
+def up_command(data: Path, workers: int, fsync: str = "none") -> list[str]:
+    """`qw up` on the file log in `data`: `workers` workers on the no-op handler, no
+    dashboard, exiting once the queue is drained."""
+    command = [QW, "up", "--dir", str(data), "--workers", str(workers), "--handler", NOOP]
+    return [*command, "--fsync", fsync, "--no-tui", "--exit-when-drained"]
 
 
 def run_timed(command: Sequence[str], **kwargs: Any) -> tuple[int, float]:

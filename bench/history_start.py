@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.common import (
-    NOOP,
+    QW,
     REPO,
     USER_ENV,
     BenchError,
@@ -34,13 +34,12 @@ from bench.common import (
     median,
     run_timed,
     scratch,
+    up_command,
 )
 from logstore import Log, open_log
 from queue_worker.records import Claim, Unknown, decode_claims
 from queue_worker.topics import CLAIMS_TOPIC
 
-#: `qw` as a user runs it: the console script beside this interpreter
-QW = str(Path(sys.executable).with_name("qw"))
 STATUS_RUNS = 5
 #: `qw status` runs this long after the last DONE: past the rate's window and clock margin
 STATUS_AFTER_S = 5.0
@@ -116,10 +115,10 @@ def _last_at(claims: Log) -> int:
 
 
 def _up(data: Path, out_path: Path, env: dict[str, str]) -> None:
-    command = [QW, "up", "--dir", str(data), "--workers", "8", "--handler", NOOP]
-    command += ["--fsync", "none", "--no-tui", "--exit-when-drained"]
     with open(out_path, "wb") as out:
-        code = subprocess.call(command, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=REPO)
+        code = subprocess.call(
+            up_command(data, 8), env=env, stdout=out, stderr=subprocess.STDOUT, cwd=REPO
+        )
     if code != 0:
         tail = out_path.read_text(errors="replace")[-600:]
         raise BenchError(f"qw up exited with {code}: {tail}")

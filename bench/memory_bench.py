@@ -24,6 +24,7 @@ import psutil
 from bench.common import (
     ENV,
     NOOP,
+    QW,
     REPO,
     TIMEOUT_S,
     BenchError,
@@ -37,7 +38,6 @@ from bench.common import (
 from queue_worker.producer import Queue
 from queue_worker.snapshot import WorkerState
 
-QW = str(Path(sys.executable).with_name("qw"))
 WORKERS = 2
 BATCH = 20_000
 FIRST_POINT = 100_000

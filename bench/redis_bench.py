@@ -36,6 +36,7 @@ from pathlib import Path
 
 from bench.common import (
     NOOP,
+    QW,
     REPO,
     USER_ENV,
     BenchError,
@@ -53,8 +54,6 @@ from bench.common import (
 from bench.huey_peer import HueyDrain, HueyStalled
 from bench.start_bench import warm_bytecode
 
-#: `qw` as a user runs it: the console script beside this interpreter
-QW = str(Path(sys.executable).with_name("qw"))
 TARGET_AT_8 = 1.5
 TARGET_EVERY = 1.0
 #: the commands a client sends on their own, one round trip each. Not XRANGE and GET: the

@@ -16,18 +16,15 @@ from __future__ import annotations
 
 import argparse
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-from bench.common import median, num
+from bench.common import QW, median, num
 from logstore import open_log
 from queue_worker import compiled
 from queue_worker.records import Claim, Done, decode_claims
 from queue_worker.topics import CLAIMS_TOPIC, READ_BATCH, ClaimsFollower
-
-QW = str(Path(sys.executable).with_name("qw"))
 
 
 def drain(data: Path, tasks: int, workers: int) -> None:

@@ -41,6 +41,7 @@ from typing import Any
 from bench import history_start, huey_peer
 from bench.common import (
     NOOP,
+    QW,
     REPO,
     USER_ENV,
     BenchError,
@@ -53,10 +54,9 @@ from bench.common import (
     run_timed,
     scratch,
     table,
+    up_command,
 )
 
-#: `qw` as a user runs it: the console script beside this interpreter
-QW = str(Path(sys.executable).with_name("qw"))
 COMMAND_RUNS = 5
 #: tasks done before the start the history rows time (bench/history_start.py)
 HISTORY = 200_000
@@ -97,8 +97,7 @@ def qw_up(root: Path, workers: int, tasks: int, fsync: str = "none") -> UpRun:
     with scratch(root, f"up-{workers}-{fsync}") as d:
         data = d / "qw"
         enqueue(data, tasks, fsync="none")
-        command = [QW, "up", "--dir", str(data), "--workers", str(workers), "--handler", NOOP]
-        command += ["--fsync", fsync, "--no-tui", "--exit-when-drained"]
+        command = up_command(data, workers, fsync)
         with open(d / "up.out", "wb") as out:
             launched = time.time()
             code, cpu = run_timed(command, stdout=out, stderr=subprocess.STDOUT, cwd=REPO)
@@ -153,8 +152,7 @@ def first_claims(root: Path, workers: int, tasks: int) -> FirstClaims:
     with scratch(root, f"first-claims-{workers}") as d:
         data = d / "qw"
         enqueue(data, tasks, fsync="none")
-        command = [QW, "up", "--dir", str(data), "--workers", str(workers), "--handler", NOOP]
-        command += ["--fsync", "none", "--no-tui", "--exit-when-drained"]
+        command = up_command(data, workers)
         claims_path = data / "claims.log"
         with open(d / "up.out", "wb") as out:
             launched = time.perf_counter()
