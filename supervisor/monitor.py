@@ -57,9 +57,10 @@ from queue_worker.topics import (
 from supervisor.fold_begin import begin_from_checkpoint
 from supervisor.model import Event, QueueView
 
-#: the verdicts a poll does more for than fold them and count a DONE: an event, a failure
-#: counted, a takeover remembered (`_count`, `_remember_takeover`, `_event`); in a drain
-#: nearly every record is a won CLAIM or a DONE, which need none of it
+#: the verdicts a poll does more for than fold them and count a DONE: an event, a takeover
+#: remembered (`_remember_takeover`, `_event`; the FAILs accepted the fold counts itself,
+#: `ClaimState.failed_count`); in a drain nearly every record is a won CLAIM or a DONE,
+#: which need none of it
 _NOTED: Final = frozenset(
     {Verdict.TAKEOVER, Verdict.LEASE_LOST, Verdict.STALE_DONE, Verdict.RELEASED, Verdict.DEAD}
 )
@@ -263,12 +264,12 @@ class Monitor:
             if verdict is won:
                 continue
             if verdict is done:
-                if type(record) is Done:  # as `_count` does it, inlined
+                if type(record) is Done:  # bucketed by the record's own time: a catch-up
+                    # on history fills the past
                     second = record.at // MICROS
                     if second >= history_from:
                         done_per_second[second] += 1
             elif verdict in _NOTED:
-                self._count(record, outcome)
                 self._remember_takeover(record, outcome)
                 if entry.position >= events_from:
                     event = self._event(record, outcome, attempts)
@@ -276,14 +277,6 @@ class Monitor:
                         events.append(event)
         self._records += len(entries)
         return events, len(entries)
-
-    def _count(self, record: ClaimsRecord, outcome: Outcome) -> None:
-        if outcome.verdict is Verdict.DONE and isinstance(record, Done):
-            # bucketed by the record's own time, so catching up on history fills the past
-            second = record.at // MICROS
-            if second >= self._history_from:
-                self._done_per_second[second] += 1
-        # (the FAILs accepted the fold counts itself: `ClaimState.failed_count`)
 
     def _remember_takeover(self, record: ClaimsRecord, outcome: Outcome) -> None:
         previous = outcome.previous
