@@ -3,8 +3,9 @@
 Without it every worker start replays both logs from the beginning (`TaskIndex.catch_up`,
 `ClaimsFollower.catch_up`): seconds for a few million claims records. A checkpoint is the
 `TaskIndex` and the `ClaimsFollower` (with its `ClaimState`) saved at known positions of
-the two logs. It is a cache: losing it, or refusing it, only costs a full replay. `qw
-status` counts from it as well (`supervisor.queue_counts`), the FAILs accepted included.
+the two logs. It is a cache: losing it, or refusing it, only costs a full replay. The
+supervisor's monitor and `qw status` begin from it as well (`supervisor.fold_begin`), the
+FAILs accepted included, and a producer counts the tasks from its index (`tasks_counted`).
 
 The file: ``<data directory>/fold.checkpoint``; on Redis the same bytes in the key
 ``qw:fold.checkpoint`` beside the streams (`queue_worker.redis_checkpoint`: written by
