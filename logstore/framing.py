@@ -58,6 +58,10 @@ Decoding rules (`decode_frames`), for a buffer that starts at a frame boundary:
 
 NEED_DATA and TORN_TAIL both mean "no more complete records here yet" to a reader; a writer
 holding the append lock truncates a TORN_TAIL before it appends.
+
+Zeros after the last record are also what the file log writes ahead of its forced appends
+on purpose (`logstore.file_log`, "Zeros ahead"): by the rules above they are a torn tail of
+nothing, which the file log's writers leave in place and its readers stop at.
 """
 
 import enum

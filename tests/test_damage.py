@@ -14,7 +14,7 @@ import pytest
 
 from logstore.file_log import FileLog
 from logstore.framing import encode_frame
-from tests.helpers import wait_until
+from tests.helpers import log_end, wait_until
 
 QW = [sys.executable, "-m", "supervisor.cli"]
 EXIT_LOG_ERROR = 3
@@ -98,12 +98,14 @@ def test_status_exits_2_on_a_damaged_log(drained: Path, tmp_path: Path, topic: s
 
 
 def damage_the_tail(path: Path) -> int:
-    """Append a frame whose payload does not match its checksum, then a valid frame (so it
-    is damage, not a torn tail); return the damaged frame's offset."""
+    """Write a frame whose payload does not match its checksum, then a valid frame (so it
+    is damage, not a torn tail), at the end of the records (over the zeros written ahead,
+    if any); return the damaged frame's offset."""
     bad = bytearray(encode_frame(b"damaged record!"))
     bad[-1] ^= 0x01
-    at = path.stat().st_size
-    with open(path, "ab") as f:
+    at = log_end(path)
+    with open(path, "r+b") as f:
+        f.seek(at)
         f.write(bytes(bad) + encode_frame(b"after the damage"))
     return at
 

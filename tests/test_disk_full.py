@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import free_port, wait_until
+from tests.helpers import free_port, log_end, wait_until
 
 QW = [sys.executable, "-m", "supervisor.cli"]
 
@@ -141,10 +141,13 @@ def test_a_really_full_disk_is_named_by_enqueue_and_status(
     data = small_disk / "qw"
     assert qw("enqueue", "--count", "10", "--dir", str(data), cwd=small_disk).returncode == 0
     filler = small_disk / "filler"
-    with open(filler, "wb") as f, contextlib.suppress(OSError):
-        while True:  # until ENOSPC
-            f.write(b"\0" * 65536)
-            f.flush()
+
+    def fill() -> None:
+        with open(filler, "ab", buffering=0) as f, contextlib.suppress(OSError):
+            while True:  # until ENOSPC
+                f.write(b"\0" * 4096)
+
+    fill()
     big = tmp_path / "big.jsonl"  # more than is left (and the file is elsewhere)
     big.write_text("".join(json.dumps("x" * 5000) + "\n" for _ in range(100)))
     result = qw("enqueue", "--file", str(big), "--dir", str(data), cwd=small_disk)
@@ -153,6 +156,10 @@ def test_a_really_full_disk_is_named_by_enqueue_and_status(
     assert len(lines) == 1, result.stderr
     assert f"{data}/tasks.log: append of" in lines[0]
     assert "No space left on device" in lines[0]
+    # The failed append was cut off, and with it the zeros the first enqueue wrote ahead
+    # of itself (logstore.file_log, "Zeros ahead"): that room is free again; fill it too.
+    assert log_end(data / "tasks.log") == (data / "tasks.log").stat().st_size
+    fill()
     status = qw("status", "--dir", str(data), cwd=small_disk)
     assert status.returncode == 0, status.stderr
     assert f"disk         {data}: the device is full" in status.stdout

@@ -21,6 +21,7 @@ from queue_worker.topics import open_topics
 from queue_worker.worker import Worker
 from supervisor.fold_begin import CLOCK_MARGIN_US, begin_from_checkpoint
 from supervisor.monitor import Monitor
+from tests.helpers import log_end
 
 
 def enqueue(data: Path, count: int) -> None:
@@ -86,7 +87,7 @@ def test_a_tasks_log_without_the_closed_tasks_is_still_refused(tmp_path: Path) -
     two tasks left in the log."""
     data = tmp_path / "qw"
     enqueue(data, 2)
-    two_tasks_end = os.path.getsize(data / "tasks.log")
+    two_tasks_end = log_end(data / "tasks.log")
     enqueue(data, 4)
     drain(data, tmp_path / "run")
     os.truncate(data / "tasks.log", two_tasks_end)

@@ -7,7 +7,6 @@ and run in CI (tests/test_attacks.py); the others run with `make attack`.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import urllib.error
@@ -31,7 +30,7 @@ from tests.attacks.harness import (
     qw,
     refusal,
 )
-from tests.helpers import free_port, wait_until
+from tests.helpers import free_port, log_end, wait_until
 
 
 @dataclass(frozen=True)
@@ -76,7 +75,7 @@ def tasks_log_cut(work: Path) -> Finding:
     data = work / "q"
     drained_queue(data)
     with (data / "tasks.log").open("r+b") as f:
-        f.truncate(os.path.getsize(data / "tasks.log") // 2)
+        f.truncate(log_end(data / "tasks.log") // 2)
     enqueue = qw("enqueue", "--dir", str(data), "--count", "3", cwd=work)
     if enqueue.returncode == 0:
         report = qw("report", "--dir", str(data), cwd=work)
@@ -132,8 +131,9 @@ def claims_is_directory(work: Path) -> Finding:
 
 
 def _flip_middle_byte(path: Path) -> None:
+    """Flip a byte half way through the records (not through the zeros written ahead)."""
     raw = bytearray(path.read_bytes())
-    raw[len(raw) // 2] ^= 0x40
+    raw[log_end(path) // 2] ^= 0x40
     path.write_bytes(bytes(raw))
 
 
