@@ -600,6 +600,7 @@ class FileLog(Log):
                         pos = self._find_append_position(file_size)
                     if pos >= self._roll_at:
                         self._roll(pos)
+                        file_size = pos  # the new segment's, empty
                     end = pos + total
                     words[_PENDING_WORD] = end
                     try:
@@ -661,6 +662,7 @@ class FileLog(Log):
                     pos = self._find_append_position(size)
                 if pos >= self._roll_at:
                     self._roll(pos)
+                    size = pos  # the new segment's, empty
                 end = pos + total
                 words[_PENDING_WORD] = end
                 offset = pos - self._wdelta

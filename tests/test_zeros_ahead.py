@@ -149,8 +149,14 @@ def test_a_roll_cuts_the_zeros_off_the_segment_it_seals(tmp_path: Path) -> None:
     path = tmp_path / "claims.log"
     records = [bytes([i % 256]) * 3000 for i in range(60)]
     with FileLog.open(path, segment_bytes=64 * 1024) as log:
+        rolled = 0
         for record in records:
             log.append(record, durable=True)
+            if len(log.sealed_segments()) > rolled:  # this append started a segment
+                rolled = len(log.sealed_segments())
+                base, active = segment_files(str(path))[-1]
+                # ...and wrote zeros ahead of itself there, as in any other segment
+                assert os.path.getsize(active) == 56 + log.end() - base + ZERO_AHEAD
         sealed = log.sealed_segments()
         assert len(sealed) >= 2
         files = dict(segment_files(str(path)))
