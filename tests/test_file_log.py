@@ -36,7 +36,7 @@ from logstore.base import (
     ForeignFileError,
     LogClosedError,
 )
-from logstore.file_log import READ_CHUNK, ZERO_AHEAD, FileLog
+from logstore.file_log import READ_CHUNK, FileLog, zeros_ahead
 from logstore.framing import FILE_HEADER_SIZE, FRAME_HEADER_SIZE, encode_batch, encode_frame
 from logstore.locking import FlockLock, maintenance_lock
 from logstore.segments import FIRST_BASE, SEGMENT_HEADER_SIZE, segment_files
@@ -517,7 +517,8 @@ def test_commit_forces_durable_appends_only(log_path: Path, fdatasyncs: list[int
         assert len(fdatasyncs) == 2
         assert handle.synced() == handle.end()
         # The first forced append wrote zeros ahead of itself; the second landed in them.
-        assert log_path.stat().st_size == position + frame_size(b"important") + ZERO_AHEAD
+        first_end = position + frame_size(b"important")
+        assert log_path.stat().st_size == first_end + zeros_ahead(first_end - FILE_HEADER_SIZE)
         assert log_path.read_bytes()[handle.end() :] == bytes(
             log_path.stat().st_size - handle.end()
         )

@@ -22,8 +22,8 @@ import pytest
 
 from logstore import file_log
 from logstore.base import Durability
-from logstore.file_log import STALL_POLL, ZERO_AHEAD, ZERO_ROOM, FileLog
-from logstore.framing import encode_frame
+from logstore.file_log import STALL_POLL, ZERO_AHEAD, ZERO_AHEAD_MIN, FileLog, zeros_ahead
+from logstore.framing import FILE_HEADER_SIZE, encode_frame
 from logstore.segments import segment_files
 from tests.helpers import wait_until
 
@@ -55,22 +55,30 @@ def test_forced_appends_write_zeros_ahead_and_the_next_ones_land_in_them(
         log.append(b"casual")  # not forced: the file grows as it goes
         assert path.stat().st_size == log.end()
         first_end = log.append(b"forced", durable=True) + frame_size(b"forced")
-        assert path.stat().st_size == first_end + ZERO_AHEAD
+        size = first_end + ZERO_AHEAD_MIN  # a small log: the fewest zeros
+        assert path.stat().st_size == size
         records = [b"r%d" % i for i in range(100)]
         for record in records:
             log.append(record, durable=True)
         end = log.end()
-        assert path.stat().st_size == first_end + ZERO_AHEAD  # all of them in the zeros
-        assert path.read_bytes()[end:] == bytes(first_end + ZERO_AHEAD - end)
-        # Once fewer than ZERO_ROOM zeros would be left, an append writes more of them.
-        big = b"x" * (ZERO_AHEAD - ZERO_ROOM)
+        assert path.stat().st_size == size  # all of them in the zeros
+        assert path.read_bytes()[end:] == bytes(size - end)
+        # An append that leaves too few zeros writes more of them, a quarter of the records.
+        big = b"x" * (size - end)
         at = log.append(big, durable=True)
-        assert path.stat().st_size == at + frame_size(big) + ZERO_AHEAD
+        end = at + frame_size(big)
+        assert path.stat().st_size == end + zeros_ahead(end - FILE_HEADER_SIZE)
         assert all_data(log) == [b"casual", b"forced", *records, big]
         with FileLog.open(path, read_only=True) as reader:
             assert reader.end() == log.end() == reader.check()
             assert all_data(reader) == all_data(log)
         assert log.repair() == 0  # zeros ahead are no torn tail
+
+
+def test_the_zeros_ahead_grow_with_the_segment_up_to_a_bound() -> None:
+    assert zeros_ahead(0) == zeros_ahead(4 * ZERO_AHEAD_MIN) == ZERO_AHEAD_MIN
+    assert zeros_ahead(400 * 1024) == 100 * 1024
+    assert zeros_ahead(4 * ZERO_AHEAD) == zeros_ahead(1 << 30) == ZERO_AHEAD
 
 
 def test_a_writer_killed_mid_append_in_the_zeros_is_cut_by_the_next(tmp_path: Path) -> None:
@@ -156,7 +164,8 @@ def test_a_roll_cuts_the_zeros_off_the_segment_it_seals(tmp_path: Path) -> None:
                 rolled = len(log.sealed_segments())
                 base, active = segment_files(str(path))[-1]
                 # ...and wrote zeros ahead of itself there, as in any other segment
-                assert os.path.getsize(active) == 56 + log.end() - base + ZERO_AHEAD
+                held = log.end() - base
+                assert os.path.getsize(active) == 56 + held + zeros_ahead(held)
         sealed = log.sealed_segments()
         assert len(sealed) >= 2
         files = dict(segment_files(str(path)))
