@@ -41,9 +41,9 @@ Appending, under an exclusive flock on ``<log>.lock``:
 Zeros ahead. An append that will be forced to disk and leaves few zeros after it (under a
 quarter of what it would write) writes more there, in the same hold of the lock: a quarter
 of the segment's records so far, from 16 KiB to 256 KiB (`zeros_ahead`; a small queue's
-files stay small). The
-appends that follow land in those zeros, and their flushes then carry data only: the file's
-size, and the blocks it maps, were forced with the append that wrote them. (Measured on this
+files stay small). The appends that follow land in those zeros, and their flushes then
+carry data only: the file's size, and the blocks it maps, were forced with the append that
+wrote them. (Measured on this
 machine's ext4: a small append and its fdatasync 91-96 µs in zeros written ahead, 136-145 µs
 at the end of a growing file.) Zeros after the last record are what a power cut can leave
 too, and the decoding rules of `logstore.framing` already read them as "nothing more":
@@ -64,10 +64,11 @@ Reading takes no lock: pread, decode, and stop at an incomplete frame (or zeros 
 Readers never see a record until it is whole and valid. A reader that stopped on an
 incomplete tail waits for the file's size or the committed end to change; while an append
 is in flight there (pending ≠ committed) it polls every STALL_POLL, as the committed end is
-stored after the write's own inotify event. A handle remembers how far it has verified whole batches
-(`_seen`): a frame before that point is returned as soon as it is read, its checksum
-checked, without reading to the end of its batch again; a batch longer than a read buffer
-is verified once, a buffer at a time (`_vouch`), before any of its frames is returned.
+stored after the write's own inotify event. A handle remembers how far it has verified
+whole batches (`_seen`): a frame before that point is returned as soon as it is read, its
+checksum checked, without reading to the end of its batch again; a batch longer than a read
+buffer is verified once, a buffer at a time (`_vouch`), before any of its frames is
+returned.
 
 One race needs care: a reader may read a torn tail while a writer truncates and rewrites it,
 and so see a mix of old and new bytes that looks like damage. A reader that meets damage
@@ -155,10 +156,10 @@ _ACTIVE = 16  # the base of the active segment (under the append lock); 0: not k
 _SEGMENT_BYTES = 24  # the log's segment size, set by a handle opened with one; 0: the default
 _PENDING = 32  # the end of the last append begun (under the append lock): see "Zeros ahead"
 _FILE_END = 40  # the active segment's size, as a position, as the last append left it
-#: COMMITTED, ACTIVE, PENDING and FILE_END are read and written as words of a native-order view of
-#: the mapping (`_words`): every append compares them, and a memoryview item costs a third
-#: of a struct.unpack_from (the state file never leaves its machine, so native order is its
-#: order)
+#: COMMITTED, ACTIVE, PENDING and FILE_END are read and written as words of a native-order
+#: view of the mapping (`_words`): every append compares them, and a memoryview item costs a
+#: third of a struct.unpack_from (the state file never leaves its machine, so native order
+#: is its order)
 _COMMITTED_WORD = _COMMITTED // 8
 _ACTIVE_WORD = _ACTIVE // 8
 _PENDING_WORD = _PENDING // 8
