@@ -88,14 +88,12 @@ from __future__ import annotations
 import contextlib
 import mmap
 import os
-import struct
-import sys
 import weakref
 from _thread import allocate_lock  # threading.Lock itself, without `threading` (~1 ms to import)
 from collections.abc import Sequence
 from pathlib import Path
 from time import monotonic
-from typing import Any, NoReturn
+from typing import NoReturn
 from zlib import crc32
 
 from logstore import framing
@@ -109,6 +107,19 @@ from logstore.base import (
     LogError,
     PositionCompactedError,
     RecordTooLargeError,
+)
+from logstore.file_reads import BIG_READ, READ_CHUNK, SCAN_CHUNK, ZERO_HEADER, FileReads, SpanRead
+from logstore.file_state import (
+    ACTIVE_WORD,
+    COMMITTED_WORD,
+    FILE_END_WORD,
+    LOAD,
+    OLD_STATE_SIZE,
+    PENDING_WORD,
+    SEGMENT_BYTES,
+    STATE_SIZE,
+    STORE,
+    SYNCED,
 )
 from logstore.framing import FILE_HEADER_SIZE, FRAME_HEADER_SIZE, MAX_RECORD, Stop
 from logstore.identity import (
@@ -134,42 +145,10 @@ from logstore.segments import (
 )
 from logstore.waiting import Waiter, make_waiter
 
-#: a reader's pread size (a frame larger than this is read whole, in a buffer of its own)
-READ_CHUNK = 256 * 1024
-#: a read that goes on past its first buffer (a long gap, a long batch) reads this much at a
-#: time: fewer, larger preads
-BIG_READ = 1024 * 1024
-#: a read for a few records reads no less than this...
-MIN_READ = 4 * 1024
-#: ...and guesses this many bytes a record (a longer record costs one more pread)
-RECORD_GUESS = 64
-#: gaps larger than this are walked header by header instead of read whole
-SCAN_CHUNK = 64 * 1024
-_U64 = struct.Struct("<Q")
 _NO_SEGMENT = 1 << 62  # "no next segment known": beyond every position
-_LOAD = _U64.unpack_from
-_STORE = _U64.pack_into
-#: ``<log>.sync`` holds the words that every process maps into memory (mmap):
-_SYNCED = 0  # the offset up to which the file is on stable storage (under the sync flock)
-_COMMITTED = 8  # the end of the last append that completed (under the append lock)
-_ACTIVE = 16  # the base of the active segment (under the append lock); 0: not known yet
-_SEGMENT_BYTES = 24  # the log's segment size, set by a handle opened with one; 0: the default
-_PENDING = 32  # the end of the last append begun (under the append lock): see "Zeros ahead"
-_FILE_END = 40  # the active segment's size, as a position, as the last append left it
-#: COMMITTED, ACTIVE, PENDING and FILE_END are read and written as words of a native-order
-#: view of the mapping (`_words`): every append compares them, and a memoryview item costs a
-#: third of a struct.unpack_from (the state file never leaves its machine, so native order
-#: is its order)
-_COMMITTED_WORD = _COMMITTED // 8
-_ACTIVE_WORD = _ACTIVE // 8
-_PENDING_WORD = _PENDING // 8
-_FILE_END_WORD = _FILE_END // 8
-_STATE_SIZE = 48
-_OLD_STATE_SIZE = 16  # a state file of a qw before segments (no ACTIVE word)
 #: the most and the fewest zeros a forced append writes ahead of itself (`zeros_ahead`)
 ZERO_AHEAD = 256 * 1024
 ZERO_AHEAD_MIN = 16 * 1024
-_ZERO_HEADER = bytes(FRAME_HEADER_SIZE)
 _HEADER_PACK = framing.FRAME_HEADER.pack
 _ALL_ONES = framing.ALL_ONES
 _CONTINUED = framing.CONTINUED
@@ -180,8 +159,6 @@ _COPY_LIMIT = 64 * 1024
 #: a reader stopped on an append being written checks again this often (seconds): see
 #: `FileLog._stalled_in_flight`
 STALL_POLL = 0.002
-#: `max_records=None` as the decoding loop's limit (framing's own)
-_NO_LIMIT = sys.maxsize
 
 #: every open handle of this process, so that a forked child can mark them inherited
 _HANDLES: weakref.WeakSet[FileLog] = weakref.WeakSet()
@@ -194,21 +171,6 @@ def _after_fork_in_child() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
-class SpanRead:
-    """What `FileLog.read_span` found: the items, their positions, and the position after
-    the last one (where the next read starts; `position` itself when none was found)."""
-
-    __slots__ = ("items", "next", "positions")
-
-    def __init__(self, items: list[Any], positions: list[int], next: int) -> None:
-        self.items = items
-        self.positions = positions
-        self.next = next
-
-    def __len__(self) -> int:
-        return len(self.items)
 
 
 def _frame_batch_py(records: Sequence[bytes], max_record: int) -> tuple[bytes, list[int]]:
@@ -252,26 +214,7 @@ def zeros_ahead(held: int) -> int:
     return min(ZERO_AHEAD, max(ZERO_AHEAD_MIN, held // 4))
 
 
-def _pread(fd: int, pos: int, want: int, buf: memoryview) -> memoryview:
-    """Up to `want` bytes at `pos`, into `buf` when they fit (no allocation) or a new buffer."""
-    if want <= len(buf):
-        return buf[: os.preadv(fd, [buf[:want]], pos)]
-    return memoryview(os.pread(fd, want, pos))
-
-
-def _read_on(max_records: int | None, count: int, span: int) -> int:
-    """The size of the next read of a call that has read `count` records in `span` bytes.
-
-    A read that goes on past its first buffer is reading a long gap: BIG_READ at a time,
-    unless only a few more records are wanted, as large as the records so far suggest.
-    """
-    if max_records is None:
-        return BIG_READ
-    per_record = span // count if count else RECORD_GUESS
-    return min(BIG_READ, max(MIN_READ, (max_records - count) * per_record))
-
-
-class FileLog(Log):
+class FileLog(FileReads, Log):
     """An append-only file of framed records; see the module docstring. Use `FileLog.open`."""
 
     def __init__(
@@ -379,9 +322,9 @@ class FileLog(Log):
             self._open_read_only()
         else:
             self._open_writable()
-        self._words = memoryview(self._state).cast("Q")  # (see _ACTIVE_WORD)
+        self._words = memoryview(self._state).cast("Q")  # (see ACTIVE_WORD)
         #: a read-only mapping of an older state file has no PENDING word: COMMITTED stands in
-        self._pending_word = _PENDING_WORD if len(self._words) > _PENDING_WORD else _COMMITTED_WORD
+        self._pending_word = PENDING_WORD if len(self._words) > PENDING_WORD else COMMITTED_WORD
         self._acquire = self._lock.acquire
         self._release = self._lock.release
         self._mutex = allocate_lock()  # threads of this process sharing the handle's flock
@@ -412,9 +355,9 @@ class FileLog(Log):
             if not self.read_only and (word == 0 or word < active):
                 # a new state file, one of an older qw, or one that lost a roll's word in a
                 # power cut: the files say where the active segment is
-                self._words[_ACTIVE_WORD] = active
+                self._words[ACTIVE_WORD] = active
             if not self.read_only and self._segment_bytes is not None:
-                _STORE(self._state, _SEGMENT_BYTES, self._segment_bytes)
+                STORE(self._state, SEGMENT_BYTES, self._segment_bytes)
             self._rfd = -1
             self._fd = -1
             self._rbase = self._rdelta = 0
@@ -431,9 +374,9 @@ class FileLog(Log):
     def _active_word(self) -> int:
         """The ACTIVE word of the shared state: the base of the newest segment (0: unknown,
         also for a read-only handle of a state file written before segments)."""
-        if len(self._words) <= _ACTIVE_WORD:
+        if len(self._words) <= ACTIVE_WORD:
             return 0
-        return int(self._words[_ACTIVE_WORD])
+        return int(self._words[ACTIVE_WORD])
 
     def _open_segment(self, base: int, flags: int) -> tuple[int, SegmentHeader]:
         """A descriptor of the segment at `base`, its header checked against the log's
@@ -477,7 +420,7 @@ class FileLog(Log):
         self._wbase = base
         self._wdelta = base - header.size
         if self._segment_bytes is None:  # the log's size, as it is now
-            self.segment_bytes = int(_LOAD(self._state, _SEGMENT_BYTES)[0]) or DEFAULT_SEGMENT_BYTES
+            self.segment_bytes = int(LOAD(self._state, SEGMENT_BYTES)[0]) or DEFAULT_SEGMENT_BYTES
         self._roll_at = base + self.segment_bytes
         self._tail = base
         self._walked = False
@@ -495,11 +438,11 @@ class FileLog(Log):
             except FileNotFoundError:
                 state_fd = -1
             size = os.fstat(state_fd).st_size if state_fd >= 0 else 0
-            if size >= _OLD_STATE_SIZE:
-                length = min(size, _STATE_SIZE)
+            if size >= OLD_STATE_SIZE:
+                length = min(size, STATE_SIZE)
                 self._state = mmap.mmap(state_fd, length, prot=mmap.PROT_READ)
             else:
-                self._state = mmap.mmap(-1, _STATE_SIZE)  # zeros: nothing known committed
+                self._state = mmap.mmap(-1, STATE_SIZE)  # zeros: nothing known committed
             if state_fd >= 0:
                 os.close(state_fd)
             undo.pop_all()
@@ -511,7 +454,7 @@ class FileLog(Log):
         file): its records' ids would be given again to new ones."""
         self._lock.acquire_shared()
         try:
-            synced = _LOAD(self._state, _SYNCED)[0]
+            synced = LOAD(self._state, SYNCED)[0]
             size = os.lseek(self._rfd, 0, _SEEK_END)
         finally:
             self._lock.release()
@@ -538,9 +481,9 @@ class FileLog(Log):
             else:
                 state_fd = os.open(self.path + ".sync", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC)
                 undo.callback(os.close, state_fd)
-            if os.fstat(state_fd).st_size < _STATE_SIZE:
-                os.ftruncate(state_fd, _STATE_SIZE)  # only ever grows it: safe without a lock
-            self._state = mmap.mmap(state_fd, _STATE_SIZE)
+            if os.fstat(state_fd).st_size < STATE_SIZE:
+                os.ftruncate(state_fd, STATE_SIZE)  # only ever grows it: safe without a lock
+            self._state = mmap.mmap(state_fd, STATE_SIZE)
             undo.pop_all()
         if self._sync_lock is None:
             os.close(state_fd)  # the mapping stays valid
@@ -601,20 +544,20 @@ class FileLog(Log):
                 self._acquire()
                 try:
                     pos = self._tail
-                    if words[_ACTIVE_WORD] != self._wbase:
+                    if words[ACTIVE_WORD] != self._wbase:
                         pos = self._follow_active()
                     file_size = os.lseek(self._fd, 0, _SEEK_END) + self._wdelta
                     if (
-                        file_size != words[_FILE_END_WORD]
-                        or words[_COMMITTED_WORD] != pos
-                        or words[_PENDING_WORD] != pos
+                        file_size != words[FILE_END_WORD]
+                        or words[COMMITTED_WORD] != pos
+                        or words[PENDING_WORD] != pos
                     ):
                         pos = self._find_append_position(file_size)
                     if pos >= self._roll_at:
                         self._roll(pos)
                         file_size = pos  # the new segment's, empty
                     end = pos + total
-                    words[_PENDING_WORD] = end
+                    words[PENDING_WORD] = end
                     try:
                         written = os.pwrite(self._fd, frame, pos - self._wdelta)
                     except OSError as exc:
@@ -622,11 +565,11 @@ class FileLog(Log):
                     if written != total:
                         self._finish((frame,), total, pos, written)
                     self._tail = end
-                    words[_COMMITTED_WORD] = end
+                    words[COMMITTED_WORD] = end
                     if forced and file_size < end + self._zero_room:
-                        words[_FILE_END_WORD] = self._write_ahead(file_size, end)
+                        words[FILE_END_WORD] = self._write_ahead(file_size, end)
                     elif end > file_size:
-                        words[_FILE_END_WORD] = end
+                        words[FILE_END_WORD] = end
                 finally:
                     self._release()
         if forced:
@@ -663,20 +606,20 @@ class FileLog(Log):
             self._acquire()
             try:
                 pos = self._tail
-                if words[_ACTIVE_WORD] != self._wbase:
+                if words[ACTIVE_WORD] != self._wbase:
                     pos = self._follow_active()
                 size = os.lseek(self._fd, 0, _SEEK_END) + self._wdelta
                 if (
-                    size != words[_FILE_END_WORD]
-                    or words[_COMMITTED_WORD] != pos
-                    or words[_PENDING_WORD] != pos
+                    size != words[FILE_END_WORD]
+                    or words[COMMITTED_WORD] != pos
+                    or words[PENDING_WORD] != pos
                 ):
                     pos = self._find_append_position(size)
                 if pos >= self._roll_at:
                     self._roll(pos)
                     size = pos  # the new segment's, empty
                 end = pos + total
-                words[_PENDING_WORD] = end
+                words[PENDING_WORD] = end
                 offset = pos - self._wdelta
                 try:
                     if len(parts) == 1:
@@ -688,11 +631,11 @@ class FileLog(Log):
                 if written != total:
                     self._finish(parts, total, pos, written)
                 self._tail = end
-                words[_COMMITTED_WORD] = end
+                words[COMMITTED_WORD] = end
                 if forced and size < end + self._zero_room:
-                    words[_FILE_END_WORD] = self._write_ahead(size, end)
+                    words[FILE_END_WORD] = self._write_ahead(size, end)
                 elif end > size:
-                    words[_FILE_END_WORD] = end
+                    words[FILE_END_WORD] = end
             finally:
                 self._release()
         return pos
@@ -717,19 +660,19 @@ class FileLog(Log):
         """Under the append lock, when another handle appended since this one did, or an
         append did not complete, or the file is shorter than this handle's last append."""
         words = self._words
-        committed = words[_COMMITTED_WORD]
+        committed = words[COMMITTED_WORD]
         # If the last appender completed its append, the end is sound: no need to walk (what
         # follows it is zeros written ahead, or nothing).
         if (
             self._walked
-            and committed == words[_PENDING_WORD]
-            and size == words[_FILE_END_WORD]
+            and committed == words[PENDING_WORD]
+            and size == words[FILE_END_WORD]
             and self._wbase <= committed <= size
         ):
             return int(committed)
         end = self._settle(size)
-        words[_COMMITTED_WORD] = words[_PENDING_WORD] = end
-        words[_FILE_END_WORD] = os.lseek(self._fd, 0, _SEEK_END) + self._wdelta
+        words[COMMITTED_WORD] = words[PENDING_WORD] = end
+        words[FILE_END_WORD] = os.lseek(self._fd, 0, _SEEK_END) + self._wdelta
         return end
 
     def _settle(self, size: int) -> int:
@@ -737,7 +680,7 @@ class FileLog(Log):
         start = self._tail
         if self._rbase == self._wbase:  # the reader's knowledge is of this segment too
             start = max(start, self._seen)
-        committed = self._words[_COMMITTED_WORD]
+        committed = self._words[COMMITTED_WORD]
         if self._walked and start < committed <= size:  # (a stale value after a power cut
             start = committed  # is never used: the first walk of a handle ignores it)
         if size < start:  # cut by something outside this protocol: trust nothing we knew
@@ -768,11 +711,11 @@ class FileLog(Log):
         """Under the append lock, when ACTIVE names another segment than this handle's:
         another handle started a new one. Append there (creating it when its roller was
         killed before it could). Returns the new segment's base; the caller finds its end."""
-        active = int(self._words[_ACTIVE_WORD])
+        active = int(self._words[ACTIVE_WORD])
         bases = list_bases(self.path)
         if bases[-1] > active:  # (a state file reset under a live log: the files decide)
             active = bases[-1]
-            self._words[_ACTIVE_WORD] = active
+            self._words[ACTIVE_WORD] = active
         elif bases[-1] < active:
             try:
                 self._create_segment(active)
@@ -791,7 +734,7 @@ class FileLog(Log):
             # never written again: force it once.
             os.ftruncate(self._fd, end - self._wdelta)
             os.fsync(self._fd)
-            self._words[_ACTIVE_WORD] = end
+            self._words[ACTIVE_WORD] = end
             self._create_segment(end)
             # The same size again: changes nothing, but raises IN_MODIFY, which wakes the
             # readers waiting at the end of the sealed segment (they go on in the new one).
@@ -841,7 +784,7 @@ class FileLog(Log):
         """Cut the active segment at position `end` (under the append or maintenance lock)."""
         os.ftruncate(self._fd, end - self._wdelta)
         words = self._words
-        words[_COMMITTED_WORD] = words[_PENDING_WORD] = words[_FILE_END_WORD] = end
+        words[COMMITTED_WORD] = words[PENDING_WORD] = words[FILE_END_WORD] = end
         if self._sync_lock is None:
             return
         # The synced offset may count bytes of the cut tail; new bytes written there later
@@ -849,8 +792,8 @@ class FileLog(Log):
         sync = self._sync_lock
         sync.acquire()
         try:
-            if _LOAD(self._state, _SYNCED)[0] > end:
-                _STORE(self._state, _SYNCED, end)
+            if LOAD(self._state, SYNCED)[0] > end:
+                STORE(self._state, SYNCED, end)
         finally:
             sync.release()
 
@@ -863,12 +806,12 @@ class FileLog(Log):
                 return
             # Another process's flush that began after our write covers us: no lock needed.
             fd, delta = self._fd, self._wdelta
-            synced = _LOAD(self._state, _SYNCED)[0]
+            synced = LOAD(self._state, SYNCED)[0]
             if end <= synced <= os.lseek(fd, 0, _SEEK_END) + delta:
                 return
             sync.acquire()
             try:
-                synced = _LOAD(self._state, _SYNCED)[0]
+                synced = LOAD(self._state, SYNCED)[0]
                 fd, delta = self._fd, self._wdelta  # (a roll may have moved on: then the
                 # record is in a sealed segment, forced at the roll, and this one is newer)
                 size = os.lseek(fd, 0, _SEEK_END) + delta
@@ -876,9 +819,9 @@ class FileLog(Log):
                     return
                 # Every append that completed before the flush begins is covered by it; the
                 # file's size is not what was written (zeros written ahead follow the end).
-                covered = self._words[_COMMITTED_WORD]
+                covered = self._words[COMMITTED_WORD]
                 os.fdatasync(fd)
-                _STORE(self._state, _SYNCED, covered)
+                STORE(self._state, SYNCED, covered)
             finally:
                 sync.release()
         except OSError as exc:
@@ -891,84 +834,9 @@ class FileLog(Log):
         """The offset up to which the log is known to be on stable storage (0 if unknown)."""
         if self._stale:
             self._revive()
-        return 0 if self._sync_lock is None else int(_LOAD(self._state, _SYNCED)[0])
+        return 0 if self._sync_lock is None else int(LOAD(self._state, SYNCED)[0])
 
     # -- finding the end, verifying ---------------------------------------------------------
-
-    def _find_end(
-        self, fd: int, start: int, size: int, buf: memoryview, delta: int
-    ) -> tuple[int, Stop]:
-        """The end of the valid frames between positions `start` (a batch boundary) and
-        `size` of the segment open as `fd` (file offset = position - `delta`).
-
-        Returns (end, CLEAN) or (end, TORN_TAIL). Only the end of the file can be torn: each
-        writer checked the end before it wrote whole frames after it. So frame headers are
-        walked (payloads unread) and only the last complete batch and what follows it are
-        verified in full — when the walk stops short of `size` or inside a batch (a writer
-        was killed mid-append), and on this handle's first walk. A whole frame with a bad
-        payload at the end is what a power cut leaves; it can only predate this handle (a
-        power cut ends every process), so after the first walk a clean walk is trusted.
-        """
-        pos = open_batch = last_batch = start
-        chunk = len(buf)
-        while size - pos > chunk:  # far from the end: walk a chunk at a time
-            view = _pread(fd, pos - delta, chunk, buf)
-            walked, open_batch, last_batch = framing.walk_frames(
-                view, pos, self._file_max, open_batch, last_batch
-            )
-            if walked > pos:
-                pos = walked
-                continue
-            # not one whole frame in a chunk: a large one, hopped over by its header
-            peek = framing.peek_frame(view, self._file_max)
-            if peek is None or pos + peek[0] > size:
-                break
-            pos += peek[0]
-            if not peek[1]:
-                last_batch, open_batch = open_batch, pos
-        if size - pos <= chunk:  # near the end: one read, walked in memory
-            view = _pread(fd, pos - delta, size - pos, buf)
-            walk = framing.walk_frames(view, pos, self._file_max, open_batch, last_batch)
-            if walk.end == walk.open_batch == size and self._walked:
-                return size, Stop.CLEAN
-            last_batch = walk.last_batch
-            if last_batch >= pos:  # what needs verifying is in the buffer already
-                found = framing.scan_frames(
-                    view[last_batch - pos :],
-                    last_batch,
-                    at_eof=True,
-                    max_record=self._file_max,
-                    path=self.name,
-                )
-                self._walked = True
-                return last_batch + found.consumed, found.stop
-        verified = self._verify(fd, last_batch, size, buf, delta)
-        self._walked = True
-        return verified
-
-    def _verify(
-        self, fd: int, start: int, size: int, buf: memoryview, delta: int
-    ) -> tuple[int, Stop]:
-        """Check every frame (payload checksums too) from `start` to `size` (positions of
-        the segment open as `fd`: file offset = position - `delta`)."""
-        pos = start
-        needed = 0
-        while True:
-            want = min(size - pos, max(len(buf), needed))
-            view = _pread(fd, pos - delta, want, buf)
-            at_eof = len(view) < want or pos + len(view) >= size
-            found = framing.scan_frames(
-                view, pos, at_eof=at_eof, max_record=self._file_max, path=self.name
-            )
-            pos += found.consumed
-            if found.stop is Stop.NEED_DATA:
-                needed = found.needed or size - pos
-                if not found.consumed:
-                    needed = max(needed, want * 2)
-                continue
-            if at_eof or found.stop is Stop.TORN_TAIL:
-                return pos, found.stop
-            needed = 0
 
     def repair(self) -> int:
         """Verify every frame under the maintenance lock; cut a torn tail. Returns the bytes cut.
@@ -981,7 +849,7 @@ class FileLog(Log):
         if self.read_only:
             self._refuse_write()
         with self._mutex, maintenance_lock(self.path + ".lock"):
-            if self._words[_ACTIVE_WORD] != self._wbase:
+            if self._words[ACTIVE_WORD] != self._wbase:
                 self._follow_active()
             size = os.lseek(self._fd, 0, _SEEK_END) + self._wdelta
             # (only the active segment can have a torn tail: a roll settled the others)
@@ -991,8 +859,8 @@ class FileLog(Log):
                 self._truncate(end)
                 cut = size - end
             # (appenders are held off: it is exact)
-            self._words[_COMMITTED_WORD] = self._words[_PENDING_WORD] = end
-            self._words[_FILE_END_WORD] = os.lseek(self._fd, 0, _SEEK_END) + self._wdelta
+            self._words[COMMITTED_WORD] = self._words[PENDING_WORD] = end
+            self._words[FILE_END_WORD] = os.lseek(self._fd, 0, _SEEK_END) + self._wdelta
             self._tail = end
             if self._rbase == self._wbase:
                 self._seen = min(self._seen, end)
@@ -1239,294 +1107,6 @@ class FileLog(Log):
                 continue
         raise PositionCompactedError(self.name, position, self.start)
 
-    def _read(self, position: int, max_records: int | None) -> list[Entry]:
-        fd = self._rfd
-        delta = self._rdelta
-        entries: list[Entry] = []
-        pos = position
-        if max_records is None:
-            want = READ_CHUNK
-        else:  # read(pos, 1) must not copy 256 KiB: size the first read for what is asked
-            # (min(READ_CHUNK, max(MIN_READ, …)) without min and max: each parses its
-            # arguments as keywords, ~1.3k instructions a call, and every read pays this)
-            want = max_records * RECORD_GUESS
-            if want > READ_CHUNK:
-                want = READ_CHUNK
-            elif want < MIN_READ:
-                want = MIN_READ
-        # Past PENDING (the end of the last append begun) there are only zeros written ahead,
-        # if anything: a reader near the end reads a few KiB of them, not a whole buffer.
-        words = self._words
-        committed = words[_COMMITTED_WORD]  # before any read: see the stall below
-        room = words[self._pending_word] - pos + FRAME_HEADER_SIZE
-        if room < want:
-            want = room if room > MIN_READ else MIN_READ
-        vouch = True  # whether a batch longer than the buffer may still be verified ahead
-        while True:
-            # A fresh bytes object rather than a reused bytearray: decoding slices each
-            # Entry.data straight out of bytes (a bytearray would be copied to bytes first).
-            buf = os.pread(fd, want, pos - delta)
-            size = len(buf)
-            at_eof = size < want
-            if at_eof and pos + size < self._seen:
-                # Shorter than what this handle verified: cut by something outside this
-                # protocol (which never cuts a complete batch). Vouch for nothing any more.
-                self._seen = self._rbase
-            if not size:  # nothing past `pos` (a caught-up reader's usual read): done
-                return entries
-            # The usual reads: whole batches up to the buffer's end, or `max_records` reached.
-            # `decode_frames` answers them with its loop's result as it is; the loop is
-            # called here directly, without that call's keywords and its Decoded (~a
-            # quarter of a small read's instructions). Anything else (a torn or open tail,
-            # damage) is decided by `decode_frames`, which decodes the buffer again.
-            limit = _NO_LIMIT if max_records is None else max_records - len(entries)
-            got, end, batch_start, ready = framing._entries_loop(
-                buf, self._file_max, self._seen - pos, limit, pos, Entry
-            )
-            if ready >= limit:  # (a batch verified in full may go on past the limit)
-                del got[limit:]
-                entries += got
-                if pos + batch_start > self._seen:
-                    self._seen = pos + batch_start
-                return entries
-            if (
-                end == batch_start
-                and end < size
-                and not buf[end]
-                and buf[end : end + FRAME_HEADER_SIZE] == _ZERO_HEADER
-                and pos + end >= committed > 0
-            ):
-                # Whole batches, then zeros where no append has completed: the end for now
-                # (zeros written ahead, or an append still being written)
-                entries += got
-                pos += end
-                if pos > self._seen:
-                    self._seen = pos
-                return entries
-            if end == batch_start and (end == size or (end and not at_eof)):
-                # Whole batches to the buffer's end; or to a frame the buffer cuts short,
-                # which the next read starts with (a long log's reads: decoded again by
-                # `decode_frames`, every buffer cost twice as much)
-                if entries:
-                    entries += got
-                else:
-                    entries = got
-                pos += end
-                if pos > self._seen:
-                    self._seen = pos
-                if at_eof:
-                    return entries
-                want = _read_on(max_records, len(entries), pos - position)
-                continue
-            if not batch_start and end and not at_eof and vouch and pos >= self._seen:
-                # Frames of one batch that goes on past the buffer (a producer's enqueue of
-                # thousands): verified in full and read again, as below, without
-                # `decode_frames` decoding the buffer a second time first to learn it
-                if self._vouch(pos, 2 * want):
-                    continue
-                vouch = False
-            found = framing.decode_frames(
-                buf,
-                pos,
-                at_eof=at_eof,
-                max_record=self._file_max,
-                path=self.name,
-                limit=None if max_records is None else max_records - len(entries),
-                verified=self._seen - pos,  # frames before it are not verified again
-            )
-            if found.entries:
-                entries += found.entries
-            if pos + found.verified > self._seen:
-                self._seen = pos + found.verified
-            stop = found.stop
-            if stop is Stop.CLEAN:
-                pos += found.consumed
-                if at_eof or (max_records is not None and len(entries) >= max_records):
-                    return entries
-                want = _read_on(max_records, len(entries), pos - position)
-            elif stop is Stop.NEED_DATA:
-                pos += found.consumed
-                if not found.needed:  # only zero bytes to the end of the buffer: read it all
-                    want = os.lseek(fd, 0, _SEEK_END) + delta - pos + 1
-                elif found.consumed:  # read on from the open frame or batch
-                    want = max(found.needed, _read_on(max_records, len(entries), pos - position))
-                elif pos < self._seen:  # a verified frame longer than the buffer: read it
-                    want = max(found.needed, want)
-                elif vouch and self._vouch(pos, 2 * want):
-                    pass  # the batch at pos is verified: its frames come from any buffer now
-                else:
-                    # A batch not complete yet (being written, or torn) or damaged: decoding
-                    # decides with all of it in hand. (Doubling: a long batch must not be
-                    # re-read one frame longer each time.)
-                    vouch = False
-                    want = max(found.needed, want * 2)
-            elif stop is Stop.TORN_TAIL:
-                # Nothing more yet. Remember what we saw, so that wait() sleeps until it changes.
-                # (The committed end as it was before the reads: one stored since, by an
-                # append that completed after our read, must end the stall, not be part of it.)
-                self._stall = (pos + found.consumed, pos + len(buf), committed)
-                return entries
-            else:  # DAMAGED: return the good records; the next read from here raises
-                return entries
-
-    def _read_span(self, position: int, max_records: int, loop: SpanLoop) -> SpanRead:
-        """Read and decode frames from `position` in the current segment, each payload made
-        into an item by `loop` (`framing.decode_span`).
-
-        This is `_read`'s loop, step for step, for span reads. `_read` keeps its own copy: a
-        drain's reads are small and many, and going through a loop shared with this one
-        (its closures, its calls) cost them 7.8 → 10.1 µs a `read(position, 2)`, measured.
-        tests/test_claims_span.py holds the two to the same records, positions, stopping
-        points and errors on torn, damaged and segmented files."""
-        items: list[Any] = []
-        positions: list[int] = []
-        max_record, name = self._file_max, self.name
-        fd = self._rfd
-        delta = self._rdelta
-        kept = 0
-        pos = position
-        # read(pos, 1) must not copy 256 KiB: size the first read for what is asked (without
-        # min and max, as in `_read`)
-        want = max_records * RECORD_GUESS
-        if want > READ_CHUNK:
-            want = READ_CHUNK
-        elif want < MIN_READ:
-            want = MIN_READ
-        words = self._words
-        committed = words[_COMMITTED_WORD]  # (as in `_read`)
-        room = words[self._pending_word] - pos + FRAME_HEADER_SIZE
-        if room < want:
-            want = room if room > MIN_READ else MIN_READ
-        vouch = True  # whether a batch longer than the buffer may still be verified ahead
-        while True:
-            # A fresh bytes object rather than a reused bytearray: decoding slices each
-            # Entry.data straight out of bytes (a bytearray would be copied to bytes first).
-            buf = os.pread(fd, want, pos - delta)
-            at_eof = len(buf) < want
-            if at_eof and pos + len(buf) < self._seen:
-                # Shorter than what this handle verified: cut by something outside this
-                # protocol (which never cuts a complete batch). Vouch for nothing any more.
-                self._seen = self._rbase
-            if not buf:  # nothing past `pos` (a caught-up reader's usual read): done
-                return SpanRead(items, positions, pos)
-            # `_read`'s usual reads, answered as there without `decode_span`'s call and Span
-            limit = max_records - kept
-            got, at, end, batch_start, ready = loop(buf, max_record, self._seen - pos, limit, pos)
-            if ready >= limit:  # (a batch verified in full may go on past the limit)
-                consumed = at[limit] - pos if limit < ready else batch_start
-                del got[limit:], at[limit:]
-                items += got
-                positions += at
-                if pos + batch_start > self._seen:
-                    self._seen = pos + batch_start
-                return SpanRead(items, positions, pos + consumed)
-            if (
-                end == batch_start
-                and end < len(buf)
-                and not buf[end]
-                and buf[end : end + FRAME_HEADER_SIZE] == _ZERO_HEADER
-                and pos + end >= committed > 0
-            ):  # (as in `_read`: zeros where no append has completed, the end for now)
-                items += got
-                positions += at
-                pos += end
-                if pos > self._seen:
-                    self._seen = pos
-                return SpanRead(items, positions, pos)
-            if end == batch_start and (end == len(buf) or (end and not at_eof)):
-                # (as in `_read`: whole batches to the buffer's end or to a frame it cuts)
-                if items:
-                    items += got
-                    positions += at
-                else:
-                    items, positions = got, at
-                kept = len(items)
-                pos += end
-                if pos > self._seen:
-                    self._seen = pos
-                if at_eof:
-                    return SpanRead(items, positions, pos)
-                want = _read_on(max_records, kept, pos - position)
-                continue
-            if not batch_start and end and not at_eof and vouch and pos >= self._seen:
-                if self._vouch(pos, 2 * want):  # (as in `_read`: a batch longer than a buffer)
-                    continue
-                vouch = False
-            found = framing.decode_span(
-                buf, pos, loop, at_eof=at_eof, max_record=max_record, path=name,
-                limit=max_records - kept,
-                verified=self._seen - pos,  # frames before it are not verified again
-            )  # fmt: skip
-            if found.items:
-                items.extend(found.items)
-                positions.extend(found.positions)
-            kept = len(items)
-            if pos + found.verified > self._seen:
-                self._seen = pos + found.verified
-            stop = found.stop
-            if stop is Stop.CLEAN:
-                pos += found.consumed
-                if at_eof or kept >= max_records:
-                    return SpanRead(items, positions, pos)
-                want = _read_on(max_records, kept, pos - position)
-            elif stop is Stop.NEED_DATA:
-                pos += found.consumed
-                if not found.needed:  # only zero bytes to the end of the buffer: read it all
-                    want = os.lseek(fd, 0, _SEEK_END) + delta - pos + 1
-                elif found.consumed:  # read on from the open frame or batch
-                    want = max(found.needed, _read_on(max_records, kept, pos - position))
-                elif pos < self._seen:  # a verified frame longer than the buffer: read it
-                    want = max(found.needed, want)
-                elif vouch and self._vouch(pos, 2 * want):
-                    pass  # the batch at pos is verified: its frames come from any buffer now
-                else:
-                    # A batch not complete yet (being written, or torn) or damaged: decoding
-                    # decides with all of it in hand. (Doubling: a long batch must not be
-                    # re-read one frame longer each time.)
-                    vouch = False
-                    want = max(found.needed, want * 2)
-            elif stop is Stop.TORN_TAIL:
-                # Nothing more yet. Remember what we saw, so that wait() sleeps until it changes.
-                # (The committed end as it was before the reads: one stored since, by an
-                # append that completed after our read, must end the stall, not be part of it.)
-                self._stall = (pos + found.consumed, pos + len(buf), committed)
-                return SpanRead(items, positions, pos + found.consumed)
-            else:  # DAMAGED: return the good records; the next read from here raises
-                return SpanRead(items, positions, pos + found.consumed)
-
-    def _vouch(self, start: int, chunk: int) -> bool:
-        """Verify the batch at `start` (not verified yet, longer than the read buffer) in full.
-
-        Every frame's checksum is checked, a buffer at a time with the batch carried across
-        buffers, so memory stays bounded however long the batch. The buffers start at
-        `chunk` bytes and double up to BIG_READ: verifying ahead of the batch (whatever else
-        is in the last buffer) costs at most about as much as the batch itself. On success
-        `_seen` moves past the batch (and the whole batches after it in the last buffer),
-        and reads return its frames without verifying it again. False when the batch is not
-        whole and valid: still being written, torn, or damaged; decoding decides which.
-        """
-        fd = self._rfd
-        delta = self._rdelta
-        max_record = self._file_max
-        pos = open_batch = last_batch = start
-        while True:
-            chunk = min(chunk, BIG_READ)
-            buf = os.pread(fd, chunk, pos - delta)
-            chunk *= 2
-            walk = framing.walk_frames(buf, pos, max_record, open_batch, last_batch, check=True)
-            if walk.end == pos:  # not one whole, valid frame in the buffer
-                peek = framing.peek_frame(buf, max_record)
-                if peek is None or peek[0] <= len(buf):  # invalid, or whole and damaged
-                    return False
-                buf = os.pread(fd, peek[0], pos - delta)  # one frame longer than a buffer
-                walk = framing.walk_frames(buf, pos, max_record, open_batch, last_batch, check=True)
-                if walk.end == pos:  # incomplete (the end of the file), or damaged
-                    return False
-            pos, open_batch, last_batch = walk
-            if open_batch > start:  # the batch at `start` ended
-                self._seen = max(self._seen, open_batch)
-                return True
-
     def end(self) -> int:
         if self._stale:
             self._revive()
@@ -1535,11 +1115,11 @@ class FileLog(Log):
             fd, base, delta = self._rfd, self._rbase, self._rdelta
             start = self._seen
         else:
-            if self._words[_ACTIVE_WORD] != self._wbase:  # another handle rolled
+            if self._words[ACTIVE_WORD] != self._wbase:  # another handle rolled
                 with self._mutex:
                     self._acquire()
                     try:
-                        if self._words[_ACTIVE_WORD] != self._wbase:
+                        if self._words[ACTIVE_WORD] != self._wbase:
                             self._follow_active()
                     finally:
                         self._release()
@@ -1550,7 +1130,7 @@ class FileLog(Log):
         if size == start:
             return start
         words = self._words
-        committed = int(words[_COMMITTED_WORD])
+        committed = int(words[COMMITTED_WORD])
         if self._walked and committed == words[self._pending_word] and start <= committed <= size:
             # The last append completed; nothing follows it but zeros written ahead, if any.
             if reading:
@@ -1598,12 +1178,12 @@ class FileLog(Log):
         size = os.lseek(self._rfd, 0, _SEEK_END) + self._rdelta
         if size <= position:
             return self._sealed()  # (or the records go on in the next segment)
-        committed = self._words[_COMMITTED_WORD]
+        committed = self._words[COMMITTED_WORD]
         if (position, size, committed) == self._stall:
             return False
         if position >= committed:  # zeros written ahead here, or an append being written
             head = os.pread(self._rfd, FRAME_HEADER_SIZE, position - self._rdelta)
-            if head == _ZERO_HEADER:
+            if head == ZERO_HEADER:
                 return self._sealed()
         return True
 
@@ -1613,7 +1193,7 @@ class FileLog(Log):
         waiter may already have consumed): the wait polls instead of sleeping on it."""
         stall = self._stall
         words = self._words
-        return stall[0] == position and words[self._pending_word] != words[_COMMITTED_WORD]
+        return stall[0] == position and words[self._pending_word] != words[COMMITTED_WORD]
 
     def wait(self, position: int, timeout: float) -> bool:
         if self._stale:

@@ -78,6 +78,7 @@ DEPENDS: Final = (
     "queue_worker.partitions",
     "logstore",
     "logstore.file_log",
+    "logstore.file_reads",
     "logstore.location",
     "logstore.redis_log",
 )

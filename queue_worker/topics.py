@@ -59,7 +59,8 @@ from queue_worker.records import (
 )
 
 if TYPE_CHECKING:  # the fold is imported where a follower is made: not by a producer
-    from logstore.file_log import FileLog, SpanRead
+    from logstore.file_log import FileLog
+    from logstore.file_reads import SpanRead
     from queue_worker.state import ClaimState, Outcome
 
 TASKS_TOPIC: Final = "tasks"

@@ -36,7 +36,8 @@ from logstore.base import (
     ForeignFileError,
     LogClosedError,
 )
-from logstore.file_log import READ_CHUNK, FileLog, zeros_ahead
+from logstore.file_log import FileLog, zeros_ahead
+from logstore.file_reads import READ_CHUNK
 from logstore.framing import FILE_HEADER_SIZE, FRAME_HEADER_SIZE, encode_batch, encode_frame
 from logstore.locking import FlockLock, maintenance_lock
 from logstore.segments import FIRST_BASE, SEGMENT_HEADER_SIZE, segment_files

@@ -17,7 +17,8 @@ import pytest
 
 from logstore import framing
 from logstore.base import CorruptLogError, Durability
-from logstore.file_log import BIG_READ, MIN_READ, READ_CHUNK, FileLog
+from logstore.file_log import FileLog
+from logstore.file_reads import BIG_READ, MIN_READ, READ_CHUNK
 from logstore.framing import FRAME_HEADER_SIZE, encode_batch
 
 
