@@ -532,8 +532,15 @@ def decode_claims_entries_py(
 
 def decode_task(data: bytes) -> TaskRecord | Unknown:
     """Decode a record read from the tasks topic (a claims record there is malformed)."""
-    record = decode(data)
-    if not isinstance(record, TaskRecord | Unknown):
+    items = _unpack(data)
+    # A TASK, well formed, first: a worker decodes one a task it runs (`decode` would try
+    # the claims records' shapes first, then check every field by name)
+    if type(items) is list and len(items) >= 4 and items[1] == TASK:
+        version, enqueued_at = items[0], items[3]
+        if type(version) is int and version >= 1 and type(enqueued_at) is int:
+            return _NEW(TaskRecord, (items[2], enqueued_at))
+    record = _decode_checked(items)
+    if not isinstance(record, TaskRecord) and not isinstance(record, Unknown):
         raise RecordDecodeError(f"a {type(record).__name__} record in the tasks topic")
     return record
 
