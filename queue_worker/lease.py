@@ -42,6 +42,7 @@ by the fold.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -215,7 +216,9 @@ class LeaseKeeper:
         self.lost_to: Lease | None = None  # who holds the task after we lost it, if anyone
         self._lose_lock = threading.Lock()  # the renewal thread and the handler's may race
         self.last_error: str | None = None
-        self.next_renewal = float("inf")  # monotonic seconds; set by start()
+        # monotonic seconds; set by start() (math.inf: compiled, a constant, where float("inf")
+        # parsed a string each task)
+        self.next_renewal = math.inf
         self._renewer = renewer
         self._own_renewer = renewer is None
 
@@ -366,7 +369,7 @@ class RenewalThread:
         self._cond = threading.Condition(self._lock)
         self._keeper: LeaseKeeper | None = None
         self._ticking: LeaseKeeper | None = None  # the keeper inside tick() right now
-        self._wake_at = float("inf")
+        self._wake_at = math.inf
         self._closed = False
         # (not `_thread`: compiled by mypyc, that is the C field `__thread`, a C keyword)
         self._daemon: threading.Thread | None = None
@@ -406,7 +409,7 @@ class RenewalThread:
                     wake = min(wake, keeper.next_renewal)
                 self._wake_at = wake
                 self._cond.wait(max(0.0, wake - now))
-                self._wake_at = float("inf")
+                self._wake_at = math.inf
                 keeper = self._keeper
                 if keeper is None or keeper.lost or self._closed:
                     continue

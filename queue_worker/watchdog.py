@@ -24,6 +24,7 @@ called from a signal handler, so it takes no lock and only stores the time).
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import threading
@@ -88,7 +89,7 @@ class TimeLimits:
         self._cond = threading.Condition(self._lock)
         self._running: _Running | None = None
         self._drain_at: float | None = None  # monotonic; written without a lock (see drain)
-        self._wake_at = float("inf")
+        self._wake_at = math.inf
         # (not `_thread`: compiled by mypyc, that is the C field `__thread`, a C keyword)
         self._daemon: threading.Thread | None = None
         self._closed = False
@@ -113,7 +114,7 @@ class TimeLimits:
 
     def _deadline(self, run: _Running) -> tuple[float, bool]:
         """When `run` must end, and whether the drain timeout (not its own limit) ends it."""
-        deadline = float("inf") if run.limit_s is None else run.started + run.limit_s
+        deadline = math.inf if run.limit_s is None else run.started + run.limit_s
         drain_at, drain_timeout = self._drain_at, self.drain_timeout_s
         if (
             drain_at is not None
@@ -175,7 +176,7 @@ class TimeLimits:
                     wake = min(wake, deadline)
                 self._wake_at = wake
                 self._cond.wait(wake - now)
-                self._wake_at = float("inf")
+                self._wake_at = math.inf
         try:
             run.on_expiry(self._error(run, by_drain))
         except BaseException as e:  # the process ends all the same
