@@ -566,8 +566,10 @@ class Worker:
                 # in hand, and the next step runs it once the log answers again.
                 self._in_hand = (settled, latency_us)
                 raise
-            # (outcome.ok first: Event.is_set is a Python call, and a task nearly always ends ok)
-            if not outcome.ok and keeper.cancelled.is_set():
+            # (whether it failed first: Event.is_set is a Python call, and a task nearly always
+            # ends ok. `error is not None` is `not outcome.ok` read as a field: compiled, the
+            # property is a lookup by name)
+            if outcome.error is not None and keeper.cancelled.is_set():
                 # The handler stopped because the lease was lost: the task is someone else's.
                 why = "the lease lapsed while paused or stalled" if keeper.lapsed else None
                 self.record.cancelled(task, why or outcome.error)
@@ -687,7 +689,7 @@ class Worker:
         ahead = self._claim_to_append_ahead()
         settled: Settled | None = None
         recorded = False  # a DONE or FAIL was made (settled is None: our claim lost the task)
-        if outcome.ok:
+        if outcome.error is None:  # (outcome.ok, read as a field: see _work)
             try:
                 done = _new(Done, (task, self.worker_id, at, claim_position, outcome.result))
                 settled = self._append_and_settle(done, ahead)
