@@ -159,6 +159,12 @@ class CancelFlag(threading.Event):
         return made
 
 
+#: held while a keeper marks its lease lost: the renewal thread and the handler's may race.
+#: One lock for every keeper: a lease is seldom lost, and a Lock made per keeper (one a
+#: task) was ~500 instructions of a no-op task (compiled)
+_LOSING: Final = threading.Lock()
+
+
 class LeaseListener(Protocol):
     """What the keeper tells the worker (called from the keeper's thread)."""
 
@@ -214,7 +220,6 @@ class LeaseKeeper:
         self.lost = False
         self.lapsed = False  # lost because our own clock passed `secured_expiry`
         self.lost_to: Lease | None = None  # who holds the task after we lost it, if anyone
-        self._lose_lock = threading.Lock()  # the renewal thread and the handler's may race
         self.last_error: str | None = None
         # monotonic seconds; set by start() (math.inf: compiled, a constant, where float("inf")
         # parsed a string each task)
@@ -250,7 +255,7 @@ class LeaseKeeper:
         overdue = self.fold_clock() - self.secured_expiry
         if overdue < 0:
             return False
-        with self._lose_lock:
+        with _LOSING:
             first = self._lose_locked(None)  # not if another thread lost it meanwhile
             self.lapsed = self.lapsed or first
         if first and self.listener is not None:
@@ -284,13 +289,13 @@ class LeaseKeeper:
         return Verdict.RENEWED
 
     def _lose(self, holder: Lease | None) -> None:
-        with self._lose_lock:
+        with _LOSING:
             first = self._lose_locked(holder)
         if first and self.listener is not None:
             self.listener.lease_lost(holder)
 
     def _lose_locked(self, holder: Lease | None) -> bool:
-        """Mark the lease lost (under `_lose_lock`); False if it already was."""
+        """Mark the lease lost (under `_LOSING`); False if it already was."""
         if self.lost:
             return False
         self.lost = True
