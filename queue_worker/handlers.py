@@ -44,6 +44,7 @@ import random
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from importlib.machinery import EXTENSION_SUFFIXES
 from typing import Any, Final, Literal, NamedTuple, TypeVar
 
 from queue_worker.clock import seconds_to_us
@@ -72,7 +73,7 @@ _SET: Final = object.__setattr__
 #: dataclass's __setattr__ (which still refuses any assignment from outside); in Python that
 #: __setattr__ raises, so the fields are set through object.__setattr__, as the dataclass's
 #: own __init__ sets them: ~850 instructions a field, compiled, where a write is a few.
-_COMPILED: Final = not __file__.endswith(".py")
+_COMPILED: Final = __file__.endswith(tuple(EXTENSION_SUFFIXES))  # (not a .py, nor a .pyc)
 
 
 # init=False: the dataclass's own __init__ is Python made at import (one is built a task),
