@@ -44,6 +44,7 @@ import random
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from importlib.machinery import EXTENSION_SUFFIXES
 from typing import Any, Final, Literal, NamedTuple, TypeVar
 
 from queue_worker.clock import seconds_to_us
@@ -67,9 +68,17 @@ def _never() -> bool:
 
 _SET: Final = object.__setattr__
 
+#: whether this module runs compiled (queue_worker.compiled). There `self.field = value` in
+#: `TaskContext.__init__` writes the object's own field, never seen by the frozen
+#: dataclass's __setattr__ (which still refuses any assignment from outside); in Python that
+#: __setattr__ raises, so the fields are set through object.__setattr__, as the dataclass's
+#: own __init__ sets them: ~850 instructions a field, compiled, where a write is a few.
+_COMPILED: Final = __file__.endswith(tuple(EXTENSION_SUFFIXES))  # (not a .py, nor a .pyc)
+
 
 # init=False: the dataclass's own __init__ is Python made at import (one is built a task),
-# this one is compiled (queue_worker.compiled): ~0.9 -> ~0.3 us
+# this one is compiled (queue_worker.compiled): ~0.9 -> ~0.3 us, and ~5.6k -> ~0.3k
+# instructions with the fields written directly (`_COMPILED`)
 @dataclass(frozen=True, init=False)
 class TaskContext:
     """What a handler may know about the attempt it runs in."""
@@ -92,6 +101,14 @@ class TaskContext:
         work_ms: int = 400,
         lease_lapsed: Callable[[], bool] = _never,
     ) -> None:
+        if _COMPILED:  # (see _COMPILED; mypy sees the frozen fields as read-only)
+            self.task_id = task_id  # type: ignore[misc]
+            self.attempt = attempt  # type: ignore[misc]
+            self.cancelled = cancelled  # type: ignore[misc]
+            self.worker_id = worker_id  # type: ignore[misc]
+            self.work_ms = work_ms  # type: ignore[misc]
+            self.lease_lapsed = lease_lapsed  # type: ignore[misc]
+            return
         # (frozen: set as the dataclass's __init__ sets them)
         _SET(self, "task_id", task_id)
         _SET(self, "attempt", attempt)
@@ -233,7 +250,8 @@ def _ctx_mode(spec: str, function: Callable[..., Any]) -> CtxMode:
 
 class HandlerOutcome(NamedTuple):
     """What one call of a handler came to: a result, or an error (with the exception). (A
-    NamedTuple: one is made every task, and a frozen dataclass is slower to build.)"""
+    NamedTuple: one is made every task, and a frozen dataclass is slower to build; and
+    built with `_new` on a task's path.)"""
 
     result: Any = None
     error: str | None = None
@@ -261,7 +279,12 @@ def run_handler(handler: Handler, payload: Any, ctx: TaskContext) -> HandlerOutc
         result = handler(payload, ctx)
     except Exception as e:  # any handler failure is the task's failure, not the worker's
         return HandlerOutcome(error=error_text(e), exception=e)
-    return HandlerOutcome(result=result)
+    return _new(HandlerOutcome, (result, None, None, False))  # result, error, exception, permanent
+
+
+#: a NamedTuple built with every field given: tuple.__new__ is one C call, where the
+#: NamedTuple's own __new__ (with keywords) is a Python function: ~2.6k instructions a task
+_new: Final = tuple.__new__
 
 
 def backoff_us(attempt: int, backoff_s: float, backoff_max_s: float, rng: random.Random) -> int:

@@ -11,7 +11,9 @@ STATE_GAP_S that came to ~7 µs of a no-op task's ~270 (2 workers draining).
 
 `publish()` itself is an attribute check and, at most once per write, an `Event.set`:
 writing from the worker's own thread (a JSON dump, a file write and a rename) or taking a
-lock per call cost about a tenth of a no-op task's time (profiled drain).
+lock per call cost about a tenth of a no-op task's time (profiled drain). (The check reads a
+plain attribute, `_requested`, not the event's `is_set`: a Python call, ~650 instructions,
+twice a task.)
 
 The snapshot is taken when it is written, so it is always the latest state; a change that
 comes and goes between two writes (a task shorter than the gap) is seen in the counters,
@@ -45,7 +47,11 @@ class SnapshotPublisher:
         self._last = float("-inf")  # monotonic time of the last write
         self._last_state: str | None = None
         self._last_ended = 0  # tasks the worker had ended at the last write
+        #: a write is coming (wakes the thread); `_requested` says the same without a call:
+        #: set before the event, cleared after it, so that it never says a write is coming
+        #: when none is (the thread clears both before it takes the snapshot)
         self._pending = threading.Event()
+        self._requested = False
         # (not `_thread`: compiled by mypyc, that is the C field `__thread`, a C keyword)
         self._daemon: threading.Thread | None = None
         self._file_lock = threading.Lock()  # one snapshot taken and written at a time
@@ -56,8 +62,9 @@ class SnapshotPublisher:
         if force:
             self._write_latest()
             return
-        if self._pending.is_set():  # a write is already coming: it will see this change
+        if self._requested:  # a write is already coming: it will see this change
             return
+        self._requested = True
         self._pending.set()
         if self._daemon is None:
             self._daemon = threading.Thread(target=self._run, name="qw-stats", daemon=True)
@@ -105,5 +112,8 @@ class SnapshotPublisher:
             while (wait := self._due()) > 0:
                 time.sleep(min(wait, STATE_GAP_S))
             # Cleared before the snapshot is taken: a change after this point sets it again.
+            # (The event first: a publish() that finds `_requested` cleared sets the event
+            # again after this clear, and the next wait sees it.)
             self._pending.clear()
+            self._requested = False
             self._write_latest()

@@ -252,13 +252,17 @@ class Worker:
         self._checkpoint_dir: Location | None = None
         if checkpoints:
             self._checkpoint_dir = config.location if on_redis else Path(config.location)
-        self._saves_checkpoints = checkpoints and not on_redis
+        # (slot 0 only, see _save_checkpoint: decided once, not read off the config each step)
+        self._saves_checkpoints = checkpoints and not on_redis and config.slot == 0
         checkpoint_note = self._begin(start, checkpoints)
         self._covered = False  # whether the claims fold was checked against the tasks log
         self.tasks.keep_payloads(config.slot, config.slots)  # the tasks spread gives us
         # server clock − our clock, µs (0 unless the backend stamps records: see topics.py)
         self.clock_offset_us = 0
         self._draining = threading.Event()
+        #: `_draining.is_set()` as a plain field, set by `drain()` with the event: what the
+        #: claim ahead asks at every task (Event.is_set is a Python call, ~650 instructions)
+        self._drain_asked = False
         self.stats = WorkerStats(
             worker=self.worker_id,
             name=config.name,
@@ -295,6 +299,11 @@ class Worker:
         self._stop = threading.Event()  # run()'s stop event: no claim ahead once it is set
         #: the lease in µs (`config.lease_us` computes it at each call: twice a task)
         self._lease_us = config.lease_us
+        #: what each task's run reads of the config, as the worker's own fields: WorkerConfig
+        #: is not compiled, and each read of it is a generic lookup (~230 instructions)
+        self._max_attempts = config.max_attempts
+        self._work_ms = config.work_ms
+        self._task_timeout_s = config.task_timeout_s
         #: inside `run()`, which works every task a batch claimed ahead and sends the DONEs
         #: it holds before it returns: only there are several tasks claimed in one call
         #: (queue_worker.claim_batch); `step()` alone appends each DONE as it returns
@@ -334,7 +343,7 @@ class Worker:
         """The worker in slot 0 saves the fold every CHECKPOINT_EVERY_BYTES of claims log,
         and when it exits cleanly, so that the next start replays only what came after."""
         directory = self._checkpoint_dir
-        if directory is None or not self._saves_checkpoints or self.config.slot != 0:
+        if directory is None or not self._saves_checkpoints:
             return
         now_at = (self.tasks.next_position, self.claims.next_position)
         moved = now_at[1] - self._checkpointed[1]
@@ -470,6 +479,7 @@ class Worker:
 
     def drain(self) -> None:
         """Make no new claims; the task in hand is finished. (Safe from a signal handler.)"""
+        self._drain_asked = True
         self._draining.set()
         self._time_limits.drain()
 
@@ -520,7 +530,7 @@ class Worker:
         self._task_started = time.monotonic()
         try:
             attempt, _ = self._history(task)
-            if attempt > self.config.max_attempts:
+            if attempt > self._max_attempts:
                 return self._give_up(task, settled, attempt, latency_us)
             keeper = LeaseKeeper(
                 self.claims_log,
@@ -538,10 +548,10 @@ class Worker:
                 attempt=attempt,
                 cancelled=keeper.cancelled,
                 worker_id=self.worker_id,
-                work_ms=self.config.work_ms,
+                work_ms=self._work_ms,
                 lease_lapsed=keeper.check_lapse,
             )
-            limit_s = self.handler.time_limit_s or self.config.task_timeout_s
+            limit_s = self.handler.time_limit_s or self._task_timeout_s
 
             def timed_out(error: str) -> None:  # called from the watchdog's thread
                 self._fail_timed_out(task, claim_position, attempt, error)
@@ -556,7 +566,10 @@ class Worker:
                 # in hand, and the next step runs it once the log answers again.
                 self._in_hand = (settled, latency_us)
                 raise
-            if keeper.cancelled.is_set() and not outcome.ok:
+            # (whether it failed first: Event.is_set is a Python call, and a task nearly always
+            # ends ok. `error is not None` is `not outcome.ok` read as a field: compiled, the
+            # property is a lookup by name)
+            if outcome.error is not None and keeper.cancelled.is_set():
                 # The handler stopped because the lease was lost: the task is someone else's.
                 why = "the lease lapsed while paused or stalled" if keeper.lapsed else None
                 self.record.cancelled(task, why or outcome.error)
@@ -676,7 +689,7 @@ class Worker:
         ahead = self._claim_to_append_ahead()
         settled: Settled | None = None
         recorded = False  # a DONE or FAIL was made (settled is None: our claim lost the task)
-        if outcome.ok:
+        if outcome.error is None:  # (outcome.ok, read as a field: see _work)
             try:
                 done = _new(Done, (task, self.worker_id, at, claim_position, outcome.result))
                 settled = self._append_and_settle(done, ahead)
@@ -760,7 +773,7 @@ class Worker:
 
     def _claim_to_append_ahead(self) -> Claim | None:
         """The CLAIM to append with the DONE/FAIL about to be written, or None."""
-        if not self.claim_ahead or self._draining.is_set() or self._stop.is_set():
+        if not self.claim_ahead or self._drain_asked or self._stop.is_set():
             return None
         if self._server is not None:  # the server picks it: the task id here is unused
             return Claim(0, self.worker_id, self._clock(), self.config.lease_us)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import threading
 from pathlib import Path
@@ -118,6 +119,25 @@ def test_a_builtin_without_a_signature_gets_the_payload() -> None:
     assert handler([1, 2, 3], ctx_for()) == 3
 
 
+def test_the_context_is_a_frozen_dataclass_of_the_fields_given() -> None:
+    """Compiled, `TaskContext.__init__` writes its fields directly (handlers._COMPILED):
+    a handler still sees the fields given, equal contexts compare and hash alike, and no
+    field can be assigned."""
+    cancelled = threading.Event()
+    ctx = TaskContext(7, 2, cancelled, "w0-1-abcd", 15, lease_lapsed=lambda: True)
+    fields = (ctx.task_id, ctx.attempt, ctx.cancelled, ctx.worker_id, ctx.work_ms)
+    assert fields == (7, 2, cancelled, "w0-1-abcd", 15)
+    assert ctx.lease_lapsed()
+    same = TaskContext(7, 2, cancelled, "w0-1-abcd", 15)  # (lease_lapsed is not compared)
+    assert ctx == same and hash(ctx) == hash(same)
+    assert ctx != dataclasses.replace(ctx, attempt=3)
+    assert TaskContext(7, 2, cancelled, "w").work_ms == 400
+    assert repr(ctx).startswith("TaskContext(task_id=7, attempt=2, cancelled=")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        ctx.task_id = 8  # type: ignore[misc]
+    assert ctx.task_id == 7
+
+
 # -- running -----------------------------------------------------------------------------------
 
 
@@ -126,6 +146,14 @@ def test_an_exception_becomes_a_one_line_type_and_message() -> None:
     assert not outcome.ok
     assert outcome.error == "ValueError: bad payload {'a': 1}"
     assert isinstance(outcome.exception, ValueError)
+
+
+def test_a_result_builds_a_whole_outcome() -> None:
+    """(Built with tuple.__new__ on the task's path: every field given, as the NamedTuple
+    would give them.)"""
+    outcome = run_handler(handler_from_function(payload_only), 5, ctx_for())
+    assert tuple(outcome) == (("payload only", 5), None, None, False)
+    assert outcome.ok and not outcome.permanent and outcome.exception is None
 
 
 def test_error_text_is_bounded_and_names_the_type_alone_without_a_message() -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from queue_worker.publisher import BUSY_TASKS, PUBLISH_PERIOD_S, STATE_GAP_S, SnapshotPublisher
 from queue_worker.stats import WorkerStats, read_snapshot
+from tests.helpers import wait_until
 
 
 def publisher(tmp_path: Path) -> SnapshotPublisher:
@@ -34,3 +35,17 @@ def test_a_busy_workers_state_changes_wait_the_period(tmp_path: Path) -> None:
     assert snapshot is not None and snapshot["finished"] == BUSY_TASKS
     pub.stats.state = "idle"  # one state change after the write, no task ended: soon
     assert pub._due() <= STATE_GAP_S
+
+
+def test_each_change_published_reaches_the_file(tmp_path: Path) -> None:
+    """publish() asks the thread for a write and returns: after each write the next change
+    is asked for again (`_requested` is cleared with the event), so none is left unwritten."""
+    pub = publisher(tmp_path)
+
+    def written_state() -> object:
+        return (read_snapshot(tmp_path / "w0.json") or {}).get("state")
+
+    for state in ("idle", "claiming", "working", "idle"):
+        pub.stats.state = state
+        pub.publish()
+        wait_until(lambda: written_state() == pub.stats.state, what=f"state {state!r} written")

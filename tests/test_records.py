@@ -204,6 +204,47 @@ def test_the_wire_layout_is_the_documented_one(record: Record, wire: list[Any]) 
     assert same(items_of(record), wire)
 
 
+#: the integers at the edges of msgpack's forms (fixint, uint 8/16/32/64) and of the ints
+#: the fast encoding packs itself (below 2^62), and a microsecond time
+EDGE_INTS = [0, 1, 127, 128, 255, 256, 65535, 65536, 2**32 - 1, 2**32, 2**62 - 1, 2**62]
+EDGE_INTS += [2**63 - 1, 2**63, 2**64 - 1, -1, -32, -33, -(2**63), 1_764_000_000_000_000]
+#: worker ids: msgpack's fixstr holds up to 31 bytes, str8 up to 255 (é is two bytes)
+EDGE_WORKERS = ["", "w", "w0-4711-9f3a", "x" * 31, "x" * 32, "é" * 16, "y" * 255, "y" * 256]
+
+
+def generic_bytes(code: str, *fields: Any) -> bytes:
+    """A record's bytes as msgpack packs its wire array (what `encode` wrote before it built
+    a CLAIM and a no-op's DONE from bytes itself)."""
+    return pack([SCHEMA, code, *fields])
+
+
+@pytest.mark.parametrize("worker", EDGE_WORKERS)
+@pytest.mark.parametrize("value", EDGE_INTS)
+def test_claim_and_done_bytes_are_msgpacks_own(value: int, worker: str) -> None:
+    """The CLAIM and the DONE of a no-op, built from bytes (`records._claim_bytes`): the
+    same bytes msgpack makes, each integer field at each edge of its forms."""
+    task = value if 0 <= value <= 2**63 - 1 else 5  # (a task id out of range: below)
+    for other in (3, 1_764_000_000_000_000):
+        for claim in (Claim(task, worker, value, other), Claim(task, worker, other, value)):
+            assert encode(claim) == generic_bytes(CLAIM, *claim)
+        for done in (Done(task, worker, value, other), Done(task, worker, other, value)):
+            assert encode(done) == generic_bytes(DONE, *done)
+    assert encode(Claim(value, worker, 1, 2)) == generic_bytes(CLAIM, value, worker, 1, 2)
+    assert encode(Done(value, worker, 1, 2)) == generic_bytes(DONE, value, worker, 1, 2, None)
+
+
+@FAST
+@given(claims)
+def test_any_claim_encodes_as_msgpack_packs_it(record: Claim) -> None:
+    assert encode(record) == generic_bytes(CLAIM, *record)
+
+
+@FAST
+@given(st.builds(Done, task=task_ids, worker=workers, at=ints, claim=ints, result=st.none()))
+def test_any_done_of_none_encodes_as_msgpack_packs_it(record: Done) -> None:
+    assert encode(record) == generic_bytes(DONE, *record)
+
+
 def test_a_done_without_a_result_carries_none() -> None:
     assert decode(encode(Done(1, "w", 2, 0))) == Done(1, "w", 2, 0, None)
 
