@@ -47,6 +47,24 @@ def store_word(path: Path, offset: int, value: int) -> None:
         state[offset : offset + 8] = struct.pack("=Q", value)
 
 
+def one_record_then_an_append_begun(path: Path, frame: bytes, written: int) -> int:
+    """A log of one forced record, then what a writer inside its pwrite leaves (killed there,
+    or still writing): PENDING stored, the first `written` bytes of `frame` in the zeros,
+    COMMITTED not moved. Returns where the record ends (and `frame` begins)."""
+    with FileLog.open(path) as log:
+        log.append(b"one", durable=True)
+        end = log.end()
+    store_word(path, PENDING, end + len(frame))
+    write_at(path, end, frame[:written])
+    return end
+
+
+def write_at(path: Path, offset: int, data: bytes) -> None:
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        f.write(data)
+
+
 def test_forced_appends_write_zeros_ahead_and_the_next_ones_land_in_them(
     tmp_path: Path,
 ) -> None:
@@ -83,16 +101,8 @@ def test_the_zeros_ahead_grow_with_the_segment_up_to_a_bound() -> None:
 
 def test_a_writer_killed_mid_append_in_the_zeros_is_cut_by_the_next(tmp_path: Path) -> None:
     path = tmp_path / "claims.log"
-    with FileLog.open(path) as log:
-        log.append(b"one", durable=True)
-        end = log.end()
-    # What a writer killed inside its pwrite leaves: PENDING stored, part of its frame
-    # written into the zeros, COMMITTED not moved.
     frame = encode_frame(b"never finished" * 100)
-    store_word(path, PENDING, end + len(frame))
-    with open(path, "r+b") as f:
-        f.seek(end)
-        f.write(frame[: len(frame) // 2])
+    end = one_record_then_an_append_begun(path, frame, len(frame) // 2)  # and killed
     with FileLog.open(path, read_only=True) as reader:
         assert all_data(reader) == [b"one"]
         assert reader.end() == end
@@ -133,19 +143,11 @@ def test_a_reader_stopped_on_an_append_in_flight_polls_until_it_completes(
     inotify event (which the waiter may have consumed already): while PENDING is ahead of
     COMMITTED the reader polls every STALL_POLL, rather than sleeping on the event."""
     path = tmp_path / "claims.log"
-    with FileLog.open(path) as log:
-        log.append(b"one", durable=True)
-        end = log.end()
     frame = encode_frame(b"in flight" * 50)
-    store_word(path, PENDING, end + len(frame))
-    with open(path, "r+b") as f:
-        f.seek(end)
-        f.write(frame[:20])  # the reader sees part of it
+    end = one_record_then_an_append_begun(path, frame, 20)  # the reader sees part of it
     with FileLog.open(path, read_only=True) as reader:
         assert all_data(reader) == [b"one"]  # and stops there, stalled
-        with open(path, "r+b") as f:  # the rest lands (its event is gone by the wait)
-            f.seek(end + 20)
-            f.write(frame[20:])
+        write_at(path, end + 20, frame[20:])  # the rest lands (its event gone by the wait)
         waiter = _RecordingWaiter(lambda: store_word(path, COMMITTED, end + len(frame)))
         monkeypatch.setattr(file_log, "make_waiter", lambda _path: waiter)
         assert reader.wait(end, CHILD_TIMEOUT) is True
