@@ -303,3 +303,31 @@ def test_make_up_runs_what_the_readme_says() -> None:
     result = subprocess.run(["make", "-n", "up"], cwd=REPO, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert f"/{said}" in result.stdout or f" {said}" in result.stdout, result.stdout
+
+
+README_MAX_LINES = 400
+#: a round of work named by its number ("session 9", "sessions 8-10", "session's 3"): project
+#: text names a figure's commit and command instead
+ROUND_OF_WORK = re.compile(r"session[s']* ?[0-9]", re.IGNORECASE)
+
+
+def test_the_readme_stays_a_guide() -> None:
+    """The front page says what qw is and how to use it; the rest lives in docs/."""
+    lines = (REPO / "README.md").read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= README_MAX_LINES, (
+        f"README.md has {len(lines)} lines, at most {README_MAX_LINES}: move details to docs/"
+    )
+
+
+@pytest.mark.parametrize(
+    "doc",
+    [*DOCS, *sorted((REPO / "bench").glob("results*.md"))],
+    ids=lambda d: str(d.relative_to(REPO)),
+)
+def test_no_text_names_a_round_of_work(doc: Path) -> None:
+    named = [
+        f"{doc.relative_to(REPO)}:{number}: {line.strip()}"
+        for number, line in enumerate(doc.read_text(encoding="utf-8").splitlines(), 1)
+        if ROUND_OF_WORK.search(line)
+    ]
+    assert not named, "name the commit (and the date) instead:\n" + "\n".join(named)
