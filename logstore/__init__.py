@@ -27,6 +27,7 @@ from logstore.base import (
 from logstore.identity import (
     IdentityError,
     LogIdentity,
+    LostHistoryError,
     directory_queue,
     new_queue_id,
     sibling_topics,
@@ -55,6 +56,7 @@ __all__ = [
     "LogIdentity",
     "LogClosedError",
     "LogError",
+    "LostHistoryError",
     "PositionCompactedError",
     "RecordTooLargeError",
 ]
