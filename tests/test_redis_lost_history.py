@@ -165,6 +165,11 @@ def test_the_report_says_what_it_verified(queue: str, tmp_path: Path) -> None:
     refused = qw("report", "--log", queue, cwd=tmp_path)
     assert refused.returncode == 3
     assert "qw:tasks" in one_line(refused.stderr)
+    before = state(queue)
+    not_compacted = qw("compact", "--log", queue, "--retention", "0", cwd=tmp_path)
+    assert not_compacted.returncode != 0
+    assert "entries are gone that qw did not remove" in one_line(not_compacted.stderr)
+    assert state(queue) == before
 
 
 def test_a_stream_an_older_qw_trimmed_is_counted_from_its_next_trim(
