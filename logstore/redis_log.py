@@ -102,8 +102,9 @@ Redis Cluster
 ``cluster=yes`` in the URL makes the handle a ``redis.cluster.RedisCluster`` client: the
 URL names any node, the client finds the others and sends each command to the node that
 owns its key's slot. Every call of a handle touches its stream, its last-append record
-(``<stream key>:w:…``) and the identity key (``qw:queue``; at open also the verdict mode
-``qw:queue:verdicts``): they must share a slot, which
+(``<stream key>:w:…``), its start and removed count (``<stream key>:start``, ``:removed``)
+and the identity key (``qw:queue``, checked by every script: ``QUEUE_LUA``; at open also
+the verdict mode ``qw:queue:verdicts``): they must share a slot, which
 a hash tag in ``prefix`` gives them (``prefix={p3}``: the keys ``{p3}:qw:claims``,
 ``{p3}:qw:claims:w:…`` and ``{p3}:qw:queue`` hash on ``p3`` alone). A partitioned queue
 (`queue_worker.partitions`) gives each partition such a prefix. A cluster has database 0
