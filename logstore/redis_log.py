@@ -619,6 +619,7 @@ class RedisLog(Log):
         retries: int | None = None,
         family: Sequence[str] = (),
         read_only: bool = False,
+        create: bool = True,
     ) -> RedisLog:
         """Open the log of `topic` at `url`, checking that the server answers and that the
         key is a stream (or absent: the first append creates it).
@@ -627,7 +628,9 @@ class RedisLog(Log):
         no stream of the family holds anything yet and not `read_only`); streams without
         it are refused. The handle then checks the key again after every reconnection and
         every idle wait: a server reset under a running worker (restarted without
-        persistence, flushed) raises IdentityError instead of mixing two queues' records."""
+        persistence, flushed) raises IdentityError instead of mixing two queues' records.
+        `create=False`: the queue exists already (a process of its run opens one more of
+        its topics): an identity gone is a reset, IdentityError, and nothing is created."""
         log = cls(url, topic, durability=durability, max_record=max_record, retries=retries)
         try:
             kind = log._call("open", lambda: _text(log._client.type(log.key)))
@@ -638,13 +641,13 @@ class RedisLog(Log):
                 )
             log.read_only = read_only
             if family:
-                log._adopt_identity(family, read_only)
+                log._adopt_identity(family, read_only, create)
         except BaseException:
             log.close()
             raise
         return log
 
-    def _adopt_identity(self, family: Sequence[str], read_only: bool) -> None:
+    def _adopt_identity(self, family: Sequence[str], read_only: bool, create: bool) -> None:
         """Read the queue's identity and verdict mode (creating both, unless `read_only`,
         for a queue not created yet: `logstore.verdict_mode`)."""
         client = self._client
@@ -661,6 +664,12 @@ class RedisLog(Log):
                 )
             if read_only:
                 return
+            if not create:
+                raise IdentityError(
+                    f"{self.url}: the queue identity {self.id_key} is missing: the server "
+                    "was reset (restarted without persistence, or flushed) under the queue's "
+                    "run; nothing is created in its place"
+                )
             queue, self.verdicts = verdict_mode.resolve(self, family, asked, new_queue_id())
         if not isinstance(queue, bytes) or len(queue) != QUEUE_ID_SIZE:
             raise IdentityError(f"{self.url}: {self.id_key} is not a qw queue identity")

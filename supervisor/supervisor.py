@@ -209,7 +209,8 @@ class Supervisor:
         self._next_view = 0.0  # when the counts and stats files are refreshed next
         self._status_path = status_path(options.run_dir)
         self._logs_dir = options.run_dir / "logs"
-        self._ops = OpsRecorder(options.location)  # kills, pauses, deaths: the ops topic
+        # kills, pauses, deaths: the ops topic of the queue `start` opens (never a new one)
+        self._ops = OpsRecorder(options.location, create=False)
 
     # -- life cycle ----------------------------------------------------------------------------
 
