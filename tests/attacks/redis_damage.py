@@ -125,6 +125,8 @@ def redis_flushall_mid_run(work: Path) -> Finding:
                 up.wait()
         if client.keys("qw:tasks*") or client.keys("qw:claims*"):
             return broken("workers appended to the flushed server")
+        if client.keys("qw:*"):
+            return degraded(f"a queue was made anew on the flushed server: {client.keys('qw:*')}")
         if out.count("death: ") > 2:
             return degraded(f"workers were restarted ({out.count('death: ')} deaths)")
         result = subprocess.CompletedProcess(up.args, up.returncode, out, err)
