@@ -27,6 +27,7 @@ from logstore.base import (
 from logstore.identity import (
     IdentityError,
     LogIdentity,
+    LostHistoryError,
     directory_queue,
     new_queue_id,
     sibling_topics,
@@ -55,6 +56,7 @@ __all__ = [
     "LogIdentity",
     "LogClosedError",
     "LogError",
+    "LostHistoryError",
     "PositionCompactedError",
     "RecordTooLargeError",
 ]
@@ -78,6 +80,7 @@ def open_log(
     family: Sequence[str] = (),
     read_only: bool = False,
     segment_bytes: int | None = None,
+    create: bool = True,
 ) -> Log:
     """Open (creating if needed) the log for `topic` at `location`.
 
@@ -89,6 +92,8 @@ def open_log(
     exist (IdentityError otherwise, see `logstore.identity`); a new queue is created with
     every log of its family.
     `read_only`: create and write nothing at all (LogError when the log does not exist).
+    `create=False`: the queue must exist already (IdentityError otherwise: on Redis, a
+    server reset under the queue's run); a missing log of it is still made.
     `segment_bytes`: the file log's segment size from now on (None: the log's own; see
     `FileLog.open`). Not used by Redis.
     """
@@ -97,7 +102,9 @@ def open_log(
     if is_redis_url(text):
         from logstore.redis_log import RedisLog  # imported here: redis is an optional extra
 
-        return RedisLog.open(text, topic, family=topics if family else (), read_only=read_only)
+        return RedisLog.open(
+            text, topic, family=topics if family else (), read_only=read_only, create=create
+        )
     from logstore.file_log import FileLog
 
     directory = Path(text)
@@ -106,6 +113,8 @@ def open_log(
         topics = tuple(dict.fromkeys((*sibling_topics(directory), topic)))
     path = directory / f"{topic}.log"
     queue = directory_queue(directory, topics)
+    if queue is None and not create:
+        raise IdentityError(f"{directory}: no qw queue there any more (its logs are gone)")
     if queue is None and not read_only:
         # The queue's first log: choose its id under a lock, so that two processes creating
         # two of its logs at once cannot give them two ids.

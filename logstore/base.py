@@ -202,6 +202,14 @@ class Log(ABC):
             position = entry.next
         return position
 
+    def verify_history(self) -> str | None:
+        """Check what a backend can tell beyond its reads: that the log still holds every
+        record it held since its start but those compaction removed (which the fold
+        checkpoint accounts for). Raises LostHistoryError (logstore.identity) when records
+        are gone that nothing accounts for; returns what was verified, in a few words, or
+        None when the backend has nothing to check here."""
+        return None
+
     def checksum(self, start: int, end: int, seed: int = 0) -> int:
         """A crc32 over the records from `start` up to `end` (positions and bytes), from
         `seed`: it changes when any record there changes. A backend may checksum its own

@@ -31,6 +31,12 @@ class IdentityError(LogError):
     what the rest of its set (or a checkpoint) has seen of it."""
 
 
+class LostHistoryError(IdentityError):
+    """A log that no longer holds every record it held since its start, and nothing (the
+    fold checkpoint of a compaction) accounts for the ones gone: what a reader would fold
+    is not the queue's history."""
+
+
 class LogIdentity(NamedTuple):
     queue: bytes  # QUEUE_ID_SIZE bytes
     topic: str

@@ -102,8 +102,9 @@ Redis Cluster
 ``cluster=yes`` in the URL makes the handle a ``redis.cluster.RedisCluster`` client: the
 URL names any node, the client finds the others and sends each command to the node that
 owns its key's slot. Every call of a handle touches its stream, its last-append record
-(``<stream key>:w:…``) and the identity key (``qw:queue``; at open also the verdict mode
-``qw:queue:verdicts``): they must share a slot, which
+(``<stream key>:w:…``), its start and removed count (``<stream key>:start``, ``:removed``)
+and the identity key (``qw:queue``, checked by every script: ``QUEUE_LUA``; at open also
+the verdict mode ``qw:queue:verdicts``): they must share a slot, which
 a hash tag in ``prefix`` gives them (``prefix={p3}``: the keys ``{p3}:qw:claims``,
 ``{p3}:qw:claims:w:…`` and ``{p3}:qw:queue`` hash on ``p3`` alone). A partitioned queue
 (`queue_worker.partitions`) gives each partition such a prefix. A cluster has database 0
@@ -146,7 +147,13 @@ from logstore.base import (
     PositionCompactedError,
     RecordTooLargeError,
 )
-from logstore.identity import QUEUE_ID_SIZE, IdentityError, LogIdentity, new_queue_id
+from logstore.identity import (
+    QUEUE_ID_SIZE,
+    IdentityError,
+    LogIdentity,
+    LostHistoryError,
+    new_queue_id,
+)
 from logstore.location import redact_url as _redact
 from logstore.redis_keys import redis_key
 
@@ -220,6 +227,23 @@ end
 
 #: the error a read script answers for a position before the stream's start
 TRIMMED_ERROR: Final = "QWTRIMMED"
+#: the error every script of a handle answers when the queue identity is not its queue's
+QUEUE_ERROR: Final = "QWQUEUE"
+
+# queue_refused(identity key, queue id): nil while the key holds the queue id the handle
+# opened ('' for a handle opened without its queue: nothing to check), else the error to
+# answer. Run first by every script that reads or appends: a server reset (restarted
+# without persistence, flushed) is met by the very call that would have read the new
+# server's records or appended to them, not by a look before it.
+QUEUE_LUA: Final = r"""
+local function queue_refused(id_key, queue)
+  if queue == '' then return nil end
+  local found = redis.call('GET', id_key)
+  if found == queue then return nil end
+  if found then return redis.error_reply('QWQUEUE changed') end
+  return redis.error_reply('QWQUEUE missing')
+end
+"""
 
 # trimmed_before(start key, id): the start id when `id` is before it, nil otherwise. Ids are
 # compared as (ms, seq) numbers: both fit a Lua double exactly (ms < 2^53, seq < 2^20).
@@ -236,12 +260,16 @@ end
 """
 
 
-# KEYS[1] the stream, KEYS[2] its start key (logstore.redis_trim). ARGV[1] the first id,
-# ARGV[2] the most entries. A first id the stream was trimmed past is an error (QWTRIMMED).
+# KEYS[1] the stream, KEYS[2] its start key (logstore.redis_trim), KEYS[3] the queue
+# identity. ARGV[1] the first id, ARGV[2] the most entries, ARGV[3] the queue id (QUEUE_LUA).
+# A first id the stream was trimmed past is an error (QWTRIMMED).
 _READ_LUA = (
     _ENTRIES_LUA
     + TRIMMED_LUA
+    + QUEUE_LUA
     + """
+local refused = queue_refused(KEYS[3], ARGV[3])
+if refused then return refused end
 local start = trimmed_before(KEYS[2], ARGV[1])
 if start then return redis.error_reply('QWTRIMMED ' .. start) end
 return entries(KEYS[1], ARGV[1], '+', ARGV[2])
@@ -250,12 +278,15 @@ return entries(KEYS[1], ARGV[1], '+', ARGV[2])
 
 # The start-up check (`RedisLog.check`): what `read` would refuse as damage, looked for on
 # the server, so that checking a backlog costs no reply of its records. KEYS and ARGV as
-# _READ_LUA's. Returns {entries looked at, the last one's id ('' for none), the id of the
-# first entry without a 'd' field or with a sequence number past 2^SEQ_BITS - 1 ('' for
-# none)}: the look stops at it.
+# _READ_LUA's, ARGV[3] the largest sequence number, ARGV[4] the queue id. Returns {entries
+# looked at, the last one's id ('' for none), the id of the first entry without a 'd' field
+# or with a sequence number past 2^SEQ_BITS - 1 ('' for none)}: the look stops at it.
 _CHECK_LUA = (
     TRIMMED_LUA
+    + QUEUE_LUA
     + """
+local refused = queue_refused(KEYS[3], ARGV[4])
+if refused then return refused end
 local start = trimmed_before(KEYS[2], ARGV[1])
 if start then return redis.error_reply('QWTRIMMED ' .. start) end
 local n, last, bad = 0, '', ''
@@ -275,14 +306,19 @@ return {n, last, bad}
 )
 
 # KEYS[1] the stream, KEYS[2] this handle's last-append record, KEYS[3] the stream's start
-# key (an id to read from that was trimmed away reads nothing: the caller's read raises).
-# ARGV[1] the call number, ARGV[2] the record's ttl (ms), ARGV[3] the seq limit,
-# ARGV[4] the id to read from ('' reads nothing), ARGV[5] the most entries to read,
-# ARGV[6..] the records. Returns {ids, entries from ARGV[4] through the last id added}.
+# key (an id to read from that was trimmed away reads nothing: the caller's read raises),
+# KEYS[4] the queue identity, KEYS[5] the count of entries qw removed from the stream
+# (`verify_history`: an append undone counts). ARGV[1] the call number, ARGV[2] the
+# record's ttl (ms), ARGV[3] the seq limit, ARGV[4] the id to read from ('' reads nothing),
+# ARGV[5] the most entries to read, ARGV[6] the queue id (QUEUE_LUA), ARGV[7..] the records.
+# Returns {ids, entries from ARGV[4] through the last id added}.
 _APPEND_LUA = (
     _ENTRIES_LUA
     + TRIMMED_LUA
+    + QUEUE_LUA
     + """
+local refused = queue_refused(KEYS[4], ARGV[6])
+if refused then return refused end
 local function reply(ids)
   if ARGV[4] == '' or trimmed_before(KEYS[3], ARGV[4]) then return {ids, ''} end
   return {ids, entries(KEYS[1], ARGV[4], ids[#ids], ARGV[5])}
@@ -299,8 +335,9 @@ end
 local ids = {}
 local function undo()
   for _, id in ipairs(ids) do redis.call('XDEL', KEYS[1], id) end
+  if #ids > 0 then redis.call('INCRBY', KEYS[5], #ids) end
 end
-for i = 6, #ARGV do
+for i = 7, #ARGV do
   local r = redis.pcall('XADD', KEYS[1], '*', 'd', ARGV[i])
   if type(r) == 'table' and r.err then
     undo()
@@ -318,6 +355,34 @@ for _, id in ipairs(ids) do
 end
 redis.call('SET', KEYS[2], ARGV[1] .. ' ' .. ids[1] .. ' ' .. ids[#ids], 'PX', ARGV[2])
 return reply(ids)
+"""
+)
+
+# entry_counts(stream): the entries ever added to it (-1: the server does not count them,
+# Redis before 7.0) and the entries it holds; 0, 0 for no stream. Their difference is how
+# many entries left it, by any command (XTRIM, XDEL).
+COUNTS_LUA: Final = r"""
+local function entry_counts(key)
+  if redis.call('EXISTS', key) == 0 then return 0, 0 end
+  local added, length = -1, 0
+  local info = redis.call('XINFO', 'STREAM', key)
+  for i = 1, #info, 2 do
+    if info[i] == 'entries-added' then added = info[i + 1]
+    elseif info[i] == 'length' then length = info[i + 1] end
+  end
+  return added, length
+end
+"""
+
+# `RedisLog.verify_history`. KEYS[1] the stream, KEYS[2] its start key, KEYS[3] the count of
+# entries qw removed. Returns {entries ever added (-1: not counted), entries held, entries
+# qw removed (-1: no count kept), 1 when the start key is set}, read at one moment.
+_HISTORY_LUA: Final = (
+    COUNTS_LUA
+    + """
+local added, length = entry_counts(KEYS[1])
+local removed = tonumber(redis.call('GET', KEYS[3]) or '-1')
+return {added, length, removed, redis.call('EXISTS', KEYS[2])}
 """
 )
 
@@ -440,6 +505,13 @@ def _before_sending(exc: Exception) -> bool:
     return "connecting to" in text or "Timeout connecting" in text
 
 
+def _own_refusal(exc: rex.ResponseError) -> bool:
+    """An error a read script answers on purpose (or a key that is not a stream), as
+    opposed to a server that refuses scripts altogether."""
+    text = str(exc)
+    return "WRONGTYPE" in text or TRIMMED_ERROR in text or text.startswith(QUEUE_ERROR)
+
+
 def _retryable(exc: Exception) -> bool:
     # wrong credentials or permissions do not get better by asking again
     return not isinstance(exc, (rex.AuthenticationError, rex.AuthorizationError))
@@ -475,6 +547,9 @@ class RedisLog(Log):
         self.id_key = redis_key(settings.prefix, "queue")
         #: where the stream starts once compaction trimmed it (logstore.redis_trim)
         self.start_key = redis_key(settings.prefix, topic, "start")
+        #: how many entries qw removed from the stream (compaction's trims, appends
+        #: undone), counted by the script that removes them (`verify_history`)
+        self.removed_key = redis_key(settings.prefix, topic, "removed")
         #: the queue and topic this handle was opened as (None: opened without a family)
         self.identity: LogIdentity | None = None
         #: opened for reading only (`open(read_only=True)`): appends raise LogError
@@ -521,6 +596,7 @@ class RedisLog(Log):
         self._script = self._client.register_script(_APPEND_LUA)
         self._read_script = self._client.register_script(_READ_LUA)
         self._check_script = self._client.register_script(_CHECK_LUA)
+        self._history_script = self._client.register_script(_HISTORY_LUA)
         #: the connection the scripts are called on (`_run_script`), and the pid it is for
         self._conn: redis.connection.Connection | None = None
         self._conn_pid = -1
@@ -543,6 +619,7 @@ class RedisLog(Log):
         retries: int | None = None,
         family: Sequence[str] = (),
         read_only: bool = False,
+        create: bool = True,
     ) -> RedisLog:
         """Open the log of `topic` at `url`, checking that the server answers and that the
         key is a stream (or absent: the first append creates it).
@@ -551,7 +628,9 @@ class RedisLog(Log):
         no stream of the family holds anything yet and not `read_only`); streams without
         it are refused. The handle then checks the key again after every reconnection and
         every idle wait: a server reset under a running worker (restarted without
-        persistence, flushed) raises IdentityError instead of mixing two queues' records."""
+        persistence, flushed) raises IdentityError instead of mixing two queues' records.
+        `create=False`: the queue exists already (a process of its run opens one more of
+        its topics): an identity gone is a reset, IdentityError, and nothing is created."""
         log = cls(url, topic, durability=durability, max_record=max_record, retries=retries)
         try:
             kind = log._call("open", lambda: _text(log._client.type(log.key)))
@@ -562,13 +641,13 @@ class RedisLog(Log):
                 )
             log.read_only = read_only
             if family:
-                log._adopt_identity(family, read_only)
+                log._adopt_identity(family, read_only, create)
         except BaseException:
             log.close()
             raise
         return log
 
-    def _adopt_identity(self, family: Sequence[str], read_only: bool) -> None:
+    def _adopt_identity(self, family: Sequence[str], read_only: bool, create: bool) -> None:
         """Read the queue's identity and verdict mode (creating both, unless `read_only`,
         for a queue not created yet: `logstore.verdict_mode`)."""
         client = self._client
@@ -585,6 +664,12 @@ class RedisLog(Log):
                 )
             if read_only:
                 return
+            if not create:
+                raise IdentityError(
+                    f"{self.url}: the queue identity {self.id_key} is missing: the server "
+                    "was reset (restarted without persistence, or flushed) under the queue's "
+                    "run; nothing is created in its place"
+                )
             queue, self.verdicts = verdict_mode.resolve(self, family, asked, new_queue_id())
         if not isinstance(queue, bytes) or len(queue) != QUEUE_ID_SIZE:
             raise IdentityError(f"{self.url}: {self.id_key} is not a qw queue identity")
@@ -609,10 +694,10 @@ class RedisLog(Log):
             return
         if found != identity.queue:
             connection.disconnect()  # type: ignore[no-untyped-call]
-            raise self._reset_error(found)
+            raise self._reset_error(missing=found is None)
 
-    def _reset_error(self, found: object) -> IdentityError:
-        what = "is missing" if found is None else "has changed"
+    def _reset_error(self, *, missing: bool) -> IdentityError:
+        what = "is missing" if missing else "has changed"
         return IdentityError(
             f"{self.name}: the queue identity {self.id_key} {what}: the server was reset "
             "(restarted without persistence, or flushed) since this log was opened, and "
@@ -626,7 +711,13 @@ class RedisLog(Log):
             return
         found = self._client.get(self.id_key)
         if found != identity.queue:
-            raise self._reset_error(found)
+            raise self._reset_error(missing=found is None)
+
+    @property
+    def _queue_arg(self) -> bytes:
+        """What the scripts check the identity key against (QUEUE_LUA): b'' for a handle
+        opened without its queue (nothing to check)."""
+        return b"" if self.identity is None else self.identity.queue
 
     # -- plumbing
 
@@ -653,6 +744,8 @@ class RedisLog(Log):
                 message += "; the append may still have been made (a reply was lost)"
             raise error(message) from exc
         except rex.RedisError as exc:
+            if str(exc).startswith(QUEUE_ERROR):  # a script's refusal (QUEUE_LUA)
+                raise self._reset_error(missing=str(exc).endswith("missing")) from None
             raise error(f"redis at {self.url} refused {what} {self.key}: {exc}") from exc
 
     def _writer(self) -> str:
@@ -756,10 +849,11 @@ class RedisLog(Log):
         call = next(self._calls)
         first = "" if read_from is None else format_id(*unpack_position(read_from))
         args: list[bytes | int | str] = [call, DEDUP_TTL_MS, SEQ_LIMIT, first, max_records]
-        args += records
+        args += [self._queue_arg, *records]
+        keys = [self.key, writer, self.start_key, self.id_key, self.removed_key]
 
         def run() -> object:
-            return self._run_script(self._script, [self.key, writer, self.start_key], args)
+            return self._run_script(self._script, keys, args)
 
         try:
             raw = self._call("append to", run, AppendError)
@@ -790,10 +884,11 @@ class RedisLog(Log):
 
             def by_script() -> object:
                 try:
-                    keys = [self.key, self.start_key]
-                    return self._run_script(self._read_script, keys, [first, count])
+                    keys = [self.key, self.start_key, self.id_key]
+                    args: list[bytes | int | str] = [first, count, self._queue_arg]
+                    return self._run_script(self._read_script, keys, args)
                 except rex.ResponseError as exc:
-                    if "WRONGTYPE" in str(exc) or TRIMMED_ERROR in str(exc):
+                    if _own_refusal(exc):
                         raise
                     self._script_reads = False  # scripts refused here: XRANGE from now on
                     return None
@@ -820,8 +915,12 @@ class RedisLog(Log):
         field, a sequence number it cannot pack), made on the server in batches of
         CHECK_BATCH: the records themselves are not sent (a backlog of 10,000 tasks read
         and parsed cost `qw up` ~12 ms of CPU and 75-230 ms before its first worker,
-        measured at load 4). Where scripts are refused: read, as Log.check does."""
+        measured at load 4). Where scripts are refused: read, as Log.check does.
+
+        First, the stream's history (`verify_history`): a stream that lost entries qw did
+        not remove is refused (LostHistoryError) before any of it is looked at."""
         self._check_open()
+        self.verify_history()
         if not self._script_reads:
             return super().check(start)
         position = self.start if start is None else max(start, self.start)
@@ -830,11 +929,11 @@ class RedisLog(Log):
 
             def by_script(first: str = first) -> object:
                 try:
-                    keys = [self.key, self.start_key]
-                    args: list[bytes | int | str] = [first, CHECK_BATCH, _SEQ_MASK]
+                    keys = [self.key, self.start_key, self.id_key]
+                    args: list[bytes | int | str] = [first, CHECK_BATCH, _SEQ_MASK, self._queue_arg]
                     return self._run_script(self._check_script, keys, args)
                 except rex.ResponseError as exc:
-                    if "WRONGTYPE" in str(exc) or TRIMMED_ERROR in str(exc):
+                    if _own_refusal(exc):
                         raise
                     self._script_reads = False  # scripts refused here: as `read` does
                     return None
@@ -859,6 +958,49 @@ class RedisLog(Log):
             position = pack_id(*parse_id(cast("bytes", last))) + 1
             if count < CHECK_BATCH:
                 return position
+
+    def verify_history(self) -> str:
+        """Check that the stream still holds every entry ever added to it but those qw
+        removed itself; return what was verified, in a few words (the report says it).
+
+        Redis counts the entries added to a stream (``entries-added``, 7.0 and later), and
+        every script of qw that removes entries (compaction's trim, whose fold checkpoint
+        accounts for them; an append undone) counts them in `removed_key` in the same
+        step. Entries gone that qw did not remove (``XTRIM`` or ``XDEL`` by hand, an
+        evicting server) make the counts disagree: LostHistoryError, naming them, since
+        a fold of what is left would run tasks again or call them done without proof.
+        Where the server keeps no count (before 7.0), or an older qw trimmed the stream
+        without counting, nothing can be checked, and the answer says so."""
+
+        def counts() -> object:
+            try:
+                keys = [self.key, self.start_key, self.removed_key]
+                return self._run_script(self._history_script, keys, [])
+            except rex.ResponseError as exc:
+                if _own_refusal(exc):
+                    raise
+                return None  # scripts refused here (an ACL without EVALSHA)
+
+        raw = self._call("verify the history of", counts)
+        if raw is None:
+            return f"{self.key}: not verified (the server refuses qw's scripts)"
+        if not isinstance(raw, list) or len(raw) != 4 or not all(type(n) is int for n in raw):
+            raise LogError(f"{self.name}: unexpected reply from redis: {raw!r:.80}")
+        added, length, removed, started = raw
+        if added < 0:
+            return f"{self.key}: not verified (Redis before 7.0 counts no stream's entries)"
+        if removed < 0 and started:
+            return f"{self.key}: not verified (trimmed by a qw that kept no count of it)"
+        removed = max(removed, 0)
+        if added - length != removed:
+            raise LostHistoryError(
+                f"{self.name}: the stream holds {length} of the {added} entries ever added "
+                f"to it, and qw removed {removed} (compaction, covered by the fold "
+                f"checkpoint): {added - length - removed} entries are gone that qw did not "
+                "remove (trimmed or deleted by hand?); the history is lost, and a replay "
+                "of what is left would not be the queue's"
+            )
+        return f"{self.key}: {length} entries held of {added} added, {removed} removed by qw"
 
     def _parse_entries(self, blob: bytes) -> list[Entry]:
         """The entries of a script's reply (the format is described above `_ENTRIES_LUA`)."""
@@ -940,8 +1082,9 @@ class RedisLog(Log):
             return
         self._closed = True
         if self._writer_pid == os.getpid():
-            # best effort: the record expires by itself anyway
-            with contextlib.suppress(rex.RedisError):
+            # best effort: the record expires by itself anyway (and a reset server has
+            # none: a new connection's identity check refuses it)
+            with contextlib.suppress(rex.RedisError, IdentityError):
                 self._client.delete(self._writer_key)
         if self._conn is not None and self._conn_pid == os.getpid():
             self._client.connection_pool.release(self._conn)
@@ -965,15 +1108,19 @@ class RedisLog(Log):
         self, script: Script, keys: Sequence[str], args: Sequence[bytes | int | str]
     ) -> object:
         """Run a script that appends to this stream, retried as an append is (AppendError
-        when it gives up). KEYS = [this stream, this handle's last-append record, *keys];
-        ARGV = [the call number, the record's ttl (ms), the seq limit, *args]: the script
-        keeps its reply in the record under the call number and answers a retry with it,
-        as `_APPEND_LUA` does, so that a call whose reply was lost is not made twice."""
+        when it gives up). KEYS = [this stream, this handle's last-append record, *keys,
+        the queue identity, the count of entries qw removed]; ARGV = [the call number, the
+        record's ttl (ms), the seq limit, *args, the queue id]: the script checks the
+        identity before anything else (QUEUE_LUA: IdentityError when the server was
+        reset), counts an entry it undoes, and keeps its reply in the record under the
+        call number and answers a retry with it, as `_APPEND_LUA` does, so that a call
+        whose reply was lost is not made twice."""
         self._check_open()
         if self.read_only:
             raise LogError(f"{self.name} is opened read-only: nothing may be appended")
-        keys = [self.key, self._writer(), *keys]
+        keys = [self.key, self._writer(), *keys, self.id_key, self.removed_key]
         argv: list[bytes | int | str] = [next(self._calls), DEDUP_TTL_MS, SEQ_LIMIT, *args]
+        argv.append(self._queue_arg)
         return self._call("append to", lambda: self._run_script(script, keys, argv), AppendError)
 
     def __repr__(self) -> str:

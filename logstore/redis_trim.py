@@ -25,19 +25,27 @@ from __future__ import annotations
 
 from typing import Final
 
-from logstore.redis_log import TRIMMED_LUA, RedisLog, format_id, unpack_position
+from logstore.redis_log import COUNTS_LUA, TRIMMED_LUA, RedisLog, format_id, unpack_position
 
-# KEYS[1] the stream, KEYS[2] its start key. ARGV[1] the new start id. Moves the start key
-# forward (never back) and trims the stream to it, in one step; `removed` is the count of
-# entries removed. A script that trims more in the same step (the server verdicts' state:
-# queue_worker.verdict_trim) goes on from here.
+# KEYS[1] the stream, KEYS[2] its start key, KEYS[3] the count of entries qw removed from
+# it (`RedisLog.verify_history`). ARGV[1] the new start id. Moves the start key forward
+# (never back), trims the stream to it and counts what went, in one step; `removed` is the
+# count of entries removed. A stream an older qw trimmed has a start and no count: what it
+# lacks then is taken as that qw's trims. A script that trims more in the same step (the
+# server verdicts' state: queue_worker.verdict_trim) goes on from here.
 TRIM_TO_START_LUA: Final = (
     TRIMMED_LUA
+    + COUNTS_LUA
     + r"""
+if redis.call('EXISTS', KEYS[3]) == 0 and redis.call('EXISTS', KEYS[2]) == 1 then
+  local added, length = entry_counts(KEYS[1])
+  if added >= 0 then redis.call('SET', KEYS[3], added - length) end
+end
 if not trimmed_before(KEYS[2], ARGV[1]) then
   redis.call('SET', KEYS[2], ARGV[1])
 end
 local removed = redis.call('XTRIM', KEYS[1], 'MINID', redis.call('GET', KEYS[2]))
+redis.call('INCRBY', KEYS[3], removed)
 """
 )
 # Returns the entries removed.
@@ -52,7 +60,10 @@ def trim(log: RedisLog, start: int) -> int:
     first = format_id(*unpack_position(start))
     script = log._client.register_script(_TRIM_LUA)
     removed = log._call(
-        "trim", lambda: script(keys=[log.key, log.start_key], args=[first], client=log._client)
+        "trim",
+        lambda: script(
+            keys=[log.key, log.start_key, log.removed_key], args=[first], client=log._client
+        ),
     )
     return int(removed) if isinstance(removed, int) else 0
 

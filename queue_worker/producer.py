@@ -51,6 +51,11 @@ class Queue:
         )
         self._clock = clock
         self._location = location if is_redis_url(str(location)) else Path(location)
+        try:  # ids are counted: a log that lost records would hand out ids already given
+            self.log.verify_history()
+        except BaseException:
+            self.close()
+            raise
         # How far this producer has counted: the record at `_counted_position` is task
         # `_counted`. Starts at the beginning of the log (of what compaction left of it).
         self._counted, self._counted_position = self._count_from()

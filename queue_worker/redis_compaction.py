@@ -98,6 +98,8 @@ def _compact_locked(url: str, retention: Retention, now: float) -> Compacted:
     try:
         assert isinstance(tasks_log, RedisLog) and isinstance(claims_log, RedisLog)
         logs = ((CLAIMS_TOPIC, claims_log), (TASKS_TOPIC, tasks_log))
+        for _, log in logs:  # a checkpoint of a stream that lost entries would bury the loss
+            log.verify_history()
         # (trims a killed compaction listed but did not make are made below, not planned)
         listed = {topic: listed_start(url, topic, log.origin) for topic, log in logs}
         for topic, log in logs:

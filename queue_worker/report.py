@@ -250,6 +250,8 @@ class Report:
     # the counts above include it, the lists (takeovers, stale, dead) hold the retained part
     prefix: Prefix | None = None
     compacted_segments: int = 0  # segments compaction removed (both logs)
+    #: what each log verified of its history (`Log.verify_history`), in a few words
+    verified: tuple[str, ...] = ()
 
     @property
     def completions_stale(self) -> int:
@@ -639,11 +641,14 @@ def build_report(tasks_published: int, claims: Iterable[tuple[int, ClaimsRecord]
 # -- reading the logs ------------------------------------------------------------------------
 
 
-def _check_pair(location: str | Path) -> None:
-    """Raise LogError unless `location` holds the tasks and the claims log of one queue."""
+def _check_pair(location: str | Path) -> tuple[str, ...]:
+    """Raise LogError unless `location` holds the tasks and the claims log of one queue,
+    each with every record since its start that nothing else accounts for
+    (`Log.verify_history`: LostHistoryError); return what that verified."""
     tasks, claims = open_topics(location, read_only=True)
-    tasks.close()
-    claims.close()
+    with tasks, claims:
+        said = (tasks.verify_history(), claims.verify_history())
+    return tuple(line for line in said if line is not None)
 
 
 def load_report(location: str | Path, up_to: int | None = None) -> Report:
@@ -656,7 +661,7 @@ def load_report(location: str | Path, up_to: int | None = None) -> Report:
         if not has_logs(location):
             raise ReportInputError(missing_logs_text(location))
         # Both logs, of one queue (their identity is checked as they open), or nothing.
-        _check_pair(location)
+        verified = _check_pair(location)
         compacted = compacted_prefix(location)
         replay, claims_start, tasks_start, before, segments = _Replay(), None, None, 0, 0
         if compacted is not None:
@@ -672,6 +677,8 @@ def load_report(location: str | Path, up_to: int | None = None) -> Report:
                 f"the tasks log at {location} holds {published} tasks, but its claims log "
                 f"closed task {highest}: the tasks log was cut short or replaced"
             )
-        return dataclasses.replace(replay.report(published), compacted_segments=segments)
+        return dataclasses.replace(
+            replay.report(published), compacted_segments=segments, verified=verified
+        )
     except (LogError, OSError) as e:  # a damaged or foreign log; a file we may not read
         raise ReportInputError(str(e)) from e

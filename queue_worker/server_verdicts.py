@@ -43,7 +43,15 @@ import msgpack
 from redis.commands.core import Script
 
 from logstore import AppendError, IdentityError, LogError, RecordTooLargeError
-from logstore.redis_log import RedisLog, format_id, pack_id, parse_id, redis_key, unpack_position
+from logstore.redis_log import (
+    QUEUE_LUA,
+    RedisLog,
+    format_id,
+    pack_id,
+    parse_id,
+    redis_key,
+    unpack_position,
+)
 from queue_worker.errors import QwError
 from queue_worker.records import Claim, Done, Fail, Renew, encode
 from queue_worker.state import ClaimState, Lease, Verdict
@@ -61,9 +69,14 @@ MAX_EXACT: Final = 2**52
 # queue_worker.server_claim's). KEYS[1] the claims stream, KEYS[2] this handle's last-append
 # record, KEYS[3] the per-task state, KEYS[4] the index of open tasks (a sorted set: an open
 # task's score is when it may next be claimed, its holder's expiry or its retry_at).
-# ARGV[1] the call number, ARGV[2] the last-append record's ttl (ms), ARGV[3] the seq limit
-# (see RedisLog.call_appending_script).
-RULES_LUA: Final = r"""
+# ARGV[1] the call number, ARGV[2] the last-append record's ttl (ms), ARGV[3] the seq limit;
+# after the script's own, the queue identity and the count of entries qw removed from the
+# stream are the last two KEYS, the queue id the last ARGV (RedisLog.call_appending_script).
+RULES_LUA: Final = (
+    QUEUE_LUA
+    + r"""
+local QUEUE_KEY, REMOVED_KEY, QUEUE_ID = KEYS[#KEYS - 1], KEYS[#KEYS], ARGV[#ARGV]
+
 -- What a call has read of the state, and what it writes at its end (`flush`): one HMGET
 -- of the fields of the whole queue, one HGET per task, one HSET for everything (every
 -- redis.call costs the server a few µs: this script is run once per record or task).
@@ -138,8 +151,12 @@ local function last_added(key)
   return '0-0'
 end
 
--- nil, nil to go on; else a retried call's first reply (packed), or an error to give
+-- nil, nil to go on; else a retried call's first reply (packed), or an error to give:
+-- first of all, a queue identity that is not the handle's (a reset server: nothing of
+-- its state or its streams is this queue's)
 local function prelude()
+  local refused = queue_refused(QUEUE_KEY, QUEUE_ID)
+  if refused then return nil, refused end
   local mine = ARGV[1] .. ' '
   local last = redis.call('GET', KEYS[2])
   if last and string.sub(last, 1, #mine) == mine then
@@ -175,6 +192,7 @@ local function fold_in(data, kind, task, worker, lease, claim, delta, err, task_
   local ms, seq = string.match(id, '^(%d+)-(%d+)$')
   if tonumber(seq) >= tonumber(ARGV[3]) then
     redis.call('XDEL', KEYS[1], id)
+    redis.call('INCRBY', REMOVED_KEY, 1)
     flush()
     return redis.error_reply('QWSEQ entry id ' .. id .. ' has a sequence number of '
       .. ARGV[3] .. ' or more within one millisecond')
@@ -232,6 +250,7 @@ local function fold_in(data, kind, task, worker, lease, claim, delta, err, task_
   return {id, verdict, st or false}
 end
 """
+)
 
 # ARGV[4] the record's bytes, ARGV[5] its type (C R D F), ARGV[6] the task, ARGV[7] the
 # worker, ARGV[8] the lease (C, R), ARGV[9] the claim's entry id (R, D, F), ARGV[10]

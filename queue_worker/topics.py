@@ -100,15 +100,17 @@ def open_topic(
     durability: Durability = Durability.COMMIT,
     *,
     read_only: bool = False,
+    create: bool = True,
 ) -> Log:
     """Open one topic of the queue at `location`: refused (IdentityError) when it is not a
     log of the same queue as the queue's other logs there, or is another topic's log.
-    `read_only`: create and write nothing (for the commands that only look).
+    `read_only`: create and write nothing (for the commands that only look). `create=False`:
+    the queue must exist (`open_log`).
 
     A partitioned queue's location is refused (PartitionError): its topics are those of
     each partition, at `queue_worker.partitions.partition_location`."""
     _refuse_partitioned(location)
-    return open_log(location, topic, durability, family=TOPICS, read_only=read_only)
+    return open_log(location, topic, durability, family=TOPICS, read_only=read_only, create=create)
 
 
 def _refuse_partitioned(location: str | Path) -> None:
@@ -135,11 +137,15 @@ def open_topics(
 
 
 def open_ops(
-    location: str | Path, durability: Durability = Durability.COMMIT, *, read_only: bool = False
+    location: str | Path,
+    durability: Durability = Durability.COMMIT,
+    *,
+    read_only: bool = False,
+    create: bool = True,
 ) -> Log:
     """Open the ops log at `location` (see queue_worker.ops): a topic of the queue like the
     others, so it carries the queue's identity."""
-    return open_topic(location, OPS_TOPIC, durability, read_only=read_only)
+    return open_topic(location, OPS_TOPIC, durability, read_only=read_only, create=create)
 
 
 def check_tasks_cover(tasks_log: Log, known_tasks: int, claims_log: Log, state: ClaimState) -> None:

@@ -25,7 +25,8 @@ from logstore.redis_log import RedisLog, format_id, unpack_position
 from logstore.redis_trim import TRIM_TO_START_LUA
 from queue_worker.server_verdicts import BELOW, state_key
 
-# KEYS[1] the claims stream, KEYS[2] its start key, KEYS[3] the verdicts' state. ARGV[1]
+# KEYS[1] the claims stream, KEYS[2] its start key, KEYS[3] the count of entries qw
+# removed from it, KEYS[4] the verdicts' state. ARGV[1]
 # the new start id, ARGV[2] the watermark (every task below it closed), ARGV[3..] the dead
 # tasks from the state's ~below up to the watermark (their fields stay). Moves the start
 # key forward (never back), trims the stream to it and, when the state exists, drops the
@@ -35,8 +36,8 @@ _TRIM_LUA: Final = (
     TRIM_TO_START_LUA
     + r"""
 local dropped = 0
-if redis.call('EXISTS', KEYS[3]) == 1 then
-  local old = tonumber(redis.call('HGET', KEYS[3], '~below') or '0')
+if redis.call('EXISTS', KEYS[4]) == 1 then
+  local old = tonumber(redis.call('HGET', KEYS[4], '~below') or '0')
   local below = tonumber(ARGV[2])
   if below > old then
     local keep = {}
@@ -46,12 +47,12 @@ if redis.call('EXISTS', KEYS[3]) == 1 then
       local field = string.format('%d', t)
       if not keep[field] then batch[#batch + 1] = field end
       if #batch == 1000 then  -- (a Lua call's arguments go on its stack)
-        dropped = dropped + redis.call('HDEL', KEYS[3], unpack(batch))
+        dropped = dropped + redis.call('HDEL', KEYS[4], unpack(batch))
         batch = {}
       end
     end
-    if #batch > 0 then dropped = dropped + redis.call('HDEL', KEYS[3], unpack(batch)) end
-    redis.call('HSET', KEYS[3], '~below', string.format('%d', below))
+    if #batch > 0 then dropped = dropped + redis.call('HDEL', KEYS[4], unpack(batch)) end
+    redis.call('HSET', KEYS[4], '~below', string.format('%d', below))
   end
 end
 return {removed, dropped}
@@ -75,7 +76,7 @@ def trim_claims(log: RedisLog, start: int, watermark: int, dead: Iterable[int]) 
     kept = sorted(t for t in dead if below <= t < watermark)
     first = format_id(*unpack_position(start))
     script = log.register_script(_TRIM_LUA)
-    keys = [log.key, log.start_key, state_key(log)]
+    keys = [log.key, log.start_key, log.removed_key, state_key(log)]
     args: list[str | int] = [first, watermark, *kept]
     raw = log._call("trim", lambda: script(keys=keys, args=args, client=log._client))
     if not isinstance(raw, list) or len(raw) != 2:

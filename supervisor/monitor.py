@@ -73,6 +73,8 @@ POLL_BATCH: Final = 20_000
 HISTORY_SECONDS: Final = 120
 #: the throughput shown as "now" is the mean of this many complete seconds
 THROUGHPUT_WINDOW: Final = 3
+#: how often `poll` asks each log whether it lost records (`Log.verify_history`), seconds
+HISTORY_CHECK_S: Final = 1.0
 MICROS: Final = 1_000_000
 #: takeovers remembered for `takeover_of` (the dashboard asks about recent ones only)
 TAKEOVERS_KEPT: Final = 4096
@@ -140,6 +142,7 @@ class Monitor:
         #: where `check_start` begins to verify each log (tasks, claims): their starts, or
         #: where the checkpoint the fold begins from ends
         self._checked_from: tuple[int | None, int | None] = (None, None)
+        self._history_due = 0.0  # when `poll` next verifies the logs' history
         self._start_from_checkpoint()
 
     def _start_from_checkpoint(self) -> None:
@@ -219,7 +222,19 @@ class Monitor:
                 return []
             self._forget_settled_foreign()
             self._caught_up = tasks_read < self._batch and claims_read < self._batch
+            self._verify_history()
             return events
+
+    def _verify_history(self) -> None:
+        """Every HISTORY_CHECK_S, each log's own check that no record went that nothing
+        accounts for (`Log.verify_history`): records trimmed by hand under a running queue
+        raise LostHistoryError, which stops the run, where reading on would wait for ever
+        for tasks that are gone."""
+        now = time.monotonic()
+        if now >= self._history_due:
+            self._history_due = now + HISTORY_CHECK_S
+            self._tasks.verify_history()
+            self._claims.verify_history()
 
     def _forget_settled_foreign(self) -> None:
         """A foreign task below the fold's watermark is closed (a newer worker ran it): it

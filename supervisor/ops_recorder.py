@@ -55,11 +55,14 @@ def now_us() -> int:
 
 
 class OpsRecorder:
-    """Appends ops records to the ops topic at `location` (opened on the first record)."""
+    """Appends ops records to the ops topic at `location` (opened on the first record;
+    `create=False`: of a queue that exists, never creating one: a supervisor's, whose
+    queue vanishing under it is a reset, not a queue to make anew)."""
 
-    def __init__(self, location: str | Path, by: str = BY_OPERATOR) -> None:
+    def __init__(self, location: str | Path, by: str = BY_OPERATOR, *, create: bool = True) -> None:
         self.location = location
         self.by = by
+        self._create = create
         self.last_error: str | None = None
         self._log: Log | None = None
         self._lock = threading.Lock()  # the dashboard's keys and the watcher both record
@@ -69,7 +72,7 @@ class OpsRecorder:
             data = encode_op(op)
             with self._lock:
                 if self._log is None:
-                    self._log = open_ops(self.location)
+                    self._log = open_ops(self.location, create=self._create)
                 self._log.append(data)
         except (LogError, OSError, RecordEncodeError) as e:
             self.last_error = f"cannot record {op.kind} in the ops log: {e}"

@@ -27,6 +27,8 @@ DEFAULT_DIR: Final = Path(".qw")
 MAX_POSITION: Final = 2**63 - 1
 #: `qw report`: the server's verdicts (Redis) disagree with the fold (queue_worker.verdict_check)
 EXIT_VERDICTS_DISAGREE: Final = 3
+#: `qw report`: a log lost records that nothing accounts for (logstore.LostHistoryError)
+EXIT_LOST_HISTORY: Final = 3
 
 JsonOption = Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")]
 
@@ -72,8 +74,10 @@ def report_command(
     Exit 2: no logs there, or a damaged log (the message names the file and byte offset).
 
     Exit 3: on Redis with server verdicts, the server's per-task state disagrees with the
-    fold of the claims log (a bug: each task is named on stderr).
+    fold of the claims log (a bug: each task is named on stderr); or a stream lost
+    entries that nothing accounts for (trimmed by hand: the history is lost).
     """
+    from logstore import LostHistoryError
     from queue_worker.report import ReportInputError, load_report
     from supervisor.console import stdout_console
     from supervisor.report_text import render_report
@@ -90,7 +94,8 @@ def report_command(
     try:
         report = load_report(location, up_to=at)
     except ReportInputError as e:
-        raise small_commands.report_fail(str(e)) from None
+        lost = isinstance(e.__cause__, LostHistoryError)
+        raise small_commands.report_fail(str(e), EXIT_LOST_HISTORY if lost else None) from None
     if timeline is not None:
         _write_timeline(location, timeline)
     disagreements = _server_verdicts_disagree(location) if at is None else []

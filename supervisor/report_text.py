@@ -266,6 +266,8 @@ def render_report(
     parts: list[RenderableType] = [title, render_summary(r, plain, now), ""]
     if r.prefix is not None:
         parts += [Text(prefix_line(r)), ""]
+    if r.verified:
+        parts += [Text(f"history verified: {'; '.join(r.verified)}"), ""]
     if r.attempts_histogram:
         parts += [render_histogram(r, plain), ""]
     if r.takeovers:

@@ -273,13 +273,13 @@ def enqueue(
 # -- what `qw report` and `qw why` share ------------------------------------------------------
 
 
-def report_fail(message: str) -> typer.Exit:
+def report_fail(message: str, code: int | None = None) -> typer.Exit:
     """Say what is wrong on one line of stderr (as every `qw` command does); the caller
-    raises the returned Exit."""
+    raises the returned Exit (`code`, or EXIT_BAD_INPUT)."""
     from queue_worker.report import EXIT_BAD_INPUT
 
     typer.echo(f"qw: error: {message}", err=True)
-    return typer.Exit(EXIT_BAD_INPUT)
+    return typer.Exit(EXIT_BAD_INPUT if code is None else code)
 
 
 def report_location(directory: Path, log: str | None) -> str:

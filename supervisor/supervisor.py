@@ -209,7 +209,8 @@ class Supervisor:
         self._next_view = 0.0  # when the counts and stats files are refreshed next
         self._status_path = status_path(options.run_dir)
         self._logs_dir = options.run_dir / "logs"
-        self._ops = OpsRecorder(options.location)  # kills, pauses, deaths: the ops topic
+        # kills, pauses, deaths: the ops topic of the queue `start` opens (never a new one)
+        self._ops = OpsRecorder(options.location, create=False)
 
     # -- life cycle ----------------------------------------------------------------------------
 
@@ -470,7 +471,7 @@ class Supervisor:
             self._ops.died(slot, held[0][0] if held else None, describe_exit(code))
         self._orphans.died(slot.view(self._draining), held, now=time.time())
         self._event("death", self._death_text(slot, code, held), held[0][0] if held else None)
-        if stopping:
+        if stopping or self.log_failure is not None:  # (the logs failed as it died: no restart)
             return
         if code == WORKER_EXIT_CONFIG:
             slot.lost = True  # a config the worker rejects would be rejected again
@@ -489,7 +490,12 @@ class Supervisor:
         monitor = self._monitor
         if monitor is None or slot.worker_id is None:
             return []
-        for event in monitor.catch_up():  # everything the dead process wrote
+        try:
+            events = monitor.catch_up()  # everything the dead process wrote
+        except LogError as e:  # what it died of, perhaps (a reset server): the run stops
+            self._log_failed(e)
+            return []
+        for event in events:
             self._add_event(event)
         return [(t, lease.expiry / MICROS) for t, lease in monitor.tasks_held_by(slot.worker_id)]
 
