@@ -17,7 +17,15 @@ from logstore import LogError, is_redis_url
 from logstore.location import shown
 from logstore.segments import DEFAULT_SEGMENT_BYTES
 from queue_worker.settled import DEFAULT_RETENTION_BYTES, DEFAULT_RETENTION_S, Retention
-from supervisor.cli_options import DEFAULT_DIR, DirOption, LogOption, fail, location_of, real
+from supervisor.cli_options import (
+    DEFAULT_DIR,
+    DirOption,
+    LogOption,
+    fail,
+    fail_os,
+    location_of,
+    real,
+)
 
 EXIT_UNSAFE: Final = 1  # compaction refused to run: nothing was removed
 
@@ -128,6 +136,8 @@ def _compact_one(location: str, retention: Retention, label: str) -> None:
         fail(f"{shown(location)}: {e}", EXIT_UNSAFE)
     except LogError as e:
         fail(str(e), EXIT_UNSAFE)
+    except OSError as e:  # a read-only mount, files it may not write: nothing was removed
+        fail_os(e, "compact")
     for topic, removed in done.removed.items():
         count = len(removed)
         if on_redis:  # one trim per topic at most, of however many entries
