@@ -96,6 +96,14 @@ def compact_command(
     log: LogOption = None,
     retention: RetentionOption = DEFAULT_RETENTION_S,
     retention_bytes: RetentionBytesOption = DEFAULT_RETENTION_BYTES,
+    recover: Annotated[
+        bool,
+        typer.Option(
+            "--recover",
+            help="Compact nothing: put the previous fold checkpoint (kept beside it) back "
+            "in place of a damaged one.",
+        ),
+    ] = False,
 ) -> None:
     """Remove settled history from the logs of a data directory (or the streams of a
     --log redis://… queue) now (qw up does it as it runs): the oldest segments (stream
@@ -107,6 +115,9 @@ def compact_command(
 
     location = location_of(directory, log)
     on_redis = is_redis_url(location)
+    if recover:
+        _recover(location, on_redis)
+        return
     try:
         manifest = read_manifest(location)
     except (PartitionError, LogError) as e:
@@ -122,6 +133,20 @@ def compact_command(
         where = partition_location(location, k, manifest.count)
         if has_logs(where):
             _compact_one(where, Retention(retention, retention_bytes), f"p{k} ")
+
+
+def _recover(location: str, on_redis: bool) -> None:
+    """`qw compact --recover`: the previous checkpoint back in place of a damaged one."""
+    from queue_worker.checkpoint import CheckpointRefused, recover_checkpoint
+
+    if on_redis:
+        fail(f"{shown(location)}: --recover is for a data directory's fold.checkpoint")
+    try:
+        typer.echo(recover_checkpoint(Path(location)))
+    except CheckpointRefused as e:
+        fail(str(e), EXIT_UNSAFE)
+    except OSError as e:  # a read-only mount, files it may not write: nothing was changed
+        fail_os(e, "recover the checkpoint")
 
 
 def _compact_one(location: str, retention: Retention, label: str) -> None:
