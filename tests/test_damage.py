@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -189,7 +190,10 @@ def test_damage_only_a_restarted_worker_meets_stops_the_run(tmp_path: Path) -> N
             snaps = [json.loads(p.read_text()) for p in run_dir.glob("w*.json")]
             return snaps if len(snaps) == 2 and all(s["state"] == "idle" for s in snaps) else None
 
-        snaps = wait_until(idle_workers, 60, "both workers idle after the tasks")
+        snaps = cast(
+            "list[dict[str, object]]",
+            wait_until(idle_workers, 60, "both workers idle after the tasks"),
+        )
         position = flip_a_byte_in_the_middle(data / "claims.log")
         w0 = next(s for s in snaps if s["name"] == "w0")
         os.kill(int(str(w0["pid"])), signal.SIGKILL)
