@@ -213,3 +213,29 @@ def test_a_disk_filling_up_mid_run_is_named_by_the_events_health_status_and_exit
     assert up.returncode == 3, err
     last = err.strip().splitlines()[-1]
     assert last.startswith("qw: error: stopped on a log: w") and failed in last and full in last
+
+
+def test_a_disk_freed_again_is_said_and_the_run_ends_cleanly(
+    small_disk: Path, tmp_path: Path
+) -> None:
+    data = small_disk / "qw"
+    assert qw("enqueue", "--count", "2000", "--dir", str(data), cwd=tmp_path).returncode == 0
+    out = tmp_path / "up.out"
+    with out.open("w") as stdout:
+        up = subprocess.Popen(
+            [*QW, "up", "--no-tui", "--dir", str(data), "--workers", "1", "--work-ms", "20"],
+            cwd=tmp_path, stdout=stdout, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+    try:
+        wait_until(lambda: worker_snapshots(data), 60, "the worker's stats")
+        fill(small_disk)
+        wait_until(lambda: "log-error:" in out.read_text(), 30, "the feed to say the log fails")
+        (small_disk / "filler").unlink()
+        wait_until(lambda: "the log answers again" in out.read_text(), 30, "the feed to say so")
+        up.send_signal(signal.SIGTERM)
+        _, err = up.communicate(timeout=90)
+    finally:
+        if up.poll() is None:
+            up.kill()
+            up.wait()
+    assert up.returncode == 0, err  # the log failed, and answered again before the end

@@ -342,4 +342,6 @@ def sleeper(work: Path) -> Finding:
     except subprocess.TimeoutExpired:
         return degraded("no time limit ended it")
     return held(f"exit {up.returncode}") if up.returncode == 0 else degraded(up.stderr[-200:])
+
+
 import tests.attacks.surface  # noqa: E402, F401  (rows 4, 8, 9, 10, 12 of issue 30)
