@@ -564,13 +564,12 @@ def _write_atomically(
         _write_file(directory / PREVIOUS_NAME, data, durable=True)
     elif keep:  # the replaced file under the previous one's name (its bytes, not a copy)
         link = _tmp_name(directory)
-        os.link(current, link)
         try:
+            os.link(current, link)
             os.replace(link, directory / PREVIOUS_NAME)
-        except BaseException:
+        except OSError:  # a spare: a file system without hard links keeps none
             with contextlib.suppress(OSError):
                 os.unlink(link)
-            raise
     _write_file(current, data, durable=durable)
     if durable:
         sync_directory(str(directory))

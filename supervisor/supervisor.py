@@ -406,8 +406,7 @@ class Supervisor:
             self._exit_code = code
             for slot in self._slots:
                 self._read_stats(slot)  # the last figures a drained worker published
-            failing = self._failing_log()
-            if failing is not None and self.log_failure is None:
+            if self.log_failure is None and (failing := self._failing_log()) is not None:
                 self.log_failure, self._exit_code = failing, EXIT_LOG_ERROR
             if self._monitor is not None:
                 try:
