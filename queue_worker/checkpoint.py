@@ -62,6 +62,15 @@ several workers may save at once (the last rename wins; every one is valid). The
 fsync: after a power cut a lost or torn checkpoint is refused like any other bad file.
 The logs are only read, never written.
 
+The previous checkpoint is kept beside it, ``fold.checkpoint.previous``: a save that
+replaces one that opens whole (its checksum holds) first gives that file the second name,
+so the two are separate files. Compaction removes segments the older checkpoints need
+(they list fewer removals), so it writes its checkpoint twice, as the previous one and
+then as the current one, each forced, before it removes anything: every checkpoint kept
+lists every segment removed, and either restores the queue. A damaged current one is
+refused naming `qw compact --recover`, which puts the previous one back
+(`recover_checkpoint`). On Redis there is none: only compaction writes the key.
+
 Compaction (`queue_worker.compaction`) removes settled segments from the front of the logs,
 and the checkpoint is then the only record of what they held. So a log's map says where
 the covered records still retained begin (`start`: the log's start when nothing was
@@ -109,6 +118,8 @@ from queue_worker.state import ClaimSnapshot, ClaimState, Lease, OpenTask
 from queue_worker.topics import ClaimsFollower, TaskIndex, TaskIndexSnapshot
 
 CHECKPOINT_NAME: Final = "fold.checkpoint"
+#: the last checkpoint that opened whole, kept beside the current one (module docstring)
+PREVIOUS_NAME: Final = f"{CHECKPOINT_NAME}.previous"
 FORMAT: Final = "qw-fold-checkpoint"
 VERSION: Final = 4
 #: the previous version, which loads without the FAILs accepted (module docstring)
@@ -273,9 +284,10 @@ def save_checkpoint(
             raise CheckpointError(f"cannot lock the checkpoint of {directory}: {e}") from e
         return
     try:
-        before = _removed_before(directory)
-        if base is None:
-            base = read_base(directory)
+        current = _current_body(directory)
+        before = {} if current is None else _removed_lists(current)
+        if base is None and current is not None:
+            base = _base_of(current)
         claim_state = claims.state.snapshot()
         index = tasks.snapshot()
         first_task, last_task = _ends(index)
@@ -309,7 +321,9 @@ def save_checkpoint(
             redis_checkpoint.write(str(directory), data)  # (durable: see its docstring)
         else:
             _sweep_tmp(Path(directory))
-            _write_atomically(Path(directory), data, durable=removing is not None)
+            _write_atomically(
+                Path(directory), data, durable=removing is not None, keep=current is not None
+            )
     except OSError as e:
         raise CheckpointError(f"cannot write {checkpoint_name(directory)}: {e}") from e
     finally:
@@ -364,15 +378,33 @@ def _ends(index: TaskIndexSnapshot) -> tuple[int | None, int | None]:
     return index.first, index.last
 
 
+def _current_body(directory: Location) -> dict[str, Any] | None:
+    """The current checkpoint's body, or None when there is none or it does not open."""
+    try:
+        return _open_envelope(_read_checkpoint(directory))
+    except (OSError, CheckpointRefused):
+        return None
+
+
+def _removed_lists(body: dict[str, Any]) -> dict[str, list[Removed]]:
+    """The removed segments a checkpoint's body lists, per topic ({}: it is damaged)."""
+    try:
+        return {topic: _removed_of(_map(_map(body, topic), "log")) for topic in ("tasks", "claims")}
+    except CheckpointRefused:
+        return {}
+
+
+def _base_of(body: dict[str, Any]) -> dict[str, Any] | None:
+    base = body.get("base")
+    return base if isinstance(base, dict) else None
+
+
 def _removed_before(directory: Location) -> dict[str, list[Removed]]:
     """The removed segments the current checkpoint lists, per topic (a save carries them
     forward). Nothing for no checkpoint; a checkpoint that cannot be read when segments
     were removed makes `_log_plain` refuse the save (the log does not start at its origin)."""
-    try:
-        body = _open_envelope(_read_checkpoint(directory))
-        return {topic: _removed_of(_map(_map(body, topic), "log")) for topic in ("tasks", "claims")}
-    except (OSError, CheckpointRefused):
-        return {}
+    body = _current_body(directory)
+    return {} if body is None else _removed_lists(body)
 
 
 def removed_segments(directory: Location) -> dict[str, list[Removed]]:
@@ -383,12 +415,8 @@ def removed_segments(directory: Location) -> dict[str, list[Removed]]:
 def read_base(directory: Location) -> dict[str, Any] | None:
     """The fold of the removed claims records the checkpoint keeps (see `save_checkpoint`),
     None when it keeps none (nothing was compacted) or cannot be read."""
-    try:
-        body = _open_envelope(_read_checkpoint(directory))
-    except (OSError, CheckpointRefused):
-        return None
-    base = body.get("base")
-    return base if isinstance(base, dict) else None
+    body = _current_body(directory)
+    return None if body is None else _base_of(body)
 
 
 def listed_start(directory: Location, topic: str, origin: int) -> int:
@@ -523,12 +551,39 @@ def state_plain(snap: ClaimSnapshot) -> dict[str, Any]:
     }
 
 
-def _write_atomically(directory: Path, data: bytes, *, durable: bool = False) -> None:
+def _write_atomically(
+    directory: Path, data: bytes, *, durable: bool = False, keep: bool = False
+) -> None:
     """Replace the checkpoint; `durable`: on stable storage before this returns (compaction
-    removes segments only once the checkpoint that lists them survives a power cut)."""
+    removes segments only once the checkpoint that lists them survives a power cut).
+    `keep`: the checkpoint replaced opened whole, and becomes the previous one. A durable
+    one is written as the previous one too, a copy of its own, first (module docstring:
+    every checkpoint kept lists every segment removed)."""
+    current = directory / CHECKPOINT_NAME
+    if durable:
+        _write_file(directory / PREVIOUS_NAME, data, durable=True)
+    elif keep:  # the replaced file under the previous one's name (its bytes, not a copy)
+        link = _tmp_name(directory)
+        try:
+            os.link(current, link)
+            os.replace(link, directory / PREVIOUS_NAME)
+        except OSError:  # a spare: a file system without hard links keeps none
+            with contextlib.suppress(OSError):
+                os.unlink(link)
+    _write_file(current, data, durable=durable)
+    if durable:
+        sync_directory(str(directory))
+
+
+def _tmp_name(directory: Path) -> Path:
     import secrets
 
-    tmp = directory / f"{_TMP_PREFIX}{os.getpid()}.{secrets.token_hex(8)}{_TMP_SUFFIX}"
+    return directory / f"{_TMP_PREFIX}{os.getpid()}.{secrets.token_hex(8)}{_TMP_SUFFIX}"
+
+
+def _write_file(path: Path, data: bytes, *, durable: bool) -> None:
+    """Write `path` whole under a temporary name of its own, then rename it into place."""
+    tmp = _tmp_name(path.parent)
     try:
         # O_EXCL: the name is ours alone; mode 0o666 less the umask, like the logs
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
@@ -537,13 +592,38 @@ def _write_atomically(directory: Path, data: bytes, *, durable: bool = False) ->
             if durable:
                 f.flush()
                 os.fsync(f.fileno())
-        os.replace(tmp, directory / CHECKPOINT_NAME)
-        if durable:
-            sync_directory(str(directory))
+        os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def recover_checkpoint(directory: Path) -> str:
+    """Put the previous checkpoint back in place of a current one that does not open
+    (damaged), under the checkpoint lock; what was done, in a sentence. CheckpointRefused
+    when the previous one does not open either (then nothing is changed)."""
+    current, previous = directory / CHECKPOINT_NAME, directory / PREVIOUS_NAME
+    with checkpoint_lock(directory):
+        try:
+            _open_envelope(current.read_bytes())
+            return f"{current} is whole: nothing to recover"
+        except (OSError, CheckpointRefused) as e:
+            damage = f"{current}: {_why(e)}"
+        try:
+            data = previous.read_bytes()
+            _open_envelope(data)
+        except (OSError, CheckpointRefused) as e:
+            raise CheckpointRefused(
+                f"{damage}, and the previous checkpoint {previous}: {_why(e)}: nothing to "
+                "recover it from (the history of the removed segments is in no checkpoint)"
+            ) from None
+        _write_atomically(directory, data, durable=True)
+        return f"{damage}: put back from {previous}"
+
+
+def _why(error: OSError | CheckpointRefused) -> str:
+    return error.strerror or str(error) if isinstance(error, OSError) else str(error)
 
 
 def _sweep_tmp(directory: Path) -> None:
@@ -632,11 +712,15 @@ def _refusals(location: Location) -> Iterator[dict[str, Any]]:
     try:
         data = _read_checkpoint(location)
     except FileNotFoundError:
-        raise CheckpointRefused(f"{path}: no checkpoint") from None
+        raise CheckpointRefused(f"{path}: no checkpoint{_recovery_hint(location)}") from None
     except OSError as e:
-        raise CheckpointRefused(f"{path}: cannot read: {e}") from e
+        raise CheckpointRefused(f"{path}: cannot read: {e}{_recovery_hint(location)}") from e
     try:
-        yield _open_envelope(data)
+        body = _open_envelope(data)
+    except CheckpointRefused as e:
+        raise CheckpointRefused(f"{path}: {e}{_recovery_hint(location)}") from None
+    try:
+        yield body
     except CheckpointRefused as e:
         raise CheckpointRefused(f"{path}: {e}") from None
     except LogClosedError:
@@ -645,6 +729,19 @@ def _refusals(location: Location) -> Iterator[dict[str, Any]]:
         # ValueError: the restores' consistency checks; OSError and OverflowError: a log
         # read at an absurd position. (A log that cannot be read fails the replay as well.)
         raise CheckpointRefused(f"{path}: {e}") from e
+
+
+def _recovery_hint(location: Location) -> str:
+    """For a damaged checkpoint: the command that puts the previous one back, when that
+    one opens whole (nothing, on Redis: compaction alone writes its checkpoint there)."""
+    if _on_redis(location):
+        return ""
+    previous = Path(location) / PREVIOUS_NAME
+    try:
+        _open_envelope(previous.read_bytes())
+    except (OSError, CheckpointRefused):
+        return ""
+    return f"; the previous checkpoint is whole: qw compact --recover --dir {location} puts it back"
 
 
 def _open_envelope(data: bytes) -> dict[str, Any]:

@@ -33,9 +33,12 @@ if TYPE_CHECKING:
 
 # Exit codes of a worker process.
 EXIT_OK: Final = 0  # drained, stopped, or the queue was drained (exit_when_drained)
-EXIT_ERROR: Final = 1  # the worker failed: a log it cannot use, or a bug (message on stderr)
+EXIT_ERROR: Final = 1  # the worker failed: a log out of reach, or a bug (message on stderr)
 EXIT_CONFIG: Final = 2  # the config is invalid or the handler cannot be loaded
 EXIT_ORPHANED: Final = 3  # the supervisor is gone: exit rather than outlive it
+#: a log it cannot use, damaged or another queue's (`queue_worker.lease.FATAL_LOG_ERRORS`):
+#: a restart would meet it again, so the supervisor stops the run (message on stderr)
+EXIT_LOG_UNUSABLE: Final = 4
 # EXIT_TIME_LIMIT (124, as timeout(1)): a task ran past its time limit (or a drain's): its
 # FAIL was written, and the process ended because a thread cannot be stopped (watchdog.py)
 EXIT_TERMINATED: Final = 128 + signal.SIGTERM  # a second SIGTERM: exit at once
@@ -123,7 +126,7 @@ def run_worker_process(config_json: str, start: StartingFold | None = None) -> N
         raise SystemExit(EXIT_CONFIG) from None
     except LogError as e:
         print(f"qw worker {config.name}: {e}", file=sys.stderr)
-        raise SystemExit(EXIT_ERROR) from None
+        raise SystemExit(_log_exit(e)) from None
     if stop.is_set():
         worker.drain()
     try:
@@ -131,16 +134,24 @@ def run_worker_process(config_json: str, start: StartingFold | None = None) -> N
             worker.run(stop)
     except LogError as e:
         print(f"qw worker {worker.worker_id}: {e}", file=sys.stderr)
-        raise SystemExit(EXIT_ERROR) from None
+        raise SystemExit(_log_exit(e)) from None
     except Exception as e:
         traceback.print_exc()
         print(f"qw worker {worker.worker_id}: crashed: {error_text(e)}", file=sys.stderr)
         raise SystemExit(EXIT_ERROR) from None
 
 
+def _log_exit(error: LogError) -> int:
+    """The exit code for a log error that ended the worker."""
+    from queue_worker.lease import FATAL_LOG_ERRORS
+
+    return EXIT_LOG_UNUSABLE if isinstance(error, FATAL_LOG_ERRORS) else EXIT_ERROR
+
+
 __all__ = [
     "EXIT_CONFIG",
     "EXIT_ERROR",
+    "EXIT_LOG_UNUSABLE",
     "EXIT_OK",
     "EXIT_ORPHANED",
     "EXIT_TERMINATED",

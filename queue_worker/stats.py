@@ -8,6 +8,7 @@ every worker on the directory.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections import deque
@@ -102,10 +103,27 @@ class WorkerStats:
 
 
 def write_snapshot(path: Path, data: dict[str, Any]) -> None:
-    """Write a snapshot atomically: a tmp file, then a rename, so no reader sees half."""
+    """Write a snapshot atomically: a tmp file, then a rename, so no reader sees half.
+
+    When the tmp file cannot be written (a full disk: the very moment the snapshot has a
+    log error to tell), the last snapshot's file is overwritten in place instead, padded
+    with spaces to its old length: that needs no new blocks on most file systems, so the
+    supervisor, `qw status` and ``/health`` still learn which file failed and why. A
+    reader may then meet a half-written file: it reads as unreadable, and the next read
+    gets it whole."""
+    text = json.dumps(data, separators=(",", ":")).encode()
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, separators=(",", ":")))
-    os.replace(tmp, path)
+    try:
+        tmp.write_bytes(text)
+        os.replace(tmp, path)
+    except OSError as error:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        try:
+            with open(path, "r+b") as f:  # the old file, with its blocks (none: the error)
+                f.write(text.ljust(os.fstat(f.fileno()).st_size))
+        except OSError:
+            raise error from None
 
 
 #: the fields a snapshot carries (the raw latency window stays in the worker)

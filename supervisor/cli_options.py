@@ -128,6 +128,13 @@ def fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
     raise typer.Exit(code)
 
 
+def fail_os(error: OSError, doing: str) -> NoReturn:
+    """One line for a file the command could not use (a read-only mount, a directory it
+    may not read): the file, what the command was doing, and why; exit 2."""
+    where = error.filename if error.filename is not None else "a file"
+    fail(f"{where}: cannot {doing}: {error.strerror or error}")
+
+
 def location_of(directory: Path, log: str | None) -> str:
     if log is None:
         return str(directory)

@@ -17,7 +17,15 @@ from logstore import LogError, is_redis_url
 from logstore.location import shown
 from logstore.segments import DEFAULT_SEGMENT_BYTES
 from queue_worker.settled import DEFAULT_RETENTION_BYTES, DEFAULT_RETENTION_S, Retention
-from supervisor.cli_options import DEFAULT_DIR, DirOption, LogOption, fail, location_of, real
+from supervisor.cli_options import (
+    DEFAULT_DIR,
+    DirOption,
+    LogOption,
+    fail,
+    fail_os,
+    location_of,
+    real,
+)
 
 EXIT_UNSAFE: Final = 1  # compaction refused to run: nothing was removed
 
@@ -88,6 +96,14 @@ def compact_command(
     log: LogOption = None,
     retention: RetentionOption = DEFAULT_RETENTION_S,
     retention_bytes: RetentionBytesOption = DEFAULT_RETENTION_BYTES,
+    recover: Annotated[
+        bool,
+        typer.Option(
+            "--recover",
+            help="Compact nothing: put the previous fold checkpoint (kept beside it) back "
+            "in place of a damaged one.",
+        ),
+    ] = False,
 ) -> None:
     """Remove settled history from the logs of a data directory (or the streams of a
     --log redis://… queue) now (qw up does it as it runs): the oldest segments (stream
@@ -99,6 +115,9 @@ def compact_command(
 
     location = location_of(directory, log)
     on_redis = is_redis_url(location)
+    if recover:
+        _recover(location, on_redis)
+        return
     try:
         manifest = read_manifest(location)
     except (PartitionError, LogError) as e:
@@ -116,6 +135,20 @@ def compact_command(
             _compact_one(where, Retention(retention, retention_bytes), f"p{k} ")
 
 
+def _recover(location: str, on_redis: bool) -> None:
+    """`qw compact --recover`: the previous checkpoint back in place of a damaged one."""
+    from queue_worker.checkpoint import CheckpointRefused, recover_checkpoint
+
+    if on_redis:
+        fail(f"{shown(location)}: --recover is for a data directory's fold.checkpoint")
+    try:
+        typer.echo(recover_checkpoint(Path(location)))
+    except CheckpointRefused as e:
+        fail(str(e), EXIT_UNSAFE)
+    except OSError as e:  # a read-only mount, files it may not write: nothing was changed
+        fail_os(e, "recover the checkpoint")
+
+
 def _compact_one(location: str, retention: Retention, label: str) -> None:
     """Compact the one queue at `location` and say what went (`label` names a partition)."""
     from queue_worker.compact_queue import compact_queue  # (not for `qw --help`)
@@ -128,6 +161,8 @@ def _compact_one(location: str, retention: Retention, label: str) -> None:
         fail(f"{shown(location)}: {e}", EXIT_UNSAFE)
     except LogError as e:
         fail(str(e), EXIT_UNSAFE)
+    except OSError as e:  # a read-only mount, files it may not write: nothing was removed
+        fail_os(e, "compact")
     for topic, removed in done.removed.items():
         count = len(removed)
         if on_redis:  # one trim per topic at most, of however many entries

@@ -91,6 +91,7 @@ EVENT_STYLES: dict[str, str] = {
     "stale": "bold red",
     "dead-task": "red",
     "death": "bold red",
+    "log-error": "bold red",
     "restart": "green",
     "pause": "magenta",
     "info": "dim",

@@ -27,6 +27,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -429,7 +430,19 @@ class _Handler(BaseHTTPRequestHandler):
         pass  # the dashboard owns the terminal: no access log on stderr
 
 
-class _IPv6Server(ThreadingHTTPServer):
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that went away (closed or reset its connection, mid-request or before
+        reading the answer) is not an error worth a traceback on the dashboard's terminal;
+        anything else still gets one."""
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)
+
+
+class _IPv6Server(_Server):
     address_family = socket.AF_INET6
 
 
@@ -442,10 +455,9 @@ class StatsServer:
         self, source: StatsSource, host: str, port: int, *, logs: str | None = None
     ) -> None:
         handler = type("StatsHandler", (_Handler,), {"source": source, "logs": logs})
-        server_class = _IPv6Server if ":" in host else ThreadingHTTPServer
+        server_class = _IPv6Server if ":" in host else _Server
         # Binds now, so that a busy port is an error before any worker starts.
         self._server = server_class((host, port), handler)
-        self._server.daemon_threads = True
         self._thread = threading.Thread(
             target=self._server.serve_forever, name="qw-http", daemon=True
         )

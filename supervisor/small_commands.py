@@ -19,7 +19,14 @@ from queue_worker.names import printable, worker_label
 from queue_worker.records import Done
 from supervisor import lazy_typer as typer
 from supervisor import partitioned_cli
-from supervisor.cli_options import bad, check_log_url, fail, location_of, require_logs
+from supervisor.cli_options import (
+    bad,
+    check_log_url,
+    fail,
+    fail_os,
+    location_of,
+    require_logs,
+)
 
 #: `qw status`: held tasks named one per line (--json lists them all)
 MAX_HELD_SHOWN: Final = 10
@@ -43,8 +50,11 @@ def status(directory: Path, log: str | None, as_json: bool) -> None:
         return
     require_logs(location)
     run_dir = directory / "run"
-    supervisors = read_status_files(run_dir)
-    snapshots = read_stats(run_dir)
+    try:
+        supervisors = read_status_files(run_dir)
+        snapshots = read_stats(run_dir)
+    except OSError as e:  # a run directory it may not read
+        fail_os(e, "read the run state")
     running = [s for s in snapshots if is_running(s)]
     try:
         queue, held = queue_counts(location)

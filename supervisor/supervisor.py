@@ -39,6 +39,7 @@ from logstore import LogError
 from queue_worker.config import DEFAULT_DRAIN_TIMEOUT_S, DEFAULT_LEASE_S, WorkerConfig
 from queue_worker.names import worker_label
 from queue_worker.process import EXIT_CONFIG as WORKER_EXIT_CONFIG
+from queue_worker.process import EXIT_LOG_UNUSABLE as WORKER_EXIT_LOG_UNUSABLE
 from queue_worker.settled import Retention
 from queue_worker.snapshot import WorkerSnapshot, read_snapshot_file
 from queue_worker.state import Lease
@@ -341,7 +342,7 @@ class Supervisor:
             try:
                 events = monitor.poll()  # outside the lock: catching up may take a while
             except LogError as e:  # damage, a reset server: the run stops (_log_failed)
-                self._log_failed(e)
+                self._log_failed(str(e))
                 events = []
         if refresh:
             self._next_view = now + REFRESH_S
@@ -373,14 +374,15 @@ class Supervisor:
                 self._write_status()
             self._check_finished()
 
-    def _log_failed(self, error: LogError) -> None:
-        """The monitor cannot read the logs on (damage, a reset server): stop the run. The
-        workers meet the same log; the drain restarts none of them, and the run ends with
-        EXIT_LOG_ERROR once they are gone (`_check_finished`); a second stop request still
-        kills them at once, as in any drain."""
+    def _log_failed(self, error: str) -> None:
+        """The monitor cannot read the logs on (damage, a reset server), or a worker ended
+        on a log it cannot use: stop the run. The workers meet the same log; the drain
+        restarts none of them, and the run ends with EXIT_LOG_ERROR once they are gone
+        (`_check_finished`); a second stop request still kills them at once, as in any
+        drain."""
         with self._lock:
             if self.log_failure is None:
-                self.log_failure = str(error)
+                self.log_failure = error
                 self._event("info", f"stopping: {error}")
                 if not self._draining:
                     self._begin_drain("a log cannot be read")
@@ -405,6 +407,8 @@ class Supervisor:
             self._exit_code = code
             for slot in self._slots:
                 self._read_stats(slot)  # the last figures a drained worker published
+            if self.log_failure is None and (failing := self._failing_log()) is not None:
+                self.log_failure, self._exit_code = failing, EXIT_LOG_ERROR
             if self._monitor is not None:
                 try:
                     for event in self._monitor.poll():  # the last completions, for the counts
@@ -475,6 +479,11 @@ class Supervisor:
             return
         if code == WORKER_EXIT_CONFIG:
             slot.lost = True  # a config the worker rejects would be rejected again
+            return
+        if code == WORKER_EXIT_LOG_UNUSABLE:  # damage, another queue's log: so would a
+            # restart; the run stops, as when the monitor meets it (section 8)
+            last = last_line(self._logs_dir / f"{slot.name}.log")  # (it names the worker)
+            self._log_failed(last or f"{_label(slot)} {describe_exit(code)}")
             return
         self._plan_restart(slot, now)
 
@@ -615,7 +624,27 @@ class Supervisor:
             return  # unchanged since the last read: a stat is cheaper than a parse
         snapshot = read_snapshot_file(path)
         if snapshot is not None:
+            self._log_error_news(slot, slot.stats.log_error, snapshot.log_error)
             slot.stats, slot.stats_mtime = snapshot, mtime
+
+    def _log_error_news(self, slot: Slot, was: str | None, now: str | None) -> None:
+        """A worker's log began to fail under it, or answers again: the feed says so. (A
+        full disk or a log that no longer answers stops the work without a death: this is
+        the dashboard's only word of it; /health and `qw status` show the error itself.)"""
+        if (was is None) == (now is None):
+            return  # (the text may change at every retry: not an event each time)
+        if now is not None:
+            self._event("log-error", f"{_label(slot)}: {now}")
+        else:
+            self._event("info", f"{_label(slot)}: the log answers again")
+
+    def _failing_log(self) -> str | None:
+        """The first worker whose last snapshot still has its log failing, as the run's end
+        names it: a run that ended so is no clean end (EXIT_LOG_ERROR)."""
+        return next(
+            (f"{_label(s)}: {s.stats.log_error}" for s in self._slots if s.stats.log_error),
+            None,
+        )
 
     def _refresh_stats(self) -> None:
         for slot in self._slots:
@@ -780,6 +809,7 @@ class Supervisor:
             "location": self.location,
             "http": self.http_address,
             "draining": self._draining,
+            "log_failure": self.log_failure,  # why it stops, if a log cannot be used
             "workers": [
                 {
                     "slot": s.index,

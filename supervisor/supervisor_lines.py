@@ -4,6 +4,8 @@
     supervisors  1 running
       pid 4711  8 workers alive  4 partitions  http 127.0.0.1:8321  draining
       pid 4712  2 members alive                                       (qw up --rebalance)
+      pid 4713  1 worker alive  draining
+        stopping on a log: w0·4714: …/claims.log: damaged at offset 1234 …
 
 A `qw up --partitions P` is one process running one supervisor per partition, each with
 its own status file (in ``p<k>/run``): they are one supervisor to the person who started
@@ -14,6 +16,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+from queue_worker.names import printable
 
 __all__ = ["supervisor_lines"]
 
@@ -37,4 +41,6 @@ def supervisor_lines(statuses: Sequence[Mapping[str, Any]]) -> list[str]:
         if any(s.get("draining") for s in files):
             line += "  draining"
         lines.append(line)
+        for failure in (s["log_failure"] for s in files if isinstance(s.get("log_failure"), str)):
+            lines.append(f"    stopping on a log: {printable(failure)}")
     return lines

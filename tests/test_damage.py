@@ -4,11 +4,14 @@ one line naming the file and the byte offset (issue 15, attack 5)."""
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
 import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -165,3 +168,44 @@ def test_sigterm_ends_a_run_whose_log_is_damaged(tmp_path: Path) -> None:
             up.wait()
     assert up.returncode in (EXIT_LOG_ERROR, 0, 130), err
     assert "Traceback" not in err
+
+
+def test_damage_only_a_restarted_worker_meets_stops_the_run(tmp_path: Path) -> None:
+    """Damage behind every reader (the monitor and both workers have read past it) is met
+    by the worker that replaces a killed one: it cannot use the log, and neither could any
+    restart of it, so the run stops (exit 3) naming the file and the offset, rather than
+    restarting it again and again while the others carry on. (Workers started as plain
+    processes: a forked one may inherit the fork server's fold, read before the damage.)"""
+    data = tmp_path / "qw"
+    up = subprocess.Popen(
+        [*QW, "up", "--no-tui", "--dir", str(data), "--workers", "2", "--tasks", "20",
+         "--work-ms", "1"],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "QW_WORKER_START": "exec"},
+    )  # fmt: skip
+    try:
+        run_dir = data / "run"
+
+        def idle_workers() -> list[dict[str, object]] | None:
+            snaps = [json.loads(p.read_text()) for p in run_dir.glob("w*.json")]
+            return snaps if len(snaps) == 2 and all(s["state"] == "idle" for s in snaps) else None
+
+        snaps = cast(
+            "list[dict[str, object]]",
+            wait_until(idle_workers, 60, "both workers idle after the tasks"),
+        )
+        position = flip_a_byte_in_the_middle(data / "claims.log")
+        w0 = next(s for s in snaps if s["name"] == "w0")
+        os.kill(int(str(w0["pid"])), signal.SIGKILL)
+        out, err = up.communicate(timeout=60)
+    finally:
+        if up.poll() is None:
+            up.kill()
+            up.wait()
+    assert up.returncode == EXIT_LOG_ERROR, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    damage = f"{data}/claims.log: corrupt record at byte offset {position}"
+    assert lines[0].startswith("qw: error: stopped on a log: qw worker w0-"), lines[0]
+    assert damage in lines[0]
+    assert "stopping: qw worker w0-" in out and damage in out  # the dashboard's events

@@ -119,6 +119,13 @@ def test_creating_a_queue_on_a_full_disk_names_the_file(tmp_path: Path) -> None:
     assert "Traceback" not in result.stderr
 
 
+def fill(disk: Path) -> None:
+    """Write to a file on `disk` until ENOSPC."""
+    with open(disk / "filler", "ab", buffering=0) as f, contextlib.suppress(OSError):
+        while True:
+            f.write(b"\0" * 4096)
+
+
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     """A 1 MiB tmpfs of the test's own (skipped where mounting is not allowed)."""
@@ -140,14 +147,7 @@ def test_a_really_full_disk_is_named_by_enqueue_and_status(
 ) -> None:
     data = small_disk / "qw"
     assert qw("enqueue", "--count", "10", "--dir", str(data), cwd=small_disk).returncode == 0
-    filler = small_disk / "filler"
-
-    def fill() -> None:
-        with open(filler, "ab", buffering=0) as f, contextlib.suppress(OSError):
-            while True:  # until ENOSPC
-                f.write(b"\0" * 4096)
-
-    fill()
+    fill(small_disk)
     big = tmp_path / "big.jsonl"  # more than is left (and the file is elsewhere)
     big.write_text("".join(json.dumps("x" * 5000) + "\n" for _ in range(100)))
     result = qw("enqueue", "--file", str(big), "--dir", str(data), cwd=small_disk)
@@ -159,10 +159,83 @@ def test_a_really_full_disk_is_named_by_enqueue_and_status(
     # The failed append was cut off, and with it the zeros the first enqueue wrote ahead
     # of itself (logstore.file_log, "Zeros ahead"): that room is free again; fill it too.
     assert log_end(data / "tasks.log") == (data / "tasks.log").stat().st_size
-    fill()
+    fill(small_disk)
     status = qw("status", "--dir", str(data), cwd=small_disk)
     assert status.returncode == 0, status.stderr
     assert f"disk         {data}: the device is full" in status.stdout
-    filler.unlink()
+    (small_disk / "filler").unlink()
     status = qw("status", "--dir", str(data), cwd=small_disk)
     assert "the device is full" not in status.stdout
+
+
+def test_a_disk_filling_up_mid_run_is_named_by_the_events_health_status_and_exit_code(
+    small_disk: Path, tmp_path: Path
+) -> None:
+    """The disk fills while the workers run: their appends fail, and so would a new stats
+    file; the dashboard's feed, /health and `qw status` still name the log file and the
+    cause, and the run ends (drained under the full disk) with exit 3 saying so."""
+    data = small_disk / "qw"
+    assert qw("enqueue", "--count", "2000", "--dir", str(data), cwd=tmp_path).returncode == 0
+    port = free_port()
+    out = tmp_path / "up.out"
+    with out.open("w") as stdout:
+        up = subprocess.Popen(
+            [*QW, "up", "--no-tui", "--dir", str(data), "--workers", "2", "--work-ms", "20",
+             "--http", str(port)],
+            cwd=tmp_path, stdout=stdout, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+    try:
+        wait_until(lambda: len(worker_snapshots(data)) == 2, 60, "both workers' stats")
+        fill(small_disk)
+        failed = f"{data}/claims.log: append of"
+        full = "No space left on device"
+
+        def fed() -> bool:
+            feed = [line for line in out.read_text().splitlines() if "log-error:" in line]
+            return any(failed in line and full in line for line in feed)
+
+        wait_until(fed, 30, "the feed to name the log file and the full disk")
+
+        def unhealthy() -> str | None:
+            code, body = health(port)
+            return body if code == 503 and failed in body and full in body else None
+
+        wait_until(unhealthy, 30, "/health to name the log file and the full disk")
+        status = qw("status", "--dir", str(data), cwd=tmp_path)
+        assert status.returncode == 0, status.stderr
+        assert f"log error: {failed}" in status.stdout and full in status.stdout
+        up.send_signal(signal.SIGTERM)
+        _, err = up.communicate(timeout=90)
+    finally:
+        if up.poll() is None:
+            up.kill()
+            up.wait()
+    assert up.returncode == 3, err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("qw: error: stopped on a log: w") and failed in last and full in last
+
+
+def test_a_disk_freed_again_is_said_and_the_run_ends_cleanly(
+    small_disk: Path, tmp_path: Path
+) -> None:
+    data = small_disk / "qw"
+    assert qw("enqueue", "--count", "2000", "--dir", str(data), cwd=tmp_path).returncode == 0
+    out = tmp_path / "up.out"
+    with out.open("w") as stdout:
+        up = subprocess.Popen(
+            [*QW, "up", "--no-tui", "--dir", str(data), "--workers", "1", "--work-ms", "20"],
+            cwd=tmp_path, stdout=stdout, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+    try:
+        wait_until(lambda: worker_snapshots(data), 60, "the worker's stats")
+        fill(small_disk)
+        wait_until(lambda: "log-error:" in out.read_text(), 30, "the feed to say the log fails")
+        (small_disk / "filler").unlink()
+        wait_until(lambda: "the log answers again" in out.read_text(), 30, "the feed to say so")
+        up.send_signal(signal.SIGTERM)
+        _, err = up.communicate(timeout=90)
+    finally:
+        if up.poll() is None:
+            up.kill()
+            up.wait()
+    assert up.returncode == 0, err  # the log failed, and answered again before the end

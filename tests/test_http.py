@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import signal
+import socket
+import struct
 import subprocess
 import sys
 import urllib.error
@@ -17,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from supervisor.http_api import StatsServer, is_loopback, metrics_text, parse_address
 from supervisor.model import QueueView, SlotState, SupervisorSnapshot, WorkerView
 from supervisor.supervisor import Supervisor, SupervisorOptions
-from tests.helpers import wait_until
+from tests.helpers import free_port, wait_until
 
 QW = [sys.executable, "-m", "supervisor.cli"]
 ORIGINAL_FIELDS = {
@@ -182,3 +185,42 @@ def test_the_cli_serves_http_on_loopback(tmp_path: Path) -> None:
     assert up.wait(60) == 0
     first = (tmp_path / "err").read_text().splitlines()[0]
     assert first.startswith("qw: stats on http://127.0.0.1:") and first.endswith("/stats")
+
+
+def hang_up(port: int, request: bytes) -> None:
+    """Send `request` and reset the connection at once (SO_LINGER 0): the server's answer
+    meets a socket that is gone."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(request)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+
+
+def test_clients_that_hang_up_print_no_tracebacks(tmp_path: Path) -> None:
+    port = free_port()
+    args = ["--dir", str(tmp_path / "qw"), "--workers", "1", "--demo", "--http", str(port)]
+    with (tmp_path / "err").open("w") as err:
+        up = subprocess.Popen(
+            [*QW, "up", "--no-tui", *args], cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=err
+        )
+    try:
+        wait_until(lambda: port_answers(port), 60, "the stats endpoint to answer")
+        for _ in range(20):
+            hang_up(port, b"GET /metrics HTTP/1.1\r\nHost: x\r\n")  # slowloris, then gone
+            hang_up(port, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")  # gone before the answer
+        assert get(f"http://127.0.0.1:{port}/health")[0] == 200  # still serving
+        up.send_signal(signal.SIGTERM)
+        assert up.wait(60) == 0
+    finally:
+        if up.poll() is None:
+            up.kill()
+            up.wait()
+    text = (tmp_path / "err").read_text()
+    assert "Traceback" not in text, text
+    assert "Error" not in text, text
+
+
+def port_answers(port: int) -> bool:
+    try:
+        return get(f"http://127.0.0.1:{port}/health")[0] == 200
+    except OSError:
+        return False

@@ -1,10 +1,14 @@
 """Read-only auditing: `report`, `why`, `status`, `tail` and `task` open the logs read-only
 (no lock file, no header, no repair) and work on a read-only copy; `enqueue` and `up` on a
-place they cannot write, or a `--dir` naming a plain file, say so in one line (exit 2).
+place they cannot write, or a `--dir` naming a plain file, say so in one line (exit 2); so do
+`compact` on a read-only mount or read-only files, and `status` on a run directory it may
+not read.
 
 Tests run as root, where permission bits do not stop writes: so every directory's files,
 sizes, modification times and bytes are compared before and after, and where this machine
-lets us make one, the same commands run on a read-only bind mount (EROFS stops even root).
+lets us make one, the same commands run on a read-only bind mount (EROFS stops even root);
+permission bits are tested by running the command without root's capability to ignore them
+(`setpriv`).
 """
 
 from __future__ import annotations
@@ -169,3 +173,70 @@ def test_a_read_only_open_never_creates_the_lock_or_sync_files(
         with pytest.raises(Exception, match="read-only"):
             claims.append(b"x")
     assert sorted(os.listdir(archive)) == ["claims.log", "tasks.log"]
+
+
+def one_line_naming(result: subprocess.CompletedProcess[str], *names: str) -> str:
+    """The refusal's one line of stderr, exit 2, no traceback; it names each of `names`."""
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    for name in names:
+        assert name in lines[0], lines[0]
+    return lines[0]
+
+
+def test_compact_on_a_read_only_mount_says_so_in_one_line(
+    read_only_mount: Path, tmp_path: Path
+) -> None:
+    before = tree(read_only_mount)
+    result = qw("compact", "--retention", "0", "--dir", str(read_only_mount), cwd=tmp_path)
+    one_line_naming(result, str(read_only_mount), "Read-only file system")
+    assert tree(read_only_mount) == before
+
+
+#: a command run as root without the capabilities that let root ignore permission bits:
+#: tests run as root, where a 0444 file or directory stops nobody otherwise
+UNPRIVILEGED = ["setpriv", "--bounding-set=-dac_override,-dac_read_search"]
+
+
+@pytest.fixture
+def unprivileged() -> list[str]:
+    if shutil.which("setpriv") is None:
+        pytest.skip("no setpriv here")
+    probe = subprocess.run([*UNPRIVILEGED, "true"], capture_output=True, check=False)
+    if probe.returncode != 0:
+        pytest.skip(f"cannot drop capabilities here: {probe.stderr.decode().strip()}")
+    return UNPRIVILEGED
+
+
+def test_compact_of_read_only_files_says_so_in_one_line(
+    drained: Path, tmp_path: Path, unprivileged: list[str]
+) -> None:
+    archive = archive_of(drained, tmp_path / "archive", with_side_files=True)
+    before = tree(archive)
+    try:
+        result = subprocess.run(
+            [*unprivileged, *QW, "compact", "--retention", "0", "--dir", str(archive)],
+            cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        one_line_naming(result, str(archive), "Permission denied")
+        assert tree(archive) == before
+    finally:
+        archive.chmod(0o755)
+
+
+@pytest.mark.parametrize("args", [["status"], ["status", "--json"]])
+def test_status_with_a_run_directory_it_may_not_read_says_so_in_one_line(
+    drained: Path, tmp_path: Path, unprivileged: list[str], args: list[str]
+) -> None:
+    copy = tmp_path / "qw"
+    shutil.copytree(drained, copy)
+    (copy / "run").chmod(0o444)
+    try:
+        result = subprocess.run(
+            [*unprivileged, *QW, *args, "--dir", str(copy)],
+            cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        one_line_naming(result, str(copy / "run"), "Permission denied")
+    finally:
+        (copy / "run").chmod(0o755)

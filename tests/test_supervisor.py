@@ -192,3 +192,10 @@ def test_controls_pause_add_remove_kill_and_drain(make_supervisor: Any) -> None:
     assert sup.wait(30)
     assert sup.exit_code == EXIT_OK
     assert {w.state for w in sup.snapshot().workers} == {"exited"}
+
+
+def test_qw_status_says_why_a_supervisor_stops_on_a_log() -> None:
+    from supervisor.supervisor_lines import supervisor_lines
+
+    status = {"pid": 7, "workers": [], "draining": True, "log_failure": "w0·8: bad\x1b[2J"}
+    assert supervisor_lines([status])[2] == "    stopping on a log: w0·8: bad\ufffd[2J"
