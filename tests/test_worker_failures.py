@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -28,6 +29,7 @@ from queue_worker.producer import Queue
 from queue_worker.report import read_claims
 from queue_worker.state import ClaimState
 from queue_worker.worker import Worker
+from tests.helpers import wait_until
 
 REPO = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": str(REPO)}
@@ -42,15 +44,20 @@ def qw(*args: str, cwd: Path, timeout: float = 120) -> subprocess.CompletedProce
 
 
 def run_drained(
-    tmp_path: Path, payloads: list[Any], handler: str, *options: str, log: str | None = None
+    tmp_path: Path,
+    payloads: list[Any],
+    handler: str,
+    *options: str,
+    log: str | None = None,
+    workers: int = 1,
 ) -> subprocess.CompletedProcess[str]:
     """Enqueue `payloads` on the queue in tmp_path/qw (or on the Redis `log`) and run
-    `qw up --exit-when-drained` with one worker on them to the end."""
+    `qw up --exit-when-drained` with `workers` workers on them to the end."""
     where = ["--dir", str(tmp_path / "qw"), *(["--log", log] if log else [])]
     with Queue(log or str(tmp_path / "qw")) as queue:
         queue.enqueue_many(payloads)
     return qw(
-        "up", "--no-tui", "--exit-when-drained", "--workers", "1",
+        "up", "--no-tui", "--exit-when-drained", "--workers", str(workers),
         "--handler", f"tests.poison_handlers:{handler}", "--backoff", "0.01",
         *where, *options,
         cwd=tmp_path,
@@ -172,3 +179,50 @@ def test_a_value_whose_encoding_raises_is_a_fail_saying_what(
     up = run_drained(tmp_path, [{"n": 0}, {"poison": poison}, {"n": 2}], "unencodable",
                      "--max-attempts", "2")  # fmt: skip
     assert assert_failed_without_a_crash(up, str(tmp_path / "qw"), tmp_path) == error
+
+
+# -- row 13: a thread left by a handler does not keep its worker alive ------------------------
+
+
+def left_thread_payloads() -> list[Any]:
+    return [{"n": 0}, {"poison": True}, {"n": 2}]
+
+
+def test_a_thread_left_by_a_handler_does_not_keep_exit_when_drained_waiting(
+    tmp_path: Path,
+) -> None:
+    up = run_drained(tmp_path, left_thread_payloads(), "leaves_a_thread")
+    assert up.returncode == 0, up.stdout + up.stderr
+    assert "qw: drained (published 3, done 3, dead 0, pending 0)" in up.stdout, up.stdout
+    logs = "".join(p.read_text() for p in (tmp_path / "qw").rglob("*.log") if "run" in p.parts)
+    assert "exiting past 1 thread(s) its handler left running (left-by-handler)" in logs, logs
+
+
+def test_one_sigterm_ends_a_worker_whose_handler_left_a_thread(tmp_path: Path) -> None:
+    data = tmp_path / "qw"
+    with Queue(str(data)) as queue:
+        queue.enqueue_many(left_thread_payloads())
+    with (tmp_path / "up.out").open("w") as out, (tmp_path / "up.err").open("w") as err:
+        up = subprocess.Popen(
+            [*QW, "up", "--no-tui", "--workers", "1", "--dir", str(data),
+             "--handler", "tests.poison_handlers:leaves_a_thread"],
+            cwd=tmp_path, env=ENV, stdout=out, stderr=err,
+        )  # fmt: skip
+    try:
+
+        def all_done() -> bool:
+            state = ClaimState()
+            for position, record in read_claims(str(data)):
+                state.apply(record, position)
+            return state.done_count == 3
+
+        wait_until(all_done, 60, "the three tasks done")
+        up.send_signal(signal.SIGTERM)
+        assert up.wait(60) == 0
+    finally:
+        if up.poll() is None:
+            up.kill()
+            up.wait()
+    said = (tmp_path / "up.out").read_text() + (tmp_path / "up.err").read_text()
+    assert "killed mid-task" not in said, said
+    assert "qw: drained (published 3, done 3, dead 0, pending 0)" in said, said
