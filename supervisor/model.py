@@ -97,7 +97,7 @@ class Event:
     """One line of the event feed: a takeover, a lost lease, a stale completion, a death…"""
 
     at: float  # wall clock, seconds
-    kind: str  # takeover | lease-lost | stale | dead-task | death | restart | pause | info
+    kind: str  # takeover | lease-lost | stale | dead-task | clock | death | restart | pause | info
     text: str
     task: int | None = None  # the task it is about, if one (the feed's filter matches it)
 

@@ -226,3 +226,25 @@ def test_one_sigterm_ends_a_worker_whose_handler_left_a_thread(tmp_path: Path) -
     said = (tmp_path / "up.out").read_text() + (tmp_path / "up.err").read_text()
     assert "killed mid-task" not in said, said
     assert "qw: drained (published 3, done 3, dead 0, pending 0)" in said, said
+
+
+# -- row 17: a worker's clock jump is named -------------------------------------------------
+
+
+@pytest.mark.parametrize(("jump_s", "way"), [(-3600, "back"), (3600, "ahead")])
+def test_a_clock_jump_is_named_in_the_events_qw_why_and_the_report(
+    tmp_path: Path, jump_s: int, way: str
+) -> None:
+    payloads: list[Any] = [{"n": n} for n in range(60)]
+    payloads[20] = {"poison": True, "jump_s": jump_s}
+    up = run_drained(tmp_path, payloads, "jumps_the_clock", "--lease", "1", workers=3)
+    assert up.returncode == 0, up.stdout + up.stderr
+    named = rf"clock of (w\d·\d+) ran {way} 1\.0 h at @(\d+)"
+    event = re.search(rf"clock: task 20: {named}", up.stdout)
+    assert event is not None, up.stdout
+    jump = event[0].removeprefix("clock: task 20: ")
+    why = qw("why", "20", "--dir", "qw", cwd=tmp_path)
+    assert re.search(rf"CLOCK +{event[1]} +{re.escape(jump)}", why.stdout), why.stdout
+    report = qw("report", "--dir", "qw", cwd=tmp_path)
+    assert report.returncode in (0, 1), report.stderr  # (1: tasks were worked twice)
+    assert re.search(rf"clock jumps +\d+: .*{re.escape(jump)}", report.stdout), report.stdout
