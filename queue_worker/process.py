@@ -91,7 +91,7 @@ def run_worker_process(config_json: str, start: StartingFold | None = None) -> N
     SystemExit with one of the EXIT_* codes otherwise, the reason on stderr in one line.
     """
     from queue_worker.clock import process_clock
-    from queue_worker.handlers import error_text
+    from queue_worker.records import error_text
     from queue_worker.worker import Worker
 
     stop = threading.Event()

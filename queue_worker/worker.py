@@ -71,7 +71,6 @@ from queue_worker.handlers import (
     HandlerOutcome,
     TaskContext,
     attempts_used_up,
-    error_text,
     handler_from_function,
     load_handler,
     retry_at,
@@ -92,6 +91,7 @@ from queue_worker.records import (
     decode_task,
     encode,
     error_field,
+    error_text,
 )
 from queue_worker.recovery import OutageRecovery
 from queue_worker.state import Outcome, Verdict

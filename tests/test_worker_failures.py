@@ -26,6 +26,7 @@ import pytest
 from queue_worker import claim_batch
 from queue_worker.config import WorkerConfig
 from queue_worker.producer import Queue
+from queue_worker.records import Unknown
 from queue_worker.report import read_claims
 from queue_worker.state import ClaimState
 from queue_worker.worker import Worker
@@ -66,7 +67,7 @@ def run_drained(
 
 def writers(location: str) -> set[str]:
     """The worker ids that wrote the claims log: one per worker process ever started."""
-    return {record.worker for _, record in read_claims(location) if hasattr(record, "worker")}
+    return {r.worker for _, r in read_claims(location) if not isinstance(r, Unknown)}
 
 
 def task_json(tmp_path: Path, task: int, *where: str) -> dict[str, Any]:
