@@ -16,6 +16,7 @@ import operator
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
+from queue_worker.clock_jumps import ClockWatch
 from queue_worker.names import printable, worker_label
 from queue_worker.ops import DEATH, OpRecord, held_by
 from queue_worker.records import Claim, ClaimsRecord, Done, Fail, Renew, TaskRecord, Unknown
@@ -31,7 +32,7 @@ class Step(NamedTuple):
     """One record about the task, and why the fold decided what it did."""
 
     position: int  # in the claims log; for the TASK step, its index in the tasks log (its id)
-    kind: str  # TASK, CLAIM, RENEW, DONE, FAIL
+    kind: str  # TASK, CLAIM, RENEW, DONE, FAIL; OP (an ops record), CLOCK (a clock jump)
     worker: str | None
     at: int  # 0 when unknown (an unreadable TASK record)
     verdict: str  # the Verdict's word ("won", "lost: held", …); "published" for TASK
@@ -103,6 +104,9 @@ class _Teller:
         self.closed_at: int | None = None  # the position of the DONE or dead FAIL
         self.released = False
         self.steps: list[Step] = []
+        # clock jumps shown by the task's own records (queue_worker.clock_jumps; the report
+        # judges each record against the whole log)
+        self.clock = ClockWatch()
         # winning claim -> [worker, won at, ended at (None: still held), its holder's last
         # record under it, refused or not]: who held the task when, and who worked on past
         # losing it
@@ -124,6 +128,12 @@ class _Teller:
             step = self._fail(record, outcome)
         self._span(record, outcome)
         self.steps.append(step)
+        jump = self.clock.see(position, record)
+        if jump is not None:
+            claim = None if isinstance(record, Claim) else record.claim
+            self.steps.append(
+                Step(position, "CLOCK", record.worker, record.at, "observed", jump.text, claim)
+            )
 
     def apply_batch(
         self, records: Sequence[ClaimsRecord], positions: Sequence[int], fold_others: bool = True

@@ -49,9 +49,7 @@ from typing import Any, Final, Literal, NamedTuple, TypeVar
 
 from queue_worker.clock import seconds_to_us
 from queue_worker.errors import QwError
-
-#: the longest error text a FAIL record carries
-MAX_ERROR_CHARS: Final = 1000
+from queue_worker.records import error_field, error_text
 
 
 class TaskCancelled(QwError):
@@ -263,16 +261,6 @@ class HandlerOutcome(NamedTuple):
         return self.error is None
 
 
-def error_text(exc: BaseException) -> str:
-    """ "Type: message" on one line, bounded (it goes into a FAIL record)."""
-    message = str(exc)
-    text = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
-    text = " ".join(text.split())
-    if len(text) > MAX_ERROR_CHARS:
-        text = text[: MAX_ERROR_CHARS - 1] + "…"
-    return text
-
-
 def run_handler(handler: Handler, payload: Any, ctx: TaskContext) -> HandlerOutcome:
     """Call the handler; an exception becomes a failed outcome (never propagates)."""
     try:
@@ -339,7 +327,7 @@ def attempts_used_up(
         text += f"; the last run's worker ({died}) died or stopped renewing its lease running it"
     if last_error:
         text += f"; an earlier attempt failed with: {last_error}"
-    return text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 1] + "…"
+    return error_field(text)
 
 
 class DemoFailure(Exception):

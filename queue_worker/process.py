@@ -11,6 +11,7 @@ line that starts a worker as a plain subprocess (the fallback, demos, benches, t
 
 from __future__ import annotations
 
+import atexit
 import os
 import signal
 import sys
@@ -93,7 +94,7 @@ def run_worker_process(config_json: str, start: StartingFold | None = None) -> N
     SystemExit with one of the EXIT_* codes otherwise, the reason on stderr in one line.
     """
     from queue_worker.clock import process_clock
-    from queue_worker.handlers import error_text
+    from queue_worker.records import error_text
     from queue_worker.worker import Worker
 
     stop = threading.Event()
@@ -129,16 +130,42 @@ def run_worker_process(config_json: str, start: StartingFold | None = None) -> N
         raise SystemExit(_log_exit(e)) from None
     if stop.is_set():
         worker.drain()
+    code = EXIT_OK
     try:
         with worker:
             worker.run(stop)
     except LogError as e:
         print(f"qw worker {worker.worker_id}: {e}", file=sys.stderr)
-        raise SystemExit(_log_exit(e)) from None
+        code = _log_exit(e)
     except Exception as e:
         traceback.print_exc()
         print(f"qw worker {worker.worker_id}: crashed: {error_text(e)}", file=sys.stderr)
-        raise SystemExit(EXIT_ERROR) from None
+        code = EXIT_ERROR
+    _exit_past_left_threads(worker.worker_id, code)
+    if code != EXIT_OK:
+        raise SystemExit(code)
+
+
+def _exit_past_left_threads(worker_id: str, code: int) -> None:
+    """End the process now, with `code`, when threads a handler started are still running:
+    the interpreter's exit would wait for every non-daemon one, and a thread that never
+    ends would keep a worker that has finished its last task alive, deaf to a drain. (The
+    process is the worker's, not the handler's.) The atexit functions run first, as at a
+    normal exit; without such threads, nothing happens here."""
+    current = threading.current_thread()
+    left = [t for t in threading.enumerate() if t is not current and not t.daemon]
+    if not left:
+        return
+    names = ", ".join(sorted(t.name for t in left))
+    print(
+        f"qw worker {worker_id}: exiting past {len(left)} thread(s) its handler left "
+        f"running ({names})",
+        file=sys.stderr,
+    )
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def _log_exit(error: LogError) -> int:

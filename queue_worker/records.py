@@ -134,6 +134,32 @@ def _quote(value: Any) -> str:
     return _QUOTE.repr(value)
 
 
+#: the longest error text a FAIL record carries
+MAX_ERROR_CHARS: Final = 1000
+
+
+def error_field(text: str) -> str:
+    """`text` as a FAIL's error: one line, at most MAX_ERROR_CHARS, and always encodable
+    (a lone surrogate, which UTF-8 cannot carry, is written as its escape)."""
+    text = " ".join(text.split())
+    if not text.isascii():
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    if len(text) > MAX_ERROR_CHARS:
+        text = text[: MAX_ERROR_CHARS - 1] + "…"
+    return text
+
+
+def error_text(exc: BaseException) -> str:
+    """ "Type: message" of an exception, as a FAIL's error (`error_field`). Never raises: an
+    exception whose str() raises (a handler's own class) is named with what str() raised."""
+    name = type(exc).__name__
+    try:
+        message = str(exc)
+    except Exception as e:  # its __str__ is the handler's code
+        message = f"(its message cannot be read: str() raised {type(e).__name__})"
+    return error_field(f"{name}: {message}" if message else name)
+
+
 def _pack(items: list[Any], *, free_form: bool, scalars: bool = False) -> bytes:
     """`scalars`: every item is of a `_SCALARS` type (the shared Packer may pack them)."""
     try:
@@ -141,8 +167,8 @@ def _pack(items: list[Any], *, free_form: bool, scalars: bool = False) -> bytes:
             data: bytes = _PACKER.pack(items)
         else:
             data = msgpack.packb(items, use_bin_type=True)
-    except (TypeError, ValueError, OverflowError, BufferError) as e:
-        raise _caused(RecordEncodeError(f"cannot encode as msgpack: {e}"), e) from e
+    except Exception as e:  # a free-form value's own methods (a dict's items()) may raise
+        raise _caused(RecordEncodeError(f"cannot encode as msgpack: {error_text(e)}"), e) from e
     # msgpack packs some values that no reader can decode (a map keyed by a tuple comes
     # back keyed by an unhashable list): written to a log, such a record would stop every
     # reader. A record with a free-form value (a payload, a result) is decoded once here to

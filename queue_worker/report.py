@@ -28,6 +28,7 @@ from typing import Any, Final
 
 from logstore.base import LogError
 from queue_worker.checker import QueueChecker, QueueChecks
+from queue_worker.clock_jumps import ClockJump, ClockWatch
 from queue_worker.log_reading import (  # re-exported: the readers of the logs live there
     ReportInputError,
     compacted_prefix,
@@ -243,6 +244,9 @@ class Report:
     # positions of records whose time (at, its lease's end, retry_at) is no date: hostile or
     # broken writers; the fold still applies them as written (they decode)
     impossible_times: tuple[int, ...] = ()
+    # records that show their worker's clock jumped (queue_worker.clock_jumps): observations
+    # beside the verdicts, which they do not change
+    clock_jumps: tuple[ClockJump, ...] = ()
     checks: QueueChecks = field(
         default_factory=QueueChecks
     )  # the total-queue classes (queue_worker.checker)
@@ -310,7 +314,14 @@ class Report:
 
     def to_json(self) -> dict[str, Any]:
         """The `qw report --json` object: plain JSON types, times in µs since the epoch."""
-        skip = ("workers", "takeovers", "stale_completions", "worked_twice", "prefix")
+        skip = (
+            "workers",
+            "takeovers",
+            "stale_completions",
+            "worked_twice",
+            "prefix",
+            "clock_jumps",
+        )
         data: dict[str, Any] = {
             f.name: json_safe(getattr(self, f.name)) for f in fields(self) if f.name not in skip
         }
@@ -327,6 +338,7 @@ class Report:
                 for t in self.takeovers
             ],
             stale_completions=json_safe(self.stale_completions),
+            clock_jumps=[json_safe(j) | {"text": j.text} for j in self.clock_jumps],
             workers=[json_safe(w) | {"label": worker_label(w.worker)} for w in self.workers],
             accounting_errors=self.accounting_errors(),
             checks=self.checks.to_json(),
@@ -373,6 +385,8 @@ class _Replay:
     done_margins: list[int] = field(default_factory=list)
     malformed: list[int] = field(default_factory=list)
     impossible_times: list[int] = field(default_factory=list)
+    clock: ClockWatch = field(default_factory=ClockWatch)
+    clock_jumps: list[ClockJump] = field(default_factory=list)
     checker: QueueChecker = field(default_factory=QueueChecker)
     records: int = 0
     attempts: int = 0
@@ -463,6 +477,9 @@ class _Replay:
             self.malformed.append(position)
         if not isinstance(record, Unknown) and not _times_are_dates(record):
             self.impossible_times.append(position)
+        jump = self.clock.see(position, record)
+        if jump is not None:
+            self.clock_jumps.append(jump)
         return outcome
 
     def _claim(self, r: Claim, outcome: Outcome) -> None:
@@ -603,6 +620,7 @@ class _Replay:
             unknown_records=st.unknown_count - len(self.malformed),
             malformed=tuple(self.malformed),
             impossible_times=tuple(self.impossible_times),
+            clock_jumps=tuple(self.clock_jumps),
             checks=self.checker.result(tasks_published),
             prefix=self.prefix,
         )

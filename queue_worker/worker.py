@@ -71,7 +71,6 @@ from queue_worker.handlers import (
     HandlerOutcome,
     TaskContext,
     attempts_used_up,
-    error_text,
     handler_from_function,
     load_handler,
     retry_at,
@@ -91,6 +90,8 @@ from queue_worker.records import (
     TaskRecord,
     decode_task,
     encode,
+    error_field,
+    error_text,
 )
 from queue_worker.recovery import OutageRecovery
 from queue_worker.state import Outcome, Verdict
@@ -606,7 +607,8 @@ class Worker:
             rng=self._rng,
             permanent=permanent,
         )
-        return Fail(task, self.worker_id, at, claim_position, error, retry)
+        # (error_field: whatever the error says, the FAIL is bounded and encodes)
+        return Fail(task, self.worker_id, at, claim_position, error_field(error), retry)
 
     def _fail_timed_out(self, task: int, claim_position: int, attempt: int, error: str) -> None:
         """The attempt outran its time limit (the watchdog's thread calls this, then ends
@@ -694,9 +696,7 @@ class Worker:
                 done = _new(Done, (task, self.worker_id, at, claim_position, outcome.result))
                 settled = self._append_and_settle(done, ahead)
                 recorded = True
-            except RecordEncodeError as e:
-                outcome = HandlerOutcome(error=f"result cannot be recorded: {e}", exception=e)
-            except RecordTooLargeError as e:
+            except (RecordEncodeError, RecordTooLargeError) as e:
                 outcome = HandlerOutcome(error=f"result cannot be recorded: {e}", exception=e)
         if not recorded:
             assert outcome.error is not None
@@ -890,6 +890,9 @@ class Worker:
         assert self._server is not None
         batch = self._server_batch_settle()
         data = encode(record)
+        limit = self._server.log.max_record
+        if len(data) > limit:  # now, not when a later call sends a DONE held for it
+            raise RecordTooLargeError(len(data), limit)
         ran_s = time.monotonic() - self._task_started if self._batching else math.inf
         if isinstance(record, Done) and batch.can_hold(ran_s, self.config.lease_s):
             # the next task is in hand already: this DONE goes with the next call

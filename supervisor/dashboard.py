@@ -90,6 +90,7 @@ EVENT_STYLES: dict[str, str] = {
     "lease-lost": "yellow",
     "stale": "bold red",
     "dead-task": "red",
+    "clock": "yellow",
     "death": "bold red",
     "log-error": "bold red",
     "restart": "green",

@@ -97,7 +97,7 @@ class Event:
     """One line of the event feed: a takeover, a lost lease, a stale completion, a death…"""
 
     at: float  # wall clock, seconds
-    # takeover | lease-lost | stale | dead-task | death | log-error | restart | pause | info
+    # takeover | lease-lost | stale | dead-task | clock | death | log-error | restart | pause | info
     kind: str
     text: str
     task: int | None = None  # the task it is about, if one (the feed's filter matches it)

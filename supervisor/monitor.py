@@ -8,6 +8,7 @@ the interesting outcomes into feed events:
     lease-lost  task 17: w2·6975 lost its lease to w5·7001
     stale       task 17: w2·6975's completion was discarded (w5·7001 holds it): worked twice
     dead-task   task 17 is dead after 3 attempts: ValueError: …
+    clock       task 17: clock of w2·6975 ran back 1.0 h at @5120 (queue_worker.clock_jumps)
 
 The fold is the workers' own (`queue_worker.topics.ClaimsFollower`): the same decoding, the
 same server clock on Redis, the same treatment of a malformed record.
@@ -34,6 +35,7 @@ from typing import Final
 from logstore import Entry, IdentityError, Log, PositionCompactedError
 from logstore.base import Durability
 from logstore.location import log_file
+from queue_worker.clock_jumps import ClockWatch
 from queue_worker.names import worker_label
 from queue_worker.records import (
     Claim,
@@ -137,6 +139,7 @@ class Monitor:
         self._foreign_below = 0  # the watermark `_foreign` was last pruned at
         self._deaths: dict[str, float] = {}
         self._takeovers: dict[int, Takeover] = {}  # insertion order: the oldest first
+        self._clock = ClockWatch()  # the workers' clock jumps, in the records since start
         self._caught_up = False
         self._lock = threading.Lock()
         #: where `check_start` begins to verify each log (tasks, claims): their starts, or
@@ -275,6 +278,11 @@ class Monitor:
             # a FAIL gets, forgets the task's state)
             attempts = state.attempts(known.task) if type(known) is Fail else 0
             outcome, record = follower.apply(entry, known)
+            if entry.position >= events_from:
+                jump = self._clock.see(entry.position, record)
+                if jump is not None:
+                    text = f"task {jump.task}: {jump.text}"
+                    events.append(Event(time.time(), "clock", text, jump.task))
             verdict = outcome.verdict
             if verdict is won:
                 continue

@@ -103,6 +103,10 @@ def render_summary(r: Report, plain: bool, now_us: int) -> Table:
     if r.impossible_times:
         shown = ", ".join(f"@{p}" for p in r.impossible_times[:5])
         rows.append(("records with impossible times", f"{len(r.impossible_times)}: {shown}"))
+    if r.clock_jumps:
+        shown = "; ".join(j.text for j in r.clock_jumps[:5])
+        more = f"; … and {len(r.clock_jumps) - 5} more" if len(r.clock_jumps) > 5 else ""
+        rows.append(("clock jumps", f"{len(r.clock_jumps)}: {shown}{more}"))
     if r.unknown_records:
         rows.append(("records of unknown types", f"{r.unknown_records}"))
     if r.unpublished_tasks:

@@ -19,13 +19,13 @@ from queue_worker.handlers import (
     TaskContext,
     backoff_us,
     demo,
-    error_text,
     handler_from_function,
     load_handler,
     retry_at,
     run_handler,
 )
 from queue_worker.producer import Queue
+from queue_worker.records import Fail, decode, encode, error_text
 from queue_worker.worker import StepKind, Worker
 
 NOT_CALLABLE = 42
@@ -159,6 +159,20 @@ def test_a_result_builds_a_whole_outcome() -> None:
 def test_error_text_is_bounded_and_names_the_type_alone_without_a_message() -> None:
     assert error_text(KeyError()) == "KeyError"
     assert len(error_text(RuntimeError("x" * 10_000))) <= 1000
+
+
+class _Unprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("no")
+
+
+def test_error_text_never_raises_and_always_encodes_in_a_fail() -> None:
+    assert error_text(_Unprintable()) == (
+        "_Unprintable: (its message cannot be read: str() raised RuntimeError)"
+    )
+    text = error_text(ValueError("bad \udc80 byte"))  # a lone surrogate: not UTF-8
+    assert text == "ValueError: bad \\udc80 byte"
+    assert decode(encode(Fail(0, "w", 1, 0, text, None))) == Fail(0, "w", 1, 0, text, None)
 
 
 def test_a_result_comes_back() -> None:

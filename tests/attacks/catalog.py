@@ -346,3 +346,4 @@ def sleeper(work: Path) -> Finding:
 
 import tests.attacks.redis_damage  # noqa: E402, F401  (Redis: a stream trimmed, a server flushed)
 import tests.attacks.surface  # noqa: E402, F401  (errors reaching the operator, checkpoint recovery)
+import tests.attacks.worker_failures  # noqa: E402, F401  (handlers' results, threads and clocks)
