@@ -502,7 +502,7 @@ class Supervisor:
         try:
             events = monitor.catch_up()  # everything the dead process wrote
         except LogError as e:  # what it died of, perhaps (a reset server): the run stops
-            self._log_failed(e)
+            self._log_failed(str(e))
             return []
         for event in events:
             self._add_event(event)
