@@ -39,9 +39,15 @@ compiled: $(VENV)/.installed
 up: $(VENV)/.installed compiled
 	$(BIN)/qw up --workers $(WORKERS) --demo $(ARGS)
 
-## test: the test suite (includes a short chaos run; QW_CHAOS=long for the long one)
+## test: the fast tier, two test processes at once: every module, every kill -9 path, the
+## real terminal, Redis and the browser at least once (tests marked `slow` are left out)
 test: $(VENV)/.installed-test compiled
-	$(BIN)/python -m pytest -q $(ARGS)
+	$(BIN)/python -m pytest -q -n 2 -m "not slow" $(ARGS)
+
+## test-all: every test, the slow ones too (includes a short chaos run; QW_CHAOS=long for
+## the long one)
+test-all: $(VENV)/.installed-test compiled
+	$(BIN)/python -m pytest -q -n 2 $(ARGS)
 
 ## lint: ruff and mypy (strict)
 lint: $(VENV)/.installed-test

@@ -13,6 +13,7 @@ import signal
 from pathlib import Path
 
 import msgpack
+import pytest
 
 from queue_worker.checkpoint import CHECKPOINT_NAME
 from queue_worker.config import WorkerConfig
@@ -35,6 +36,7 @@ def drained_to(run_dir: Path, total: int) -> WorkerSnapshot | None:
     return None
 
 
+@pytest.mark.slow  # a long history, by design
 def test_a_worker_index_holds_the_live_tasks_not_the_history(tmp_path: Path) -> None:
     data, run_dir = tmp_path / "data", tmp_path / "run"
     config = WorkerConfig(

@@ -39,10 +39,14 @@ from tests.test_tui_tmux import QW, Tmux, at_prompt, exit_status, keys_line_inta
 #: a row of the worker table: slot, worker, partition, state
 ROW = re.compile(r"^\s*▶?(\d+)\s+(w\d+·\d+)(?: ↻\d+)?\s+p(\d+)\s+(\w+)", re.MULTILINE)
 SIZES = [(80, 24), (160, 50)]
+# make test runs 80x24, the size every screen must fit; make test-all the larger one too
+SIZE_PARAMS = [
+    pytest.param(size, marks=() if size == SIZES[0] else pytest.mark.slow) for size in SIZES
+]
 NOW = 1_700_000_000.0
 
 
-@pytest.fixture(params=SIZES, ids=[f"{w}x{h}" for w, h in SIZES])
+@pytest.fixture(params=SIZE_PARAMS, ids=[f"{w}x{h}" for w, h in SIZES])
 def term(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Tmux]:
     if shutil.which("tmux") is None:
         pytest.skip("tmux is not installed")
@@ -133,6 +137,7 @@ def test_dashboard_shows_partitions_and_a_kill_taken_over_in_its_partition(
     assert "qw: stopped with" in term.screen() and "4 partitions" in term.screen()
 
 
+@pytest.mark.slow  # make test watches a partitioned kill at 80x24 in test_dashboard_shows_partitions_and_a_kill_taken_over_in_its_partition
 def test_a_kill_among_more_workers_than_fit_80x24_is_watched_to_its_takeover(
     tmp_path: Path,
 ) -> None:
@@ -395,6 +400,7 @@ def on_screen(term: Tmux, pattern: re.Pattern[str]) -> Callable[[], bool]:
     return lambda: pattern.search(term.screen()) is not None
 
 
+@pytest.mark.slow  # make test watches a partitioned kill at 80x24 in test_dashboard_shows_partitions_and_a_kill_taken_over_in_its_partition
 def test_rebalance_dashboard_shows_members_partitions_and_a_killed_members_takeovers(
     tmp_path: Path,
 ) -> None:

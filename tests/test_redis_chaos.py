@@ -44,7 +44,9 @@ WIDE = Plan(workers=8, tasks=3000, work_ms=60, lease_s=3.0, tasks_between_kills=
 KILLS_PER_SERVER_RESTART = 3 if not LONG else 5
 
 
-@pytest.mark.parametrize("verdicts", ["client", "server"])
+@pytest.mark.parametrize(
+    "verdicts", [pytest.param("client", marks=pytest.mark.slow), "server"]
+)  # make test: the default mode
 def test_kill_9_workers_and_the_server_and_every_task_is_done_exactly_once(
     tmp_path: Path, verdicts: str
 ) -> None:

@@ -180,6 +180,7 @@ def _report(tmp_path: Path, url: str) -> dict[str, object]:
     return body
 
 
+@pytest.mark.slow  # make test runs the cluster once, through its retention test
 def test_partitions_spread_over_the_nodes_and_drain_exactly_once(
     cluster: Cluster, queue_url: str, tmp_path: Path
 ) -> None:
@@ -205,6 +206,7 @@ def test_partitions_spread_over_the_nodes_and_drain_exactly_once(
     assert len(owners) == 3
 
 
+@pytest.mark.slow  # make test runs the cluster once, through its retention test
 def test_a_killed_worker_is_taken_over_by_lease_expiry_on_the_cluster(
     cluster: Cluster, queue_url: str, tmp_path: Path
 ) -> None:
@@ -235,6 +237,7 @@ def test_a_killed_worker_is_taken_over_by_lease_expiry_on_the_cluster(
     assert takeover["gap_after_expiry"] >= 0
 
 
+@pytest.mark.slow  # make test runs the cluster once, through its retention test
 def test_a_node_restarted_with_kill_9_loses_nothing(
     cluster: Cluster, queue_url: str, tmp_path: Path
 ) -> None:
@@ -282,6 +285,7 @@ def test_a_bad_cluster_parameter_is_one_line_before_anything_connects(tmp_path: 
     )
 
 
+@pytest.mark.slow  # make test runs the cluster once, through its retention test
 def test_members_on_the_cluster_rebalance_after_a_kill_9(
     cluster: Cluster, queue_url: str, tmp_path: Path
 ) -> None:

@@ -186,9 +186,13 @@ def slot_rows(screen: str) -> dict[str, str]:
 
 
 SIZES = [(80, 24), (120, 40), (200, 60)]
+# make test runs 80x24, the size every screen must fit; make test-all the larger ones too
+SIZE_PARAMS = [
+    pytest.param(size, marks=() if size == SIZES[0] else pytest.mark.slow) for size in SIZES
+]
 
 
-@pytest.fixture(params=SIZES, ids=[f"{w}x{h}" for w, h in SIZES])
+@pytest.fixture(params=SIZE_PARAMS, ids=[f"{w}x{h}" for w, h in SIZES])
 def sized_tmux(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Tmux]:
     if shutil.which("tmux") is None:
         pytest.skip("tmux is not installed")
