@@ -18,12 +18,17 @@ filelock is imported when a maintenance lock is first taken, not with this modul
 (logging, secrets, inspect, decimal, platform…) costs more CPU than `qw status` spends on
 everything else, measured on the bench machine, and a reader of an existing log never takes
 that lock.
+
+A third, `directory_lock`, is flock on a data directory itself: the creation of a
+partitioned queue holds it (queue_worker.partitioned), and a reader that finds partitions
+without their manifest waits on it before it calls them damaged.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from functools import partial
 from typing import TYPE_CHECKING, Protocol
 
@@ -125,6 +130,22 @@ def open_read_lock(path: str) -> HeldLock:
 def open_lock(path: str) -> HeldLock:
     """The hot-path lock on `path`: flock where available, else filelock."""
     return FlockLock(path) if HAVE_FLOCK else FallbackLock(path)
+
+
+@contextmanager
+def directory_lock(directory: str, *, shared: bool = False) -> Iterator[None]:
+    """flock on a directory itself, for the `with` block: it excludes as a lock file does,
+    but creates nothing, so that a reader waiting there for a writer leaves the directory
+    as it found it. OSError when the directory cannot be opened; no lock without flock."""
+    if not HAVE_FLOCK:
+        yield
+        return
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # (releases the lock)
 
 
 def maintenance_lock(path: str) -> filelock.BaseFileLock:

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from logstore import Durability, LogError, is_redis_url, open_log
 from logstore.blob import create_blob
 from logstore.location import shown
+from logstore.locking import directory_lock
 from queue_worker.partitions import (
     MANIFEST_NAME,
     MAX_PARTITIONS,
@@ -72,7 +73,26 @@ def resolve_partitions(
 def create_partitioned(location: str | Path, count: int) -> Manifest:
     """Create (or join the creation of) a queue of `count` partitions at `location`: every
     partition's logs first, then the manifest that names them (first writer wins: a second
-    creator computes the same manifest from the same partition logs)."""
+    creator computes the same manifest from the same partition logs). A data directory is
+    locked meanwhile (`directory_lock`): a reader that meets the partitions before their
+    manifest waits, rather than call the queue damaged."""
+    if is_redis_url(str(location)):
+        return _create_partitioned(location, count)
+    directory = Path(location)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        with directory_lock(str(directory)):
+            found = read_manifest(location, creating=True)  # a creator before us
+            if found is None:
+                return _create_partitioned(location, count)
+    except OSError as exc:
+        raise LogError(f"{directory}: cannot create a queue there: {exc.strerror or exc}") from exc
+    if found.count != count:
+        raise _created_meanwhile(location, found, count)
+    return found
+
+
+def _create_partitioned(location: str | Path, count: int) -> Manifest:
     ids = []
     for k in range(count):
         where = partition_location(location, k, count)
@@ -91,11 +111,15 @@ def create_partitioned(location: str | Path, count: int) -> Manifest:
         f"{shown(location)} {MANIFEST_NAME}",
     )
     if stored != manifest:
-        raise PartitionError(
-            f"{shown(location)}: another process created this queue with {stored.count} "
-            f"partitions at the same time (asked: {count})"
-        )
+        raise _created_meanwhile(location, stored, count)
     return manifest
+
+
+def _created_meanwhile(location: str | Path, found: Manifest, asked: int) -> PartitionError:
+    return PartitionError(
+        f"{shown(location)}: another process created this queue with {found.count} "
+        f"partitions at the same time (asked: {asked})"
+    )
 
 
 def _has_plain_queue(location: str | Path) -> bool:
@@ -174,9 +198,10 @@ class PartitionedQueue:
             partition = self.partition_for(None if keys is None else keys[i])
             groups.setdefault(partition, []).append(i)
         check_payloads(items)  # nothing anywhere when one payload cannot be encoded
+        queues = {p: self._queue(p) for p in sorted(groups)}  # each checked before any append
         refs: list[TaskRef | None] = [None] * len(items)
         for partition, indices in sorted(groups.items()):
-            ids = self._queue(partition).enqueue_many([items[i] for i in indices])
+            ids = queues[partition].enqueue_many([items[i] for i in indices])
             for i, task in zip(indices, ids, strict=True):
                 refs[i] = TaskRef(partition, task)
         return [ref for ref in refs if ref is not None]

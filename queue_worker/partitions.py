@@ -27,13 +27,18 @@ The manifest (bytes, big-endian)::
 The queue id is a hash of the partitions' ids, so two processes creating the same queue at
 once write the same manifest. Opening partition k checks that its logs carry the id the
 manifest names for k (`check_partition`): partitions swapped or copied from another queue
-are refused, as a log of another queue is.
+are refused, as a log of another queue is. Reading the manifest of a data directory checks
+its layout too (`check_layout`): partition directories without a manifest, a partition or
+one of its logs missing, a partition the manifest does not name, or a log at the top beside
+the manifest are refused, so no command creates a log in a damaged partitioned queue.
 
 Task ids: a task of a partitioned queue is named ``k:id`` — its partition, and its index in
 that partition's tasks topic (`TaskRef`). ``3:17`` is task 17 of partition 3.
 """
 
+import contextlib
 import functools
+import os
 import struct
 import zlib
 from collections.abc import Sequence
@@ -41,10 +46,11 @@ from pathlib import Path
 from typing import Final, NamedTuple
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from logstore import IdentityError, Log, LogError, is_redis_url
+from logstore import IdentityError, Log, LogError, LogIdentity, is_redis_url
 from logstore.blob import read_blob
-from logstore.identity import QUEUE_ID_SIZE
+from logstore.identity import QUEUE_ID_SIZE, read_file_identity, sibling_topics
 from logstore.location import shown
+from logstore.locking import directory_lock
 
 #: the manifest's name beside the logs (the file <dir>/partitions, the Redis key qw:partitions)
 MANIFEST_NAME: Final = "partitions"
@@ -160,11 +166,97 @@ class Manifest:
         return manifest
 
 
-def read_manifest(location: str | Path) -> Manifest | None:
+def read_manifest(location: str | Path, *, creating: bool = False) -> Manifest | None:
     """The manifest of the partitioned queue at `location`; None for a queue created
-    without partitions (or no queue yet). PartitionError for a damaged manifest."""
+    without partitions (or no queue yet). PartitionError for a damaged manifest, and for a
+    data directory whose partitions do not agree with it (`check_layout`): every command
+    finds out here whether a queue is partitioned, so every one refuses such a directory
+    before it creates anything.
+
+    `creating`: the caller holds the directory's creation lock (`directory_lock`)."""
+    manifest = _stored_manifest(location)
+    if is_redis_url(location):
+        return manifest
+    directory = Path(location)
+    if manifest is None and not creating and partition_directories(directory):
+        # Partitions without their manifest: a creator may be between the two. It holds the
+        # directory's lock until the manifest is in place, so wait for it and look again.
+        with contextlib.suppress(OSError), directory_lock(str(directory), shared=True):
+            manifest = _stored_manifest(location)
+    check_layout(directory, manifest)
+    return manifest
+
+
+def _stored_manifest(location: str | Path) -> Manifest | None:
     raw = read_blob(location, MANIFEST_NAME)
     return None if raw is None else Manifest.decode(raw, f"{shown(location)} {MANIFEST_NAME}")
+
+
+def partition_directories(directory: Path) -> list[int]:
+    """The partitions whose directory (``p<k>``) holds a qw log in `directory`, in order
+    (a directory of that name without one is not ours, and is left alone)."""
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return []
+    found = (int(name[1:]) for name in names if name[:1] == "p" and name[1:].isdigit())
+    return sorted(k for k in found if sibling_topics(directory / f"p{k}"))
+
+
+def check_layout(directory: Path, manifest: Manifest | None) -> None:
+    """Raise PartitionError unless the data directory is one queue. Without a manifest: no
+    partition directories. With one: its P partitions and no other, each holding the tasks,
+    claims and ops logs of the queue id the manifest names for it, and no log at the top
+    (a partition removed, or a log of one, would be created anew, empty, by the next
+    command; a queue made at the top would be worked while the partitions wait)."""
+    found = partition_directories(directory)
+    named = directory / MANIFEST_NAME
+    if manifest is None:
+        if found:
+            raise PartitionError(
+                f"{directory} holds partition directories ({_spans(found)}) but no "
+                f"partitions manifest {named}: removed, or the queue's creation cut short? "
+                "Refused, nothing written"
+            )
+        return
+    count = manifest.count
+    extra = [k for k in found if k >= count]
+    if extra:
+        raise PartitionError(
+            f"{directory / f'p{extra[0]}'} holds logs but {named} names {count} partitions "
+            f"(p0–p{count - 1}): refused, nothing written"
+        )
+    top = sibling_topics(directory)
+    if top:
+        raise PartitionError(
+            f"{directory / f'{top[0]}.log'} is beside {named}: a partitioned queue keeps its "
+            f"logs in p0–p{count - 1}, none at the top (a queue made there without "
+            "partitions?): refused, nothing written"
+        )
+    from queue_worker.topics import TOPICS  # here: topics imports this module
+
+    for k in range(count):
+        part = directory / f"p{k}"
+        for topic in TOPICS:
+            path = part / f"{topic}.log"
+            identity = read_file_identity(path)
+            if identity is None:
+                raise PartitionError(
+                    f"{path if part.is_dir() else part}: missing, but {named} names partition "
+                    f"{k} of {count}, which keeps its tasks, claims and ops logs in {part} "
+                    "(removed?): refused, nothing written"
+                )
+            if identity.topic != topic:
+                raise PartitionError(
+                    f"{path} is the {identity.topic!r} log, not the {topic!r} log (logs "
+                    "swapped or copied from elsewhere?)"
+                )
+            check_identity(str(path), identity, manifest, k)
+
+
+def _spans(partitions: list[int]) -> str:
+    names = ", ".join(f"p{k}" for k in partitions[:4])
+    return names if len(partitions) <= 4 else f"{names}, … {len(partitions)} in all"
 
 
 def one_partition_text(location: str | Path) -> str | None:
@@ -227,12 +319,19 @@ def hash_tag(name: str, partition: int, count: int) -> str:
 def check_partition(log: Log, manifest: Manifest, partition: int) -> None:
     """Raise PartitionError unless `log` (opened at partition `partition`'s location) is a
     log of that partition of the manifest's queue."""
-    identity = getattr(log, "identity", None)
+    check_identity(log.name, getattr(log, "identity", None), manifest, partition)
+
+
+def check_identity(
+    name: str, identity: LogIdentity | None, manifest: Manifest, partition: int
+) -> None:
+    """Raise PartitionError unless `identity` (of the log `name`) is partition `partition`'s
+    of the manifest's queue."""
     expected = manifest.partition_ids[partition]
     if identity is None or identity.queue != expected:
         found = "no identity" if identity is None else f"queue {identity.queue.hex()}"
         raise PartitionError(
-            f"{log.name} belongs to {found}, not to partition {partition} of queue "
+            f"{name} belongs to {found}, not to partition {partition} of queue "
             f"{manifest.queue.hex()} ({expected.hex()}): partitions swapped or copied?"
         )
 
@@ -252,8 +351,14 @@ def assign(members: Sequence[str], partitions: int) -> dict[str, list[int]]:
 
 
 def slot_partitions(workers: int, partitions: int) -> list[int]:
-    """One supervisor's workers (slots 0 … workers-1, workers ≥ partitions): the partition
-    of each slot, as `assign` gives it to members named by their slot."""
+    """One supervisor's workers (slots 0 … workers-1): the partition of each slot, as
+    `assign` gives it to members named by their slot. ValueError for fewer workers than
+    partitions (a partition no worker works)."""
+    if workers < partitions:
+        raise ValueError(
+            f"{workers} workers for {partitions} partitions: each worker works one "
+            "partition, so every partition needs one"
+        )
     names = [f"{slot:06d}" for slot in range(workers)]
     given = assign(names, partitions)
     return [given[name][0] for name in names]
@@ -265,8 +370,11 @@ __all__ = [
     "PartitionError",
     "TaskRef",
     "assign",
+    "check_identity",
+    "check_layout",
     "check_partition",
     "parse_task_ref",
+    "partition_directories",
     "partition_location",
     "read_manifest",
     "slot_partitions",

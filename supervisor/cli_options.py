@@ -85,6 +85,16 @@ def host_name_option(text: str) -> str:
     return text
 
 
+def data_directory(text: str | Path) -> Path:
+    """`--dir`: any path but the empty one, which names the working directory (where no
+    queue was asked for: `Path("")` is ``.``)."""
+    if not str(text):
+        raise typer.BadParameter(
+            "got ''; expected a data directory (an empty path would be the current one)"
+        )
+    return Path(text)
+
+
 if TYPE_CHECKING:  # for mypy, the types (typer's Option in the metadata is not a type)
     DirOption = Path
     LogOption = str | None
@@ -101,7 +111,11 @@ else:
             "DirOption": Annotated[
                 Path,
                 real_typer.Option(
-                    "--dir", "-d", metavar="DIR", help="The data directory (logs and run state)."
+                    "--dir",
+                    "-d",
+                    parser=data_directory,
+                    metavar="DIR",
+                    help="The data directory (logs and run state).",
                 ),
             ],
             "LogOption": Annotated[

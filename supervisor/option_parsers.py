@@ -11,10 +11,12 @@ from __future__ import annotations
 from typing import Final
 
 from queue_worker.records import MAX_TASK_ID
-from supervisor.cli_options import FSYNCS, one_of, whole
+from supervisor.cli_options import FSYNCS, data_directory, one_of, whole
 from supervisor.enqueue_input import MAX_ENQUEUE
 from supervisor.partitioned_cli import task_parser
 
+#: every command's `--dir`
+DATA_DIRECTORY: Final = data_directory
 #: `qw enqueue --count`
 ENQUEUE_COUNT: Final = whole("a number of tasks", 1, MAX_ENQUEUE)
 #: `qw enqueue --fsync`

@@ -56,11 +56,7 @@ class PartitionedSupervisor:
     """The supervisors of a partitioned queue's partitions, run as one."""
 
     def __init__(self, options: SupervisorOptions, manifest: Manifest) -> None:
-        if options.workers < manifest.count:
-            raise ValueError(
-                f"{options.workers} workers for {manifest.count} partitions: each worker "
-                "works one partition, so every partition needs one"
-            )
+        """ValueError for fewer workers than partitions (`slot_partitions`)."""
         self.options = options
         self.manifest = manifest
         self.parts = [Supervisor(o) for o in partition_options(options, manifest)]

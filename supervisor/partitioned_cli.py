@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from logstore import LogError
-from queue_worker.partitions import MAX_PARTITIONS, Manifest, read_manifest
+from queue_worker.partitions import MAX_PARTITIONS, Manifest, read_manifest, slot_partitions
 from supervisor import lazy_typer as typer
 from supervisor.cli_options import fail, shown
 
@@ -58,23 +58,31 @@ def up(
     `tui`: the live dashboard (`supervisor.partitioned_view`, `supervisor.members_view`),
     else a status line a second;
     `http_address`: serve /stats, /metrics, /health and /task/K:ID there."""
-    manifest = manifest_at(options.location, asked)
-    if manifest is None:
+    # Every option is checked before a new queue is created: a refused `qw up` writes nothing.
+    manifest = manifest_at(options.location, asked, create=False)
+    count = manifest.count if manifest is not None else asked
+    if count is None or count == 1:
         if rebalance:
             fail("--rebalance: the queue has no partitions (create it with --partitions P)")
         return None
+    if not rebalance:
+        try:
+            slot_partitions(options.workers, count)
+        except ValueError as e:
+            fail(f"--workers {options.workers}: {e} (or --rebalance: a member takes several)")
+    if manifest is None:
+        if http_address is not None:
+            _check_listen(http, http_address)
+        manifest = manifest_at(options.location, count)
+        assert manifest is not None
     from supervisor.members import MemberSupervisor
     from supervisor.partitioned import PartitionedSupervisor
 
-    sup: PartitionedSupervisor | MemberSupervisor
-    try:
-        sup = (
-            MemberSupervisor(options, manifest)
-            if rebalance
-            else PartitionedSupervisor(options, manifest)
-        )
-    except ValueError as e:
-        fail(f"--workers {options.workers}: {e} (or --rebalance: a member takes several)")
+    sup: PartitionedSupervisor | MemberSupervisor = (
+        MemberSupervisor(options, manifest)
+        if rebalance
+        else PartitionedSupervisor(options, manifest)
+    )
     view: PartitionedView | MembersView
     if isinstance(sup, MemberSupervisor):
         from supervisor.members_view import MembersView
@@ -91,7 +99,7 @@ def up(
         try:
             server = StatsServer(view, *http_address, logs=options.location)
         except OSError as e:
-            fail(f"--http {http}: not an address this machine can listen on ({e.strerror})")
+            fail(_unlistenable(http, e))
         if isinstance(sup, MemberSupervisor):  # in the status files (`qw status`)
             sup.http_address = server.address
         else:
@@ -112,6 +120,23 @@ def up(
     else:
         typer.echo(f"qw: drained ({counts})")
     return code
+
+
+def _check_listen(http: str | None, address: tuple[str, int]) -> None:
+    """One line and exit 2 when `--http`'s address cannot be listened on: said before a new
+    queue is created (the server itself binds once the queue exists)."""
+    import socket
+
+    with socket.socket(socket.AF_INET6 if ":" in address[0] else socket.AF_INET) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server binds
+        try:
+            probe.bind(address)
+        except OSError as e:
+            fail(_unlistenable(http, e))
+
+
+def _unlistenable(http: str | None, error: OSError) -> str:
+    return f"--http {http}: not an address this machine can listen on ({error.strerror})"
 
 
 def _run(

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from supervisor.cli_options import real, whole
+from supervisor.cli_options import data_directory, real, whole
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -39,6 +39,7 @@ DirOption = Annotated[
     typer.Option(
         "--dir",
         "-d",
+        parser=data_directory,
         metavar="DIR",
         help="Work here (kept) instead of a fresh temporary directory.",
     ),
