@@ -342,3 +342,6 @@ def sleeper(work: Path) -> Finding:
     except subprocess.TimeoutExpired:
         return degraded("no time limit ended it")
     return held(f"exit {up.returncode}") if up.returncode == 0 else degraded(up.stderr[-200:])
+
+
+import tests.attacks.file_damage  # noqa: E402, F401  (the file log's damage rules)
