@@ -328,3 +328,21 @@ def test_readers_never_call_appends_in_flight_damage(tmp_path: Path) -> None:
     with FileLog.open(path, read_only=True) as log:
         assert log.check() == log.end()
         assert len(segment_files(path)) > 5  # (it rolled, under the readers)
+
+
+def test_a_flush_never_records_as_forced_an_end_in_a_segment_it_did_not_flush(
+    tmp_path: Path,
+) -> None:
+    """The forced offset decides what may be cut, so it must never run ahead of what a
+    flush covered: a handle whose record another handle's roll sealed (and forced) must
+    not record the other handle's end, in the next segment, which its flush did not
+    reach. (`_sync` is called as an append to be forced calls it, after its write.)"""
+    path = tmp_path / "claims.log"
+    with FileLog.open(path, segment_bytes=SMALL) as a, FileLog.open(path) as b:
+        record = a.append(b"a record of the first segment")
+        end = a.read(record, 1)[0].next
+        while len(segment_files(str(path))) < 2:
+            b.append(b"b" * 200)  # (not forced) b rolls, and appends in the next segment
+        b.append(b"in the next segment")
+        a._sync(end)
+        assert a.synced() <= segment_files(str(path))[1][0]
