@@ -76,6 +76,16 @@ decides again under a shared flock (which excludes writers): damage that is stil
 real. (What a handle has verified is never cut: writers cut only a torn tail, after the
 last whole batch.)
 
+What may be cut, and what is damage however it looks (`FileReads._refuse_cut`, asked
+wherever a walk or a read stops where a segment's records stop; docs/protocol.md §5, "What a
+reader may cut"): only the active segment's bytes past the synced offset may be a torn tail,
+since every byte below it was on disk when it was stored and nothing writes there again. A
+sealed segment is whole: its file ends at the next segment's base (checked when a reader
+moves to it or off it, and by `check` for every segment), and its records reach that end.
+`check` and `verify` also judge what follows the last record, which the reads leave alone
+(zeros written ahead, or an append in flight): a reader that vouches for the whole log (the
+start-up check, `qw status`, `qw report`) gives the same answer as a writer that walks it.
+
 Handles and processes: every process opens its own `FileLog`. A handle inherited through
 fork() must not be used by the child; as a safety net a handle notices it is in a new
 process on first use and reopens its descriptors (flock belongs to the open file, which the
@@ -93,7 +103,7 @@ from _thread import allocate_lock  # threading.Lock itself, without `threading` 
 from collections.abc import Sequence
 from pathlib import Path
 from time import monotonic
-from typing import NoReturn
+from typing import NamedTuple, NoReturn
 from zlib import crc32
 
 from logstore import framing
@@ -108,7 +118,15 @@ from logstore.base import (
     PositionCompactedError,
     RecordTooLargeError,
 )
-from logstore.file_reads import BIG_READ, READ_CHUNK, SCAN_CHUNK, ZERO_HEADER, FileReads, SpanRead
+from logstore.file_reads import (
+    BIG_READ,
+    NO_SEGMENT,
+    READ_CHUNK,
+    SCAN_CHUNK,
+    ZERO_HEADER,
+    FileReads,
+    SpanRead,
+)
 from logstore.file_state import (
     ACTIVE_WORD,
     COMMITTED_WORD,
@@ -145,7 +163,7 @@ from logstore.segments import (
 )
 from logstore.waiting import Waiter, make_waiter
 
-_NO_SEGMENT = 1 << 62  # "no next segment known": beyond every position
+_NO_SEGMENT = NO_SEGMENT  # "no next segment known": beyond every position
 #: the most and the fewest zeros a forced append writes ahead of itself (`zeros_ahead`)
 ZERO_AHEAD = 256 * 1024
 ZERO_AHEAD_MIN = 16 * 1024
@@ -159,6 +177,25 @@ _COPY_LIMIT = 64 * 1024
 #: a reader stopped on an append being written checks again this often (seconds): see
 #: `FileLog._stalled_in_flight`
 STALL_POLL = 0.002
+
+
+class SegmentFile(NamedTuple):
+    """One segment file as `FileLog.verify` found it."""
+
+    path: str
+    base: int  # the position of its first record
+    size: int  # the file's length in bytes (a sealed one's is judged against the next base)
+
+
+class Verified(NamedTuple):
+    """What `FileLog.verify` checked: every segment file and its length, where the records
+    end (a position), and the forced offset (the ``SYNCED`` word: 0 when nothing was ever
+    forced) below which every byte of the active segment is records."""
+
+    segments: tuple[SegmentFile, ...]
+    end: int
+    forced: int
+
 
 #: every open handle of this process, so that a forked child can mark them inherited
 _HANDLES: weakref.WeakSet[FileLog] = weakref.WeakSet()
@@ -395,13 +432,23 @@ class FileLog(FileReads, Log):
         """Read from the segment at `base` (`after`: the base of the next one, _NO_SEGMENT
         when it is the newest known)."""
         fd, header = self._open_segment(base, os.O_RDONLY)
+        delta = base - header.size
+        try:
+            if header.compacted:  # replaced by its stub since it was listed: removed
+                raise FileNotFoundError(f"{self.path}: the first segment was compacted")
+            if after != _NO_SEGMENT:  # sealed: its length is known
+                size = os.lseek(fd, 0, _SEEK_END) + delta
+                self._refuse_cut(base, delta, size, size, after)
+        except BaseException:
+            os.close(fd)
+            raise
         if self._rfd >= 0 and (self.read_only or self._rfd != self._fd):
             os.close(self._rfd)  # (a read-only handle's _fd is the same descriptor)
         self._rfd = fd
         if self.read_only:
             self._fd = fd
         self._rbase = base
-        self._rdelta = base - header.size
+        self._rdelta = delta
         self._rnext = after
         self._seen = base  # nothing of this segment verified by this handle yet
         self._stall = (-1, -1, -1)
@@ -688,6 +735,7 @@ class FileLog(FileReads, Log):
             if self._rbase == self._wbase:
                 self._seen = start
         end, stop = self._find_end(self._fd, start, size, self._scan_view, self._wdelta)
+        self._refuse_cut(self._wbase, self._wdelta, end, size, self._after(self._wbase, size))
         if stop is Stop.TORN_TAIL and not self._zeros_after(end, size):
             self._truncate(end)
         return end
@@ -820,6 +868,11 @@ class FileLog(FileReads, Log):
                 # Every append that completed before the flush begins is covered by it; the
                 # file's size is not what was written (zeros written ahead follow the end).
                 covered = self._words[COMMITTED_WORD]
+                if self._words[ACTIVE_WORD] > self._wbase:
+                    # Another handle rolled since this one wrote: the record is in the
+                    # segment it sealed and forced, and `covered` may be in the next one,
+                    # which this flush would not cover.
+                    return
                 os.fdatasync(fd)
                 STORE(self._state, SYNCED, covered)
             finally:
@@ -854,6 +907,7 @@ class FileLog(FileReads, Log):
             size = os.lseek(self._fd, 0, _SEEK_END) + self._wdelta
             # (only the active segment can have a torn tail: a roll settled the others)
             end, stop = self._verify(self._fd, self._wbase, size, self._scan_view, self._wdelta)
+            self._refuse_cut(self._wbase, self._wdelta, end, size, _NO_SEGMENT)
             cut = 0
             if stop is Stop.TORN_TAIL and not self._zeros_after(end, size):
                 self._truncate(end)
@@ -871,33 +925,56 @@ class FileLog(FileReads, Log):
         """Verify every frame from `start` (a record's position; None: the log's start) to
         the end of the file now (checksums too, trusting nothing this handle has seen);
         return where the valid records end. Damage before the tail raises CorruptLogError
-        naming the byte offset. Writes nothing (a torn tail is left to the next append)."""
+        naming the byte offset, and so does a segment that ends where it may not
+        (`_refuse_cut`: every sealed one's length is judged, whatever `start`). Writes
+        nothing (a torn tail is left to the next append). `verify` says what it checked."""
+        return self.verify(start).end
+
+    def verify(self, start: int | None = None) -> Verified:
+        """`check`, answering what it verified: each segment's file and length, where the
+        records end, and the forced offset they reach."""
         if self._stale:
             self._revive()
         end = self.start if start is None else max(start, self.start)
+        files: list[SegmentFile] = []
         for base, after in self.segments():
-            if after <= end:  # wholly before `start`
-                continue
             try:
                 fd, header = self._open_segment(base, os.O_RDONLY)
             except FileNotFoundError:  # compacted meanwhile: it was settled history
                 continue
-            delta = base - header.size
-            begin = max(base, end)
             try:
+                if header.compacted:  # (replaced by its stub meanwhile: the same)
+                    continue
+                delta = base - header.size
                 try:
-                    size = os.lseek(fd, 0, _SEEK_END) + delta
-                    end, _ = self._verify(fd, begin, size, self._scan_view, delta)
+                    size, end = self._verify_segment(fd, base, delta, end, after)
                 except CorruptLogError:  # as in read(): decide again with the writers held off
                     self._lock.acquire_shared()
                     try:
-                        size = os.lseek(fd, 0, _SEEK_END) + delta
-                        end, _ = self._verify(fd, begin, size, self._scan_view, delta)
+                        size, end = self._verify_segment(fd, base, delta, end, after)
                     finally:
                         self._lock.release()
+                files.append(SegmentFile(segment_path(self.path, base), base, size - delta))
             finally:
                 os.close(fd)
-        return end
+        return Verified(tuple(files), end, int(LOAD(self._state, SYNCED)[0]))
+
+    def _verify_segment(
+        self, fd: int, base: int, delta: int, start: int, after: int
+    ) -> tuple[int, int]:
+        """`verify` of one segment: its length judged when it is sealed, then its frames
+        from `start` (when it holds any) and where they stop. Returns (its size, where the
+        verified records end), both positions."""
+        size = os.lseek(fd, 0, _SEEK_END) + delta
+        if after == _NO_SEGMENT:
+            after = self._after(base, size)
+        if after != _NO_SEGMENT:  # sealed: its length first (a grown one is not walked)
+            self._refuse_cut(base, delta, size, size, after)
+            if after <= start:  # wholly before `start`
+                return size, start
+        end, _ = self._verify(fd, max(base, start), size, self._scan_view, delta)
+        self._refuse_cut(base, delta, end, size, after)
+        return size, end
 
     def segments(self) -> list[tuple[int, int]]:
         """(base, next base) of each segment still holding records, oldest first; the last
@@ -955,24 +1032,21 @@ class FileLog(FileReads, Log):
             except FileNotFoundError:
                 raise PositionCompactedError(self.name, max(start, base), self.start) from None
             try:
-                crc = self._checksum_segment(
-                    fd, base - header.size, max(start, base), min(end, after), crc, after
-                )
+                delta = base - header.size
+                if after != _NO_SEGMENT:  # sealed: its length is known
+                    size = os.lseek(fd, 0, _SEEK_END) + delta
+                    self._refuse_cut(base, delta, size, size, after)
+                crc = self._checksum_segment(fd, delta, max(start, base), min(end, after), crc)
             finally:
                 os.close(fd)
         return crc
 
-    def _checksum_segment(
-        self, fd: int, delta: int, start: int, end: int, crc: int, after: int
-    ) -> int:
-        """crc32 of one segment's bytes from `start` to `end`; `after`: the next segment's
-        base (a sealed segment that ends short of it, after a power cut, ends there)."""
+    def _checksum_segment(self, fd: int, delta: int, start: int, end: int, crc: int) -> int:
+        """crc32 of one segment's bytes from `start` to `end`."""
         pos = start
         while pos < end:
             chunk = os.pread(fd, min(BIG_READ, end - pos), pos - delta)
             if not chunk:
-                if after != _NO_SEGMENT:
-                    break
                 raise IdentityError(
                     f"{self.name} ends at byte {pos}, before byte {end} that was read before: "
                     "the log was cut short outside qw"
@@ -1006,9 +1080,9 @@ class FileLog(FileReads, Log):
         """Nothing more at `position` in a sealed segment: the records go on in the next
         one. Locate it and say True, or False when it is not there yet."""
         after = self._next_base()
+        if after == _NO_SEGMENT:
+            return False  # (the next segment is being created)
         end = os.lseek(self._rfd, 0, _SEEK_END) + self._rdelta
-        if after == _NO_SEGMENT or end > position:
-            return False  # (the next segment is being created; or this one is not done)
         if after != end:  # a roll forces a segment to disk before the next one begins
             start = self.start
             if end < start:
@@ -1016,12 +1090,9 @@ class FileLog(FileReads, Log):
                 # this one while it was active): compaction, which removes only a prefix,
                 # not a missing middle segment.
                 raise PositionCompactedError(self.name, position, start)
-            raise CorruptLogError(
-                segment_path(self.path, self._rbase),
-                end,
-                f"the next segment starts at position {after}, not where this one ends: "
-                "a segment is missing",
-            )
+            self._refuse_cut(self._rbase, self._rdelta, position, end, after)
+        if end > position:
+            return False  # (records appended before the roll, not read yet: read again)
         self._locate(after)
         return True
 
@@ -1139,16 +1210,22 @@ class FileLog(FileReads, Log):
         if size < start:
             start = base
         try:
-            end, _ = self._find_end(fd, start, size, self._read_view, delta)
+            end = self._judged_end(fd, base, delta, start, size)
         except CorruptLogError:  # as in read(): decide again with the writers held off
             self._lock.acquire_shared()
             try:
                 size = os.lseek(fd, 0, _SEEK_END) + delta
-                end, _ = self._find_end(fd, start, size, self._read_view, delta)
+                end = self._judged_end(fd, base, delta, start, size)
             finally:
                 self._lock.release()
         if reading:
             self._seen = end
+        return end
+
+    def _judged_end(self, fd: int, base: int, delta: int, start: int, size: int) -> int:
+        """`_find_end` of the segment at `base`, where its records stop judged by `_refuse_cut`."""
+        end, _ = self._find_end(fd, start, size, self._read_view, delta)
+        self._refuse_cut(base, delta, end, size, self._after(base, size))
         return end
 
     def _to_active(self) -> None:

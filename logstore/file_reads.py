@@ -1,22 +1,26 @@
 """How a file log's handle reads its frames: the read loops of `FileLog` (`_read`,
-`_read_span`, `_vouch`) and the walks that find where the valid frames end (`_find_end`,
-`_verify`), as a base class of `logstore.file_log.FileLog`, which keeps the descriptors,
-the segments, the appends and the waits. The rules they follow (what a reader returns,
-when it stops, how far it trusts what it verified) are in `logstore.file_log`'s docstring;
-the byte format and the decoding rules in `logstore.framing`.
+`_read_span`, `_vouch`), the walks that find where the valid frames end (`_find_end`,
+`_verify`), and the rule every one of them applies where a segment's records stop
+(`_refuse_cut`), as a base class of `logstore.file_log.FileLog`, which keeps the
+descriptors, the segments, the appends and the waits. The rules they follow (what a reader
+returns, when it stops, how far it trusts what it verified) are in `logstore.file_log`'s
+docstring; the byte format and the decoding rules in `logstore.framing`; what may be cut
+and what is damage in docs/protocol.md §5 ("What a reader may cut").
 """
 
 from __future__ import annotations
 
+import mmap
 import os
 import sys
 from typing import Any
 
 from logstore import framing
-from logstore.base import Entry
-from logstore.file_state import COMMITTED_WORD
+from logstore.base import CorruptLogError, Entry
+from logstore.file_state import ACTIVE_WORD, COMMITTED_WORD, LOAD, SYNCED
 from logstore.framing import FRAME_HEADER_SIZE, Stop
 from logstore.native import SpanLoop
+from logstore.segments import list_bases, segment_path
 
 #: a reader's pread size (a frame larger than this is read whole, in a buffer of its own)
 READ_CHUNK = 256 * 1024
@@ -33,6 +37,8 @@ SCAN_CHUNK = 64 * 1024
 #: `max_records=None` as the decoding loop's limit (framing's own)
 _NO_LIMIT = sys.maxsize
 ZERO_HEADER = bytes(FRAME_HEADER_SIZE)
+#: "no next segment known": beyond every position
+NO_SEGMENT = 1 << 62
 
 
 class SpanRead:
@@ -74,15 +80,72 @@ class FileReads:
     own: these are the handle's attributes it reads and moves."""
 
     name: str
+    path: str  # the first segment's file (``<topic>.log``): the others are named after it
     _file_max: int  # the file's max_record, which decoding enforces
     _rfd: int  # the descriptor of the segment being read...
     _rbase: int  # ...its base...
-    _rdelta: int  # ...and position - file offset in it
+    _rdelta: int  # ...position - file offset in it...
+    _rnext: int  # ...and the next segment's base (NO_SEGMENT: none known yet)
     _seen: int  # how far this handle has verified whole batches of that segment
     _stall: tuple[int, int, int]  # (position, file size, COMMITTED) of an incomplete tail
     _walked: bool  # whether `_find_end` has verified the file's last batch once
-    _words: memoryview  # the shared state's words (`logstore.file_state`)
+    _state: mmap.mmap  # the shared state (`logstore.file_state`)...
+    _words: memoryview  # ...as words
     _pending_word: int  # which of them is PENDING (COMMITTED in an older state file)
+
+    def _refuse_cut(self, base: int, delta: int, end: int, size: int, after: int) -> None:
+        """Raise CorruptLogError unless the segment at `base` may end its whole, valid
+        records at position `end` while its file ends at `size` (file offset = position -
+        `delta`; `after`: the next segment's base, NO_SEGMENT for the active segment, see
+        `_after`). This is the rule of what a reader may take for the end of a segment's
+        records, and so of what a writer may cut after them (protocol §5, "What a reader
+        may cut"); every path that stops where a segment's records stop asks it: the reads,
+        the end walks and the writers' settling, the checks and the checksums.
+
+        A sealed segment was forced to disk whole before the next one began and is never
+        written again: its file ends exactly at the next one's base, and its records reach
+        it. Of the active one, every byte below the forced offset (``SYNCED``, stored once
+        a flush of them returned; nothing of qw writes or cuts there again) is records:
+        only what lies past it may be a torn tail. A reader that met this while writers
+        were at work decides again with them held off (`FileLog.read`), as for any damage.
+        """
+        path = segment_path(self.path, base)
+        if after != NO_SEGMENT:
+            if size != after:
+                lengths = (
+                    f"the file is {size - delta} bytes (to position {size}), but the next "
+                    f"segment starts at position {after}, so this sealed one holds "
+                    f"{after - delta} bytes"
+                )
+                what = "cut short, or a segment is missing after it" if size < after else "grown"
+                raise CorruptLogError(path, min(size, after), f"{lengths}: a sealed segment {what}")
+            if end < after:
+                raise CorruptLogError(
+                    path, end, "the records stop here, inside a sealed segment (forced to "
+                    "disk whole when the next one began): damage, not a torn tail",
+                )  # fmt: skip
+            return
+        forced = LOAD(self._state, SYNCED)[0]
+        if end < forced:
+            raise CorruptLogError(
+                path, end, f"the records stop here, below position {forced} that "
+                f"{self.path}.sync records as forced to disk: damage, not a torn tail",
+            )  # fmt: skip
+
+    def _after(self, base: int, size: int) -> int:
+        """The `after` of `_refuse_cut` for the segment at `base`, whose file ends at `size`:
+        NO_SEGMENT while it is the active one; once sealed, the next segment's base, or
+        `size` while the next file is not there yet (its roller, killed, left it to the
+        next appender: the records are then judged, not the length)."""
+        word = int(self._words[ACTIVE_WORD]) if len(self._words) > ACTIVE_WORD else 0
+        if word == base:
+            return NO_SEGMENT
+        if base == self._rbase and self._rnext != NO_SEGMENT:
+            return self._rnext
+        later = min((b for b in list_bases(self.path) if b > base), default=NO_SEGMENT)
+        if later == NO_SEGMENT and word > base:
+            return size
+        return later
 
     def _find_end(
         self, fd: int, start: int, size: int, buf: memoryview, delta: int
@@ -215,9 +278,11 @@ class FileReads:
                 and not buf[end]
                 and buf[end : end + FRAME_HEADER_SIZE] == ZERO_HEADER
                 and pos + end >= committed > 0
+                and self._rnext == NO_SEGMENT
             ):
                 # Whole batches, then zeros where no append has completed: the end for now
-                # (zeros written ahead, or an append still being written)
+                # (zeros written ahead, or an append still being written). Not in a segment
+                # known sealed, which has no zeros ahead: decoding decides there.
                 entries += got
                 pos += end
                 if pos > self._seen:
@@ -284,7 +349,11 @@ class FileReads:
                 # Nothing more yet. Remember what we saw, so that wait() sleeps until it changes.
                 # (The committed end as it was before the reads: one stored since, by an
                 # append that completed after our read, must end the stall, not be part of it.)
-                self._stall = (pos + found.consumed, pos + len(buf), committed)
+                # Unless it cannot be a torn tail (then the next read from there raises)
+                torn, eof = pos + found.consumed, pos + len(buf)
+                self._stall = (torn, eof, committed)
+                if not entries:
+                    self._refuse_cut(self._rbase, delta, torn, eof, self._after(self._rbase, eof))
                 return entries
             else:  # DAMAGED: return the good records; the next read from here raises
                 return entries
@@ -346,6 +415,7 @@ class FileReads:
                 and not buf[end]
                 and buf[end : end + FRAME_HEADER_SIZE] == ZERO_HEADER
                 and pos + end >= committed > 0
+                and self._rnext == NO_SEGMENT
             ):  # (as in `_read`: zeros where no append has completed, the end for now)
                 items += got
                 positions += at
@@ -409,8 +479,12 @@ class FileReads:
                 # Nothing more yet. Remember what we saw, so that wait() sleeps until it changes.
                 # (The committed end as it was before the reads: one stored since, by an
                 # append that completed after our read, must end the stall, not be part of it.)
-                self._stall = (pos + found.consumed, pos + len(buf), committed)
-                return SpanRead(items, positions, pos + found.consumed)
+                # Unless it cannot be a torn tail (then the next read from there raises)
+                torn, eof = pos + found.consumed, pos + len(buf)
+                self._stall = (torn, eof, committed)
+                if not items:
+                    self._refuse_cut(self._rbase, delta, torn, eof, self._after(self._rbase, eof))
+                return SpanRead(items, positions, torn)
             else:  # DAMAGED: return the good records; the next read from here raises
                 return SpanRead(items, positions, pos + found.consumed)
 

@@ -27,6 +27,10 @@ The identity (queue id, topic) is in every segment, and the base too: a segment 
 from another queue, another topic, or renamed to another base is refused at open with one
 line naming the file (`check_segment`).
 
+A segment is sealed once the next one exists: forced to disk whole before that one was
+created, never written again, so its file ends exactly at the next one's base. A sealed
+segment of another length is damage to every reader (`logstore.file_reads`, `_refuse_cut`).
+
 Compaction removes whole segments from the front. A later segment is unlinked; the first
 one (``<topic>.log``, which names the topic for everything that looks for a log) is instead
 replaced, atomically, by a *stub*: its version-2 header alone with the COMPACTED flag. A

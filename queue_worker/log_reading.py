@@ -34,6 +34,7 @@ from queue_worker.topics import (
 
 if TYPE_CHECKING:
     from logstore import Entry
+    from logstore.file_log import Verified
     from logstore.native import SpanLoop, SpanResult
     from queue_worker.checkpoint import Location
     from queue_worker.prefix import Prefix
@@ -98,11 +99,44 @@ def _open_existing(location: str | Path, topic: str) -> Log | None:
 def count_tasks(location: str | Path, start: int | None = None) -> int:
     """How many tasks were published: every record of the tasks topic is one task id
     (`start`: count only the records from there)."""
+    return counted_tasks(location, start)[0]
+
+
+def counted_tasks(location: str | Path, start: int | None = None) -> tuple[int, int | None]:
+    """`count_tasks`, and the position of the last task counted (None: none)."""
     log = _open_existing(location, TASKS_TOPIC)
     if log is None:
-        return 0
+        return 0, None
+    count, last = 0, None
     with log:
-        return sum(1 for _ in log.iter_from(log.start if start is None else start))
+        for entry in log.iter_from(log.start if start is None else start):
+            count += 1
+            last = entry.position
+    return count, last
+
+
+def verify_logs(
+    location: str | Path, tasks_from: int | None, claims_from: int | None
+) -> dict[str, Verified]:
+    """What `FileLog.verify` finds of each log of a data directory, its frames checked from
+    `tasks_from` and `claims_from` (a record's position, as read by the caller, whose reads
+    checked every frame before it; None: the log's start), every segment's length and the
+    end of its records judged whatever the start (a log without them is not said): the
+    rule of protocol §5 ("What a reader may cut"), as `qw up`'s start-up check applies it.
+    Nothing for a Redis location (no files). Raises CorruptLogError."""
+    if is_redis_url(str(location)):
+        return {}
+    from logstore.file_log import FileLog
+
+    verified: dict[str, Verified] = {}
+    for topic, start in ((TASKS_TOPIC, tasks_from), (CLAIMS_TOPIC, claims_from)):
+        log = _open_existing(location, topic)
+        if log is None:
+            continue
+        with log:
+            if isinstance(log, FileLog):
+                verified[topic] = log.verify(start)
+    return verified
 
 
 def read_task(location: str | Path, task: int) -> TaskRecord | str | None:

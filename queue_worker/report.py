@@ -24,7 +24,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from logstore.base import LogError
 from queue_worker.checker import QueueChecker, QueueChecks
@@ -33,11 +33,13 @@ from queue_worker.log_reading import (  # re-exported: the readers of the logs l
     ReportInputError,
     compacted_prefix,
     count_tasks,
+    counted_tasks,
     has_logs,
     missing_logs_text,
     prefix_state,
     read_claims,
     read_task,
+    verify_logs,
 )
 from queue_worker.names import worker_label
 from queue_worker.prefix import COUNTERS as PREFIX_COUNTERS
@@ -57,6 +59,9 @@ from queue_worker.topics import (
     MALFORMED,
     open_topics,
 )
+
+if TYPE_CHECKING:
+    from logstore.file_log import Verified
 
 #: exit codes of `qw report` (and the checks built on it)
 EXIT_OK: Final = 0  # every finished task completed exactly once, none worked twice
@@ -254,8 +259,11 @@ class Report:
     # the counts above include it, the lists (takeovers, stale, dead) hold the retained part
     prefix: Prefix | None = None
     compacted_segments: int = 0  # segments compaction removed (both logs)
-    #: what each log verified of its history (`Log.verify_history`), in a few words
-    verified: tuple[str, ...] = ()
+    # what each Redis stream verified of its history (`Log.verify_history`), in a few words
+    history_verified: tuple[str, ...] = ()
+    # each file log's segments, their lengths and its forced offset, as judged by the rule
+    # of what a reader may cut (`log_reading.verify_logs`); empty on Redis
+    verified: dict[str, Verified] = field(default_factory=dict)
 
     @property
     def completions_stale(self) -> int:
@@ -679,24 +687,33 @@ def load_report(location: str | Path, up_to: int | None = None) -> Report:
         if not has_logs(location):
             raise ReportInputError(missing_logs_text(location))
         # Both logs, of one queue (their identity is checked as they open), or nothing.
-        verified = _check_pair(location)
+        history_verified = _check_pair(location)
         compacted = compacted_prefix(location)
         replay, claims_start, tasks_start, before, segments = _Replay(), None, None, 0, 0
         if compacted is not None:
             prefix, claims_start, tasks_start, segments = compacted
             replay, before = _Replay.start_from(prefix), prefix.tasks
+        claims_last = claims_start
         for position, record in read_claims(location, up_to, claims_start):
             replay.apply(record, position)
+            claims_last = position
         # after the claims: a live queue only grows
-        published = before + count_tasks(location, tasks_start)
+        counted, tasks_last = counted_tasks(location, tasks_start)
+        published = before + counted
+        # what the reads could not see: every segment's length, and the bytes after the
+        # last record (the reads checked every frame before where they stopped)
+        verified = verify_logs(location, tasks_last or tasks_start, claims_last)
         highest = replay.state.highest_closed()
         if highest is not None and highest >= published:
             raise ReportInputError(
                 f"the tasks log at {location} holds {published} tasks, but its claims log "
                 f"closed task {highest}: the tasks log was cut short or replaced"
             )
+        report = replay.report(published)
         return dataclasses.replace(
-            replay.report(published), compacted_segments=segments, verified=verified
+            report,
+            compacted_segments=segments, verified=verified,
+            history_verified=history_verified,
         )
     except (LogError, OSError) as e:  # a damaged or foreign log; a file we may not read
         raise ReportInputError(str(e)) from e

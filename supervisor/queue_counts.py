@@ -134,6 +134,9 @@ class _Reading:
             pass
         while self._read_tasks():  # after the claims: every task they name is in
             pass
+        for log, end in ((self.tasks, self.tasks_pos), (self.claims, self.follower.next_position)):
+            if isinstance(log, FileLog):  # what the reads cannot see: every segment's
+                log.check(end)  # length, and what follows the last record (protocol §5)
         state = self.follower.state
         check_tasks_cover(self.tasks, self.published, self.claims, state)
         published, foreign = self.published, self.foreign

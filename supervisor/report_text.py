@@ -271,7 +271,9 @@ def render_report(
     if r.prefix is not None:
         parts += [Text(prefix_line(r)), ""]
     if r.verified:
-        parts += [Text(f"history verified: {'; '.join(r.verified)}"), ""]
+        parts += [*(Text(line) for line in verified_lines(r)), ""]
+    if r.history_verified:
+        parts += [Text(f"history verified: {'; '.join(r.history_verified)}"), ""]
     if r.attempts_histogram:
         parts += [render_histogram(r, plain), ""]
     if r.takeovers:
@@ -303,6 +305,23 @@ def prefix_line(r: Report) -> str:
         f"names the {r.compacted_segments} segments removed; the totals include them, and "
         "every record after them was replayed and checked"
     )
+
+
+def verified_lines(r: Report) -> list[str]:
+    """What of each log's files the report verified beyond its records (protocol §5, "What
+    a reader may cut"), a line for each."""
+    lines = []
+    for topic, v in r.verified.items():
+        count = len(v.segments)
+        files = f"{count} segment file{'s' * (count != 1)}"
+        if count > 1:
+            files += f", each sealed one ({count - 1}) as long as the next one's base says"
+        forced = f"forced to disk to position {v.forced}" if v.forced else "none forced to disk"
+        lines.append(
+            f"verified {topic}: {files}; records whole to position {v.end}, {forced}; after "
+            "them only zeros (or a torn tail past the forced offset)"
+        )
+    return lines
 
 
 def render_checks(r: Report, plain: bool) -> list[RenderableType]:

@@ -344,6 +344,7 @@ def sleeper(work: Path) -> Finding:
     return held(f"exit {up.returncode}") if up.returncode == 0 else degraded(up.stderr[-200:])
 
 
+import tests.attacks.file_damage  # noqa: E402  (the file log's damage rules)
 import tests.attacks.partition_damage  # noqa: E402  (partition layouts, refusals that write nothing)
 import tests.attacks.redis_damage  # noqa: E402  (Redis: a stream trimmed, a server flushed)
 import tests.attacks.surface  # noqa: E402  (errors reaching the operator, checkpoint recovery)
