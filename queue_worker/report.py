@@ -712,7 +712,8 @@ def load_report(location: str | Path, up_to: int | None = None) -> Report:
         report = replay.report(published)
         return dataclasses.replace(
             report,
-            compacted_segments=segments, verified=verified,
+            compacted_segments=segments,
+            verified=verified,
             history_verified=history_verified,
         )
     except (LogError, OSError) as e:  # a damaged or foreign log; a file we may not read
