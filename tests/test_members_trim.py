@@ -155,7 +155,8 @@ def test_on_a_redis_cluster_the_stream_is_trimmed_too(request: pytest.FixtureReq
     _trim_on_redis(f"{cluster.url}&prefix=t{secrets.token_hex(3)}")
 
 
-@pytest.mark.slow  # make test trims the members topic in test_the_members_topic_stays_bounded_across_many_rebalances
+# make test trims the members topic in test_the_members_topic_stays_bounded_across_many_rebalances
+@pytest.mark.slow
 def test_a_member_process_trims_the_topic_as_it_beats(tmp_path: Path) -> None:
     """A real member (lease 0.6 s: a heartbeat every 0.2 s, a trim every 30): the topic's
     first segments are removed while it runs, and its view keeps it alive."""

@@ -133,7 +133,8 @@ def _holders(data: Path, manifest: Manifest) -> dict[int, set[int]]:
     return held
 
 
-@pytest.mark.slow  # make test kills a member through test_a_member_of_two_partitions_never_outlives_its_own_claims
+# make test kills a member through test_a_member_of_two_partitions_never_outlives_its_own_claims
+@pytest.mark.slow
 def test_members_rebalance_on_join_and_on_kill_9(
     tmp_path: Path, members: list[subprocess.Popen[bytes]]
 ) -> None:
@@ -199,7 +200,8 @@ def test_members_rebalance_on_join_and_on_kill_9(
     assert read_assignment(data, manifest) == {}
 
 
-@pytest.mark.slow  # make test kills a member through test_a_member_of_two_partitions_never_outlives_its_own_claims
+# make test kills a member through test_a_member_of_two_partitions_never_outlives_its_own_claims
+@pytest.mark.slow
 def test_two_qw_up_rebalance_share_the_partitions_and_survive_a_kill_9(tmp_path: Path) -> None:
     import psutil
 

@@ -137,7 +137,9 @@ def test_dashboard_shows_partitions_and_a_kill_taken_over_in_its_partition(
     assert "qw: stopped with" in term.screen() and "4 partitions" in term.screen()
 
 
-@pytest.mark.slow  # make test watches a partitioned kill at 80x24 in test_dashboard_shows_partitions_and_a_kill_taken_over_in_its_partition
+# make test watches a partitioned kill at 80x24 in
+# test_dashboard_shows_partitions_and_a_kill_taken_over_in_its_partition
+@pytest.mark.slow
 def test_a_kill_among_more_workers_than_fit_80x24_is_watched_to_its_takeover(
     tmp_path: Path,
 ) -> None:
@@ -400,7 +402,9 @@ def on_screen(term: Tmux, pattern: re.Pattern[str]) -> Callable[[], bool]:
     return lambda: pattern.search(term.screen()) is not None
 
 
-@pytest.mark.slow  # make test watches a partitioned kill at 80x24 in test_dashboard_shows_partitions_and_a_kill_taken_over_in_its_partition
+# make test watches a partitioned kill at 80x24 in
+# test_dashboard_shows_partitions_and_a_kill_taken_over_in_its_partition
+@pytest.mark.slow
 def test_rebalance_dashboard_shows_members_partitions_and_a_killed_members_takeovers(
     tmp_path: Path,
 ) -> None:

@@ -437,7 +437,8 @@ sys.exit(supervisor.exit_code)
 """
 
 
-@pytest.mark.slow  # make test trims on Redis through test_a_worker_behind_a_trim_restarts_from_the_checkpoint
+# make test trims on Redis through test_a_worker_behind_a_trim_restarts_from_the_checkpoint
+@pytest.mark.slow
 @pytest.mark.parametrize("verdicts", ["", "?verdicts=server"])
 def test_qw_up_trims_as_it_runs(redis_url: str, tmp_path: Path, verdicts: str) -> None:
     """The supervisor's compactor trims a Redis queue while its workers drain it (folding

@@ -83,7 +83,8 @@ def acting(record: ClaimsRecord) -> Renew | Done | Fail:
 # -- properties of every prefix -----------------------------------------------------------------
 
 
-@pytest.mark.slow  # make test holds the fold to the reference model in TestFoldAgainstReference and the invariants
+# make test holds the fold to the reference model in TestFoldAgainstReference and the invariants
+@pytest.mark.slow
 @SETTINGS
 @given(claims_logs(), st.data())
 def test_two_folds_of_the_same_prefix_agree(log: list[ClaimsRecord], data: st.DataObject) -> None:
@@ -157,7 +158,8 @@ def test_a_task_never_has_two_holders(log: list[ClaimsRecord]) -> None:
         assert state.held_count == len(holders)
 
 
-@pytest.mark.slow  # make test holds the fold to the reference model in TestFoldAgainstReference and the invariants
+# make test holds the fold to the reference model in TestFoldAgainstReference and the invariants
+@pytest.mark.slow
 @SETTINGS
 @given(claims_logs())
 def test_a_task_is_closed_once_and_stays_closed(log: list[ClaimsRecord]) -> None:
@@ -176,7 +178,8 @@ def test_a_task_is_closed_once_and_stays_closed(log: list[ClaimsRecord]) -> None
                 assert o.verdict is (V.LOST_DONE if closed[o.task] is V.DONE else V.LOST_DEAD)
 
 
-@pytest.mark.slow  # make test holds the fold to the reference model in TestFoldAgainstReference and the invariants
+# make test holds the fold to the reference model in TestFoldAgainstReference and the invariants
+@pytest.mark.slow
 @SETTINGS
 @given(claims_logs())
 def test_a_reader_further_along_never_sees_fewer_tasks_done(log: list[ClaimsRecord]) -> None:
@@ -436,7 +439,8 @@ TestFoldAgainstReference.settings = settings(
 # -- the catch-up fold: apply_all ------------------------------------------------------------
 
 
-@pytest.mark.slow  # make test holds the fold to the reference model in TestFoldAgainstReference and the invariants
+# make test holds the fold to the reference model in TestFoldAgainstReference and the invariants
+@pytest.mark.slow
 @SETTINGS
 @given(claims_logs(), st.data())
 def test_apply_all_reaches_the_state_apply_reaches(
@@ -477,7 +481,8 @@ def logs_with_pairs(draw: st.DrawFn) -> list[ClaimsRecord]:
     return out
 
 
-@pytest.mark.slow  # make test holds the fold to the reference model in TestFoldAgainstReference and the invariants
+# make test holds the fold to the reference model in TestFoldAgainstReference and the invariants
+@pytest.mark.slow
 @SETTINGS
 @given(logs_with_pairs(), st.data())
 def test_apply_all_folds_a_claim_and_its_done_as_apply_does(

@@ -100,7 +100,9 @@ def takeover_of(tail: ClaimsTail, victim: str, task: int) -> Seen | None:
     )
 
 
-@pytest.mark.slow  # make test covers the kill -9 takeover in test_worker_processes, test_tui_tmux and test_check_redistribution
+# make test covers the kill -9 takeover in test_worker_processes, test_tui_tmux and
+# test_check_redistribution
+@pytest.mark.slow
 def test_a_survivor_takes_over_a_killed_holders_task(data_dir: Path) -> None:
     supervisor = subprocess.Popen(
         [
