@@ -28,11 +28,9 @@ $(VENV)/.installed-bench: pyproject.toml | $(BIN)/python
 ## compiled: build the fold's and the worker loop's modules with mypyc (queue_worker.compiled),
 ## the frame loop in C (logstore.native) and the claims decoder in C (queue_worker.cdecode);
 ## a no-op when the build of the current sources exists. Without a C compiler it says so and
-## the Python runs (QW_REQUIRE_COMPILED=1 makes that an error, as in CI). Then cache
-## `qw --help` as typer prints it (supervisor.help_cache).
+## the Python runs (QW_REQUIRE_COMPILED=1 makes that an error, as in CI).
 compiled: $(VENV)/.installed
 	$(BIN)/python -m queue_worker.build_compiled
-	$(BIN)/python -m supervisor.help_cache
 
 ## up: run qw with $(WORKERS) workers on ./.qw (the live dashboard in a terminal), with
 ## demo traffic (--demo: demo tasks at 80% of what the workers can do)

@@ -1,10 +1,4 @@
-"""The parsers of the small commands' options, each a named object.
-
-supervisor.fast_spec (generated from the typer app by supervisor.make_fast_spec) names an
-option's parser by where it lives here: the fast path (supervisor.fast_path) calls the very
-function typer calls, with no typer loaded. A parser that is not named here cannot be put
-in the spec, and the generator says so.
-"""
+"""The parsers of the small commands' options: `qw task` and `qw why` share TASK_NAME."""
 
 from __future__ import annotations
 
