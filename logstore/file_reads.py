@@ -15,8 +15,7 @@ from typing import Any
 from logstore import framing
 from logstore.base import Entry
 from logstore.file_state import COMMITTED_WORD
-from logstore.framing import FRAME_HEADER_SIZE, Stop
-from logstore.native import SpanLoop
+from logstore.framing import FRAME_HEADER_SIZE, SpanLoop, Stop
 
 #: a reader's pread size (a frame larger than this is read whole, in a buffer of its own)
 READ_CHUNK = 256 * 1024
