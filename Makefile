@@ -5,48 +5,42 @@ BIN    := $(VENV)/bin
 WORKERS ?= 8
 ARGS   ?=
 
-.PHONY: up test test-all lint bench bench-partitions attack clean compiled
+.PHONY: up test test-all lint bench bench-partitions attack clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
 # The runtime install (what `qw up` needs) and the test/bench extras, each stamped so that
-# they rerun only when pyproject.toml changes.
-$(VENV)/.installed: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q -e '.[compiled]'
+# they rerun only when the build's inputs change: pip builds the C decoder (setup.py) with the
+# install, optional (without a C compiler the build says so and the Python runs).
+BUILD_INPUTS := pyproject.toml setup.py queue_worker/_cdecode.c queue_worker/_framewalk.h
+
+$(VENV)/.installed: $(BUILD_INPUTS) | $(BIN)/python
+	$(BIN)/pip install -q -e .
 	touch $@
 
-$(VENV)/.installed-test: pyproject.toml | $(BIN)/python
+$(VENV)/.installed-test: $(BUILD_INPUTS) | $(BIN)/python
 	$(BIN)/pip install -q -e '.[test]'
 	touch $@
 
-$(VENV)/.installed-bench: pyproject.toml | $(BIN)/python
+$(VENV)/.installed-bench: $(BUILD_INPUTS) | $(BIN)/python
 	$(BIN)/pip install -q -e '.[test,bench]'
 	touch $@
 
-## compiled: build the fold's and the worker loop's modules with mypyc (queue_worker.compiled),
-## the frame loop in C (logstore.native) and the claims decoder in C (queue_worker.cdecode);
-## a no-op when the build of the current sources exists. Without a C compiler it says so and
-## the Python runs (QW_REQUIRE_COMPILED=1 makes that an error, as in CI). Then cache
-## `qw --help` as typer prints it (supervisor.help_cache).
-compiled: $(VENV)/.installed
-	$(BIN)/python -m queue_worker.build_compiled
-	$(BIN)/python -m supervisor.help_cache
-
 ## up: run qw with $(WORKERS) workers on ./.qw (the live dashboard in a terminal), with
 ## demo traffic (--demo: demo tasks at 80% of what the workers can do)
-up: $(VENV)/.installed compiled
+up: $(VENV)/.installed
 	$(BIN)/qw up --workers $(WORKERS) --demo $(ARGS)
 
 ## test: the fast tier, two test processes at once: every module, every kill -9 path, the
 ## real terminal, Redis and the browser at least once (tests marked `slow` are left out)
-test: $(VENV)/.installed-test compiled
+test: $(VENV)/.installed-test
 	$(BIN)/python -m pytest -q -n 2 -m "not slow" $(ARGS)
 
 ## test-all: every test, the slow ones too (includes a short chaos run; QW_CHAOS=long for
 ## the long one)
-test-all: $(VENV)/.installed-test compiled
+test-all: $(VENV)/.installed-test
 	$(BIN)/python -m pytest -q -n 2 $(ARGS)
 
 ## lint: ruff and mypy (strict)
@@ -60,7 +54,7 @@ attack: $(VENV)/.installed-test
 	$(BIN)/python -m tests.attacks $(ARGS)
 
 ## bench: every benchmark in one run; writes bench/results.md
-bench: $(VENV)/.installed-bench compiled
+bench: $(VENV)/.installed-bench
 	$(BIN)/python -m bench.run_all $(ARGS)
 
 ## bench-partitions: 8 workers over 1, 2, 4, 8 partitions; writes bench/results-partitions.md
@@ -68,4 +62,4 @@ bench-partitions: $(VENV)/.installed-bench
 	$(BIN)/python -m bench.partitions_bench $(ARGS)
 
 clean:
-	rm -rf $(VENV) .qw queue_worker/_compiled queue_worker/_compiled_c logstore/_compiled supervisor/_compiled .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) .qw build queue_worker/_cdecode.*.so .mypy_cache .ruff_cache .pytest_cache

@@ -251,7 +251,7 @@ def _run_forked(configs: Sequence[WorkerConfig], log_dir: Path) -> FleetRun:
     location = configs[0].location
     launched = time.time()
     # The server is a fresh interpreter with this process's environment: ENV's then (the
-    # QW_PURE of the fold bench, PYTHONPATH), and every worker forked from it inherits it.
+    # PYTHONPATH), and every worker forked from it inherits it.
     with _environment(ENV):
         server = forked.start_server(redis=is_redis_url(location))
     workers: list[forked.ForkedWorker] = []

@@ -9,9 +9,7 @@ exactly-once, and prints each worker's CPU (from wait4) beside the CPU of a work
 starts on an empty queue and exits (its start-up). Then, for worker 0:
 
 --parts    its loop's CPU a task split by part (`bench.drain_parts`: wrapped functions
-           timed by the main thread's CPU clock, the wrappers' own cost taken off); the
-           wrapping needs the Python modules, so this worker runs them (QW_PURE=1) even
-           where the compiled build (queue_worker.compiled) serves the others;
+           timed by the main thread's CPU clock, the wrappers' own cost taken off);
 --profile  cProfile, timed by its main thread's CPU clock (not the wall clock: on a shared
            machine a wall-clock profile charges whatever line was running with the time
            the process spent waiting for a core); ``--keep PATH`` keeps the profile;
@@ -105,12 +103,7 @@ def command_of(
 ) -> list[str]:
     command, _ = worker_command(config)
     if i == 0 and parts is not None:
-        # A compiled class's methods cannot be replaced: the Python ones are wrapped (the
-        # choice is made at the first import of a compiled module, so before any import).
-        code = (
-            "import os, sys; os.environ['QW_PURE'] = '1'; "
-            "from bench.drain_profile import parts_worker as p; p(*sys.argv[1:])"
-        )
+        code = "import sys; from bench.drain_profile import parts_worker as p; p(*sys.argv[1:])"
         return [sys.executable, "-c", code, str(parts), config.to_json()]
     if i == 0 and profile:
         code = "import sys; from bench.drain_profile import profiled_worker as p; p(*sys.argv[1:])"

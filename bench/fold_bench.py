@@ -25,10 +25,9 @@ is first CLAIM → last accepted DONE: the first worker's start is outside it, t
 the others that overlaps its work inside it. The raw loop's processes are forked from this
 (warm) process and released together: its window is release → last exit.
 
-Both ways of running the fold are measured in the same run: the Python modules
-(`QW_PURE=1`) and the compiled ones (`queue_worker.compiled`; the line under each table says
-what was in use). The replays run in a child process per path (a process imports one or the
-other); the drains' workers get the path in their environment.
+The fold runs as the install built it: the claims decoder in C where setup.py could build
+it, else its Python (the line under the tables says which). The replays run in a child
+process.
 
     python -m bench.fold_bench [--records N] [--tasks N] [--repeats N] [--start fork|popen|both]
 """
@@ -64,14 +63,14 @@ from bench.long_bench import extend
 from bench.queue_bench import QwDrain, qw_drain
 from logstore import Entry, Log, open_log
 from logstore.file_log import FileLog
-from queue_worker import claims_span, compiled
+from queue_worker import cdecode, claims_span
 from queue_worker.records import decode_claims, decode_claims_all
 from queue_worker.state import ClaimSnapshot, ClaimState
 from queue_worker.topics import CLAIMS_TOPIC, READ_BATCH, ClaimsFollower, gc_paused
 
 TARGET_REPLAY = 1_000_000  # records/s
-#: the two ways of running the fold: the Python modules, and the compiled ones
-PATHS = ("pure", "compiled")
+#: the fold as the install built it (one path: the table keeps its column)
+PATHS = ("installed",)
 CATCH_UP = "catch-up (`ClaimsFollower.catch_up`)"
 #: on a file log, a catch-up reads and decodes in one walk (read_span): "read + decode"
 STAGES = ("read + decode", "fold")
@@ -191,10 +190,7 @@ class Replay:
 
 def path_env(path: str) -> dict[str, str]:
     """The environment of a process that runs the fold on `path`."""
-    env = {k: v for k, v in common.ENV.items() if k != compiled.PURE_ENV}
-    if path == "pure":
-        env[compiled.PURE_ENV] = "1"
-    return env
+    return dict(common.ENV)
 
 
 @contextmanager
@@ -231,7 +227,7 @@ def replay_child(data: Path, repeats: int) -> None:
         for _ in range(repeats):
             for stage, us in stage_times(claims).items():
                 stages[stage].append(us)
-    print(json.dumps({"status": compiled.status(), "rates": rates, "stages": stages}))
+    print(json.dumps({"status": cdecode.status(), "rates": rates, "stages": stages}))
 
 
 # -- the section -----------------------------------------------------------------------------
@@ -286,7 +282,7 @@ DRAIN_HEADERS = (
 
 
 def drain_text(drains: Drains, tasks: int, repeats: int) -> tuple[list[str], list[Target]]:
-    """The drain table and its targets (on the compiled path and `drains.judged`)."""
+    """The drain table and its targets (on `drains.judged`)."""
     rows = []
     targets = []
     for n in WORKER_COUNTS:
@@ -305,7 +301,7 @@ def drain_text(drains: Drains, tasks: int, repeats: int) -> tuple[list[str], lis
                      num(median(r.startup_s for r in runs), 2),
                      num(median(r.ramp_s * 1e3 for r in runs))]
                 )  # fmt: skip
-        runs = drains.qw["compiled", drains.judged, n]
+        runs = drains.qw[PATHS[0], drains.judged, n]
         qw = median(r.rate for r in runs)
         targets.append(
             Target(
@@ -355,7 +351,7 @@ def fold_section(
             replays[path] = replay_on(path, data, repeats)
     drain_lines, targets = drain_text(run_drain_pairs(root, tasks, repeats, starts), tasks, repeats)
 
-    reference = median(replays["pure"].rates["record at a time (`decode_claims` + `apply` each)"])
+    reference = median(replays[PATHS[0]].rates["record at a time (`decode_claims` + `apply` each)"])
     replay_rows = [
         [name, path, num(median(runs)), " / ".join(num(r) for r in runs),
          f"{median(runs) / reference:.2f}"]
@@ -370,7 +366,7 @@ def fold_section(
         stage_rows.append(
             [path, *(f"{us[s]:.2f} ({us[s] / total:.0%})" for s in STAGES), f"{total:.2f}"]
         )
-    fold_rate = median(replays["compiled"].rates[CATCH_UP])
+    fold_rate = median(replays[PATHS[0]].rates[CATCH_UP])
     targets.insert(
         0,
         Target(
@@ -384,7 +380,7 @@ def fold_section(
         [
             f"Replay of a synthetic claims log of {records:,} records (CLAIM + DONE per task, "
             f"batches of 1,000), from the start, in a child process per path; records/s of CPU "
-            f"time, median of {repeats} runs; × = against folding a record at a time (pure).",
+            f"time, median of {repeats} runs; × = against folding a record at a time.",
             "",
             table(["replay", "path", "records/s", "runs", "×"], replay_rows),
             "",

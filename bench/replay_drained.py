@@ -22,7 +22,7 @@ from pathlib import Path
 
 from bench.common import QW, median, num
 from logstore import open_log
-from queue_worker import compiled
+from queue_worker import cdecode
 from queue_worker.records import Claim, Done, decode_claims
 from queue_worker.topics import CLAIMS_TOPIC, READ_BATCH, ClaimsFollower
 
@@ -85,7 +85,7 @@ def main() -> None:
         drain(data, args.tasks, args.workers)
         records, distance, adjacent = layout(data)
         rates = replay(data, args.repeats)
-    print(f"code: {compiled.status()}")
+    print(f"claims decoder: {cdecode.status()}")
     print(
         f"a drain of {args.tasks:,} no-op tasks by {args.workers} workers: {records:,} claims "
         f"records; a DONE comes a median {distance:g} records after its CLAIM, {adjacent:.0%} "

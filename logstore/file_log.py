@@ -139,7 +139,7 @@ from logstore.file_state import (
     STORE,
     SYNCED,
 )
-from logstore.framing import FILE_HEADER_SIZE, FRAME_HEADER_SIZE, MAX_RECORD, Stop
+from logstore.framing import FILE_HEADER_SIZE, FRAME_HEADER_SIZE, MAX_RECORD, SpanLoop, Stop
 from logstore.identity import (
     IdentityError,
     LogIdentity,
@@ -148,7 +148,6 @@ from logstore.identity import (
     read_file_header,
 )
 from logstore.locking import FlockLock, HeldLock, maintenance_lock, open_lock, open_read_lock
-from logstore.native import FrameBatch, SpanLoop
 from logstore.segments import (
     DEFAULT_SEGMENT_BYTES,
     FIRST_BASE,
@@ -213,8 +212,7 @@ if hasattr(os, "register_at_fork"):
 def _frame_batch_py(records: Sequence[bytes], max_record: int) -> tuple[bytes, list[int]]:
     """The frames of `records` as one batch (`framing.encode_batch`: every frame but the last
     CONTINUED) and each frame's length; RecordTooLargeError for a record longer than
-    `max_record`. `logstore/_cframes.c`'s `frame_batch` is this in C (answering None where
-    this raises, or for a record that is not bytes: this then runs), used when built."""
+    `max_record`."""
     last = len(records) - 1
     parts: list[bytes] = []
     lengths: list[int] = []
@@ -227,10 +225,6 @@ def _frame_batch_py(records: Sequence[bytes], max_record: int) -> tuple[bytes, l
         parts.append(data)
         lengths.append(FRAME_HEADER_SIZE + size)
     return b"".join(parts), lengths
-
-
-#: `_frame_batch_py` in C (logstore/_cframes.c), when a build of these sources exists
-_FRAME_BATCH: FrameBatch | None = None if framing._c_loops is None else framing._c_loops[3]
 
 
 _zero_block: bytes | None = None
@@ -630,10 +624,7 @@ class FileLog(FileReads, Log):
             self._refuse_write()
         if not records:
             return []
-        # A worker appends a batch of two records a task: framed in C when built (a third
-        # of this method's instructions in Python), else by the definition below.
-        built = _FRAME_BATCH(records, self.max_record) if _FRAME_BATCH is not None else None
-        frames, lengths = _frame_batch_py(records, self.max_record) if built is None else built
+        frames, lengths = _frame_batch_py(records, self.max_record)
         forced = self._sync_all or (durable and self._sync_durable)
         pos = self._write((frames,), len(frames), forced)
         positions = []

@@ -18,8 +18,7 @@ from typing import Any
 from logstore import framing
 from logstore.base import CorruptLogError, Entry
 from logstore.file_state import ACTIVE_WORD, COMMITTED_WORD, LOAD, SYNCED
-from logstore.framing import FRAME_HEADER_SIZE, Stop
-from logstore.native import SpanLoop
+from logstore.framing import FRAME_HEADER_SIZE, SpanLoop, Stop
 from logstore.segments import list_bases, segment_path
 
 #: a reader's pread size (a frame larger than this is read whole, in a buffer of its own)

@@ -68,15 +68,24 @@ import enum
 import struct
 import sys
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from itertools import repeat
 from typing import Any, NamedTuple
 
-from logstore import native
 from logstore.base import CorruptLogError, Entry, ForeignFileError
-from logstore.native import EntriesLoop, EntriesResult, Loop, LoopResult, SpanLoop, WalkLoop
 
 Buffer = bytes | bytearray | memoryview
+#: (starts, datas, pos, batch_start, ready), as _decode_loop returns them
+LoopResult = tuple[list[int], list[bytes], int, int, int]
+Loop = Callable[[bytes, int, int, int], LoopResult]
+#: (entries, pos, batch_start, ready), as _decode_entries returns them
+EntriesResult = tuple[list[Entry], int, int, int]
+EntriesLoop = Callable[[bytes, int, int, int, int, type[Entry]], EntriesResult]
+#: (items, positions, pos, batch_start, ready): a span loop (decode_span)
+SpanResult = tuple[list[Any], list[int], int, int, int]
+SpanLoop = Callable[[bytes, int, int, int, int], SpanResult]
+#: (end, open_batch, last_batch), as _walk_frames returns them
+WalkLoop = Callable[[Buffer, int, int, int, int, bool], tuple[int, int, int]]
 
 MAGIC = b"QWLOG"
 VERSION = 2
@@ -389,8 +398,8 @@ def _decode_loop(buf: bytes, max_record: int, verified: int, limit: int) -> Loop
     Returns (starts, datas, pos, batch_start, ready): every frame decoded (its offset and
     payload), where the walk stopped, the end of the last batch that ended (a frame not
     CONTINUED, or ending at or before `verified`) and how many frames precede it, stopping
-    once `ready` reaches `limit`. `logstore/_cframes.c` is this function in C, used when
-    built (logstore.native); this is its definition.
+    once `ready` reaches `limit`. The walk of `queue_worker/_cdecode.c`'s span loop
+    follows this definition.
     """
     size = len(buf)
     last = size - FRAME_HEADER_SIZE  # a frame header fits while pos <= last
@@ -431,9 +440,7 @@ def _decode_entries(
 ) -> EntriesResult:
     """`_decode_loop`, answering the decoded frames as entries: (entries, pos, batch_start,
     ready), each frame's Entry(base + offset, base + its end, payload). Frames are back to
-    back, so a frame's end is the next one's offset. `logstore/_cframes.c`'s
-    `decode_entries` is this function in C (building each Entry in the walk), used when
-    built; this is its definition (`entry` is always `Entry`: the C one is handed it)."""
+    back, so a frame's end is the next one's offset (`entry` is always `Entry`)."""
     starts, datas, pos, batch_start, ready = _frames_loop(buf, max_record, verified, limit)
     positions = [start + base for start in starts]
     nexts = positions[1:]
@@ -441,21 +448,10 @@ def _decode_entries(
     return _make_entries(positions, nexts, datas), pos, batch_start, ready
 
 
-#: the loops decode_frames runs: in C when a build of these very sources exists
+#: the loops the readers run, called through these names (a test puts a racing one in)
 _frames_loop: Loop = _decode_loop
 _entries_loop: EntriesLoop = _decode_entries
-_c_loops = native.load()
 _walk_loop: WalkLoop = _walk_frames
-_c_loop: Loop | None = None
-if _c_loops is not None:
-    _frames_loop = _c_loop = _c_loops[0]
-    _entries_loop = _c_loops[1]
-    _walk_loop = _c_loops[2]
-
-
-def frames_loop_status() -> str:
-    """Which frame-decoding loop runs (for a bench line and `queue_worker.compiled.status`)."""
-    return native.status(_c_loop)
 
 
 def scan_frames(buf: Buffer, base: int, *, at_eof: bool, max_record: int, path: str) -> Decoded:

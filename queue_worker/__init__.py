@@ -20,12 +20,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any, Final
 
-from queue_worker import compiled as _compiled
 from queue_worker.errors import QwError
-
-# Before any submodule is imported: the fold's modules load compiled when a build of their
-# exact sources exists (see queue_worker.compiled).
-_compiled.install()
 
 if TYPE_CHECKING:
     from queue_worker.checkpoint import CheckpointError, CheckpointRefused

@@ -42,7 +42,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "../logstore/_framewalk.h"
+#include "_framewalk.h"
 
 /* What a call builds with (records.py's types, its fallback): arguments, not module state,
    so that a second copy of records.py (the tests load one) cannot change the first's. */

@@ -3,8 +3,8 @@ where it lies, with no `Entry` and no payload copy (`FileLog.read_span`).
 
 A catch-up reads every record of the claims log only to fold it: it needs the records and
 their positions, not entries. `loop()` is the span loop `FileLog.read_span` runs: the C
-one (`queue_worker/_cdecode.c`'s `decode_claims_frames`, the frame walk shared with
-`logstore/_cframes.c`) when built for these sources, else `decode_claims_frames_py`, its
+one (`queue_worker/_cdecode.c`'s `decode_claims_frames`) when built, else
+`decode_claims_frames_py`, its
 definition: `framing._decode_loop`'s walk, then `records.decode_claims_py` of the payloads.
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from logstore import framing
-from logstore.native import SpanLoop, SpanResult
+from logstore.framing import SpanLoop, SpanResult
 from queue_worker import records
 from queue_worker.records import Claim, Done
 

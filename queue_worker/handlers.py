@@ -44,7 +44,6 @@ import random
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from importlib.machinery import EXTENSION_SUFFIXES
 from typing import Any, Final, Literal, NamedTuple, TypeVar
 
 from queue_worker.clock import seconds_to_us
@@ -64,20 +63,7 @@ def _never() -> bool:
     return False
 
 
-_SET: Final = object.__setattr__
-
-#: whether this module runs compiled (queue_worker.compiled). There `self.field = value` in
-#: `TaskContext.__init__` writes the object's own field, never seen by the frozen
-#: dataclass's __setattr__ (which still refuses any assignment from outside); in Python that
-#: __setattr__ raises, so the fields are set through object.__setattr__, as the dataclass's
-#: own __init__ sets them: ~850 instructions a field, compiled, where a write is a few.
-_COMPILED: Final = __file__.endswith(tuple(EXTENSION_SUFFIXES))  # (not a .py, nor a .pyc)
-
-
-# init=False: the dataclass's own __init__ is Python made at import (one is built a task),
-# this one is compiled (queue_worker.compiled): ~0.9 -> ~0.3 us, and ~5.6k -> ~0.3k
-# instructions with the fields written directly (`_COMPILED`)
-@dataclass(frozen=True, init=False)
+@dataclass(frozen=True)
 class TaskContext:
     """What a handler may know about the attempt it runs in."""
 
@@ -89,31 +75,6 @@ class TaskContext:
     # Has the lease lapsed by the worker's clock? (Sets `cancelled` when it has: the
     # worker's `LeaseKeeper.check_lapse`.) Asked before sleep/raise_if_cancelled return.
     lease_lapsed: Callable[[], bool] = field(default=_never, compare=False, repr=False)
-
-    def __init__(
-        self,
-        task_id: int,
-        attempt: int,
-        cancelled: threading.Event,
-        worker_id: str,
-        work_ms: int = 400,
-        lease_lapsed: Callable[[], bool] = _never,
-    ) -> None:
-        if _COMPILED:  # (see _COMPILED; mypy sees the frozen fields as read-only)
-            self.task_id = task_id  # type: ignore[misc]
-            self.attempt = attempt  # type: ignore[misc]
-            self.cancelled = cancelled  # type: ignore[misc]
-            self.worker_id = worker_id  # type: ignore[misc]
-            self.work_ms = work_ms  # type: ignore[misc]
-            self.lease_lapsed = lease_lapsed  # type: ignore[misc]
-            return
-        # (frozen: set as the dataclass's __init__ sets them)
-        _SET(self, "task_id", task_id)
-        _SET(self, "attempt", attempt)
-        _SET(self, "cancelled", cancelled)
-        _SET(self, "worker_id", worker_id)
-        _SET(self, "work_ms", work_ms)
-        _SET(self, "lease_lapsed", lease_lapsed)
 
     def raise_if_cancelled(self) -> None:
         if self.cancelled.is_set() or self.lease_lapsed():
@@ -138,8 +99,6 @@ TIME_LIMIT_ATTRIBUTE: Final = "qw_time_limit_s"
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-# `int | float`, not `float`: compiled (queue_worker.compiled), a float parameter would turn
-# a 0 into 0.0 before the check, and the error quotes the value as given
 def time_limit(seconds: int | float) -> Callable[[F], F]:
     """Give a handler its own time limit, which overrides the worker's `--task-timeout`::
 
@@ -337,8 +296,7 @@ class DemoFailure(Exception):
 def demo(payload: Any, ctx: TaskContext) -> dict[str, Any]:
     """The default handler: work for `work_ms` (the payload's {"work_ms": n}, else the
     worker's), stop at once when cancelled, and fail when the payload says {"fail": true}."""
-    # int | float, not float: compiled (queue_worker.compiled), a float holds no int, and the
-    # result says what was asked ({"worked_ms": 10}, not 10.0)
+    # the result says what was asked ({"worked_ms": 10}, not 10.0)
     work_ms: int | float = ctx.work_ms
     requested = payload.get("work_ms") if isinstance(payload, dict) else None
     if isinstance(requested, int | float) and not isinstance(requested, bool) and requested >= 0:

@@ -160,8 +160,7 @@ class CancelFlag(threading.Event):
 
 
 #: held while a keeper marks its lease lost: the renewal thread and the handler's may race.
-#: One lock for every keeper: a lease is seldom lost, and a Lock made per keeper (one a
-#: task) was ~500 instructions of a no-op task (compiled)
+#: One lock for every keeper: a lease is seldom lost.
 _LOSING: Final = threading.Lock()
 
 
@@ -221,8 +220,7 @@ class LeaseKeeper:
         self.lapsed = False  # lost because our own clock passed `secured_expiry`
         self.lost_to: Lease | None = None  # who holds the task after we lost it, if anyone
         self.last_error: str | None = None
-        # monotonic seconds; set by start() (math.inf: compiled, a constant, where float("inf")
-        # parsed a string each task)
+        # monotonic seconds; set by start()
         self.next_renewal = math.inf
         self._renewer = renewer
         self._own_renewer = renewer is None
@@ -376,34 +374,24 @@ class RenewalThread:
         self._ticking: LeaseKeeper | None = None  # the keeper inside tick() right now
         self._wake_at = math.inf
         self._closed = False
-        # (not `_thread`: compiled by mypyc, that is the C field `__thread`, a C keyword)
         self._daemon: threading.Thread | None = None
 
     def attach(self, keeper: LeaseKeeper) -> None:
-        # acquire/release, not `with`: compiled, a `with` over a Lock looks __enter__ and
-        # __exit__ up by name and calls them (~1.2k instructions; these two ~0.9k), and a
-        # task attaches and detaches once each
-        self._lock.acquire()
-        try:
+        with self._lock:
             self._keeper = keeper
             if self._daemon is None:
                 self._daemon = threading.Thread(target=self._run, name="qw-lease", daemon=True)
                 self._daemon.start()
             elif keeper.next_renewal < self._wake_at:
                 self._cond.notify_all()
-        finally:
-            self._lock.release()
 
     def detach(self, keeper: LeaseKeeper) -> None:
         """Stop ticking `keeper`; returns once no tick of it is in flight."""
-        self._lock.acquire()  # (not `with`: see attach)
-        try:
+        with self._lock:
             if self._keeper is keeper:
                 self._keeper = None
             while self._ticking is keeper:
                 self._cond.wait()
-        finally:
-            self._lock.release()
 
     def close(self) -> None:
         with self._cond:

@@ -35,7 +35,7 @@ from queue_worker.topics import (
 if TYPE_CHECKING:
     from logstore import Entry
     from logstore.file_log import Verified
-    from logstore.native import SpanLoop, SpanResult
+    from logstore.framing import SpanLoop, SpanResult
     from queue_worker.checkpoint import Location
     from queue_worker.prefix import Prefix
     from queue_worker.records import ClaimsRecord

@@ -310,13 +310,9 @@ def pick_spread(
     low = max(state.watermark, own_from)
     first_own = low + (slot - low) % slots  # the lowest id >= low in this slot
     stop = min(known, first_own + SPREAD_PROBES * slots)
-    # (a while loop, not range(first_own, stop, slots): compiled, a range whose step is not
-    # a constant is iterated as a Python object, ~1k instructions a pick)
-    task = first_own
-    while task < stop:
+    for task in range(first_own, stop, slots):
         if task not in excluded and state.is_claimable(task, now):
             return task
-        task += slots
     return pick_random(state, now, known, rng, excluded)
 
 

@@ -52,7 +52,6 @@ class SnapshotPublisher:
         #: when none is (the thread clears both before it takes the snapshot)
         self._pending = threading.Event()
         self._requested = False
-        # (not `_thread`: compiled by mypyc, that is the C field `__thread`, a C keyword)
         self._daemon: threading.Thread | None = None
         self._file_lock = threading.Lock()  # one snapshot taken and written at a time
 

@@ -115,7 +115,7 @@ class StatsRecorder:
     ) -> None:
         """`claimed`, under the stats lock."""
         if folds is not None:
-            self._folded(folds[0], folds[1])  # (not *folds: compiled, a generic call)
+            self._folded(*folds)
         self.stats.attempts += 1
         self.stats.record_latency(latency_us)
         if verdict.won:
@@ -137,22 +137,15 @@ class StatsRecorder:
         clock, µs): the state is "working" (as `state("working")` sets it). With `claimed`
         (verdict, latency_us, folds): that claim was just settled, and is counted here as
         `claimed` counts it (one event, one lock taken, where a drain's task had two)."""
-        # acquire/release, not `with`: compiled, a `with` over a Lock looks __enter__ and
-        # __exit__ up by name and calls them (~1.2k instructions; these two ~0.9k), and this
-        # and `finished` are a task's events
-        self.lock.acquire()
-        try:
+        with self.lock:
             if claimed is not None:
-                # (not *claimed: compiled, that is a generic call, ~900 instructions)
-                self._claimed(claimed[0], claimed[1], claimed[2])
+                self._claimed(*claimed)
             self.stats.current_task = task
             self.stats.current_claim = claim_position
             self.stats.current_since = time.time()
             self.stats.lease_expiry = self._wall_seconds(expiry)
             self.stats.state = "draining" if self._draining.is_set() else "working"
             self._on_task = True
-        finally:
-            self.lock.release()
         self.publisher.publish()
 
     def off_task(self) -> None:
@@ -176,14 +169,11 @@ class StatsRecorder:
     def finished(self, folds: tuple[TaskIndex, ClaimsFollower] | None = None) -> None:
         """Our DONE was accepted (with `folds`: and the folds moved on, as in `claimed`):
         the task is off hand too, as `off_task` puts it (one event where there were two)."""
-        self.lock.acquire()  # (not `with`: see working)
-        try:
+        with self.lock:
             if folds is not None:
-                self._folded(folds[0], folds[1])
+                self._folded(*folds)
             self.stats.finished += 1
             self._off_task()
-        finally:
-            self.lock.release()
         self.publisher.publish()
 
     def failed(self, task: int, error: str) -> None:

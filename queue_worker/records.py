@@ -32,11 +32,10 @@ decoding untrusted input: anything malformed raises `RecordDecodeError`, and not
 
 from __future__ import annotations
 
-import importlib
 import operator
 import reprlib
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Final, NamedTuple, TypeVar, cast
+from typing import Any, Final, NamedTuple, cast
 
 import msgpack
 
@@ -168,7 +167,7 @@ def _pack(items: list[Any], *, free_form: bool, scalars: bool = False) -> bytes:
         else:
             data = msgpack.packb(items, use_bin_type=True)
     except Exception as e:  # a free-form value's own methods (a dict's items()) may raise
-        raise _caused(RecordEncodeError(f"cannot encode as msgpack: {error_text(e)}"), e) from e
+        raise RecordEncodeError(f"cannot encode as msgpack: {error_text(e)}") from e
     # msgpack packs some values that no reader can decode (a map keyed by a tuple comes
     # back keyed by an unhashable list): written to a log, such a record would stop every
     # reader. A record with a free-form value (a payload, a result) is decoded once here to
@@ -180,18 +179,8 @@ def _pack(items: list[Any], *, free_form: bool, scalars: bool = False) -> bytes:
         except TaskIdRangeError:
             pass  # written as given, as in a record without a free-form value (see above)
         except RecordDecodeError as e:
-            raise _caused(RecordEncodeError(f"encodes to bytes that do not decode: {e}"), e) from e
+            raise RecordEncodeError(f"encodes to bytes that do not decode: {e}") from e
     return data
-
-
-_E = TypeVar("_E", bound=BaseException)
-
-
-def _caused(error: _E, cause: BaseException) -> _E:
-    """`error` with `cause` as its __cause__ already: compiled by mypyc (queue_worker.compiled),
-    `raise … from cause` loses the `from`, so the modules it compiles spell it out too."""
-    error.__cause__ = cause
-    return error
 
 
 #: values that msgpack always packs into something that decodes (no check needed)
@@ -214,17 +203,16 @@ def _fields(*checks: tuple[Any, str, type]) -> None:
 # A CLAIM or a DONE of a no-op (None) built from bytes: msgpack packs an array as its header
 # then each item's own bytes, so the constant items' bytes are packed once, and an integer
 # is written as msgpack writes it (the shortest form). The Packer call it saves was half of
-# a no-op task's encoding (~2.5k instructions a record, compiled); the generic path stays
-# for anything else, and the tests hold the two to the same bytes. (Joined by `%`: compiled
-# by mypyc, bytes formatted from bytes only are one allocation, where a join builds a tuple.)
+# a no-op task's encoding; the generic path stays for anything else, and the tests hold the
+# two to the same bytes.
 
 #: [SCHEMA, code] of a CLAIM (6 items) and of a DONE (7), and a nil (a DONE's None)
 _CLAIM_HEAD: Final[bytes] = bytes((0x90 | 6,)) + msgpack.packb(SCHEMA) + msgpack.packb(CLAIM)
 _DONE_HEAD: Final[bytes] = bytes((0x90 | 7,)) + msgpack.packb(SCHEMA) + msgpack.packb(DONE)
 _NIL: Final[bytes] = msgpack.packb(None)
 
-#: the integers `_uint` packs: 0 up to here, what mypyc holds unboxed (a larger one, or a
-#: negative one, is packed by msgpack: only a hostile record has one)
+#: the integers `_uint` packs: 0 up to here (a larger one, or a negative one, is packed by
+#: msgpack: only a hostile record has one)
 _UINT_MAX: Final = (1 << 62) - 1
 _FIXINTS: Final = tuple(bytes((i,)) for i in range(0x80))  # positive fixint: the byte itself
 
@@ -276,9 +264,6 @@ def _packed_str(value: str) -> bytes:
 def encode(record: Record) -> bytes:
     """The wire bytes of a record (raises RecordEncodeError for an unencodable payload, or
     for fields that would not decode back)."""
-    # The fields are read as Any: compiled (queue_worker.compiled), a field read as `int`
-    # would be converted on the way (True to 1, a float refused with TypeError), and the
-    # checks below must see the values the caller gave, as the Python does.
     if isinstance(record, Claim):
         # A worker's own CLAIM (and DONE below), well formed: from bytes (see _claim_bytes)
         task, worker, at, lease = cast("tuple[Any, Any, Any, Any]", record)
@@ -366,7 +351,7 @@ def _unpack(data: bytes) -> Any:
     try:
         return msgpack.unpackb(data, raw=False, strict_map_key=False, use_list=True)
     except Exception as e:
-        raise _caused(RecordDecodeError(f"not msgpack: {type(e).__name__}: {e}"), e) from e
+        raise RecordDecodeError(f"not msgpack: {type(e).__name__}: {e}") from e
 
 
 _UNPACKB: Final = msgpack.unpackb
@@ -599,13 +584,14 @@ EntriesDecoder = Callable[
 
 
 #: the C decoders' module (or None), once loaded: at the first decode of claims records, not
-#: at import (a command that never folds, `qw enqueue`, need not hash their sources)
+#: at import (a command that never folds, `qw enqueue`, need not load it)
 _C_LOADED: Final[list[Any]] = []
 
 
 def _c_module() -> Any:
-    """The C decoders' module when built for these sources (queue_worker.cdecode), or None."""
+    """The C decoders' module when built (queue_worker.cdecode), or None."""
     if not _C_LOADED:
-        # imported by name: mypyc compiles this module without following it (needs logstore)
-        _C_LOADED.append(importlib.import_module("queue_worker.cdecode").load())
+        from queue_worker import cdecode
+
+        _C_LOADED.append(cdecode.load())
     return _C_LOADED[0]

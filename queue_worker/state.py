@@ -116,8 +116,6 @@ class Outcome(NamedTuple):
 # TaskState and ClaimState are plain classes with __slots__, not dataclasses: importing
 # `dataclasses` (it imports inspect, ast, dis, tokenize) and building the classes was
 # ~15 ms of every command that folds the claims log (`qw status`, `task`, `why`).
-# Compiled, their own __init__ is compiled too, where a dataclass's stays the interpreted
-# Python `dataclasses` writes (0.8 µs for each claim's TaskState on a replay, measured).
 
 
 class TaskState:
@@ -309,7 +307,7 @@ class ClaimState:
         open_ = self._open
         closed = self._closed_above
         find = open_.get
-        # the classes in locals: compiled, each use of a module global is a dict lookup
+        # the classes in locals: each use of a module global is a dict lookup
         claim_type, done_type = Claim, Done
         position = self.position
         # The newest held claim in two locals (a drain by one worker puts each DONE right

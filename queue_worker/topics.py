@@ -44,7 +44,6 @@ from typing import TYPE_CHECKING, Final, NamedTuple, cast
 from logstore import Durability, Entry, IdentityError, Log, LogError, open_log
 from logstore.location import shown
 from queue_worker import claims_span
-from queue_worker.compile_hints import mypyc_attr
 from queue_worker.errors import QwError
 from queue_worker.partitions import PartitionError, read_manifest
 from queue_worker.records import (
@@ -77,8 +76,7 @@ _new: Final = tuple.__new__
 #: the type code a claims record that does not decode is folded as
 MALFORMED: Final = "?malformed"
 
-# Not Final, these two: a compiled build (queue_worker.compiled) inlines a Final constant,
-# and the tests set them on the module.
+# Not Final, these two: the tests set them on the module.
 #: records read per call while catching up
 READ_BATCH = 4096
 
@@ -244,8 +242,6 @@ class Settled(NamedTuple):  # a NamedTuple: `dataclasses` (with inspect) is ~15 
     entry: Entry
 
 
-# a test subclasses it in Python (a compiled class refuses that unless told)
-@mypyc_attr(allow_interpreted_subclasses=True)
 class ClaimsFollower:
     """The fold over the claims log, caught up incrementally."""
 
@@ -432,11 +428,7 @@ class ClaimsFollower:
             )
         if len(positions) != len(records):
             raise ValueError(f"{log.name}: {len(positions)} positions for {len(records)} records")
-        # (not zip(…, strict=True): its keyword is parsed at every call, ~1.6k instructions,
-        # where this loop is compiled)
-        mine: list[tuple[int, ClaimsRecord | None]] = [
-            (positions[i], records[i]) for i in range(len(records))
-        ]
+        mine: list[tuple[int, ClaimsRecord | None]] = list(zip(positions, records, strict=True))
         return self.settle_batch(log, mine, read=read)
 
 

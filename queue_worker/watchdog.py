@@ -90,7 +90,6 @@ class TimeLimits:
         self._running: _Running | None = None
         self._drain_at: float | None = None  # monotonic; written without a lock (see drain)
         self._wake_at = math.inf
-        # (not `_thread`: compiled by mypyc, that is the C field `__thread`, a C keyword)
         self._daemon: threading.Thread | None = None
         self._closed = False
         self._ended = threading.Event()  # set once `exit` has returned (tests only)
@@ -132,11 +131,7 @@ class TimeLimits:
         return timed_out_error(run.limit_s)
 
     def _arm(self, run: _Running) -> None:
-        # acquire/release, not `with`: compiled, a `with` over a Lock looks __enter__ and
-        # __exit__ up by name and calls them (~1.2k instructions; these two ~0.9k), and every
-        # task arms and disarms
-        self._lock.acquire()
-        try:
+        with self._lock:
             self._running = run
             if self._daemon is None:
                 self._daemon = threading.Thread(
@@ -145,20 +140,15 @@ class TimeLimits:
                 self._daemon.start()
             elif self._deadline(run)[0] < self._wake_at:
                 self._cond.notify_all()
-        finally:
-            self._lock.release()
 
     def _disarm(self, run: _Running) -> bool:
         """Stop watching `run`; False if its time ran out first (the process is ending)."""
-        self._lock.acquire()  # (not `with`: see _arm)
-        try:
+        with self._lock:
             if run.expired:
                 return False
             if self._running is run:
                 self._running = None
             return True
-        finally:
-            self._lock.release()
 
     def close(self) -> None:
         """Stop the watchdog (the worker is closing: no task runs)."""

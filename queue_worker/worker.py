@@ -111,8 +111,7 @@ if TYPE_CHECKING:  # redis is an optional extra: imported by `_server_claims` wh
     from queue_worker.server_claim import NextTask, ServerClaims
     from queue_worker.server_verdicts import TaskView
 
-# Not Final, these three: a compiled build (queue_worker.compiled) inlines a Final constant,
-# and the tests set them on the module.
+# Not Final, these three: the tests set them on the module.
 #: claim ahead: a fold settled this recently (seconds) is fresh enough to pick from
 FRESH_FOLD_S = 0.002
 #: ... on a networked log (Redis), where the read before the pick is a round trip: 0.3 of

@@ -15,7 +15,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Final
+from typing import TYPE_CHECKING, Annotated, Final
 
 import typer
 
@@ -25,11 +25,8 @@ from queue_worker.settled import DEFAULT_RETENTION_BYTES, DEFAULT_RETENTION_S, R
 from supervisor import (
     compact_cli,
     inspect_cli,
-    lazy_typer,
-    one_command,
     option_parsers,
     partitioned_cli,
-    plain_params,
     report_cli,
     small_commands,
 )
@@ -49,7 +46,7 @@ from supervisor.cli_options import (
     shown,
     whole,
 )
-from supervisor.help_format import WholeHelpGroup, WholeWordsContext
+from supervisor.help_format import WholeHelpGroup
 from supervisor.timeline import cli as timeline_cli
 
 if TYPE_CHECKING:
@@ -64,23 +61,6 @@ if TYPE_CHECKING:
 DEMO_HANDLER: Final = "queue_worker.handlers:demo"
 
 
-class QwContext(WholeWordsContext):
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        plain_params.install_help(self)
-
-
-class QwGroup(WholeHelpGroup):
-    """The `qw` group: help that reads whole (help_format), and the options' values
-    coerced without pydantic where typer's answer is certain (plain_params)."""
-
-    context_class = QwContext
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        plain_params.install(self)
-
-
 app = typer.Typer(
     name="qw",
     help="qw: a task queue with no broker. Workers coordinate through two append-only logs.",
@@ -88,7 +68,7 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,  # plain layout: typer's panels cut names at 80 columns
-    cls=QwGroup,  # …and help text wrapped without breaking a name (help_format)
+    cls=WholeHelpGroup,  # …and help text wrapped without breaking a name (help_format)
 )
 
 
@@ -466,10 +446,9 @@ def main(argv: list[str] | None = None) -> int:
         # gets it here, while typer parses the options.
         start_server(redis=on_redis(args, os.environ.get("QW_LOG")))
     try:
-        run = one_command.runner(app, args)  # typer builds the command that runs, alone
-        result: object = run(args=argv, prog_name="qw", standalone_mode=False)
+        result: object = app(args=argv, prog_name="qw", standalone_mode=False)
     except typer.TyperException as e:  # typer's usage errors (exit code 2) and the like
-        code = lazy_typer.said(e)
+        code = _said(e)
     except typer.Abort:
         return 130
     else:
@@ -483,6 +462,15 @@ def main(argv: list[str] | None = None) -> int:
         _remove_multiprocessing_tempdir()
         os._exit(code)
     return code
+
+
+def _said(error: typer.TyperException) -> int:
+    """Say typer's usage error (or any TyperException) as one line on stderr, `qw: error: …`,
+    and return its exit code."""
+    message = " ".join(error.format_message().split())
+    if message:  # empty: typer has printed the help (`qw` alone)
+        typer.echo(f"qw: error: {message}", err=True)
+    return int(error.exit_code)
 
 
 def _remove_multiprocessing_tempdir() -> None:

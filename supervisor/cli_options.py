@@ -10,13 +10,14 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Final, NoReturn
+from typing import Annotated, Final, NoReturn
+
+import typer
 
 from logstore import LogError, is_redis_url
 from logstore.location import shown as shown  # re-exported: the commands import it from here
 from queue_worker.settings import FSYNC_POLICIES, PICK_STRATEGIES, check_host
 from queue_worker.topics import CLAIMS_TOPIC, TASKS_TOPIC
-from supervisor import lazy_typer as typer
 
 EXIT_USAGE: Final = 2  # a bad option value, a bad input file, no data where one was named
 MAX_WORKERS: Final = 256
@@ -95,42 +96,26 @@ def data_directory(text: str | Path) -> Path:
     return Path(text)
 
 
-if TYPE_CHECKING:  # for mypy, the types (typer's Option in the metadata is not a type)
-    DirOption = Path
-    LogOption = str | None
-else:
-
-    def __getattr__(name: str) -> Any:
-        """`DirOption` and `LogOption` carry typer's Option: built when the typer app
-        imports them, never by a command body (supervisor.fast_path runs without typer)."""
-        if name not in ("DirOption", "LogOption"):
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-        import typer as real_typer
-
-        options = {
-            "DirOption": Annotated[
-                Path,
-                real_typer.Option(
-                    "--dir",
-                    "-d",
-                    parser=data_directory,
-                    metavar="DIR",
-                    help="The data directory (logs and run state).",
-                ),
-            ],
-            "LogOption": Annotated[
-                str | None,
-                real_typer.Option(
-                    "--log",
-                    envvar="QW_LOG",  # keeps a password off the command line
-                    show_envvar=True,
-                    metavar="URL",
-                    help="A redis://… log instead of the files in --dir.",
-                ),
-            ],
-        }
-        globals().update(options)  # built once: every command shares the same objects
-        return options[name]
+DirOption = Annotated[
+    Path,
+    typer.Option(
+        "--dir",
+        "-d",
+        parser=data_directory,
+        metavar="DIR",
+        help="The data directory (logs and run state).",
+    ),
+]
+LogOption = Annotated[
+    str | None,
+    typer.Option(
+        "--log",
+        envvar="QW_LOG",  # keeps a password off the command line
+        show_envvar=True,
+        metavar="URL",
+        help="A redis://… log instead of the files in --dir.",
+    ),
+]
 
 
 def bad(option: str, value: object, expected: str) -> NoReturn:

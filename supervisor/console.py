@@ -1,7 +1,6 @@
 """The rich console the commands print their tables on (stdout).
 
-Its own module, with nothing else: `qw why` needs it, and runs without typer
-(supervisor.fast_path), which the demos package imports.
+Its own module, with nothing else: `qw why` needs it, and so do the demos.
 """
 
 from __future__ import annotations

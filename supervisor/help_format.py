@@ -63,22 +63,21 @@ def first_sentence(text: str) -> str:
     return _SENTENCE_END.split(paragraph, maxsplit=1)[0]
 
 
-def _whole_help(command: Command, context_class: type[WholeWordsContext]) -> None:
-    command.context_class = context_class
+def _whole_help(command: Command) -> None:
+    command.context_class = WholeWordsContext
     if not command.short_help and command.help:
         command.short_help = first_sentence(command.help)  # never cut with "..." by click
     if isinstance(command, TyperGroup):
         for sub in command.commands.values():
-            _whole_help(sub, context_class)
+            _whole_help(sub)
 
 
 class WholeHelpGroup(TyperGroup):
     """The `qw` group: every command under it (and under `qw demo`) gets the formatter above
-    and a whole summary, whichever module registered it (a subclass may name a context
-    class of its own, derived from WholeWordsContext: every command gets that one)."""
+    and a whole summary, whichever module registered it."""
 
-    context_class: type[WholeWordsContext] = WholeWordsContext
+    context_class = WholeWordsContext
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        _whole_help(self, self.context_class)
+        _whole_help(self)

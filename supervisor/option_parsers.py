@@ -1,22 +1,14 @@
-"""The parsers of the small commands' options, each a named object.
-
-supervisor.fast_spec (generated from the typer app by supervisor.make_fast_spec) names an
-option's parser by where it lives here: the fast path (supervisor.fast_path) calls the very
-function typer calls, with no typer loaded. A parser that is not named here cannot be put
-in the spec, and the generator says so.
-"""
+"""The parsers of the small commands' options: `qw task` and `qw why` share TASK_NAME."""
 
 from __future__ import annotations
 
 from typing import Final
 
 from queue_worker.records import MAX_TASK_ID
-from supervisor.cli_options import FSYNCS, data_directory, one_of, whole
+from supervisor.cli_options import FSYNCS, one_of, whole
 from supervisor.enqueue_input import MAX_ENQUEUE
 from supervisor.partitioned_cli import task_parser
 
-#: every command's `--dir`
-DATA_DIRECTORY: Final = data_directory
 #: `qw enqueue --count`
 ENQUEUE_COUNT: Final = whole("a number of tasks", 1, MAX_ENQUEUE)
 #: `qw enqueue --fsync`

@@ -24,12 +24,13 @@ import time
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import typer
+
 from logstore import LogError, space_problem
 from logstore.location import shown
 from queue_worker.names import printable, worker_label
 from queue_worker.partitions import Manifest, partition_location
 from queue_worker.stats_file import read_stats
-from supervisor import lazy_typer as typer
 from supervisor.cli_options import fail
 from supervisor.queue_counts import Held, QueueCounts, sum_counts
 from supervisor.supervisor_lines import supervisor_lines

@@ -13,9 +13,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import typer
+
 from logstore import LogError
 from queue_worker.partitions import MAX_PARTITIONS, Manifest, read_manifest, slot_partitions
-from supervisor import lazy_typer as typer
 from supervisor.cli_options import fail, shown
 
 if TYPE_CHECKING:  # the supervisor is imported by `up` only (enqueue and report skip it)

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Final, NamedTuple
 if TYPE_CHECKING:
     from logstore import Entry, Log
     from logstore.file_log import FileLog
-    from logstore.native import SpanLoop
+    from logstore.framing import SpanLoop
     from queue_worker.state import Lease
     from queue_worker.topics import ClaimsFollower
 

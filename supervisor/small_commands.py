@@ -1,10 +1,7 @@
 """The bodies of the small commands: `qw status`, `qw task`, `qw why` and `qw enqueue`.
 
 Each is called with the values typer parsed (its command in supervisor.cli, inspect_cli or
-report_cli is a signature, its help, and a call here) or, for the plain forms of a command
-line, with those supervisor.fast_path parsed from the same spec, without typer: nothing
-here imports typer (`lazy_typer` imports it for an error, which may pay for it). What they
-print and how they fail is the same either way.
+report_cli is a signature, its help, and a call here).
 """
 
 from __future__ import annotations
@@ -13,11 +10,12 @@ import time
 from pathlib import Path
 from typing import Any, Final
 
+import typer
+
 from logstore import LogError, space_problem
 from logstore.location import is_redis_url, shown
 from queue_worker.names import printable, worker_label
 from queue_worker.records import Done
-from supervisor import lazy_typer as typer
 from supervisor import partitioned_cli
 from supervisor.cli_options import (
     bad,

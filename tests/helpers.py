@@ -5,8 +5,6 @@ from __future__ import annotations
 import os
 import shutil
 import socket
-import subprocess
-import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -39,24 +37,6 @@ def wait_until(
         return _wait_until(condition, timeout, what)
     except WaitTimeout:
         pytest.fail(f"timed out after {timeout}s waiting for {what}")
-
-
-def probe_copy(copy: Path, probe: str, **env: str) -> list[str]:
-    """Run `probe` (Python source) in a fresh interpreter that imports the package copied to
-    `copy` (its parent first on the path, QW_PURE unset unless `env` sets it); its stdout's
-    lines. How the tests of the compiled builds show that a build serves only its sources."""
-    environ = {k: v for k, v in os.environ.items() if k != "QW_PURE"}
-    environ.update(PYTHONPATH=str(copy.parent), **env)
-    done = subprocess.run(
-        [sys.executable, "-c", probe],
-        cwd=copy.parent,
-        env=environ,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
-    return done.stdout.splitlines()
 
 
 def free_port() -> int:

@@ -37,8 +37,7 @@ def crc_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
         return zlib.crc32(data, value)
 
     monkeypatch.setattr(framing, "_crc32", counting)
-    # the Python frame loop, whose checksums go through _crc32 (the C loop's, when built,
-    # do not; tests/test_cframes.py holds it to the Python one)
+    # the Python frame loop, whose checksums go through _crc32
     monkeypatch.setattr(framing, "_frames_loop", framing._decode_loop)
     monkeypatch.setattr(framing, "_entries_loop", framing._decode_entries)
     return calls

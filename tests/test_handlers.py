@@ -120,9 +120,8 @@ def test_a_builtin_without_a_signature_gets_the_payload() -> None:
 
 
 def test_the_context_is_a_frozen_dataclass_of_the_fields_given() -> None:
-    """Compiled, `TaskContext.__init__` writes its fields directly (handlers._COMPILED):
-    a handler still sees the fields given, equal contexts compare and hash alike, and no
-    field can be assigned."""
+    """A handler sees the fields given, equal contexts compare and hash alike, and no field
+    can be assigned."""
     cancelled = threading.Event()
     ctx = TaskContext(7, 2, cancelled, "w0-1-abcd", 15, lease_lapsed=lambda: True)
     fields = (ctx.task_id, ctx.attempt, ctx.cancelled, ctx.worker_id, ctx.work_ms)

@@ -91,18 +91,15 @@ def test_status_and_kill_do_not_import_the_supervisor(queue: Path, args: list[st
     assert result.stderr.splitlines()[-1] == "[True, False]", result.stderr
 
 
-#: what a command that neither hashes a partition key (OpenSSL's hashlib), names a temporary
-#: file (secrets: random, hmac, base64), waits for an append (ctypes, for inotify) nor starts
-#: a thread (a file log's lock is threading's, from _thread) must not pay for at its start
-UNUSED_BY_READERS = ["hashlib", "secrets", "ctypes", "random", "threading"]
+#: what a command that waits for no append (ctypes, for inotify) must not pay for at its start
+UNUSED_BY_READERS = ["ctypes"]
 
 
 @pytest.mark.parametrize(
     ("args", "absent"),
     [
-        (["status"], ["typer", "queue_worker.report", "socket", *UNUSED_BY_READERS]),
-        # status counts without the supervisor's monitor and model, and reads the workers'
-        # stats as plain values: no dataclasses (with inspect, ast, dis, tokenize)
+        (["status"], ["queue_worker.report", *UNUSED_BY_READERS]),
+        # status counts without the supervisor's monitor and model
         (
             ["status"],
             [
@@ -110,49 +107,27 @@ UNUSED_BY_READERS = ["hashlib", "secrets", "ctypes", "random", "threading"]
                 "supervisor.model",
                 "supervisor.partition_status",  # (a queue of one partition)
                 "queue_worker.snapshot",
-                "dataclasses",
-                "inspect",
             ],
         ),
-        (["status", "--json"], ["supervisor.monitor", "queue_worker.snapshot", "dataclasses"]),
-        (
-            ["task", "0"],
-            ["typer", "queue_worker.report", "queue_worker.checkpoint", *UNUSED_BY_READERS],
-        ),
-        (["why", "0"], ["typer", "queue_worker.report", "rich", *UNUSED_BY_READERS]),
-        # the fold and the story are plain classes and NamedTuples: no dataclasses (with
-        # inspect, ast, dis, tokenize) for the readers of one task
-        (["task", "0"], ["dataclasses", "inspect"]),
-        (["why", "0"], ["dataclasses", "inspect"]),
-        (
-            ["enqueue", "--fsync", "none"],
-            # a producer does not fold the claims (the fold; dataclasses, with inspect);
-            # demo payloads are not JSON text
-            [
-                "typer",
-                "supervisor.supervisor",
-                "queue_worker.state",
-                "dataclasses",
-                "json",
-                *UNUSED_BY_READERS,
-            ],
-        ),
+        (["status", "--json"], ["supervisor.monitor", "queue_worker.snapshot"]),
+        (["task", "0"], ["queue_worker.report", "queue_worker.checkpoint", *UNUSED_BY_READERS]),
+        (["why", "0"], ["queue_worker.report", "rich", *UNUSED_BY_READERS]),
+        (["enqueue", "--fsync", "none"], ["supervisor.supervisor", *UNUSED_BY_READERS]),
     ],
 )
 def test_the_qw_script_runs_the_small_commands_on_what_they_use(
     queue: Path, args: list[str], absent: list[str]
 ) -> None:
-    # The `qw` script (supervisor.entry) runs their plain forms without typer
-    # (supervisor.fast_path); the readers of the logs do without the report's replay and,
-    # on logs never compacted, without the checkpoint's modules.
-    # `qw why` piped prints its table without rich (supervisor.story_text).
+    # The readers of the logs do without the report's replay and, on logs never compacted,
+    # without the checkpoint's modules. `qw why` piped prints its table without rich
+    # (supervisor.story_text).
     probe = (
         "import sys\n"
         "from supervisor.entry import main\n"
         f"sys.argv = ['qw', *{args!r}]\n"
         "code = main()\n"
         f"loaded = [m for m in {absent!r} if m in sys.modules]\n"
-        "import json\n"  # (after: a command may do without it)
+        "import json\n"
         "print(json.dumps([code, loaded]), file=sys.stderr)\n"
     )
     result = subprocess.run(
@@ -183,41 +158,3 @@ def test_status_asks_psutil_only_about_processes_that_exist(queue: Path) -> None
     )
     assert result.stderr.splitlines()[-1] == "0 False", result.stderr
     assert "workers      0 running, 1 stopped" in result.stdout
-
-
-@pytest.mark.parametrize(
-    "args",
-    [["status"], ["status", "--json"], ["task", "0"], ["why", "0"], ["enqueue", "--fsync", "none"]],
-)
-def test_the_small_commands_compile_nothing(queue: Path, args: list[str]) -> None:
-    # The first compile() of a process builds Python's AST types (~9M instructions, a tenth
-    # of `python -c pass`), and typing.NamedTuple compiles each field's annotation when it
-    # is a string: the modules that define the NamedTuples these commands build do without
-    # `from __future__ import annotations`. (The fold's modules, compiled, build theirs from
-    # types; their pure-Python fallback does not count.)
-    probe = (
-        "import builtins, json, sys\n"
-        "compiled = []\n"
-        "real = builtins.compile\n"
-        "def compile(source, *args, **kwargs):\n"
-        "    caller = sys._getframe(1).f_globals.get('__name__')\n"
-        "    if not caller.startswith('importlib'):  # (a module without its bytecode cache)\n"
-        "        compiled.append((caller, str(source)[:40]))\n"
-        "    return real(source, *args, **kwargs)\n"
-        "builtins.compile = compile\n"
-        "from supervisor.entry import main\n"
-        f"sys.argv = ['qw', *{args!r}]\n"
-        "code = main()\n"
-        "from queue_worker.compiled import in_use\n"
-        "print(json.dumps([code, compiled, in_use()]), file=sys.stderr)\n"
-    )
-    result = subprocess.run(
-        [sys.executable, "-c", probe], cwd=queue, capture_output=True, text=True, timeout=60
-    )
-    code, compiled, in_use = json.loads(result.stderr.splitlines()[-1])
-    if "queue_worker.records" not in in_use:
-        why = "the compiled modules are not in use"
-        if os.environ.get("QW_REQUIRE_COMPILED", "") not in ("", "0"):
-            pytest.fail(why)
-        pytest.skip(why)
-    assert [code, compiled] == [0, []], result.stderr

@@ -1,7 +1,6 @@
-/* The walk over a buffer's frames that logstore.framing._decode_loop defines, shared by the
-   C loops that follow it: logstore/_cframes.c (decode_loop, decode_entries) and
-   queue_worker/_cdecode.c (decode_claims_frames, a fold reader's span). Frames only: no
-   rule of the protocol is here. Included, not linked: each module gets its own copy.
+/* The walk over a buffer's frames that logstore.framing._decode_loop defines, for the C
+   loop that follows it: queue_worker/_cdecode.c (decode_claims_frames, a fold reader's
+   span). Frames only: no rule of the protocol is here.
 */
 #ifndef QW_FRAMEWALK_H
 #define QW_FRAMEWALK_H
