@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import socket
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -11,7 +9,7 @@ from typing import Any
 import pytest
 
 from supervisor.supervisor import Supervisor, SupervisorOptions
-from tests.helpers import free_port, redis_server_binary, wait_until
+from tests.helpers import redis_server_binary, running_redis_server
 
 
 @pytest.fixture(scope="session")
@@ -21,44 +19,8 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     Yields the base URL ``redis://127.0.0.1:PORT``. Skipped when no redis-server is
     installed, unless QW_REQUIRE_REDIS=1 (CI sets it): then its absence fails the run.
     """
-    binary = redis_server_binary()
-    workdir = tmp_path_factory.mktemp("redis")
-    port = free_port()
-    proc = subprocess.Popen(
-        [
-            binary,
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--dir",
-            str(workdir),
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--daemonize",
-            "no",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-
-    def accepting() -> bool:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return True
-        except OSError:
-            return proc.poll() is not None  # stop waiting if it died; checked below
-
-    wait_until(accepting, 20, "redis-server to accept connections")
-    if proc.poll() is not None:
-        pytest.fail(f"redis-server exited with {proc.returncode}")
-    try:
-        yield f"redis://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        proc.wait(10)
+    with running_redis_server(redis_server_binary(), tmp_path_factory.mktemp("redis")) as url:
+        yield url
 
 
 @pytest.fixture

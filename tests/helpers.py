@@ -5,7 +5,9 @@ from __future__ import annotations
 import os
 import shutil
 import socket
-from collections.abc import Callable, Sequence
+import subprocess
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +72,34 @@ def redis_server_binary() -> str:
             pytest.fail("redis-server is not installed but QW_REQUIRE_REDIS=1")
         pytest.skip("redis-server is not installed")
     return binary
+
+
+@contextmanager
+def running_redis_server(binary: str, workdir: Path) -> Iterator[str]:
+    """A redis-server without persistence on a free loopback port, its data in `workdir`;
+    yields its base URL ``redis://127.0.0.1:PORT`` and stops it on the way out."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(workdir),
+         "--save", "", "--appendonly", "no", "--daemonize", "no"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+
+    def accepting() -> bool:
+        if proc.poll() is not None:
+            raise RuntimeError(f"redis-server exited with {proc.returncode}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return True
+        except OSError:
+            return False
+
+    try:
+        wait_until(accepting, 20, "redis-server to accept connections")
+        yield f"redis://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(10)
 
 
 def lose_first_script_reply(log: Any, monkeypatch: pytest.MonkeyPatch) -> list[object]:

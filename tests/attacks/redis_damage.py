@@ -5,7 +5,6 @@ Each starts a redis-server of its own on a free loopback port."""
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -15,7 +14,7 @@ from typing import Any
 from queue_worker.waiting import WaitTimeout, wait_until
 from tests.attacks.catalog import attack
 from tests.attacks.harness import ENV, QW, Finding, broken, degraded, held, qw
-from tests.helpers import free_port
+from tests.helpers import running_redis_server
 
 
 @contextmanager
@@ -24,26 +23,8 @@ def redis_server(work: Path) -> Iterator[str]:
     binary = shutil.which("redis-server")
     if binary is None:
         raise RuntimeError("redis-server is not installed")
-    port = free_port()
-    proc = subprocess.Popen(
-        [binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(work),
-         "--save", "", "--appendonly", "no"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-
-    def accepting() -> bool:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return True
-        except OSError:
-            return False
-
-    try:
-        wait_until(accepting, 20, "redis-server to accept connections")
-        yield f"redis://127.0.0.1:{port}/0"
-    finally:
-        proc.terminate()
-        proc.wait(10)
+    with running_redis_server(binary, work) as url:
+        yield f"{url}/0"
 
 
 def _client(url: str) -> Any:
