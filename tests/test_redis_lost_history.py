@@ -118,14 +118,19 @@ def test_up_refuses_a_trimmed_stream_before_any_worker_appends(queue: str, tmp_p
     assert state(queue) == before
 
 
+def start_up(queue: str, tmp_path: Path, *, work_ms: int, tasks: int) -> subprocess.Popen[str]:
+    """`qw up` with two workers on `queue`, `tasks` tasks of `work_ms` each, until drained."""
+    return subprocess.Popen(
+        [*QW, "up", "--log", queue, "--dir", str(tmp_path / "qw"), "--no-tui", "--workers",
+         "2", "--work-ms", str(work_ms), "--tasks", str(tasks), "--exit-when-drained"],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
 def test_up_stops_on_a_stream_trimmed_mid_run(queue: str, tmp_path: Path) -> None:
     """`XTRIM … MINID` of the tasks stream under running workers: the tasks gone never run,
     and `qw up` stopped waiting for them, ending on the trimmed stream with exit 3."""
-    up = subprocess.Popen(
-        [*QW, "up", "--log", queue, "--dir", str(tmp_path / "qw"), "--no-tui", "--workers",
-         "2", "--work-ms", "20", "--tasks", "300", "--exit-when-drained"],
-        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+    up = start_up(queue, tmp_path, work_ms=20, tasks=300)
     try:
         client = client_of(queue)
         wait_until(lambda: client.xlen("qw:claims") >= 20, 60, "the first tasks done")
@@ -195,11 +200,7 @@ def test_a_stream_an_older_qw_trimmed_is_counted_from_its_next_trim(
 
 
 def test_flushall_mid_run_stops_every_worker_before_it_appends(queue: str, tmp_path: Path) -> None:
-    up = subprocess.Popen(
-        [*QW, "up", "--log", queue, "--dir", str(tmp_path / "qw"), "--no-tui", "--workers",
-         "2", "--work-ms", "100", "--tasks", "200", "--exit-when-drained"],
-        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+    up = start_up(queue, tmp_path, work_ms=100, tasks=200)
     try:
         client = client_of(queue)
         wait_until(lambda: client.xlen("qw:claims") >= 6, 60, "the first tasks done")
