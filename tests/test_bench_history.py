@@ -8,9 +8,12 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
+
 from bench.history_start import STATUS_RUNS, rows, run_history_start
 
 
+@pytest.mark.slow  # a benchmark's own check: make test-all
 def test_a_tiny_history_start(tmp_path: Path) -> None:
     before = time.time()
     result = run_history_start(tmp_path, 200, 20, 2, status_after_s=0.0)

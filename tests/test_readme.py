@@ -274,7 +274,12 @@ def needs_redis(doc: Path) -> bool:
 @pytest.mark.parametrize(
     "doc",
     [
-        pytest.param(d, id=str(d.relative_to(REPO)), marks=[pytest.mark.redis] * needs_redis(d))
+        pytest.param(
+            d,
+            id=str(d.relative_to(REPO)),
+            # make test runs the README's blocks; make test-all the other documents' too
+            marks=[pytest.mark.redis] * needs_redis(d) + [pytest.mark.slow] * (d != DOCS[0]),
+        )
         for d in DOCS
     ],
 )

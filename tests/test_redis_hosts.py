@@ -51,7 +51,9 @@ def host_of(worker: str | None) -> str:
 
 
 @pytest.mark.redis
-@pytest.mark.parametrize("verdicts", ["client", "server"])
+@pytest.mark.parametrize(
+    "verdicts", [pytest.param("client", marks=pytest.mark.slow), "server"]
+)  # make test: the default mode
 def test_a_host_with_a_fast_clock_neither_steals_a_live_lease_nor_delays_a_takeover(
     redis_url: str, tmp_path: Path, verdicts: str
 ) -> None:
