@@ -206,6 +206,12 @@ def test_damage_only_a_restarted_worker_meets_stops_the_run(tmp_path: Path) -> N
     lines = err.strip().splitlines()
     assert len(lines) == 1, err
     damage = f"{data}/claims.log: corrupt record at byte offset {position}"
-    assert lines[0].startswith("qw: error: stopped on a log: qw worker w0-"), lines[0]
+    # Who meets the damage first depends on whether the supervisor's own fold had read past
+    # the byte before it was flipped (it reads on a poll, not in step with the workers): the
+    # replacement worker, or the monitor reading what the killed one wrote. Either way the
+    # run stops, once, naming the file and the offset, and no worker is restarted on it.
+    reader = "qw worker w0-" if "stopping: qw worker w0-" in out else ""
+    assert lines[0].startswith(f"qw: error: stopped on a log: {reader}"), lines[0]
     assert damage in lines[0]
-    assert "stopping: qw worker w0-" in out and damage in out  # the dashboard's events
+    assert f"stopping: {reader}" in out and damage in out  # the dashboard's events
+    assert out.count("restarted as") <= 1, out  # the killed one's replacement, not again
