@@ -272,6 +272,10 @@ class ForkedWorker:
         from supervisor.prefold import request
 
         redis = is_redis_url(config.location)
+        #: `stop_server` polls every worker here from whichever supervisor's thread calls it,
+        #: while the worker's own supervisor polls it too: the exit code is one read from a
+        #: pipe, and of two threads reading it at once the loser would read EOF (255)
+        self._poll_lock = threading.Lock()
         with _server_lock:
             config = replace(config, parent_pid=start_server(redis=redis))
             process = _WorkerProcess(
@@ -294,10 +298,15 @@ class ForkedWorker:
         return self._popen.sentinel
 
     def poll(self) -> int | None:
-        return self._popen.poll()
+        with self._poll_lock:
+            return self._popen.poll(os.WNOHANG)
 
     def wait(self, timeout: float | None = None) -> int | None:
-        return self._popen.wait(timeout)
+        from multiprocessing.connection import wait
+
+        if self.poll() is None:
+            wait([self.sentinel], timeout)  # (not under the lock: a poll never waits)
+        return self.poll()
 
 
 class ExecWorker:
