@@ -101,11 +101,12 @@ def start_worker(config: WorkerConfig, log_path: Path) -> WorkerHandle:
 def start_server(*, redis: bool = False) -> int:
     """Start the fork server if it is not running (it then imports the worker code while
     the caller goes on; with `redis`, the Redis log's too), and return its pid."""
-    _adopt(early_server.take())
-    forkserver.set_forkserver_preload(preload_modules(redis))
-    with _no_resource_tracker(), _control_pipe():
-        forkserver.ensure_running()  # also restarts one that died
-    pid = getattr(forkserver._forkserver, "_forkserver_pid", None)
+    with _server_lock:
+        _adopt(early_server.take())
+        forkserver.set_forkserver_preload(preload_modules(redis))
+        with _no_resource_tracker(), _control_pipe():
+            forkserver.ensure_running()  # also restarts one that died
+        pid = getattr(forkserver._forkserver, "_forkserver_pid", None)
     assert isinstance(pid, int), "multiprocessing's fork server has no pid"
     return pid
 
@@ -115,10 +116,11 @@ def warm_server(location: str, slots: int) -> None:
     that it folds it while we make ready (supervisor.prefold.warm)."""
     from supervisor.prefold import warm
 
-    _adopt(early_server.take())
-    with _control_lock:
-        if _control_w is not None:
-            warm(_control_w, location, slots)
+    with _server_lock:
+        _adopt(early_server.take())
+        with _control_lock:
+            if _control_w is not None:
+                warm(_control_w, location, slots)
 
 
 def _adopt(early: early_server.EarlyServer | None) -> None:
@@ -152,6 +154,11 @@ def stop_server() -> None:
     """Stop the fork server unless a worker it forked for us still runs: so that nothing
     of a supervisor outlives it, even by a moment. The next `start_worker` starts a new
     server."""
+    with _server_lock:  # never while another thread starts the server or forks from it
+        _stop_unlocked()
+
+
+def _stop_unlocked() -> None:
     if any(worker.poll() is None for worker in list(_forked)):
         return  # a worker dies with its server: another supervisor's workers may run here
     server = forkserver._forkserver
@@ -231,8 +238,17 @@ def _close_control() -> None:
 #: the write end of the running fork server's control pipe (see _control_pipe)
 _control_w: int | None = None
 _control_lock = threading.Lock()
-#: one fork at a time: its fold request, then the fork that takes it (supervisor.prefold)
-_launch_lock = threading.Lock()
+#: Held by whatever reads or changes the one fork server multiprocessing keeps for this
+#: process (`forkserver._forkserver`): its adoption, its start, each fork (its fold request,
+#: then the fork that takes it: supervisor.prefold) and its stop. The supervisors of a
+#: partitioned queue share that server from threads of their own: one that drained calls
+#: `stop_server` while another's worker is being forked. `ForkServer`'s own lock guards
+#: `ensure_running` only, not `connect_to_new_process` nor the fields `_adopt` and
+#: `stop_server` set, and a worker in the middle of its fork is not yet in `_forked`, so
+#: without this lock the server was killed and its alive fd closed under that fork
+#: (EBADF, a None fd in `sendfds`, "no pid" in `start_server`). Reentrant:
+#: `ForkedWorker` holds it across `start_server`.
+_server_lock = threading.RLock()
 #: what each forked worker gets in the resource tracker's place (see _no_resource_tracker)
 _null_fd: int | None = None
 _tracker_lock = threading.Lock()
@@ -256,7 +272,11 @@ class ForkedWorker:
         from supervisor.prefold import request
 
         redis = is_redis_url(config.location)
-        with _launch_lock:
+        #: `stop_server` polls every worker here from whichever supervisor's thread calls it,
+        #: while the worker's own supervisor polls it too: the exit code is one read from a
+        #: pipe, and of two threads reading it at once the loser would read EOF (255)
+        self._poll_lock = threading.Lock()
+        with _server_lock:
             config = replace(config, parent_pid=start_server(redis=redis))
             process = _WorkerProcess(
                 target=entry or run_forked_worker,
@@ -266,7 +286,7 @@ class ForkedWorker:
             if _control_w is not None:
                 request(_control_w, config)  # the fold the server makes before this fork
             self._popen = _Popen(process)
-        _forked.add(self)
+            _forked.add(self)  # before `stop_server` can look: it keeps the server for us
 
     @property
     def pid(self) -> int:
@@ -278,10 +298,15 @@ class ForkedWorker:
         return self._popen.sentinel
 
     def poll(self) -> int | None:
-        return self._popen.poll()
+        with self._poll_lock:
+            return self._popen.poll(os.WNOHANG)
 
     def wait(self, timeout: float | None = None) -> int | None:
-        return self._popen.wait(timeout)
+        from multiprocessing.connection import wait
+
+        if self.poll() is None:
+            wait([self.sentinel], timeout)  # (not under the lock: a poll never waits)
+        return self.poll()
 
 
 class ExecWorker:

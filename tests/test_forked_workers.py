@@ -9,13 +9,15 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
 import psutil
 import pytest
 
-from supervisor.forked import START_ENV, ExecWorker, ForkedWorker
+from queue_worker.config import WorkerConfig
+from supervisor.forked import START_ENV, ExecWorker, ForkedWorker, stop_server
 from supervisor.supervisor import EXIT_OK, RestartPolicy
 from tests.helpers import wait_until
 
@@ -41,6 +43,10 @@ def share(payload: Any) -> None:
     block.unlink()
     tracker = getattr(resource_tracker._resource_tracker, "_pid", None)
     print(f"tracker {tracker} of {os.getpid()}", flush=True)
+
+
+def exit_at_once(config_json: str, log_path: str) -> None:
+    """A forked worker's entry that does nothing: the worker ends as soon as it is forked."""
 
 
 def gone(pid: int) -> bool:
@@ -174,3 +180,61 @@ def test_the_cli_names_the_supervisors_demo_handler() -> None:
     from supervisor import cli, supervisor
 
     assert cli.DEMO_HANDLER == supervisor.DEMO_HANDLER
+
+
+#: rounds of the race below (each also restarts the fork server the round before stopped)
+STOP_RACE_ROUNDS = 12
+#: how many times a round's drained supervisor asks to stop the server, at most
+STOP_REQUESTS = 50
+
+
+def _fork_while_stopping(config: WorkerConfig, log_path: Path) -> tuple[int | None, str | None]:
+    """One round: a thread forks a worker (and waits for its end) while another asks to
+    stop the fork server until that fork is done; the worker's exit code, or what failed."""
+    both_ready = threading.Barrier(2)
+    forked = threading.Event()
+    outcome: list[tuple[int | None, str | None]] = []
+
+    def start_one() -> None:
+        both_ready.wait()
+        try:
+            worker = ForkedWorker(config, log_path, entry=exit_at_once)
+            outcome.append((worker.wait(60), None))
+        except BaseException as e:  # (this thread's: the test reports it)
+            outcome.append((None, repr(e)))
+        finally:
+            forked.set()
+
+    def stop_while_starting() -> None:
+        both_ready.wait()
+        for _ in range(STOP_REQUESTS):
+            if forked.is_set():
+                break
+            stop_server()
+
+    threads = [threading.Thread(target=start_one), threading.Thread(target=stop_while_starting)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert not any(thread.is_alive() for thread in threads)
+    return outcome[0]
+
+
+def test_a_fork_server_stop_never_breaks_a_fork_under_way(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The supervisors of a partitioned queue share one fork server from threads of their
+    # own: a partition that drained calls stop_server (it has no worker left) while the
+    # next partition's worker is forked. That stop must wait for the fork, and the fork
+    # must find the server whole: never EOF from a server killed under it, EBADF, a None
+    # fd in sendfds, or "no pid".
+    monkeypatch.chdir(REPO)  # the worker imports its entry from this module
+    config = WorkerConfig(location=str(tmp_path / "qw"), run_dir=str(tmp_path / "run"), name="w0")
+    try:
+        outcomes = [
+            _fork_while_stopping(config, tmp_path / "w0.log") for _ in range(STOP_RACE_ROUNDS)
+        ]
+    finally:
+        stop_server()
+    assert outcomes == [(0, None)] * STOP_RACE_ROUNDS
