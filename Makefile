@@ -14,7 +14,7 @@ $(BIN)/python:
 # The runtime install (what `qw up` needs) and the test/bench extras, each stamped so that
 # they rerun only when the build's inputs change: pip builds the C decoder (setup.py) with the
 # install, optional (without a C compiler the build says so and the Python runs).
-BUILD_INPUTS := pyproject.toml setup.py queue_worker/_cdecode.c queue_worker/_framewalk.h
+BUILD_INPUTS := pyproject.toml setup.py queue_worker/protocol/_cdecode.c queue_worker/protocol/_framewalk.h
 
 $(VENV)/.installed: $(BUILD_INPUTS) | $(BIN)/python
 	$(BIN)/pip install -q -e .

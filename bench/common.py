@@ -8,15 +8,15 @@ it); whatever the other workers' starts cost while the first one works is.
 
 Two ways to start a drain's workers (`run_fleet(start=...)`):
 
-- "fork", as `qw up` starts them: a fork server is started (`supervisor.forked.start_server`,
+- "fork", as `qw up` starts them: a fork server is started (`supervisor.run.forked.start_server`,
   a fresh interpreter that imports the worker code), told the queue so that it folds it
   (`warm_server`, as `qw up` does once it knows its queue), then each worker is forked from
-  it (`supervisor.forked.ForkedWorker`, which `supervisor.forked.start_worker` returns for
+  it (`supervisor.run.forked.ForkedWorker`, which `supervisor.run.forked.start_worker` returns for
   the supervisor's `_spawn`), one after another, slot 0 last as `Supervisor.start` does;
   the server is stopped once all have exited.
   Its environment (and so the workers') is `ENV`.
-- "popen": each worker a fresh interpreter, ``python -m queue_worker.process``
-  (`queue_worker.fleet`, as the tests start theirs, and as `qw up` does with
+- "popen": each worker a fresh interpreter, ``python -m queue_worker.worker.process``
+  (`queue_worker.worker.fleet`, as the tests start theirs, and as `qw up` does with
   QW_WORKER_START=exec), one after another.
 """
 
@@ -42,15 +42,15 @@ from typing import Any, Final, Literal, TypeVar
 
 from logstore import open_log
 from logstore.location import is_redis_url
-from queue_worker.config import WorkerConfig
-from queue_worker.fleet import WorkerProcesses
 from queue_worker.percentile import nearest_rank
 from queue_worker.producer import Queue
-from queue_worker.records import Claim, Done, TaskRecord, decode_task
-from queue_worker.snapshot import WorkerSnapshot, read_snapshots
-from queue_worker.state import Lease, Verdict
-from queue_worker.topics import CLAIMS_TOPIC, TASKS_TOPIC, ClaimsFollower
+from queue_worker.protocol.records import Claim, Done, TaskRecord, decode_task
+from queue_worker.protocol.state import Lease, Verdict
 from queue_worker.waiting import WaitTimeout, wait_until
+from queue_worker.worker.config import WorkerConfig
+from queue_worker.worker.fleet import WorkerProcesses
+from queue_worker.worker.snapshot import WorkerSnapshot, read_snapshots
+from queue_worker.worker.topics import CLAIMS_TOPIC, TASKS_TOPIC, ClaimsFollower
 
 REPO = Path(__file__).resolve().parent.parent
 #: worker processes import the handler (bench.noop) from the repository
@@ -181,7 +181,7 @@ def fleet_configs(
 
 
 class Fleet(WorkerProcesses):
-    """The benchmarks' worker processes (`queue_worker.fleet`, as the tests start theirs),
+    """The benchmarks' worker processes (`queue_worker.worker.fleet`, as the tests start theirs),
     with a wait that turns a failed or slow worker into a BenchError."""
 
     def __init__(self, log_dir: Path) -> None:
@@ -243,9 +243,9 @@ def children_cpu_s() -> float:
 
 
 def _run_forked(configs: Sequence[WorkerConfig], log_dir: Path) -> FleetRun:
-    """`run_fleet(start="fork")`: the order `qw up` follows (supervisor.entry starts the
+    """`run_fleet(start="fork")`: the order `qw up` follows (supervisor.cli.entry starts the
     server first thing, `qw up` warms it, the supervisor forks each slot's worker)."""
-    from supervisor import forked  # (the popen benchmarks need none of it)
+    from supervisor.run import forked  # (the popen benchmarks need none of it)
 
     log_dir.mkdir(parents=True, exist_ok=True)
     location = configs[0].location

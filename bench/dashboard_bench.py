@@ -13,9 +13,9 @@ from typing import Any
 from rich.console import Console
 from rich.live import Live
 
-from queue_worker.snapshot import parse_snapshot
-from supervisor.model import Event, QueueView, SlotState, SupervisorSnapshot, WorkerView
-from supervisor.tui import Dashboard
+from queue_worker.worker.snapshot import parse_snapshot
+from supervisor.run.model import Event, QueueView, SlotState, SupervisorSnapshot, WorkerView
+from supervisor.tui.live import Dashboard
 
 FRAMES_PER_SECOND = 4
 

@@ -19,13 +19,13 @@ from functools import wraps
 from pathlib import Path
 from typing import Any
 
-from logstore.file_log import FileLog
-from queue_worker import worker as worker_module
-from queue_worker.lease import LeaseKeeper
-from queue_worker.publisher import SnapshotPublisher
-from queue_worker.recorder import StatsRecorder
-from queue_worker.topics import ClaimsFollower, TaskIndex
-from queue_worker.watchdog import TimeLimits, _Running
+from logstore.file.log import FileLog
+from queue_worker.worker import loop as worker_module
+from queue_worker.worker.lease import LeaseKeeper
+from queue_worker.worker.publisher import SnapshotPublisher
+from queue_worker.worker.recorder import StatsRecorder
+from queue_worker.worker.topics import ClaimsFollower, TaskIndex
+from queue_worker.worker.watchdog import TimeLimits, _Running
 
 _spent: dict[str, int] = {}
 _calls: dict[str, int] = {}

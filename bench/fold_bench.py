@@ -62,11 +62,11 @@ from bench.common import (
 from bench.long_bench import extend
 from bench.queue_bench import QwDrain, qw_drain
 from logstore import Entry, Log, open_log
-from logstore.file_log import FileLog
-from queue_worker import cdecode, claims_span
-from queue_worker.records import decode_claims, decode_claims_all
-from queue_worker.state import ClaimSnapshot, ClaimState
-from queue_worker.topics import CLAIMS_TOPIC, READ_BATCH, ClaimsFollower, gc_paused
+from logstore.file.log import FileLog
+from queue_worker.protocol import cdecode, claims_span
+from queue_worker.protocol.records import decode_claims, decode_claims_all
+from queue_worker.protocol.state import ClaimSnapshot, ClaimState
+from queue_worker.worker.topics import CLAIMS_TOPIC, READ_BATCH, ClaimsFollower, gc_paused
 
 TARGET_REPLAY = 1_000_000  # records/s
 #: the fold as the install built it (one path: the table keeps its column)
@@ -319,7 +319,7 @@ def drain_text(drains: Drains, tasks: int, repeats: int) -> tuple[list[str], lis
         "in the same run (the order flipped every repeat): *fork (as qw up)*: a fork server "
         "(a fresh interpreter importing the worker code, then folding the queue) forks them "
         "one after another, slot 0 last, as `qw up` does; *popen*: each a fresh interpreter "
-        "(`python -m queue_worker.process`). qw tasks/s: first CLAIM's `at` → last accepted "
+        "(`python -m queue_worker.worker.process`). qw tasks/s: first CLAIM's `at` → last accepted "
         "DONE's `at`, so the first worker's start is outside the window and the other "
         "workers' starts that overlap its work are inside it (forks; or interpreter "
         "start-ups on the same cores). Raw loop: processes forked from this warm process and "

@@ -8,7 +8,7 @@ its launch to its first CLAIM (the `at` of the first record it appended to the c
 log: no polling process on the cores), and `qw status` (wall and CPU) and `qw enqueue
 --count 1` (CPU) timed, medians, run a few seconds after the last DONE, as a user comes
 back to a queue (just after a run `qw status` folds the whole history, for the rate of the
-last seconds: `supervisor.fold_begin`). At the end every task must have been done exactly
+last seconds: `supervisor.run.fold_begin`). At the end every task must have been done exactly
 once.
 
     python -m bench.history_start [--history N] [--backlog N] [--repeats R]
@@ -37,8 +37,8 @@ from bench.common import (
     up_command,
 )
 from logstore import Log, open_log
-from queue_worker.records import Claim, Unknown, decode_claims
-from queue_worker.topics import CLAIMS_TOPIC
+from queue_worker.protocol.records import Claim, Unknown, decode_claims
+from queue_worker.worker.topics import CLAIMS_TOPIC
 
 STATUS_RUNS = 5
 #: `qw status` runs this long after the last DONE: past the rate's window and clock margin
@@ -77,7 +77,7 @@ def run_history_start(
                 raise BenchError(f"the run's first claims record is {record!r}, not a CLAIM")
             result.first_claim_s.append(record.at / 1e6 - launched)
             # `qw status` as a user runs it later on: once the run's last DONE is out of the
-            # rate it shows (supervisor.fold_begin: until then it folds the whole history)
+            # rate it shows (supervisor.run.fold_begin: until then it folds the whole history)
             with open_log(data, CLAIMS_TOPIC) as claims:
                 last_at = _last_at(claims)
             time.sleep(max(0.0, last_at / 1e6 + status_after_s - time.time()))

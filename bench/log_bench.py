@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from logstore.base import Durability
-from logstore.file_log import FileLog
+from logstore.file.log import FileLog
 from queue_worker.percentile import nearest_rank
 
 CTX = multiprocessing.get_context("fork")

@@ -9,7 +9,7 @@ real worker process (no-op handler) is started on the logs:
 - start-up time: launch → the `at` of its DONE of that task (imports, opening the logs,
   replaying both logs, claiming, running the no-op), first with no fold checkpoint (the
   file is removed: a full replay), then — one more task enqueued — with the checkpoint the
-  first worker saved when it went idle (slot 0 saves one: see `queue_worker.checkpoint`).
+  first worker saved when it went idle (slot 0 saves one: see `queue_worker.history.checkpoint`).
 - resident memory (psutil RSS) once it has done that task and sits idle (caught up).
 
 Replay speed is measured in this process on the stage whose claims log holds 1M records:
@@ -43,12 +43,12 @@ from bench.common import (
     worker_config,
 )
 from logstore import Durability, Log, open_log
-from logstore.framing import FRAME_HEADER_SIZE
-from queue_worker.checkpoint import CHECKPOINT_NAME
+from logstore.file.framing import FRAME_HEADER_SIZE
+from queue_worker.history.checkpoint import CHECKPOINT_NAME
 from queue_worker.producer import Queue
-from queue_worker.records import CLAIM, DONE, SCHEMA, TASK, Claim, Done, decode_claims
-from queue_worker.snapshot import WorkerState
-from queue_worker.topics import CLAIMS_TOPIC, TASKS_TOPIC, ClaimsFollower
+from queue_worker.protocol.records import CLAIM, DONE, SCHEMA, TASK, Claim, Done, decode_claims
+from queue_worker.worker.snapshot import WorkerState
+from queue_worker.worker.topics import CLAIMS_TOPIC, TASKS_TOPIC, ClaimsFollower
 
 BATCH = 1_000
 LEASE_US = 30_000_000

@@ -36,7 +36,7 @@ from bench.common import (
     wait_for,
 )
 from queue_worker.producer import Queue
-from queue_worker.snapshot import WorkerState
+from queue_worker.worker.snapshot import WorkerState
 
 WORKERS = 2
 BATCH = 20_000

@@ -30,7 +30,7 @@ Measured per run, over the span from the resume until the bench saw the last tas
 With ``--redis URL`` the same runs are made on that Redis server too (interleaved with the
 file log's), each queue under a fresh ``?prefix=`` (its keys deleted after its check), in
 both verdict modes: the queue's default, server verdicts (a script call finishes the
-worker's tasks and claims its next ones, up to 8 a call: queue_worker/server_claim.py,
+worker's tasks and claims its next ones, up to 8 a call: queue_worker/redis/server_claim.py,
 claim_batch.py), and ``&verdicts=client`` (every worker folds every claims record of its
 partition). The server's counts are the whole server's: give the bench a server nothing
 else uses meanwhile.
@@ -67,13 +67,13 @@ from bench.common import (
     worker_config,
 )
 from bench.redis_bench import ROUND_TRIPS, SERVER_ROUND_TRIPS, server_stats
-from queue_worker.partition_report import load_partitioned_report
-from queue_worker.partitioned import PartitionedQueue, resolve_partitions
-from queue_worker.partitions import Manifest, partition_location, slot_partitions
+from queue_worker.partitions.layout import Manifest, partition_location, slot_partitions
+from queue_worker.partitions.queue import PartitionedQueue, resolve_partitions
+from queue_worker.partitions.report import load_partitioned_report
 from queue_worker.producer import Queue
-from queue_worker.records import Done
-from queue_worker.report import load_report, read_claims
-from queue_worker.snapshot import read_snapshots
+from queue_worker.proof.report import load_report, read_claims
+from queue_worker.protocol.records import Done
+from queue_worker.worker.snapshot import read_snapshots
 
 WORKERS = 8
 #: longer than any stall of this shared machine: a worker paused past its lease is taken
@@ -435,7 +435,7 @@ def redis_section(
             _intro(tasks, repeats, modes["server"]),
             " Both verdict modes: `server` (the queue's default: a script call finishes a "
             "worker's tasks and claims its next ones, up to 8 a call, "
-            "queue_worker/server_claim.py and claim_batch.py; a worker reads no claims "
+            "queue_worker/redis/server_claim.py and claim_batch.py; a worker reads no claims "
             "stream) and `client` (`&verdicts=client`: every worker reads and folds every "
             "claims record of its partition). kB read per worker: the bytes the server "
             "sent to clients over the span (INFO `total_net_output_bytes`, as "

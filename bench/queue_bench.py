@@ -7,7 +7,7 @@ configured and started as `qw up --exit-when-drained` configures and starts its 
 (`start="fork"`, the default: a fork server that has imported the worker code and folded
 the queue forks them one after another, slot 0 last; bench.common; idle_poll_s as the
 supervisor sets it) or, to compare, each as a fresh interpreter (`start="popen"`:
-``python -m queue_worker.process``, ~0.1 s of CPU each before its first claim, against
+``python -m queue_worker.worker.process``, ~0.1 s of CPU each before its first claim, against
 ~0.015 s for a forked one).
 Rate = tasks / (last accepted DONE's `at` − first CLAIM's `at`), read from the claims log:
 the window opens when the first worker claims, so its own start is outside it, but the
@@ -50,9 +50,9 @@ from bench.common import (
     snapshots,
     table,
 )
-from queue_worker.config import PICK_STRATEGIES
-from queue_worker.snapshot import WorkerSnapshot
-from supervisor.supervisor import DRAINED_IDLE_POLL_S
+from queue_worker.worker.config import PICK_STRATEGIES
+from queue_worker.worker.snapshot import WorkerSnapshot
+from supervisor.run.supervisor import DRAINED_IDLE_POLL_S
 
 if TYPE_CHECKING:
     from bench import huey_peer  # huey is the bench extra's: qw_drain's tests run without it
@@ -68,7 +68,7 @@ STARTED: dict[str, str] = {
     "fork": "forked one after another from a fork server that has imported the worker code "
     "and folded the queue, as `qw up` starts them (launch = the server's start)",
     "popen": "started one after another each as a fresh interpreter (`python -m "
-    "queue_worker.process`; `qw up` with QW_WORKER_START=exec)",
+    "queue_worker.worker.process`; `qw up` with QW_WORKER_START=exec)",
 }
 
 
@@ -133,7 +133,7 @@ def qw_drain(
         data: str | Path = location if location is not None else d / "data"
         if segment_bytes is not None:
             from logstore import open_log
-            from queue_worker.topics import CLAIMS_TOPIC, TASKS_TOPIC, TOPICS
+            from queue_worker.worker.topics import CLAIMS_TOPIC, TASKS_TOPIC, TOPICS
 
             Path(data).mkdir(parents=True, exist_ok=True)
             for topic in (TASKS_TOPIC, CLAIMS_TOPIC):

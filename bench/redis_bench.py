@@ -147,7 +147,7 @@ def qw_up_redis(
 ) -> RedisUp:
     """`qw up --log …` on a backlog of `tasks` no-op tasks, checked exactly once.
     `verdicts`: the queue's mode, ``&verdicts=`` in the URL that creates it; None: none in
-    the URL, so the queue gets the default (server verdicts, logstore.verdict_mode)."""
+    the URL, so the queue gets the default (server verdicts, logstore.redis.verdict_mode)."""
     import redis
 
     location = f"{url}/0?prefix={prefix}" + (f"&verdicts={verdicts}" if verdicts else "")
@@ -210,7 +210,7 @@ class RedisRuns:
     tasks: int
     repeats: int
     #: qw with the default mode: no verdicts= in the URL (server verdicts,
-    #: queue_worker.server_claim)
+    #: queue_worker.redis.server_claim)
     qw: dict[int, list[RedisUp]] = field(default_factory=dict)
     #: qw with ?verdicts=client (every worker folds the claims stream)
     qw_client: dict[int, list[RedisUp]] = field(default_factory=dict)
@@ -282,7 +282,7 @@ def redis_section(root: Path, counts: Sequence[int], tasks: int, repeats: int) -
             "RedisHuey's process consumer (bench/huey_redis_peer.py) from its launch to its "
             "last stored result. qw twice: with no `verdicts=` in the URL, so the queue gets "
             "the default mode, server verdicts (the server's copy of the rules claims the "
-            "next task for a worker in one call, queue_worker/server_claim.py), and with "
+            "next task for a worker in one call, queue_worker/redis/server_claim.py), and with "
             "`&verdicts=client` (every worker's own fold settles each claim). Medians of "
             f"{runs.repeats} alternating run(s) "
             "(qw, qw client verdicts, Huey, at each count in turn); × = qw's tasks/s / "

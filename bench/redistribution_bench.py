@@ -37,8 +37,8 @@ from bench.common import (
     wait_for,
     worker_config,
 )
-from queue_worker.config import WorkerConfig
 from queue_worker.producer import Queue
+from queue_worker.worker.config import WorkerConfig
 
 LEASE_S = 0.5
 WORK_MS = 600_000  # far longer than the run: the task is only ever finished by a kill
@@ -74,7 +74,7 @@ def measure(root: Path, rounds: int) -> Takeovers:
                 data,
                 run_dir,
                 f"r{index}",
-                handler="queue_worker.handlers:demo",
+                handler="queue_worker.worker.handlers:demo",
                 work_ms=WORK_MS,
                 lease_s=LEASE_S,
                 pick="first",

@@ -134,7 +134,7 @@ def first_claims(root: Path, workers: int, tasks: int) -> FirstClaims:
     are kept in clock ticks: a worker's own few milliseconds are not measured this way.)"""
     import psutil
 
-    from logstore.segments import FIRST_BASE
+    from logstore.file.segments import FIRST_BASE
 
     def cpu_of(process: psutil.Process) -> float:
         times = process.cpu_times()
@@ -312,8 +312,8 @@ def e2e_section(results: EndToEnd) -> Section:
 
 def spawn_times(root: Path, workers: int = 8) -> list[float]:
     """Seconds for the fork server to fork each of `workers` workers (the server warm)."""
-    from queue_worker.config import WorkerConfig
-    from supervisor.forked import ForkedWorker, start_server, stop_server
+    from queue_worker.worker.config import WorkerConfig
+    from supervisor.run.forked import ForkedWorker, start_server, stop_server
 
     with scratch(root, "spawn") as d:
         data = d / "qw"
@@ -350,7 +350,7 @@ class Replacement:
 
 def replacement_times(root: Path, rounds: int = 5) -> list[Replacement]:
     """kill -9 of a worker → its replacement, under a supervisor with no restart backoff."""
-    from supervisor.supervisor import RestartPolicy, Supervisor, SupervisorOptions
+    from supervisor.run.supervisor import RestartPolicy, Supervisor, SupervisorOptions
 
     with scratch(root, "replace") as d:
         data = d / "qw"
@@ -500,7 +500,7 @@ def start_section(root: Path, tasks: int, repeats: int) -> Section:
     body = "\n".join(
         [
             "The supervisor forks its workers from a fork server that has already imported "
-            "the worker code (`supervisor/forked.py`); `qw up` starts that server first "
+            "the worker code (`supervisor/run/forked.py`); `qw up` starts that server first "
             "thing, so that it imports the worker while the supervisor imports its own "
             f"code. Medians ({len(replaced)} kills, {repeats} `qw up` run(s), "
             f"{COMMAND_RUNS} runs of each command).",

@@ -136,11 +136,11 @@ if best is not None and len(running) >= int(sys.argv[2]):
     print(best["pid"], best["current_task"], best["worker"], ",".join(running))
 PY
 # The worker whose DONE for task argv[2] was accepted: the same story `qw task ID` tells
-# (queue_worker.explain over the claims log), without the command line's start-up time.
+# (queue_worker.proof.explain over the claims log), without the command line's start-up time.
 read -r -d '' FINISHER_OF <<'PY' || true
 import sys
-from queue_worker.explain import explain_task
-from queue_worker.report import read_claims
+from queue_worker.proof.explain import explain_task
+from queue_worker.proof.report import read_claims
 story = explain_task(int(sys.argv[2]), None, read_claims(sys.argv[1]))
 print(next((s.worker for s in story.steps if s.kind == "DONE" and s.verdict == "done"), ""))
 PY

@@ -100,12 +100,12 @@ def open_log(
     text = str(location)
     topics = tuple(dict.fromkeys((*family, topic)))
     if is_redis_url(text):
-        from logstore.redis_log import RedisLog  # imported here: redis is an optional extra
+        from logstore.redis.log import RedisLog  # imported here: redis is an optional extra
 
         return RedisLog.open(
             text, topic, family=topics if family else (), read_only=read_only, create=create
         )
-    from logstore.file_log import FileLog
+    from logstore.file.log import FileLog
 
     directory = Path(text)
     _usable_directory(directory, read_only)

@@ -1,6 +1,6 @@
 """A small named value kept beside a queue's logs, written once: first writer wins.
 
-A partitioned queue's manifest (`queue_worker.partitions`) lives here: a data directory
+A partitioned queue's manifest (`queue_worker.partitions.layout`) lives here: a data directory
 keeps it in the file ``<dir>/<name>``, a Redis database in the string key ``qw:<name>``
 (``P:qw:<name>`` with ``?prefix=P``; on a Redis Cluster the key lives on whichever node
 owns its slot, like any key).
@@ -74,7 +74,7 @@ def _fsync_directory(directory: Path) -> None:
 
 
 def _redis_get(url: str, name: str) -> bytes | None:
-    from logstore.redis_log import RedisLog  # redis is an optional extra
+    from logstore.redis.log import RedisLog  # redis is an optional extra
 
     # A handle on the key `qw:<name>` (with the URL's prefix): its connection settings,
     # retries and error messages are the log's. The key holds a string, never a stream.
@@ -90,7 +90,7 @@ def _redis_get(url: str, name: str) -> bytes | None:
 
 
 def _redis_set_nx(url: str, name: str, data: bytes) -> bytes:
-    from logstore.redis_log import RedisLog
+    from logstore.redis.log import RedisLog
 
     log = RedisLog(url, name)
     try:

@@ -7,8 +7,8 @@ gives verdicts no run ever made (tasks "done" that never ran), so every log name
     queue   16 random bytes chosen when the queue's first log is created
     topic   the topic's name ("tasks", "claims", …)
 
-The file log keeps both in each file's header (`logstore.framing`); the Redis log in a key
-beside its streams (`logstore.redis_log`). An open that names its *family* (the topics of
+The file log keeps both in each file's header (`logstore.file.framing`); the Redis log in a key
+beside its streams (`logstore.redis.log`). An open that names its *family* (the topics of
 its queue, `open_log(..., family=...)`) resolves the queue id from the family's logs that
 exist, refuses a mix (two queue ids, or a file holding another topic's log), and creates a
 missing log with the set's id. The check is made once, at open: records carry no identity.
@@ -20,8 +20,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Final, NamedTuple
 
-from logstore import framing
 from logstore.base import ForeignFileError, LogError
+from logstore.file import framing
 
 QUEUE_ID_SIZE: Final = framing.QUEUE_ID_SIZE
 

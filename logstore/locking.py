@@ -20,7 +20,7 @@ everything else, measured on the bench machine, and a reader of an existing log 
 that lock.
 
 A third, `directory_lock`, is flock on a data directory itself: the creation of a
-partitioned queue holds it (queue_worker.partitioned), and a reader that finds partitions
+partitioned queue holds it (queue_worker.partitions.queue), and a reader that finds partitions
 without their manifest waits on it before it calls them damaged.
 """
 

@@ -11,7 +11,7 @@ Every error the package raises on purpose is a `QwError` (those that are also a
 `logstore.LogError` or a `ValueError` keep that base too).
 
 The names are loaded when first used (PEP 562), so that importing one module of the
-package (`queue_worker.state`, say, for the fold alone) loads only what that module needs:
+package (`queue_worker.protocol.state`, say, for the fold alone) loads only what that module needs:
 never the producer, nor the worker.
 """
 
@@ -23,12 +23,17 @@ from typing import TYPE_CHECKING, Any, Final
 from queue_worker.errors import QwError
 
 if TYPE_CHECKING:
-    from queue_worker.checkpoint import CheckpointError, CheckpointRefused
-    from queue_worker.handlers import HandlerLoadError, TaskCancelled, TaskContext, time_limit
+    from queue_worker.history.checkpoint import CheckpointError, CheckpointRefused
     from queue_worker.producer import Queue
-    from queue_worker.records import RecordDecodeError, RecordEncodeError, TaskIdRangeError
-    from queue_worker.report import ReportInputError
-    from queue_worker.topics import SettleError
+    from queue_worker.proof.report import ReportInputError
+    from queue_worker.protocol.records import RecordDecodeError, RecordEncodeError, TaskIdRangeError
+    from queue_worker.worker.handlers import (
+        HandlerLoadError,
+        TaskCancelled,
+        TaskContext,
+        time_limit,
+    )
+    from queue_worker.worker.topics import SettleError
 
 __all__ = [
     # enqueueing
@@ -52,17 +57,17 @@ __all__ = [
 #: where each name of the face is defined (loaded on first use)
 _HOMES: Final = {
     "Queue": "queue_worker.producer",
-    "TaskContext": "queue_worker.handlers",
-    "time_limit": "queue_worker.handlers",
-    "TaskCancelled": "queue_worker.handlers",
-    "HandlerLoadError": "queue_worker.handlers",
-    "ReportInputError": "queue_worker.report",
-    "RecordDecodeError": "queue_worker.records",
-    "TaskIdRangeError": "queue_worker.records",
-    "RecordEncodeError": "queue_worker.records",
-    "CheckpointError": "queue_worker.checkpoint",
-    "CheckpointRefused": "queue_worker.checkpoint",
-    "SettleError": "queue_worker.topics",
+    "TaskContext": "queue_worker.worker.handlers",
+    "time_limit": "queue_worker.worker.handlers",
+    "TaskCancelled": "queue_worker.worker.handlers",
+    "HandlerLoadError": "queue_worker.worker.handlers",
+    "ReportInputError": "queue_worker.proof.report",
+    "RecordDecodeError": "queue_worker.protocol.records",
+    "TaskIdRangeError": "queue_worker.protocol.records",
+    "RecordEncodeError": "queue_worker.protocol.records",
+    "CheckpointError": "queue_worker.history.checkpoint",
+    "CheckpointRefused": "queue_worker.history.checkpoint",
+    "SettleError": "queue_worker.worker.topics",
 }
 
 

@@ -1,5 +1,5 @@
 """The nearest-rank percentile: the one definition the workers' claim latencies, the report's
-margins and the benchmarks' figures all use (queue_worker.stats and bench.common wrap it
+margins and the benchmarks' figures all use (queue_worker.worker.stats and bench.common wrap it
 with their answer for no values at all)."""
 
 from __future__ import annotations

@@ -22,9 +22,9 @@ from types import TracebackType
 from typing import Any
 
 from logstore import Durability, Log, LogError, PositionCompactedError, is_redis_url
-from queue_worker.clock import Clock, now_us
-from queue_worker.records import RecordEncodeError, TaskRecord, encode
-from queue_worker.topics import READ_BATCH, TASKS_TOPIC, open_topic
+from queue_worker.protocol.clock import Clock, now_us
+from queue_worker.protocol.records import RecordEncodeError, TaskRecord, encode
+from queue_worker.worker.topics import READ_BATCH, TASKS_TOPIC, open_topic
 
 #: a tasks log shorter than this is counted from its start (~30,000 tasks: ~20 ms, about
 #: what loading the checkpoint's modules costs `qw enqueue`, which needs none of the fold's)
@@ -66,7 +66,7 @@ class Queue:
         start; or, once compaction removed settled tasks, the first retained task's id and
         position by the checkpoint's prefix (ids go on from there)."""
         if self._long():
-            from queue_worker.checkpoint import CheckpointRefused, tasks_counted
+            from queue_worker.history.checkpoint import CheckpointRefused, tasks_counted
 
             try:
                 return tasks_counted(self._location, self.log)
@@ -75,8 +75,8 @@ class Queue:
         start = self.log.start
         if start == self.log.origin:
             return 0, start
-        from queue_worker.checkpoint import CheckpointRefused
-        from queue_worker.prefix import first_retained_task
+        from queue_worker.history.checkpoint import CheckpointRefused
+        from queue_worker.proof.prefix import first_retained_task
 
         try:
             return first_retained_task(self._location, self.log.origin)
@@ -87,7 +87,7 @@ class Queue:
         """Whether the tasks log is long enough for the checkpoint to pay: a file log whose
         first segment holds COUNT_FROM_START_BYTES, a compacted one, or a log elsewhere (a
         count over the network)."""
-        from logstore.file_log import FileLog  # (imported by open_topic for a file log)
+        from logstore.file.log import FileLog  # (imported by open_topic for a file log)
 
         if not isinstance(self.log, FileLog) or self.log.start != self.log.origin:
             return True  # (compacted: the checkpoint is the count's only start anyway)

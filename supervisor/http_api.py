@@ -12,14 +12,14 @@
                  record names, 400 for one that is no task id (0 … 2^63 − 1)
     /metrics     the Prometheus text exposition format (version 0.0.4)
 
-On a partitioned queue (`supervisor.partitioned_view`): /stats adds ``partitions`` (each
+On a partitioned queue (`supervisor.partitioned.view`): /stats adds ``partitions`` (each
 partition's counts; ``queue`` is their sum) and ``orphans``, each worker has its
 ``partition``; /metrics adds ``qw_partition_tasks`` and ``qw_orphans`` per partition and a
 ``partition`` label on every worker metric; a task is /task/K:ID (task ID of partition K).
 
 Every answer is built from `snapshot()` and `task_info()`, which copy what the supervisor's
 watcher gathered, except /task/{id}: its history is read from the logs (a replay, as `qw task`
-does; `supervisor.task_history`). No request touches a worker.
+does; `supervisor.cli.task_history`). No request touches a worker.
 """
 
 from __future__ import annotations
@@ -37,11 +37,11 @@ from typing import Any, Protocol
 
 from logstore import LogError, space_problem
 from queue_worker.names import worker_label
-from queue_worker.records import MAX_TASK_ID
-from queue_worker.snapshot import WorkerSnapshot
-from supervisor.model import SupervisorSnapshot, WorkerView
-from supervisor.monitor import TaskInfo
-from supervisor.task_history import TaskHistory, read_task_history
+from queue_worker.protocol.records import MAX_TASK_ID
+from queue_worker.worker.snapshot import WorkerSnapshot
+from supervisor.cli.task_history import TaskHistory, read_task_history
+from supervisor.run.model import SupervisorSnapshot, WorkerView
+from supervisor.run.monitor import TaskInfo
 
 PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -354,7 +354,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _task(self, text: str) -> None:
         partitioned = getattr(self.source, "partition_task", None)
-        if partitioned is not None:  # a partitioned queue (supervisor.partitioned_view)
+        if partitioned is not None:  # a partitioned queue (supervisor.partitioned.view)
             self._partition_task(partitioned, text)
             return
         task = parse_task_id(text)

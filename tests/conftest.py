@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from supervisor.supervisor import Supervisor, SupervisorOptions
+from supervisor.run.supervisor import Supervisor, SupervisorOptions
 from tests.helpers import redis_server_binary, running_redis_server
 
 

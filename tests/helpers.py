@@ -20,8 +20,8 @@ from queue_worker.waiting import wait_until as _wait_until
 
 def log_end(path: Path) -> int:
     """Where the records of the file log at `path` end: not the file's size, which counts
-    the zeros a forced append writes ahead of itself (logstore.file_log, "Zeros ahead")."""
-    from logstore.file_log import FileLog
+    the zeros a forced append writes ahead of itself (logstore.file.log, "Zeros ahead")."""
+    from logstore.file.log import FileLog
 
     with FileLog.open(path, read_only=True) as log:
         return log.end()

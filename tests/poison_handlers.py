@@ -10,7 +10,7 @@ import threading
 import time
 from typing import Any
 
-from queue_worker.handlers import TaskContext, time_limit
+from queue_worker.worker.handlers import TaskContext, time_limit
 
 
 def _poison(payload: Any) -> bool:

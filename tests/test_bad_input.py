@@ -20,14 +20,14 @@ from pathlib import Path
 import pytest
 
 from queue_worker.producer import Queue
-from queue_worker.records import MAX_TASK_ID, Claim, encode
-from queue_worker.topics import open_topics
-from supervisor.enqueue_input import MAX_ENQUEUE, MAX_PAYLOAD_DEPTH
+from queue_worker.protocol.records import MAX_TASK_ID, Claim, encode
+from queue_worker.worker.topics import open_topics
+from supervisor.cli.enqueue_input import MAX_ENQUEUE, MAX_PAYLOAD_DEPTH
 from supervisor.http_api import StatsServer, parse_task_id
-from supervisor.model import SupervisorSnapshot
-from supervisor.monitor import Monitor, TaskInfo
+from supervisor.run.model import SupervisorSnapshot
+from supervisor.run.monitor import Monitor, TaskInfo
 
-QW = [sys.executable, "-m", "supervisor.cli"]
+QW = [sys.executable, "-m", "supervisor.cli.app"]
 HUGE = "9" * 20
 DIGITS_5000 = "7" * 5000
 

@@ -1,4 +1,5 @@
-"""The claims records' C decoder (queue_worker/_cdecode.c, loaded by queue_worker.cdecode)
+"""The claims records' C decoder (queue_worker/protocol/_cdecode.c, loaded by
+queue_worker.protocol.cdecode)
 against the Python loop it replaces (`records.decode_claims_py`), on generated, hand-packed,
 truncated and hostile payloads: the same records, of the same types, and for a malformed one
 the same None (and so the same error from `decode_claims`, which callers ask for the reason).
@@ -18,8 +19,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from logstore import Entry
-from queue_worker import cdecode, records, topics
-from queue_worker.records import (
+from queue_worker.protocol import cdecode, records
+from queue_worker.protocol.records import (
     CLAIM,
     DONE,
     FAIL,
@@ -32,6 +33,7 @@ from queue_worker.records import (
     decode_claims_py,
     encode,
 )
+from queue_worker.worker import topics
 from tests.test_records import msgpack_values
 from tests.test_records import records as any_records
 

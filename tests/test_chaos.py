@@ -25,13 +25,13 @@ from pathlib import Path
 
 import pytest
 
-from queue_worker.records import Claim, ClaimsRecord, Done, Fail, Renew
-from queue_worker.report import load_report, read_claims
-from queue_worker.snapshot import parse_snapshot
-from queue_worker.state import ClaimState, Verdict
-from queue_worker.stats import read_all
+from queue_worker.proof.report import load_report, read_claims
+from queue_worker.protocol.records import Claim, ClaimsRecord, Done, Fail, Renew
+from queue_worker.protocol.state import ClaimState, Verdict
+from queue_worker.worker.snapshot import parse_snapshot
+from queue_worker.worker.stats import read_all
 from supervisor.demos.fleet import ClaimsTail
-from supervisor.supervisor import is_running_worker
+from supervisor.run.supervisor import is_running_worker
 from tests.helpers import wait_until
 
 pytestmark = pytest.mark.chaos
@@ -146,7 +146,7 @@ def test_kill_9_again_and_again_and_every_task_is_done_exactly_once(data_dir: Pa
         [
             sys.executable,
             "-m",
-            "supervisor.cli",
+            "supervisor.cli.app",
             "up",
             "--dir",
             str(data_dir),
@@ -228,7 +228,7 @@ def check_the_run(
     assert report.worked_twice == ()
     assert len(report.takeovers) == takeovers
     result = subprocess.run(
-        [sys.executable, "-m", "supervisor.cli", "report", *report_args],
+        [sys.executable, "-m", "supervisor.cli.app", "report", *report_args],
         capture_output=True,
         text=True,
         timeout=120,

@@ -13,8 +13,8 @@ import pytest
 
 from logstore import CorruptLogError, open_log
 from logstore.base import Durability, Log
-from logstore.file_log import FileLog
-from logstore.framing import FRAME_HEADER_SIZE
+from logstore.file.framing import FRAME_HEADER_SIZE
+from logstore.file.log import FileLog
 from logstore.memory import MemoryLog
 
 

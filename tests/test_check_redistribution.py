@@ -13,7 +13,7 @@ from pathlib import Path
 
 import psutil
 
-from queue_worker.stats import read_all
+from queue_worker.worker.stats import read_all
 from tests.helpers import wait_until
 
 SCRIPT = Path(__file__).resolve().parent.parent / "bin" / "check-redistribution.sh"

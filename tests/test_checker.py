@@ -9,10 +9,10 @@ import sys
 from pathlib import Path
 
 from logstore import open_log
-from queue_worker.checker import QueueChecker
-from queue_worker.records import Claim, ClaimsRecord, Done, Fail, TaskRecord, encode
-from queue_worker.report import build_report
-from queue_worker.state import Outcome, Verdict
+from queue_worker.proof.checker import QueueChecker
+from queue_worker.proof.report import build_report
+from queue_worker.protocol.records import Claim, ClaimsRecord, Done, Fail, TaskRecord, encode
+from queue_worker.protocol.state import Outcome, Verdict
 
 A, B = "w1-11-aaaa", "w2-22-bbbb"
 LEASE = 1_000
@@ -66,7 +66,10 @@ def test_a_clean_run_is_valid() -> None:
 
 def qw(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "supervisor.cli", *args], capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "supervisor.cli.app", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
 
 

@@ -1,4 +1,4 @@
-"""The fold checkpoint (queue_worker/checkpoint.py) over real file logs.
+"""The fold checkpoint (queue_worker/history/checkpoint.py) over real file logs.
 
 A restored fold must be indistinguishable from a full replay (same state, same answers,
 same verdict for every later record); a checkpoint that does not describe the logs in the
@@ -24,9 +24,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from logstore import Log
-from logstore.file_log import FileLog
-from logstore.framing import encode_frame
-from queue_worker.checkpoint import (
+from logstore.file.framing import encode_frame
+from logstore.file.log import FileLog
+from queue_worker.history.checkpoint import (
     CHECKPOINT_NAME,
     FORMAT,
     VERSION,
@@ -36,7 +36,7 @@ from queue_worker.checkpoint import (
     restore_checkpoint,
     save_checkpoint,
 )
-from queue_worker.records import (
+from queue_worker.protocol.records import (
     Claim,
     ClaimsRecord,
     Done,
@@ -46,8 +46,8 @@ from queue_worker.records import (
     TaskRecord,
     encode,
 )
-from queue_worker.state import Outcome, Verdict
-from queue_worker.topics import ClaimsFollower, TaskIndex, open_topics
+from queue_worker.protocol.state import Outcome, Verdict
+from queue_worker.worker.topics import ClaimsFollower, TaskIndex, open_topics
 
 MS = 1_000
 T0 = 1_700_000_000 * 1_000_000

@@ -14,7 +14,7 @@ import pytest
 
 from tests.attacks.harness import fingerprint
 
-QW = [sys.executable, "-m", "supervisor.cli"]
+QW = [sys.executable, "-m", "supervisor.cli.app"]
 
 
 def qw(*args: str, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:

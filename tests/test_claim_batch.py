@@ -1,4 +1,4 @@
-"""A worker's batch on a queue with server verdicts (queue_worker.claim_batch), on a real
+"""A worker's batch on a queue with server verdicts (queue_worker.redis.claim_batch), on a real
 redis-server: several tasks claimed in one call while tasks are short, their DONEs sent
 with the next call or before any other append, a task claimed ahead renewed before it runs
 once its claim is old, and left when another worker took it over; each run exactly once
@@ -15,17 +15,17 @@ from typing import Any
 import pytest
 
 from logstore import LogError
-from logstore.redis_log import RedisLog
-from queue_worker.claim_batch import BATCH_MAX, ClaimBatch
-from queue_worker.config import WorkerConfig
+from logstore.redis.log import RedisLog
 from queue_worker.producer import Queue
-from queue_worker.records import Done, Renew, TaskRecord, encode
-from queue_worker.report import load_report
-from queue_worker.server_claim import ServerClaims
-from queue_worker.state import Verdict
-from queue_worker.topics import decode_claims_entry, open_topics
-from queue_worker.verdict_check import check_log
-from queue_worker.worker import Worker
+from queue_worker.proof.report import load_report
+from queue_worker.protocol.records import Done, Renew, TaskRecord, encode
+from queue_worker.protocol.state import Verdict
+from queue_worker.redis.claim_batch import BATCH_MAX, ClaimBatch
+from queue_worker.redis.server_claim import ServerClaims
+from queue_worker.redis.verdict_check import check_log
+from queue_worker.worker.config import WorkerConfig
+from queue_worker.worker.loop import Worker
+from queue_worker.worker.topics import decode_claims_entry, open_topics
 
 pytestmark = pytest.mark.redis
 

@@ -13,9 +13,8 @@ import msgpack
 import pytest
 
 from logstore import Entry, Log
-from logstore.file_log import FileLog
-from queue_worker import topics
-from queue_worker.records import (
+from logstore.file.log import FileLog
+from queue_worker.protocol.records import (
     Claim,
     ClaimsRecord,
     Done,
@@ -23,8 +22,9 @@ from queue_worker.records import (
     Renew,
     encode,
 )
-from queue_worker.state import ClaimSnapshot, Outcome
-from queue_worker.topics import ClaimsFollower
+from queue_worker.protocol.state import ClaimSnapshot, Outcome
+from queue_worker.worker import topics
+from queue_worker.worker.topics import ClaimsFollower
 
 T0 = 1_700_000_000_000_000
 LEASE = 5_000

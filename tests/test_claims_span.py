@@ -1,4 +1,4 @@
-"""A fold reader's span read (`FileLog.read_span` with `queue_worker.claims_span`'s loop):
+"""A fold reader's span read (`FileLog.read_span` with `queue_worker.protocol.claims_span`'s loop):
 the C loop (`_cdecode.c`'s `decode_claims_frames`) against its Python definition
 (`claims_span.decode_claims_frames_py`) on arbitrary, torn and corrupt buffers of claims
 records; the span read against `read` on real files (segments, torn tails, corruption: the
@@ -20,12 +20,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from logstore import Durability, framing
+from logstore import Durability
 from logstore.base import CorruptLogError
-from logstore.file_log import FileLog
-from logstore.framing import SpanLoop
-from queue_worker import claims_span, log_reading, records, topics
-from queue_worker.records import (
+from logstore.file import framing
+from logstore.file.framing import SpanLoop
+from logstore.file.log import FileLog
+from queue_worker.proof import log_reading
+from queue_worker.protocol import claims_span, records
+from queue_worker.protocol.records import (
     Claim,
     ClaimsRecord,
     Done,
@@ -36,6 +38,7 @@ from queue_worker.records import (
     decode_claims_all,
     encode,
 )
+from queue_worker.worker import topics
 from tests.test_cdecode import any_payloads, plain
 
 SETTINGS = settings(max_examples=200, deadline=None)
@@ -50,7 +53,7 @@ if C_MODULE is not None:
 
 def need_c() -> None:
     if C_MODULE is None:
-        from queue_worker import cdecode
+        from queue_worker.protocol import cdecode
 
         pytest.skip(f"the C claims decoder is not in use: {cdecode.status()}")
 

@@ -19,13 +19,13 @@ import psutil
 import pytest
 from typer.testing import CliRunner
 
-from queue_worker.records import Done
-from queue_worker.report import read_claims, read_task
-from queue_worker.state import ClaimState, Verdict
-from supervisor.cli import app, main
+from queue_worker.proof.report import read_claims, read_task
+from queue_worker.protocol.records import Done
+from queue_worker.protocol.state import ClaimState, Verdict
+from supervisor.cli.app import app, main
 from tests.helpers import wait_until
 
-QW = [sys.executable, "-m", "supervisor.cli"]
+QW = [sys.executable, "-m", "supervisor.cli.app"]
 
 
 def qw(*args: str, cwd: Path, timeout: float = 60) -> subprocess.CompletedProcess[str]:
@@ -384,7 +384,7 @@ def test_kill_a_worker_by_name_and_its_slot_restarts(tmp_path: Path) -> None:
     events = (tmp_path / "up.out").read_text()
     assert f"w1·{before['pid']} killed by SIGKILL" in events
     assert f"w1 restarted as w1·{after['pid']} (was w1·{before['pid']})" in events
-    from queue_worker.ops import read_ops  # the kill, the death and the restart, recorded
+    from queue_worker.protocol.ops import read_ops  # the kill, the death and the restart, recorded
 
     ops = [(op.kind, op.by, op.pid) for op in sorted(read_ops(data)[0], key=lambda op: op.at)]
     assert ops[:3] == [

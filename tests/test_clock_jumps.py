@@ -1,10 +1,11 @@
-"""The clock jumps named from the records alone (queue_worker.clock_jumps): a worker's record
+"""The clock jumps named from the records alone (queue_worker.protocol.clock_jumps): a worker's
+record
 dated before its previous one, or past its lease while the others' records are not."""
 
 from __future__ import annotations
 
-from queue_worker.clock_jumps import ClockJump, ClockWatch
-from queue_worker.records import Claim, ClaimsRecord, Done, Renew
+from queue_worker.protocol.clock_jumps import ClockJump, ClockWatch
+from queue_worker.protocol.records import Claim, ClaimsRecord, Done, Renew
 
 S = 1_000_000
 HOUR = 3600 * S

@@ -16,9 +16,9 @@ import psutil
 import pytest
 
 from logstore import Log, PositionCompactedError
-from logstore.file_log import FileLog
-from logstore.segments import list_bases
-from queue_worker.checkpoint import (
+from logstore.file.log import FileLog
+from logstore.file.segments import list_bases
+from queue_worker.history.checkpoint import (
     CHECKPOINT_NAME,
     CheckpointError,
     CheckpointRefused,
@@ -28,16 +28,16 @@ from queue_worker.checkpoint import (
     restore_checkpoint,
     save_checkpoint,
 )
-from queue_worker.compaction import STEPS, STOP_ENV, CompactionError, compact
-from queue_worker.records import Claim, Done, Fail, TaskRecord, encode
-from queue_worker.report import Report, ReportInputError, load_report
-from queue_worker.settled import Retention
-from queue_worker.state import ClaimSnapshot
-from queue_worker.topics import ClaimsFollower, TaskIndex, open_topics
+from queue_worker.history.compaction import STEPS, STOP_ENV, CompactionError, compact
+from queue_worker.history.settled import Retention
+from queue_worker.proof.report import Report, ReportInputError, load_report
+from queue_worker.protocol.records import Claim, Done, Fail, TaskRecord, encode
+from queue_worker.protocol.state import ClaimSnapshot
+from queue_worker.worker.topics import ClaimsFollower, TaskIndex, open_topics
 from tests.helpers import wait_until
 
 SMALL = 4096
-QW = [sys.executable, "-m", "supervisor.cli"]
+QW = [sys.executable, "-m", "supervisor.cli.app"]
 NOW_US = 1_700_000_000_000_000
 LEASE = 30_000_000
 EVERYTHING = Retention(seconds=0, bytes=0)
@@ -340,10 +340,10 @@ import os
 import sys
 from pathlib import Path
 
-from queue_worker.compaction import STOP_ENV
-from queue_worker.settled import Retention
+from queue_worker.history.compaction import STOP_ENV
+from queue_worker.history.settled import Retention
 from queue_worker.waiting import wait_until
-from supervisor.supervisor import Supervisor, SupervisorOptions
+from supervisor.run.supervisor import Supervisor, SupervisorOptions
 
 data, step = Path(sys.argv[1]), sys.argv[2]
 options = SupervisorOptions(

@@ -21,12 +21,12 @@ import msgpack
 import pytest
 
 from logstore import CorruptLogError, Durability
-from logstore.file_log import FileLog
-from logstore.framing import encode_frame
-from logstore.segments import segment_files
+from logstore.file.framing import encode_frame
+from logstore.file.log import FileLog
+from logstore.file.segments import segment_files
 from tests.helpers import log_end
 
-QW = [sys.executable, "-m", "supervisor.cli"]
+QW = [sys.executable, "-m", "supervisor.cli.app"]
 EXIT_REFUSED = 2
 CTX = multiprocessing.get_context("fork")
 SMALL = 4096

@@ -15,11 +15,11 @@ from typing import cast
 
 import pytest
 
-from logstore.file_log import FileLog
-from logstore.framing import encode_frame
+from logstore.file.framing import encode_frame
+from logstore.file.log import FileLog
 from tests.helpers import log_end, wait_until
 
-QW = [sys.executable, "-m", "supervisor.cli"]
+QW = [sys.executable, "-m", "supervisor.cli.app"]
 EXIT_LOG_ERROR = 3
 
 

@@ -11,8 +11,10 @@ from typing import Any
 import pytest
 from rich.console import Console, RenderableType
 
-from queue_worker.snapshot import parse_snapshot
-from supervisor.dashboard import (
+from queue_worker.worker.snapshot import parse_snapshot
+from supervisor.partitioned.names import tagged
+from supervisor.run.model import Event, Orphan, QueueView, SupervisorSnapshot, WorkerView
+from supervisor.tui.dashboard import (
     View,
     event_feed,
     event_matches,
@@ -24,10 +26,7 @@ from supervisor.dashboard import (
     render,
     worker_table,
 )
-from supervisor.model import Event, Orphan, QueueView, SupervisorSnapshot, WorkerView
-from supervisor.partition_names import tagged
-from supervisor.sparkline import sparkline
-from supervisor.tui import (
+from supervisor.tui.live import (
     BACKSPACE,
     DOWN,
     ENTER,
@@ -38,6 +37,7 @@ from supervisor.tui import (
     _sigterm_stops,
     parse_keys,
 )
+from supervisor.tui.sparkline import sparkline
 
 NOW = 1_700_000_000.0
 WIDTH = 120
@@ -50,7 +50,8 @@ def text_of(renderable: RenderableType, width: int = WIDTH, height: int | None =
 
 
 def stats(**over: Any) -> dict[str, Any]:
-    """A worker's published snapshot, as queue_worker.stats.WorkerStats.to_dict() writes it."""
+    """A worker's published snapshot, as queue_worker.worker.stats.WorkerStats.to_dict() writes
+    it."""
     base: dict[str, Any] = {
         "attempts": 40,
         "won": 31,

@@ -16,7 +16,7 @@ import psutil
 import pytest
 from rich.console import Console
 
-from queue_worker.config import WorkerConfig
+from queue_worker.worker.config import WorkerConfig
 from supervisor.demos.common import DemoResult, Narrator, data_dir
 from supervisor.demos.fleet import Fleet, WorkerProcess
 

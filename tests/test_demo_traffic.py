@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from queue_worker.report import count_tasks
-from supervisor.dashboard import header
-from supervisor.model import QueueView, SupervisorSnapshot
+from queue_worker.proof.report import count_tasks
+from supervisor.run.model import QueueView, SupervisorSnapshot
+from supervisor.tui.dashboard import header
 from tests.helpers import wait_until
 
-QW = [sys.executable, "-m", "supervisor.cli"]
+QW = [sys.executable, "-m", "supervisor.cli.app"]
 
 
 class Up:

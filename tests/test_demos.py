@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 
 from logstore import open_log
-from queue_worker.records import Claim, TaskRecord, encode
+from queue_worker.protocol.records import Claim, TaskRecord, encode
 from supervisor.demos.collisions import first_collision
 
 
 def qw_demo(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "supervisor.cli", "demo", *args],
+        [sys.executable, "-m", "supervisor.cli.app", "demo", *args],
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -23,7 +23,7 @@ import pytest
 
 from tests.helpers import free_port, log_end, wait_until
 
-QW = [sys.executable, "-m", "supervisor.cli"]
+QW = [sys.executable, "-m", "supervisor.cli.app"]
 
 
 def qw(*args: str, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -157,7 +157,7 @@ def test_a_really_full_disk_is_named_by_enqueue_and_status(
     assert f"{data}/tasks.log: append of" in lines[0]
     assert "No space left on device" in lines[0]
     # The failed append was cut off, and with it the zeros the first enqueue wrote ahead
-    # of itself (logstore.file_log, "Zeros ahead"): that room is free again; fill it too.
+    # of itself (logstore.file.log, "Zeros ahead"): that room is free again; fill it too.
     assert log_end(data / "tasks.log") == (data / "tasks.log").stat().st_size
     fill(small_disk)
     status = qw("status", "--dir", str(data), cwd=small_disk)

@@ -1,4 +1,4 @@
-"""The fork server `qw up` starts before multiprocessing is imported (supervisor.early_server):
+"""The fork server `qw up` starts before multiprocessing is imported (supervisor.run.early_server):
 multiprocessing adopts it as its own, it forks workers as before, it imports filelock only
 while no fork is asked for (idle after a `warm`: tests/test_prefold.py) or once its first
 worker is forked, it exits with the supervisor, and its listener's directory goes at the
@@ -29,14 +29,14 @@ def report(config_json: str, log_path: str) -> None:
 PROBE = """
 import json, os, sys
 from pathlib import Path
-from supervisor import early_server
+from supervisor.run import early_server
 
 started = early_server.spawn(early_server.PRELOAD)
 before = "multiprocessing" in sys.modules
 early_pid = early_server._started.pid
 tempdir = early_server._started.tempdir
-from queue_worker.config import WorkerConfig
-from supervisor import forked
+from queue_worker.worker.config import WorkerConfig
+from supervisor.run import forked
 from tests.test_early_server import report
 
 pid = forked.start_server()
@@ -104,15 +104,19 @@ def test_the_early_server_gets_the_interpreters_options(tmp_path: Path) -> None:
 
 
 def test_qw_up_starts_the_server_before_importing_multiprocessing(tmp_path: Path) -> None:
-    # The console script's path (supervisor.entry): `qw up` on a queue with one task.
+    # The console script's path (supervisor.cli.entry): `qw up` on a queue with one task.
     data = tmp_path / "qw"
-    qw = [sys.executable, "-c", "import sys; from supervisor.entry import main; sys.exit(main())"]
+    qw = [
+        sys.executable,
+        "-c",
+        "import sys; from supervisor.cli.entry import main; sys.exit(main())",
+    ]
     subprocess.run(
         [*qw, "enqueue", "--dir", str(data), "--fsync", "none"], check=True, cwd=REPO, timeout=60
     )
     probe = (
         "import sys\n"
-        "import supervisor.early_server as e\n"
+        "import supervisor.run.early_server as e\n"
         "spawn = e.spawn\n"
         "def checked(preload):\n"
         "    assert 'multiprocessing' not in sys.modules\n"
@@ -121,7 +125,7 @@ def test_qw_up_starts_the_server_before_importing_multiprocessing(tmp_path: Path
         "    print('spawned', ok, file=sys.stderr, flush=True)\n"
         "    return ok\n"
         "e.spawn = checked\n"
-        "from supervisor.entry import main\n"
+        "from supervisor.cli.entry import main\n"
         "sys.exit(main())\n"
     )
     args = ["up", "--dir", str(data), "--workers", "2", "--work-ms", "0", "--no-tui"]
@@ -136,7 +140,10 @@ def test_qw_up_starts_the_server_before_importing_multiprocessing(tmp_path: Path
         env={**os.environ, "TMPDIR": str(temp)},
     )
     assert result.returncode == 0, result.stderr
-    assert "early ['supervisor.forkserver_init', 'supervisor.forkserver_ready']" in result.stderr
+    assert (
+        "early ['supervisor.run.forkserver_init', 'supervisor.run.forkserver_ready']"
+        in result.stderr
+    )
     assert "spawned True" in result.stderr  # not multiprocessing's own start, the fallback
     assert "done 1" in result.stdout + result.stderr
     # qw up ends with os._exit (no atexit): the directory multiprocessing made for its
@@ -158,7 +165,7 @@ def test_the_supervisor_asks_for_a_fold_exactly_when_the_server_can_make_one(
     location: str, folded: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # a queue of files: a Redis worker reads over the network (prefold.can_prefold)
-    from supervisor import prefold
+    from supervisor.run import prefold
 
     monkeypatch.delenv(prefold.PREFOLD_ENV, raising=False)
     read_end, write_end = os.pipe()
@@ -180,8 +187,8 @@ def test_another_pythons_server_is_left_to_multiprocessing(
     version: tuple[int, int, int], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The command line and the state adopted are CPython 3.10-3.13's: on any other Python
-    `spawn` starts nothing and says so, and `supervisor.forked` starts the server itself."""
-    from supervisor import early_server
+    `spawn` starts nothing and says so, and `supervisor.run.forked` starts the server itself."""
+    from supervisor.run import early_server
 
     monkeypatch.setattr(sys, "version_info", version)
     forks: list[object] = []

@@ -22,16 +22,16 @@ import msgpack
 import pytest
 
 from queue_worker.producer import Queue
-from queue_worker.records import MAX_TASK_ID, Claim, Done, encode
-from queue_worker.report import read_claims
-from queue_worker.state import ClaimState, Lease
-from queue_worker.topics import open_topics
-from supervisor.end_state import held_text, left_text
-from supervisor.model import QueueView
-from supervisor.monitor import Monitor
+from queue_worker.proof.report import read_claims
+from queue_worker.protocol.records import MAX_TASK_ID, Claim, Done, encode
+from queue_worker.protocol.state import ClaimState, Lease
+from queue_worker.worker.topics import open_topics
+from supervisor.run.end_state import held_text, left_text
+from supervisor.run.model import QueueView
+from supervisor.run.monitor import Monitor
 from tests.helpers import wait_until
 
-QW = [sys.executable, "-m", "supervisor.cli"]
+QW = [sys.executable, "-m", "supervisor.cli.app"]
 S = 1_000_000
 
 

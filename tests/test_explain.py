@@ -12,9 +12,10 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from logstore import open_log
-from queue_worker.explain import _Teller, explain_batches, explain_task
-from queue_worker.log_reading import OTHER_TASK
-from queue_worker.records import (
+from queue_worker.proof.explain import _Teller, explain_batches, explain_task
+from queue_worker.proof.log_reading import OTHER_TASK
+from queue_worker.proof.report import EXIT_BAD_INPUT, clock_text
+from queue_worker.protocol.records import (
     Claim,
     ClaimsRecord,
     Done,
@@ -24,9 +25,8 @@ from queue_worker.records import (
     Unknown,
     encode,
 )
-from queue_worker.report import EXIT_BAD_INPUT, clock_text
-from queue_worker.state import ClaimState
-from supervisor.report_cli import register
+from queue_worker.protocol.state import ClaimState
+from supervisor.cli.report_commands import register
 from tests.test_state_model import claims_logs
 
 S = 1_000_000  # µs

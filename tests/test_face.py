@@ -15,9 +15,9 @@ from queue_worker import Queue, QwError, TaskContext, time_limit
 
 
 def test_the_face_names_are_the_real_things() -> None:
-    from queue_worker.handlers import TaskContext as HandlersContext
-    from queue_worker.handlers import time_limit as handlers_time_limit
     from queue_worker.producer import Queue as ProducerQueue
+    from queue_worker.worker.handlers import TaskContext as HandlersContext
+    from queue_worker.worker.handlers import time_limit as handlers_time_limit
 
     assert Queue is ProducerQueue
     assert TaskContext is HandlersContext
@@ -60,22 +60,26 @@ def test_every_package_error_is_a_qw_error_and_keeps_its_other_base() -> None:
 def test_an_unknown_name_is_an_attribute_error() -> None:
     with pytest.raises(AttributeError, match="no attribute 'Worker'"):
         queue_worker.Worker  # noqa: B018  (the worker is not on the face)
-    from queue_worker import worker  # a submodule is still imported by name
+    from queue_worker.worker import loop as worker  # a submodule is still imported by name
 
     assert worker.Worker.__name__ == "Worker"
 
 
 def test_importing_the_fold_loads_neither_the_worker_nor_the_producer() -> None:
     probe = (
-        "import json, sys, queue_worker.state; "
+        "import json, sys, queue_worker.protocol.state; "
         "print(json.dumps(sorted(m for m in sys.modules if m.startswith('queue_worker'))))"
     )
     out = subprocess.run(
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
     ).stdout
     loaded = set(json.loads(out))
-    assert "queue_worker.state" in loaded
-    assert not loaded & {"queue_worker.worker", "queue_worker.producer", "queue_worker.handlers"}
+    assert "queue_worker.protocol.state" in loaded
+    assert not loaded & {
+        "queue_worker.worker.loop",
+        "queue_worker.producer",
+        "queue_worker.worker.handlers",
+    }
 
 
 def test_no_submodule_shadows_a_name_of_the_face() -> None:

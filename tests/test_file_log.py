@@ -28,7 +28,7 @@ from typing import Any
 import filelock
 import pytest
 
-from logstore import framing, open_log
+from logstore import open_log
 from logstore.base import (
     AppendError,
     CorruptLogError,
@@ -36,12 +36,13 @@ from logstore.base import (
     ForeignFileError,
     LogClosedError,
 )
-from logstore.file_log import FileLog, zeros_ahead
-from logstore.file_reads import READ_CHUNK
-from logstore.framing import FILE_HEADER_SIZE, FRAME_HEADER_SIZE, encode_batch, encode_frame
+from logstore.file import framing
+from logstore.file.framing import FILE_HEADER_SIZE, FRAME_HEADER_SIZE, encode_batch, encode_frame
+from logstore.file.log import FileLog, zeros_ahead
+from logstore.file.reads import READ_CHUNK
+from logstore.file.segments import FIRST_BASE, SEGMENT_HEADER_SIZE, segment_files
+from logstore.file.waiting import InotifyWaiter, PollWaiter, make_waiter
 from logstore.locking import FlockLock, maintenance_lock
-from logstore.segments import FIRST_BASE, SEGMENT_HEADER_SIZE, segment_files
-from logstore.waiting import InotifyWaiter, PollWaiter, make_waiter
 from tests.helpers import wait_until
 
 CTX = multiprocessing.get_context("fork")

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from logstore import framing
 from logstore.base import CorruptLogError, Durability
-from logstore.file_log import FileLog
-from logstore.file_reads import BIG_READ, MIN_READ, READ_CHUNK
-from logstore.framing import FRAME_HEADER_SIZE, encode_batch
+from logstore.file import framing
+from logstore.file.framing import FRAME_HEADER_SIZE, encode_batch
+from logstore.file.log import FileLog
+from logstore.file.reads import BIG_READ, MIN_READ, READ_CHUNK
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Workers forked from the fork server (supervisor.forked): a kill -9 is reported as SIGKILL,
+"""Workers forked from the fork server (supervisor.run.forked): a kill -9 is reported as SIGKILL,
 nothing outlives a supervisor killed with kill -9 (fork server included), each worker
 writes to its own log file, and QW_WORKER_START=exec still starts plain subprocesses."""
 
@@ -16,13 +16,13 @@ from typing import Any
 import psutil
 import pytest
 
-from queue_worker.config import WorkerConfig
-from supervisor.forked import START_ENV, ExecWorker, ForkedWorker, stop_server
-from supervisor.supervisor import EXIT_OK, RestartPolicy
+from queue_worker.worker.config import WorkerConfig
+from supervisor.run.forked import START_ENV, ExecWorker, ForkedWorker, stop_server
+from supervisor.run.supervisor import EXIT_OK, RestartPolicy
 from tests.helpers import wait_until
 
 REPO = Path(__file__).resolve().parents[1]
-QW = [sys.executable, "-m", "supervisor.cli"]
+QW = [sys.executable, "-m", "supervisor.cli.app"]
 
 
 def shout(payload: Any) -> None:
@@ -110,7 +110,7 @@ def test_kill_9_of_the_supervisor_leaves_no_process_behind(tmp_path: Path) -> No
             return {p.pid for p in tree() if _sid(p.pid) == p.pid}
 
         # the fork server and the three workers under it (no resource tracker: see
-        # supervisor.forked); a forked worker leads its own session from its first steps
+        # supervisor.run.forked); a forked worker leads its own session from its first steps
         # (setsid), so wait for the fork server's session and the three workers' too
         wait_until(lambda: len(tree()) == 4 and len(leaders()) == 4, 30, "three workers forked")
         processes = tree()
@@ -136,7 +136,7 @@ def _sid(pid: int) -> int | None:
 def test_a_forked_worker_starts_its_own_resource_tracker_when_it_needs_one(
     supervisor: Any, tmp_path: Path
 ) -> None:
-    # The supervisor starts no tracker for the fork server (supervisor.forked): a handler
+    # The supervisor starts no tracker for the fork server (supervisor.run.forked): a handler
     # that needs one gets its own, as a `python -m` worker does, with no warning.
     sup = supervisor(workers=1, tasks=3, handler=f"{__name__}:share", exit_when_drained=True)
     sup.start()
@@ -169,15 +169,16 @@ def test_exec_start_runs_plain_subprocesses(
             "the worker's exec to finish",
         )
         if process.status() != psutil.STATUS_ZOMBIE:
-            assert "queue_worker.process" in process.cmdline()
+            assert "queue_worker.worker.process" in process.cmdline()
     assert sup.wait(60)
     assert sup.exit_code == EXIT_OK
     assert sup.snapshot().workers[0].stats.finished == 20
 
 
 def test_the_cli_names_the_supervisors_demo_handler() -> None:
-    # supervisor.cli spells it out rather than import the supervisor for `qw --help`
-    from supervisor import cli, supervisor
+    # supervisor.cli.app spells it out rather than import the supervisor for `qw --help`
+    from supervisor.cli import app as cli
+    from supervisor.run import supervisor
 
     assert cli.DEMO_HANDLER == supervisor.DEMO_HANDLER
 

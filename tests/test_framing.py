@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from logstore.base import CorruptLogError, Entry, ForeignFileError
-from logstore.framing import (
+from logstore.file.framing import (
     FILE_HEADER_SIZE,
     FRAME_HEADER_SIZE,
     MAX_RECORD,

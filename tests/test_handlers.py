@@ -11,8 +11,10 @@ from typing import Any
 import pytest
 
 from logstore import MemoryLog
-from queue_worker.config import WorkerConfig
-from queue_worker.handlers import (
+from queue_worker.producer import Queue
+from queue_worker.protocol.records import Fail, decode, encode, error_text
+from queue_worker.worker.config import WorkerConfig
+from queue_worker.worker.handlers import (
     DemoFailure,
     HandlerLoadError,
     TaskCancelled,
@@ -24,9 +26,7 @@ from queue_worker.handlers import (
     retry_at,
     run_handler,
 )
-from queue_worker.producer import Queue
-from queue_worker.records import Fail, decode, encode, error_text
-from queue_worker.worker import StepKind, Worker
+from queue_worker.worker.loop import StepKind, Worker
 
 NOT_CALLABLE = 42
 
@@ -110,7 +110,7 @@ def test_the_context_is_passed_when_the_signature_asks_for_it(spec: str, expecte
 
 
 def test_the_default_handler_loads() -> None:
-    handler = load_handler("queue_worker.handlers:demo")
+    handler = load_handler("queue_worker.worker.handlers:demo")
     assert handler.ctx_mode == "positional"
 
 

@@ -20,8 +20,8 @@ import typer
 from typer._click.core import Command
 from typer.core import TyperGroup
 
-from supervisor.cli import app
-from supervisor.help_format import first_sentence
+from supervisor.cli.app import app
+from supervisor.cli.help_format import first_sentence
 
 QW = Path(sys.executable).parent / "qw"
 WIDTH = 80
@@ -91,6 +91,10 @@ def test_help_reads_whole_at_80_columns(path: tuple[str, ...]) -> None:
 
 def test_defaults_show_whole_in_up() -> None:
     text = help_at_80(("up",))
-    for note in ["[default: spread]", "[default: commit]", "[default: queue_worker.handlers:demo]"]:
+    for note in [
+        "[default: spread]",
+        "[default: commit]",
+        "[default: queue_worker.worker.handlers:demo]",
+    ]:
         assert any(note in line for line in text.splitlines()), note
     assert any(whole("first|random|spread", line) for line in text.splitlines())

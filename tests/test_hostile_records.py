@@ -17,10 +17,11 @@ from typing import Any
 import msgpack
 import pytest
 
-from queue_worker.explain import explain_batches, explain_task
-from queue_worker.log_reading import OTHER_TASK, read_claims_batches
 from queue_worker.producer import Queue
-from queue_worker.records import (
+from queue_worker.proof.explain import explain_batches, explain_task
+from queue_worker.proof.log_reading import OTHER_TASK, read_claims_batches
+from queue_worker.proof.report import read_claims
+from queue_worker.protocol.records import (
     MAX_TASK_ID,
     Claim,
     RecordDecodeError,
@@ -29,12 +30,11 @@ from queue_worker.records import (
     decode,
     encode,
 )
-from queue_worker.report import read_claims
-from queue_worker.state import ClaimState
-from queue_worker.topics import open_topics
+from queue_worker.protocol.state import ClaimState
 from queue_worker.values import json_value, value_text
+from queue_worker.worker.topics import open_topics
 
-QW = [sys.executable, "-m", "supervisor.cli"]
+QW = [sys.executable, "-m", "supervisor.cli.app"]
 BIG = 2**63 - 1
 T0 = 1_700_000_000_000_000  # 2023-11-14, µs
 LEASE = 30_000_000

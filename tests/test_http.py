@@ -18,11 +18,11 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from supervisor.http_api import StatsServer, is_loopback, metrics_text, parse_address
-from supervisor.model import QueueView, SlotState, SupervisorSnapshot, WorkerView
-from supervisor.supervisor import Supervisor, SupervisorOptions
+from supervisor.run.model import QueueView, SlotState, SupervisorSnapshot, WorkerView
+from supervisor.run.supervisor import Supervisor, SupervisorOptions
 from tests.helpers import free_port, wait_until
 
-QW = [sys.executable, "-m", "supervisor.cli"]
+QW = [sys.executable, "-m", "supervisor.cli.app"]
 ORIGINAL_FIELDS = {
     "attempts",
     "won",

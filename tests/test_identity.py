@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 
 from logstore import ForeignFileError, IdentityError, LogError, open_log
-from logstore.file_log import FileLog
-from logstore.framing import FILE_HEADER_SIZE, FRAME_HEADER_SIZE
+from logstore.file.framing import FILE_HEADER_SIZE, FRAME_HEADER_SIZE
+from logstore.file.log import FileLog
 from queue_worker.producer import Queue
-from queue_worker.topics import CLAIMS_TOPIC, TASKS_TOPIC, open_topic, open_topics
+from queue_worker.worker.topics import CLAIMS_TOPIC, TASKS_TOPIC, open_topic, open_topics
 
-QW = [sys.executable, "-m", "supervisor.cli"]
+QW = [sys.executable, "-m", "supervisor.cli.app"]
 
 
 def qw(*args: str, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -232,8 +232,8 @@ def test_a_worker_refuses_a_claims_log_that_closed_tasks_the_tasks_log_lacks(
     two_queues: tuple[Path, Path], tmp_path: Path
 ) -> None:
     """The worker's own start-up check (a worker started without a supervisor's check)."""
-    from queue_worker.config import WorkerConfig
-    from queue_worker.worker import Worker
+    from queue_worker.worker.config import WorkerConfig
+    from queue_worker.worker.loop import Worker
 
     a, _ = two_queues
     cut = copy_queue(a, tmp_path / "cut")

@@ -18,8 +18,8 @@ import pytest
 
 from logstore import open_log
 from logstore.base import Entry, Log, LogClosedError, LogError, RecordTooLargeError
-from logstore.file_log import FileLog
-from logstore.framing import MAX_RECORD
+from logstore.file.framing import MAX_RECORD
+from logstore.file.log import FileLog
 from logstore.memory import MemoryLog
 
 #: the record limit the memory and file backends are opened with (small: cheap to exceed)

@@ -14,10 +14,9 @@ from pathlib import Path
 import pytest
 
 from logstore import Entry, MemoryLog
-from queue_worker.config import WorkerConfig
-from queue_worker.member import member_command
-from queue_worker.members_trim import keep_from, read_all, trim_members
-from queue_worker.membership import (
+from queue_worker.partitions.member import member_command
+from queue_worker.partitions.members_trim import keep_from, read_all, trim_members
+from queue_worker.partitions.membership import (
     MEMBERS_TOPIC,
     MemberView,
     encode_heartbeat,
@@ -25,7 +24,8 @@ from queue_worker.membership import (
     members_location,
     open_members,
 )
-from queue_worker.partitioned import resolve_partitions
+from queue_worker.partitions.queue import resolve_partitions
+from queue_worker.worker.config import WorkerConfig
 from tests.helpers import wait_until
 from tests.test_redis_cluster import Cluster
 from tests.test_redis_cluster import cluster as cluster_fixture  # noqa: F401 - the fixture
@@ -168,7 +168,7 @@ def test_a_member_process_trims_the_topic_as_it_beats(tmp_path: Path) -> None:
         str(data),
         str(data / "run"),
         name="m0",
-        handler="queue_worker.handlers:demo",
+        handler="queue_worker.worker.handlers:demo",
         work_ms=1,
         lease_s=0.6,
         fsync="none",

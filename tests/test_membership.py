@@ -14,14 +14,14 @@ from pathlib import Path
 import pytest
 
 from logstore import Entry, MemoryLog
-from queue_worker.config import WorkerConfig
-from queue_worker.member import member_command, read_assignment
-from queue_worker.membership import MemberView, encode_heartbeat, encode_leave
-from queue_worker.partition_report import load_partitioned_report
-from queue_worker.partitioned import PartitionedQueue, resolve_partitions
-from queue_worker.partitions import Manifest, partition_location
-from queue_worker.report import read_claims
-from queue_worker.state import ClaimState
+from queue_worker.partitions.layout import Manifest, partition_location
+from queue_worker.partitions.member import member_command, read_assignment
+from queue_worker.partitions.membership import MemberView, encode_heartbeat, encode_leave
+from queue_worker.partitions.queue import PartitionedQueue, resolve_partitions
+from queue_worker.partitions.report import load_partitioned_report
+from queue_worker.proof.report import read_claims
+from queue_worker.protocol.state import ClaimState
+from queue_worker.worker.config import WorkerConfig
 from tests.helpers import wait_until
 
 S = 1_000_000  # µs
@@ -105,7 +105,7 @@ def _start(
         str(data / "run"),
         name=name,
         host=host,
-        handler="queue_worker.handlers:demo",
+        handler="queue_worker.worker.handlers:demo",
         work_ms=150,
         lease_s=lease_s,
         fsync="none",
@@ -222,7 +222,7 @@ def test_two_qw_up_rebalance_share_the_partitions_and_survive_a_kill_9(tmp_path:
             return {
                 p.pid
                 for p in psutil.Process(b.pid).children()
-                if "queue_worker.member" in " ".join(p.cmdline())
+                if "queue_worker.partitions.member" in " ".join(p.cmdline())
             }
 
         def a_b_member_holds() -> int | None:

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from queue_worker.clock import now_us
 from queue_worker.producer import Queue
-from queue_worker.records import Claim, Done, Fail, encode
-from queue_worker.topics import open_topics
-from supervisor.monitor import Monitor
+from queue_worker.protocol.clock import now_us
+from queue_worker.protocol.records import Claim, Done, Fail, encode
+from queue_worker.worker.topics import open_topics
+from supervisor.run.monitor import Monitor
 
 A, B = "w0-100-aaaa", "w1-200-bbbb"
 SECOND = 1_000_000

@@ -13,14 +13,14 @@ from pathlib import Path
 import pytest
 
 from logstore import IdentityError
-from queue_worker.checkpoint import CHECKPOINT_NAME
-from queue_worker.config import WorkerConfig
+from queue_worker.history.checkpoint import CHECKPOINT_NAME
 from queue_worker.producer import Queue
-from queue_worker.records import Done, decode_claims
-from queue_worker.topics import open_topics
-from queue_worker.worker import Worker
-from supervisor.fold_begin import CLOCK_MARGIN_US, begin_from_checkpoint
-from supervisor.monitor import Monitor
+from queue_worker.protocol.records import Done, decode_claims
+from queue_worker.worker.config import WorkerConfig
+from queue_worker.worker.loop import Worker
+from queue_worker.worker.topics import open_topics
+from supervisor.run.fold_begin import CLOCK_MARGIN_US, begin_from_checkpoint
+from supervisor.run.monitor import Monitor
 from tests.helpers import log_end
 
 
@@ -100,7 +100,7 @@ def test_a_tasks_log_without_the_closed_tasks_is_still_refused(tmp_path: Path) -
         monitor.close()
 
 
-# -- a long history: begun from the fold checkpoint (supervisor.fold_begin) -------------------
+# -- a long history: begun from the fold checkpoint (supervisor.run.fold_begin) -------------------
 
 
 def view_of(data: Path) -> tuple[dict[str, object], int]:

@@ -10,7 +10,7 @@ import msgpack
 import pytest
 
 from queue_worker.names import worker_label
-from queue_worker.ops import (
+from queue_worker.protocol.ops import (
     DEATH,
     KILL,
     PAUSE,
@@ -21,8 +21,8 @@ from queue_worker.ops import (
     encode_op,
     read_ops,
 )
-from queue_worker.records import RecordDecodeError, RecordEncodeError
-from supervisor.supervisor import Supervisor, SupervisorOptions
+from queue_worker.protocol.records import RecordDecodeError, RecordEncodeError
+from supervisor.run.supervisor import Supervisor, SupervisorOptions
 from tests.helpers import wait_until
 
 
@@ -108,8 +108,8 @@ def test_the_supervisor_records_pause_resume_kill_death_and_restart(
 
 
 def test_qw_why_cites_the_ops_of_a_process_while_it_held_the_task() -> None:
-    from queue_worker.explain import explain_task
-    from queue_worker.records import Claim, ClaimsRecord, Done
+    from queue_worker.proof.explain import explain_task
+    from queue_worker.protocol.records import Claim, ClaimsRecord, Done
 
     a, b, lease = "w1-1001-aaaa", "w2-1002-bbbb", 1_000_000
     claims: list[tuple[int, ClaimsRecord]] = [
@@ -142,7 +142,7 @@ def test_qw_why_cites_the_ops_of_a_process_while_it_held_the_task() -> None:
 def test_the_ops_topic_is_a_stream_of_its_own_on_redis(redis_url: str) -> None:
     import redis
 
-    from supervisor.ops_recorder import OpsRecorder, ProcessRef
+    from supervisor.run.ops_recorder import OpsRecorder, ProcessRef
 
     recorder = OpsRecorder(redis_url)
     recorder.paused(ProcessRef("w0", "w0-10-abcd", 10), 4)
@@ -154,7 +154,7 @@ def test_the_ops_topic_is_a_stream_of_its_own_on_redis(redis_url: str) -> None:
     client = redis.Redis.from_url(redis_url)
     try:
         # the ops stream, beside the queue's identity (logstore.identity) and its verdict
-        # mode, recorded with it (logstore.verdict_mode): no other topic
+        # mode, recorded with it (logstore.redis.verdict_mode): no other topic
         assert sorted(client.keys("*")) == [b"qw:ops", b"qw:queue", b"qw:queue:verdicts"]
     finally:
         client.close()

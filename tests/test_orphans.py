@@ -13,15 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from supervisor.model import Orphan, QueueView, SlotState, SupervisorSnapshot, WorkerView
-from supervisor.orphans import (
+from supervisor.run.model import Orphan, QueueView, SlotState, SupervisorSnapshot, WorkerView
+from supervisor.run.orphans import (
     DEPARTED_AFTER_TAKEOVER_S,
     DEPARTED_MIN_S,
     KEEP_AFTER_TAKEOVER_S,
     OrphanBook,
 )
-from supervisor.progress import progress_line
-from supervisor.supervisor import Supervisor, SupervisorOptions
+from supervisor.run.supervisor import Supervisor, SupervisorOptions
+from supervisor.tui.progress import progress_line
 from tests.helpers import wait_until
 
 NOW = 1_700_000_000.0

@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from queue_worker.names import worker_label
-from queue_worker.partitions import partition_location
-from queue_worker.records import Unknown
-from queue_worker.report import read_claims
+from queue_worker.partitions.layout import partition_location
+from queue_worker.proof.report import read_claims
+from queue_worker.protocol.records import Unknown
 from tests.helpers import wait_until
 from tests.test_cli import qw, start_up
 
@@ -183,7 +183,7 @@ def test_timeline_draws_a_section_per_partition(tmp_path: Path) -> None:
 def test_supervisor_lines_one_wording_for_a_queue_and_a_partitioned_one() -> None:
     """`qw status` says the same of a supervisor on a queue and on a partitioned queue (its
     status files, one per partition, are one process: one line)."""
-    from supervisor.supervisor_lines import supervisor_lines
+    from supervisor.cli.supervisor_lines import supervisor_lines
 
     def status(pid: int, alive: int, **more: Any) -> dict[str, Any]:
         workers = [{"alive": True}] * alive + [{"alive": False}]

@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from queue_worker.partitioned import resolve_partitions
-from queue_worker.partitions import partition_location
-from queue_worker.settled import Retention
-from queue_worker.topics import open_topics
-from supervisor.members import MemberSupervisor
-from supervisor.partitioned import PartitionedSupervisor
-from supervisor.supervisor import SupervisorOptions
+from queue_worker.history.settled import Retention
+from queue_worker.partitions.layout import partition_location
+from queue_worker.partitions.queue import resolve_partitions
+from queue_worker.worker.topics import open_topics
+from supervisor.partitioned.members import MemberSupervisor
+from supervisor.partitioned.run import PartitionedSupervisor
+from supervisor.run.supervisor import SupervisorOptions
 from tests.helpers import wait_until
 from tests.test_cli import qw
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from queue_worker.partitioned import PartitionedQueue, resolve_partitions
-from queue_worker.partitions import PartitionError, read_manifest
+from queue_worker.partitions.layout import PartitionError, read_manifest
+from queue_worker.partitions.queue import PartitionedQueue, resolve_partitions
 from queue_worker.producer import Queue
 from tests.attacks.partition_damage import tree_fingerprint
 from tests.helpers import wait_until

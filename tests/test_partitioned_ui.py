@@ -18,17 +18,17 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from rich.console import Console
 
-from queue_worker.partitioned import resolve_partitions
-from queue_worker.snapshot import parse_snapshot
-from supervisor.dashboard import full_screen
+from queue_worker.partitions.queue import resolve_partitions
+from queue_worker.worker.snapshot import parse_snapshot
 from supervisor.http_api import StatsServer
-from supervisor.model import Event, Orphan, QueueView, SupervisorSnapshot, WorkerView
-from supervisor.partition_names import tagged
-from supervisor.partition_panel import partition_section
-from supervisor.partitioned import PartitionedSupervisor
-from supervisor.partitioned_view import PartitionedView, merge_alike
-from supervisor.supervisor import SupervisorOptions
-from supervisor.worker_table import worker_table
+from supervisor.partitioned.names import tagged
+from supervisor.partitioned.panel import partition_section
+from supervisor.partitioned.run import PartitionedSupervisor
+from supervisor.partitioned.view import PartitionedView, merge_alike
+from supervisor.run.model import Event, Orphan, QueueView, SupervisorSnapshot, WorkerView
+from supervisor.run.supervisor import SupervisorOptions
+from supervisor.tui.dashboard import full_screen
+from supervisor.tui.worker_table import worker_table
 from tests.helpers import wait_until
 from tests.test_cli import qw, start_up
 from tests.test_http import get
@@ -513,8 +513,8 @@ def test_a_dead_members_rows_stay_beneath_its_replacements(tmp_path: Path) -> No
     right after the rows of the member that replaced it, not at the bottom of the table."""
     from typing import cast
 
-    from supervisor.members import MemberSupervisor
-    from supervisor.members_view import MembersView
+    from supervisor.partitioned.members import MemberSupervisor
+    from supervisor.partitioned.members_view import MembersView
 
     view = MembersView(cast(MemberSupervisor, DeadMemberBoard(tmp_path)), shown="parts")
     snap = view.snapshot()
@@ -571,8 +571,8 @@ def test_rebalance_serves_stats_with_each_members_partitions(tmp_path: Path) -> 
 def test_a_second_stop_request_before_any_tick_still_ends_the_members(tmp_path: Path) -> None:
     """Two stop requests at once (two SIGTERMs in a row): the members are killed and not
     restarted, and the run ends (it restarted them for ever)."""
-    from supervisor.members import MemberSupervisor
-    from supervisor.supervisor import EXIT_FORCED
+    from supervisor.partitioned.members import MemberSupervisor
+    from supervisor.run.supervisor import EXIT_FORCED
 
     data = tmp_path / "qw"
     manifest = resolve_partitions(str(data), 2)

@@ -14,8 +14,7 @@ import psutil
 import pytest
 
 from logstore import IdentityError, LogError
-from queue_worker.partitioned import PartitionedQueue, resolve_partitions
-from queue_worker.partitions import (
+from queue_worker.partitions.layout import (
     Manifest,
     PartitionError,
     TaskRef,
@@ -25,10 +24,11 @@ from queue_worker.partitions import (
     read_manifest,
     slot_partitions,
 )
+from queue_worker.partitions.queue import PartitionedQueue, resolve_partitions
 from queue_worker.producer import Queue
-from queue_worker.records import RecordEncodeError
-from queue_worker.report import read_claims
-from queue_worker.state import ClaimState
+from queue_worker.proof.report import read_claims
+from queue_worker.protocol.records import RecordEncodeError
+from queue_worker.protocol.state import ClaimState
 from tests.helpers import wait_until
 from tests.test_cli import qw, start_up
 

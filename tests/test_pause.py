@@ -15,13 +15,13 @@ from typing import Any
 
 import pytest
 
-from queue_worker.clock import now_us
 from queue_worker.names import worker_label
 from queue_worker.producer import Queue
-from queue_worker.records import Claim, Done
-from queue_worker.report import EXIT_WORKED_TWICE, load_report
-from queue_worker.state import Lease, Verdict
-from queue_worker.stats import read_all
+from queue_worker.proof.report import EXIT_WORKED_TWICE, load_report
+from queue_worker.protocol.clock import now_us
+from queue_worker.protocol.records import Claim, Done
+from queue_worker.protocol.state import Lease, Verdict
+from queue_worker.worker.stats import read_all
 from supervisor.demos.fleet import ClaimsTail, DemoFailed, Fleet, Seen
 from supervisor.demos.pause import PauseOptions, run_scenario
 from tests.helpers import wait_until
@@ -32,7 +32,7 @@ PATIENCE_S = 30.0  # a deadline for conditions that normally take well under a s
 
 def qw_report(data_dir: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "supervisor.cli", "report", "--dir", str(data_dir)],
+        [sys.executable, "-m", "supervisor.cli.app", "report", "--dir", str(data_dir)],
         capture_output=True,
         text=True,
         timeout=60,

@@ -1,5 +1,5 @@
 """Orphans first, and not by the heir: the pick rules for a task whose holder's lease lapsed
-(queue_worker.pick.Orphans), on a plain fold and on workers driven step by step."""
+(queue_worker.worker.pick.Orphans), on a plain fold and on workers driven step by step."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from queue_worker.pick import Orphans, lineage, pick_task
-from queue_worker.records import Claim, Done, encode
-from queue_worker.state import ClaimState, Verdict
-from queue_worker.worker import StepKind
+from queue_worker.protocol.records import Claim, Done, encode
+from queue_worker.protocol.state import ClaimState, Verdict
+from queue_worker.worker.loop import StepKind
+from queue_worker.worker.pick import Orphans, lineage, pick_task
 from tests.test_worker import SECOND, T0, Cluster, FakeClock
 
 DEAD = "w3-100-dead"  # the worker that died holding task 7

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from queue_worker.producer import Queue
-from queue_worker.report import read_claims
-from queue_worker.state import ClaimState, Verdict
-from supervisor.supervisor import EXIT_OK, RestartPolicy, Supervisor, SupervisorOptions
+from queue_worker.proof.report import read_claims
+from queue_worker.protocol.state import ClaimState, Verdict
+from supervisor.run.supervisor import EXIT_OK, RestartPolicy, Supervisor, SupervisorOptions
 
 REPO = Path(__file__).resolve().parents[1]
 

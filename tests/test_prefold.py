@@ -1,5 +1,5 @@
 """Workers start from the fold the fork server made before it forked them
-(queue_worker.inherited, supervisor.prefold), and reach the same state as a worker that
+(queue_worker.worker.inherited, supervisor.run.prefold), and reach the same state as a worker that
 folds the logs itself: with records appended between the fold and the worker's start,
 after a compaction, after a kill -9; and a fold of other logs is not adopted.
 
@@ -19,17 +19,23 @@ from typing import Any
 
 import pytest
 
-from logstore.file_log import FileLog
-from queue_worker.checkpoint import save_checkpoint
-from queue_worker.compaction import compact
-from queue_worker.config import WorkerConfig
-from queue_worker.inherited import Prefold
-from queue_worker.records import Claim, Done, TaskRecord, decode_claims, encode
-from queue_worker.state import ClaimState
-from queue_worker.topics import CLAIMS_TOPIC, ClaimsFollower, TaskIndex, open_topic, open_topics
-from queue_worker.worker import Worker
-from supervisor import prefold
-from supervisor.forked import ForkedWorker, stop_server
+from logstore.file.log import FileLog
+from queue_worker.history.checkpoint import save_checkpoint
+from queue_worker.history.compaction import compact
+from queue_worker.protocol.records import Claim, Done, TaskRecord, decode_claims, encode
+from queue_worker.protocol.state import ClaimState
+from queue_worker.worker.config import WorkerConfig
+from queue_worker.worker.inherited import Prefold
+from queue_worker.worker.loop import Worker
+from queue_worker.worker.topics import (
+    CLAIMS_TOPIC,
+    ClaimsFollower,
+    TaskIndex,
+    open_topic,
+    open_topics,
+)
+from supervisor.run import prefold
+from supervisor.run.forked import ForkedWorker, stop_server
 from tests.helpers import wait_until
 from tests.test_compaction import EVERYTHING, LEASE, NOW_US, make_queue
 
@@ -312,7 +318,7 @@ def test_a_checkpoint_saved_since_the_last_fold_is_started_from(tmp_path: Path) 
 
 
 def test_the_server_knows_when_no_fork_is_asked_for_yet(monkeypatch: pytest.MonkeyPatch) -> None:
-    # The fork server imports filelock while it waits (supervisor.forkserver_ready) only when
+    # The fork server imports filelock while it waits (supervisor.run.forkserver_ready) only when
     # no fork is asked for: a `warm` alone read, nothing more in the control pipe.
     read_end, write_end = os.pipe()
     try:

@@ -13,8 +13,8 @@ import pytest
 
 from logstore import Log, MemoryLog, open_log
 from queue_worker.producer import Queue
-from queue_worker.records import RecordEncodeError, TaskRecord, decode_task
-from queue_worker.topics import TASKS_TOPIC
+from queue_worker.protocol.records import RecordEncodeError, TaskRecord, decode_task
+from queue_worker.worker.topics import TASKS_TOPIC
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -145,8 +145,8 @@ def test_concurrent_producers_on_redis_get_distinct_ids_in_log_order(redis_url: 
 def long_queue_with_checkpoint(data: Path, tasks: int) -> None:
     """`tasks` tasks in one batch, and a checkpoint of the fold of them (as a worker saves
     it), then 3 tasks more after it."""
-    from queue_worker.checkpoint import save_checkpoint
-    from queue_worker.topics import ClaimsFollower, TaskIndex, open_topics
+    from queue_worker.history.checkpoint import save_checkpoint
+    from queue_worker.worker.topics import ClaimsFollower, TaskIndex, open_topics
 
     with Queue(data, fsync="none") as queue:
         queue.enqueue_many([{"n": i} for i in range(tasks)])
@@ -186,7 +186,7 @@ def test_a_checkpoint_of_another_log_is_not_counted_from(
     """The checkpoint of a queue whose tasks log was then replaced (fewer tasks, other
     bytes): its count would give wrong ids; it is refused and the log counted from its start."""
     from queue_worker import producer
-    from queue_worker.checkpoint import CHECKPOINT_NAME
+    from queue_worker.history.checkpoint import CHECKPOINT_NAME
 
     long_queue_with_checkpoint(tmp_path / "a", 200)
     other = tmp_path / "b"

@@ -6,8 +6,13 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from queue_worker.publisher import BUSY_TASKS, PUBLISH_PERIOD_S, STATE_GAP_S, SnapshotPublisher
-from queue_worker.stats import WorkerStats, read_snapshot
+from queue_worker.worker.publisher import (
+    BUSY_TASKS,
+    PUBLISH_PERIOD_S,
+    STATE_GAP_S,
+    SnapshotPublisher,
+)
+from queue_worker.worker.stats import WorkerStats, read_snapshot
 from tests.helpers import wait_until
 
 

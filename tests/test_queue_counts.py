@@ -1,4 +1,4 @@
-"""`qw status`'s light reading of a queue (supervisor.queue_counts) counts what the
+"""`qw status`'s light reading of a queue (supervisor.cli.queue_counts) counts what the
 supervisor's monitor counts: the same logs give the same numbers, the same held leases and
 the same error.
 
@@ -22,14 +22,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from logstore import CorruptLogError, Log, LogError
-from queue_worker.checkpoint import CHECKPOINT_NAME
-from queue_worker.compaction import compact
+from queue_worker.history.checkpoint import CHECKPOINT_NAME
+from queue_worker.history.compaction import compact
+from queue_worker.history.settled import Retention
 from queue_worker.producer import Queue
-from queue_worker.records import Claim, Done, Fail, Renew, Unknown, decode_task, encode
-from queue_worker.settled import Retention
-from queue_worker.topics import open_topics
-from supervisor.monitor import Monitor
-from supervisor.queue_counts import QueueCounts, queue_counts, sum_counts
+from queue_worker.protocol.records import Claim, Done, Fail, Renew, Unknown, decode_task, encode
+from queue_worker.worker.topics import open_topics
+from supervisor.cli.queue_counts import QueueCounts, queue_counts, sum_counts
+from supervisor.run.monitor import Monitor
 from tests.test_compaction import make_queue
 from tests.test_damage import flip_a_byte_in_the_middle
 
@@ -180,7 +180,7 @@ def test_a_queue_drained_by_real_workers(tmp_path: Path) -> None:
         queue.enqueue_many({"n": i} for i in range(30))
     up = ["up", "--dir", str(data), "--workers", "2", "--work-ms", "0", "--fsync", "none"]
     subprocess.run(
-        [sys.executable, "-m", "supervisor.cli", *up, "--no-tui", "--exit-when-drained"],
+        [sys.executable, "-m", "supervisor.cli.app", *up, "--no-tui", "--exit-when-drained"],
         cwd=tmp_path,
         check=True,
         capture_output=True,
@@ -190,7 +190,7 @@ def test_a_queue_drained_by_real_workers(tmp_path: Path) -> None:
     monitor, monitor_held = monitor_counts(str(data))
     # the throughput: read a moment apart on a live clock; the records read: the monitor
     # begins from the checkpoint the workers left, `qw status` only once its last record is
-    # older than the throughput's window (supervisor/fold_begin.py)
+    # older than the throughput's window (supervisor/run/fold_begin.py)
     differ = ("throughput_now", "record_count")
     assert {k: v for k, v in counts.items() if k not in differ} == {
         k: v for k, v in monitor.items() if k not in differ

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from queue_worker.records import (
+from queue_worker.protocol.records import (
     CLAIM,
     DONE,
     FAIL,
@@ -76,7 +76,7 @@ msgpack_values: st.SearchStrategy[Any] = st.recursive(
 )
 
 workers = st.text(max_size=30)
-#: every task id a claims record may name (queue_worker.records.MAX_TASK_ID)
+#: every task id a claims record may name (queue_worker.protocol.records.MAX_TASK_ID)
 task_ids = st.integers(min_value=0, max_value=2**63 - 1)
 
 claims = st.builds(Claim, task=task_ids, worker=workers, at=ints, lease=ints)

@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 
 from logstore import LogError
-from logstore.redis_log import RedisLog
-from queue_worker.server_verdicts import ServerVerdicts
-from queue_worker.stats import read_all
+from logstore.redis.log import RedisLog
+from queue_worker.redis.server_verdicts import ServerVerdicts
+from queue_worker.worker.stats import read_all
 from supervisor.demos.fleet import ClaimsTail
 from tests.helpers import wait_until
 from tests.test_chaos import Chaos, Plan, check_the_run
@@ -51,7 +51,7 @@ def test_kill_9_workers_and_the_server_and_every_task_is_done_exactly_once(
     tmp_path: Path, verdicts: str
 ) -> None:
     """`verdicts`: the workers' own folds decide, or the server's copy of the rules does
-    (?verdicts=server, queue_worker.server_claim; the report checks it against the fold)."""
+    (?verdicts=server, queue_worker.redis.server_claim; the report checks it against the fold)."""
     plan = WIDE if LONG else SHORT
     server = OwnRedis(tmp_path / "redis")
     server.start()

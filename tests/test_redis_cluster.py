@@ -20,10 +20,10 @@ from urllib.parse import parse_qsl, urlsplit
 import pytest
 
 from logstore import LogError
-from queue_worker.partitioned import resolve_partitions
-from queue_worker.partitions import partition_location
-from queue_worker.report import read_claims
-from queue_worker.state import ClaimState
+from queue_worker.partitions.layout import partition_location
+from queue_worker.partitions.queue import resolve_partitions
+from queue_worker.proof.report import read_claims
+from queue_worker.protocol.state import ClaimState
 from tests.helpers import free_port, redis_server_binary, wait_until
 from tests.test_cli import qw, start_up
 
@@ -291,14 +291,14 @@ def test_members_on_the_cluster_rebalance_after_a_kill_9(
 ) -> None:
     import psutil
 
-    from queue_worker.member import read_assignment
-    from queue_worker.partition_report import load_partitioned_report
+    from queue_worker.partitions.member import read_assignment
+    from queue_worker.partitions.report import load_partitioned_report
 
     manifest = resolve_partitions(queue_url, 3)
     assert manifest is not None
     common = ["--log", queue_url, "--rebalance", "--work-ms", "100", "--lease", "4",
               "--exit-when-drained"]  # fmt: skip
-    from queue_worker.partitioned import PartitionedQueue
+    from queue_worker.partitions.queue import PartitionedQueue
 
     with PartitionedQueue(queue_url, manifest) as queue:  # before any member: none drains early
         queue.enqueue_many([{"n": n} for n in range(120)])
@@ -313,7 +313,7 @@ def test_members_on_the_cluster_rebalance_after_a_kill_9(
             mine = {
                 p.pid
                 for p in psutil.Process(b.pid).children()
-                if "queue_worker.member" in " ".join(p.cmdline())
+                if "queue_worker.partitions.member" in " ".join(p.cmdline())
             }
             for k in range(3):
                 held = _held(partition_location(queue_url, k, 3))

@@ -18,22 +18,22 @@ import pytest
 import redis
 
 from logstore import Log, PositionCompactedError
-from logstore.redis_log import RedisLog
-from queue_worker.checkpoint import CheckpointRefused, Removed, chain_of, restore_checkpoint
-from queue_worker.compaction import STEPS, STOP_ENV, CompactionError
-from queue_worker.config import WorkerConfig
+from logstore.redis.log import RedisLog
+from queue_worker.history.checkpoint import CheckpointRefused, Removed, chain_of, restore_checkpoint
+from queue_worker.history.compaction import STEPS, STOP_ENV, CompactionError
+from queue_worker.history.settled import Retention
 from queue_worker.producer import Queue
-from queue_worker.records import Claim, Done, Fail, TaskRecord, encode
-from queue_worker.redis_compaction import compact_redis
-from queue_worker.report import Report, ReportInputError, load_report
-from queue_worker.settled import Retention
-from queue_worker.state import ClaimSnapshot
-from queue_worker.topics import ClaimsFollower, TaskIndex, open_topics
-from queue_worker.worker import Worker
+from queue_worker.proof.report import Report, ReportInputError, load_report
+from queue_worker.protocol.records import Claim, Done, Fail, TaskRecord, encode
+from queue_worker.protocol.state import ClaimSnapshot
+from queue_worker.redis.compaction import compact_redis
+from queue_worker.worker.config import WorkerConfig
+from queue_worker.worker.loop import Worker
+from queue_worker.worker.topics import ClaimsFollower, TaskIndex, open_topics
 from tests.helpers import wait_until
 from tests.test_compaction import _ours
 
-QW = [sys.executable, "-m", "supervisor.cli"]
+QW = [sys.executable, "-m", "supervisor.cli.app"]
 NOW_US = 1_700_000_000_000_000
 LEASE = 30_000_000
 EVERYTHING = Retention(seconds=0, bytes=0)
@@ -416,8 +416,8 @@ SUPERVISOR = """
 import sys
 from pathlib import Path
 
-from queue_worker.settled import Retention
-from supervisor.supervisor import Supervisor, SupervisorOptions
+from queue_worker.history.settled import Retention
+from supervisor.run.supervisor import Supervisor, SupervisorOptions
 
 options = SupervisorOptions(
     data_dir=Path(sys.argv[1]),
@@ -534,8 +534,8 @@ def test_qw_compact_on_an_empty_database_says_so(redis_url: str) -> None:
 def test_the_lock_on_redis_keeps_a_second_saver_out_and_is_renewed(
     queue: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from queue_worker import redis_checkpoint
-    from queue_worker.checkpoint import CheckpointError, checkpoint_lock, save_checkpoint
+    from queue_worker.history.checkpoint import CheckpointError, checkpoint_lock, save_checkpoint
+    from queue_worker.redis import checkpoint as redis_checkpoint
 
     monkeypatch.setattr(redis_checkpoint, "LOCK_TTL_MS", 600)  # renewed every 0.2 s
     client = redis.Redis.from_url(queue)
@@ -561,7 +561,7 @@ def test_the_lock_on_redis_keeps_a_second_saver_out_and_is_renewed(
 def test_the_supervisors_monitor_behind_a_trim_goes_on_from_the_checkpoint(queue: str) -> None:
     """The supervisor's own fold (its monitor) reads a batch at a time; a trim past where it
     stands is not a failed log (which would stop the run): it restores the checkpoint."""
-    from supervisor.monitor import Monitor
+    from supervisor.run.monitor import Monitor
 
     monitor = Monitor(queue, batch=50, read_only=True)
     try:

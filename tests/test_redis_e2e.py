@@ -33,19 +33,24 @@ import psutil  # type: ignore[import-untyped, unused-ignore]
 import pytest
 
 from logstore import AppendError, Entry, Log, LogError, open_log
-from logstore.redis_log import RedisLog
-from queue_worker.clock import now_us, seconds_to_us
-from queue_worker.config import WorkerConfig
-from queue_worker.handlers import TaskContext
+from logstore.redis.log import RedisLog
 from queue_worker.producer import Queue
-from queue_worker.records import Claim, ClaimsRecord, Done, decode_claims, encode
-from queue_worker.report import load_report, read_claims
-from queue_worker.server_verdicts import ServerVerdicts
-from queue_worker.state import Outcome, Verdict
-from queue_worker.stats import read_all
-from queue_worker.topics import CLAIMS_TOPIC, TASKS_TOPIC, ClaimsFollower, decode_claims_entry
-from queue_worker.worker import StepKind, StepResult, Worker
-from supervisor.cli import main
+from queue_worker.proof.report import load_report, read_claims
+from queue_worker.protocol.clock import now_us, seconds_to_us
+from queue_worker.protocol.records import Claim, ClaimsRecord, Done, decode_claims, encode
+from queue_worker.protocol.state import Outcome, Verdict
+from queue_worker.redis.server_verdicts import ServerVerdicts
+from queue_worker.worker.config import WorkerConfig
+from queue_worker.worker.handlers import TaskContext
+from queue_worker.worker.loop import StepKind, StepResult, Worker
+from queue_worker.worker.stats import read_all
+from queue_worker.worker.topics import (
+    CLAIMS_TOPIC,
+    TASKS_TOPIC,
+    ClaimsFollower,
+    decode_claims_entry,
+)
+from supervisor.cli.app import main
 from supervisor.demos.fleet import ClaimsTail
 from supervisor.demos.skew import OffsetClock
 from tests.helpers import free_port, redis_server_binary, wait_until
@@ -67,7 +72,7 @@ def queue_url(redis_url: str) -> str:
 
 
 def qw_command(*args: str) -> list[str]:
-    return [sys.executable, "-m", "supervisor.cli", *args]
+    return [sys.executable, "-m", "supervisor.cli.app", *args]
 
 
 def qw(
@@ -718,7 +723,7 @@ def test_qw_up_workers_survive_server_restarts_and_every_task_is_done_once(
 def location_for(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """The queue for `backend`: "redis", whose workers fold the claims themselves;
     "redis-server", with server verdicts (the server picks and claims:
-    `queue_worker.server_claim`); "file", the file log."""
+    `queue_worker.redis.server_claim`); "file", the file log."""
     if backend == "redis":
         return queue_url(request.getfixturevalue("redis_url")) + "&verdicts=client"
     if backend == "redis-server":

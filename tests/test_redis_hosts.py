@@ -20,11 +20,11 @@ from typing import Any, cast
 
 import pytest
 
-from queue_worker.clock import CLOCK_OFFSET_ENV, now_us, process_clock
-from queue_worker.records import Claim, decode_claims
-from queue_worker.report import load_report
-from queue_worker.state import Verdict
-from queue_worker.stats import read_all
+from queue_worker.proof.report import load_report
+from queue_worker.protocol.clock import CLOCK_OFFSET_ENV, now_us, process_clock
+from queue_worker.protocol.records import Claim, decode_claims
+from queue_worker.protocol.state import Verdict
+from queue_worker.worker.stats import read_all
 from supervisor.demos.fleet import ClaimsTail, Seen
 from tests.helpers import wait_until
 from tests.test_redis_e2e import ENV, finish, queue_url, qw, qw_command

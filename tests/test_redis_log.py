@@ -23,7 +23,7 @@ import redis
 from hypothesis import given
 from hypothesis import strategies as st
 
-import logstore.redis_log as redis_log
+import logstore.redis.log as redis_log
 from logstore import open_log
 from logstore.base import (
     AppendError,
@@ -33,7 +33,7 @@ from logstore.base import (
     LogError,
     RecordTooLargeError,
 )
-from logstore.redis_log import (
+from logstore.redis.log import (
     SEQ_BITS,
     SEQ_LIMIT,
     RedisLog,

@@ -2,7 +2,7 @@
 
 redis-py costs ~0.25 s of CPU to import (most of it the asyncio it imports whatever is
 used): imported by each worker after its fork, that was 2 s of CPU of an 8-worker `qw up`
-on two cores. These tests start a real fork server (`supervisor.forked.start_server`) in a
+on two cores. These tests start a real fork server (`supervisor.run.forked.start_server`) in a
 fresh interpreter and ask a process it forks what it has imported before running anything.
 """
 
@@ -13,18 +13,18 @@ import sys
 
 import pytest
 
-from supervisor.up_args import on_redis
+from supervisor.cli.up_args import on_redis
 
 # The forked child's target is `exec` (a builtin: nothing of qw is imported to unpickle
 # it); its exit code says whether the fork server had imported the Redis log.
 _PROBE = """
 import multiprocessing
-from supervisor.forked import start_server, stop_server
+from supervisor.run.forked import start_server, stop_server
 start_server(redis={redis})
 child = multiprocessing.get_context("forkserver").Process(
     target=exec,
-    args=("import sys; sys.exit(10 + ('logstore.redis_log' in sys.modules) "
-          "+ 2 * ('queue_worker.server_claim' in sys.modules))",),
+    args=("import sys; sys.exit(10 + ('logstore.redis.log' in sys.modules) "
+          "+ 2 * ('queue_worker.redis.server_claim' in sys.modules))",),
 )
 child.start()
 child.join(60)

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from logstore.base import CorruptLogError
-from logstore.redis_log import RedisLog, redis_key
+from logstore.redis.log import RedisLog, redis_key
 from tests.helpers import lose_first_script_reply
 
 pytestmark = pytest.mark.redis

@@ -1,5 +1,5 @@
 """Compaction with server verdicts: the done tasks' fields of the verdicts' state go in the
-step that trims the claims stream (queue_worker.verdict_trim), a kill -9 at every step
+step that trims the claims stream (queue_worker.redis.verdict_trim), a kill -9 at every step
 leaves the server's verdicts and the fold in agreement, and the verdicts do not change."""
 
 from __future__ import annotations
@@ -13,16 +13,16 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from logstore.redis_log import RedisLog
-from queue_worker.compaction import STEPS, STOP_ENV
-from queue_worker.records import Claim, Done, Fail, TaskRecord, encode
-from queue_worker.redis_compaction import compact_redis
-from queue_worker.server_claim import ServerClaims
-from queue_worker.server_verdicts import ServerVerdicts, state_key
-from queue_worker.settled import Retention
-from queue_worker.state import Verdict
-from queue_worker.topics import open_topics
-from queue_worker.verdict_check import check_location
+from logstore.redis.log import RedisLog
+from queue_worker.history.compaction import STEPS, STOP_ENV
+from queue_worker.history.settled import Retention
+from queue_worker.protocol.records import Claim, Done, Fail, TaskRecord, encode
+from queue_worker.protocol.state import Verdict
+from queue_worker.redis.compaction import compact_redis
+from queue_worker.redis.server_claim import ServerClaims
+from queue_worker.redis.server_verdicts import ServerVerdicts, state_key
+from queue_worker.redis.verdict_check import check_location
+from queue_worker.worker.topics import open_topics
 
 pytestmark = pytest.mark.redis
 
@@ -81,7 +81,7 @@ def dead_tasks() -> set[int]:
 
 def qw(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "supervisor.cli", *args],
+        [sys.executable, "-m", "supervisor.cli.app", *args],
         capture_output=True,
         text=True,
         timeout=120,

@@ -18,8 +18,7 @@ from hypothesis import strategies as st
 from rich.console import Console
 from typer.testing import CliRunner
 
-from queue_worker.records import Claim, ClaimsRecord, Done, Fail, Renew, Unknown
-from queue_worker.report import (
+from queue_worker.proof.report import (
     EXIT_BAD_INPUT,
     EXIT_OK,
     EXIT_WORKED_TWICE,
@@ -28,9 +27,10 @@ from queue_worker.report import (
     duration_text,
     load_report,
 )
-from queue_worker.topics import MALFORMED
-from supervisor.report_cli import register
-from supervisor.report_text import render_report
+from queue_worker.protocol.records import Claim, ClaimsRecord, Done, Fail, Renew, Unknown
+from queue_worker.worker.topics import MALFORMED
+from supervisor.cli.report_commands import register
+from supervisor.cli.report_text import render_report
 
 LEASE = 1_000  # µs: every scripted claim's lease unless a test says otherwise
 
@@ -330,7 +330,7 @@ def test_the_accounting_holds_on_every_prefix_of_any_log(
 
 def _write_log(data_dir: Path, records: list[tuple[int, ClaimsRecord]], tasks: int) -> None:
     from logstore import open_log
-    from queue_worker.records import TaskRecord, encode
+    from queue_worker.protocol.records import TaskRecord, encode
 
     with open_log(data_dir, "tasks") as log:
         for i in range(tasks):

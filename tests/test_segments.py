@@ -22,9 +22,9 @@ from logstore import (
     LogIdentity,
     PositionCompactedError,
 )
-from logstore.file_log import FileLog
-from logstore.framing import FILE_HEADER_SIZE, encode_file_header, encode_frame
-from logstore.segments import FIRST_BASE, list_bases, segment_files, segment_path
+from logstore.file.framing import FILE_HEADER_SIZE, encode_file_header, encode_frame
+from logstore.file.log import FileLog
+from logstore.file.segments import FIRST_BASE, list_bases, segment_files, segment_path
 
 CTX = multiprocessing.get_context("fork")
 SMALL = 4096
@@ -273,7 +273,7 @@ def test_a_first_segment_removed_by_hand_is_refused_one_created_meanwhile_is_ope
     FileLog.open(path).close()
     # Another process creates the log between our look for its header and our listing of
     # its segments (a CI run's eight processes opening one new log at once): not damage.
-    import logstore.file_log as file_log
+    import logstore.file.log as file_log
 
     looked: list[str] = []
 

@@ -1,4 +1,4 @@
-"""The claiming script (queue_worker.server_claim) on a real redis-server: the next task in
+"""The claiming script (queue_worker.redis.server_claim) on a real redis-server: the next task in
 one call, orphans before fresh tasks, the previous task's DONE/FAIL in the same call, and
 the report's fold agreeing with the server's state after all of it."""
 
@@ -11,13 +11,13 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from logstore.redis_log import RedisLog
-from queue_worker.records import Done, Fail, TaskRecord, Unknown, decode_task, encode
-from queue_worker.server_claim import ServerClaims
-from queue_worker.server_verdicts import fold_view
-from queue_worker.state import ClaimState, Verdict
-from queue_worker.topics import decode_claims_entry, open_topics
-from queue_worker.verdict_check import check_log
+from logstore.redis.log import RedisLog
+from queue_worker.protocol.records import Done, Fail, TaskRecord, Unknown, decode_task, encode
+from queue_worker.protocol.state import ClaimState, Verdict
+from queue_worker.redis.server_claim import ServerClaims
+from queue_worker.redis.server_verdicts import fold_view
+from queue_worker.redis.verdict_check import check_log
+from queue_worker.worker.topics import decode_claims_entry, open_topics
 
 pytestmark = pytest.mark.redis
 
@@ -99,7 +99,7 @@ WORKERS = ("w0-1-aa", "w1-2-bb", "w2-3-cc")
 # a call of the claiming script by a worker: its lease, how it ends the first task it holds
 # (if any) in the same call: DONE, FAIL with a backoff, dead FAIL, or not at all; whether
 # to claim; how many tasks to claim at most; and whether its other held tasks are DONE and
-# go first in the same call (queue_worker.claim_batch: DONEs held for the next call)
+# go first in the same call (queue_worker.redis.claim_batch: DONEs held for the next call)
 calls = st.tuples(
     st.sampled_from(WORKERS),
     st.sampled_from([-1000, 0, 500, 1000, 10**9]),
@@ -212,7 +212,7 @@ def test_several_tasks_are_claimed_in_one_call_and_their_dones_sent_in_the_next(
 def test_a_restarted_worker_leaves_its_predecessors_lapsed_task_to_the_others(
     logs: tuple[RedisLog, RedisLog],
 ) -> None:
-    """Not by the heir (queue_worker.pick): the lapsed task of a worker with our name and
+    """Not by the heir (queue_worker.worker.pick): the lapsed task of a worker with our name and
     host but another process is left to the others for one lease after its lapse."""
     tasks, claims = logs
     _enqueue(tasks, 2)

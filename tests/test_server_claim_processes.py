@@ -1,5 +1,5 @@
 """`qw up --log redis://…?verdicts=server`: worker processes that claim through the server
-(queue_worker.server_claim) drain a queue exactly once without folding the claims stream,
+(queue_worker.redis.server_claim) drain a queue exactly once without folding the claims stream,
 and `qw report` re-folds it and agrees with the server, partition by partition on a
 partitioned queue. (Kill -9 of workers and of the server under them: test_redis_chaos.py,
 run with both kinds of verdicts.)"""
@@ -13,11 +13,11 @@ import msgpack
 import pytest
 import redis
 
-from logstore.redis_log import RedisLog
-from queue_worker.partitions import partition_location
+from logstore.redis.log import RedisLog
+from queue_worker.partitions.layout import partition_location
 from queue_worker.producer import Queue
-from queue_worker.server_verdicts import state_key
-from queue_worker.stats import read_all
+from queue_worker.redis.server_verdicts import state_key
+from queue_worker.worker.stats import read_all
 from tests.test_redis_e2e import ENV, finish, queue_url, qw, qw_command
 
 pytestmark = pytest.mark.redis

@@ -1,4 +1,4 @@
-"""The verdict script (queue_worker.server_verdicts) against the fold, on a real redis-server:
+"""The verdict script (queue_worker.redis.server_verdicts) against the fold, on a real redis-server:
 generated histories of CLAIM/RENEW/DONE/FAIL from several workers, every verdict and every
 task's state compared record by record with ClaimState's."""
 
@@ -12,9 +12,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from logstore import IdentityError, LogError
-from logstore.redis_log import RedisLog
-from queue_worker.records import Claim, Done, Fail, Renew
-from queue_worker.server_verdicts import (
+from logstore.redis.log import RedisLog
+from queue_worker.protocol.records import Claim, Done, Fail, Renew
+from queue_worker.protocol.state import ClaimState, Verdict
+from queue_worker.redis.server_verdicts import (
     ServerVerdicts,
     VerdictsBehindError,
     fold_view,
@@ -22,9 +23,8 @@ from queue_worker.server_verdicts import (
     server_view,
     state_key,
 )
-from queue_worker.state import ClaimState, Verdict
-from queue_worker.topics import decode_claims_entry
-from queue_worker.verdict_trim import trim_claims
+from queue_worker.redis.verdict_trim import trim_claims
+from queue_worker.worker.topics import decode_claims_entry
 from tests.helpers import lose_first_script_reply
 
 pytestmark = pytest.mark.redis
@@ -49,7 +49,7 @@ acting = st.tuples(
     st.sampled_from(LEASES),
     st.sampled_from(BACKOFFS),
 )
-# compaction's step on the state (queue_worker.verdict_trim): the done tasks' fields below
+# compaction's step on the state (queue_worker.redis.verdict_trim): the done tasks' fields below
 # the fold's watermark dropped, the state's ~below moved up to it
 trim_op = st.just(("T",))
 histories = st.lists(st.one_of(claims_op, acting, trim_op), min_size=1, max_size=40)
@@ -168,7 +168,7 @@ def test_a_record_appended_without_the_script_stops_it(claims_log: RedisLog) -> 
     """A state that misses a record would give verdicts no fold gives: refused, loudly."""
     server = ServerVerdicts(claims_log)
     server.append(Claim(0, "a", 1, 10**9))
-    from queue_worker.records import encode
+    from queue_worker.protocol.records import encode
 
     sneaked = claims_log.append(encode(Claim(1, "b", 2, 10**9)))
     with pytest.raises(VerdictsBehindError, match="a writer appended without them") as refused:

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from queue_worker.snapshot import WorkerState
+from queue_worker.worker.snapshot import WorkerState
 from supervisor.http_api import worker_json
-from supervisor.model import SlotState, WorkerView
+from supervisor.run.model import SlotState, WorkerView
 
 
 def test_a_state_reads_as_its_word_everywhere() -> None:

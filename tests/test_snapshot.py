@@ -10,14 +10,14 @@ from typing import Any
 
 import pytest
 
-from queue_worker.snapshot import (
+from queue_worker.worker.snapshot import (
     ClaimLatency,
     WorkerSnapshot,
     WorkerState,
     parse_snapshot,
     read_snapshots,
 )
-from queue_worker.stats import WorkerStats
+from queue_worker.worker.stats import WorkerStats
 
 
 def busy_stats() -> WorkerStats:

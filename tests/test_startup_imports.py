@@ -1,6 +1,6 @@
 """What the small commands import: only what each needs (the start figures in bench/start_bench.py).
 
-Each probe runs `supervisor.cli.main` in a fresh interpreter on a queue that already exists
+Each probe runs `supervisor.cli.app.main` in a fresh interpreter on a queue that already exists
 and reports which of the modules named here it loaded.
 """
 
@@ -18,7 +18,7 @@ import pytest
 def _loaded_after(tmp_path: Path, args: list[str], modules: list[str]) -> dict[str, bool]:
     probe = (
         "import json, sys\n"
-        "from supervisor.cli import main\n"
+        "from supervisor.cli.app import main\n"
         f"code = main({args!r})\n"
         f"loaded = {{m: m in sys.modules for m in {modules!r}}}\n"
         "print(json.dumps([code, loaded]), file=sys.stderr)\n"
@@ -39,7 +39,7 @@ def _loaded_after(tmp_path: Path, args: list[str], modules: list[str]) -> dict[s
 @pytest.fixture
 def queue(tmp_path: Path) -> Path:
     subprocess.run(
-        [sys.executable, "-m", "supervisor.cli", "enqueue", "--fsync", "none"],
+        [sys.executable, "-m", "supervisor.cli.app", "enqueue", "--fsync", "none"],
         cwd=tmp_path,
         check=True,
         capture_output=True,
@@ -63,10 +63,10 @@ def test_creating_a_queue_still_takes_the_maintenance_lock(tmp_path: Path) -> No
 
 def test_the_supervisor_imports_psutil_only_once_it_has_forked() -> None:
     # psutil (~20-30 ms of CPU) is first used on a forked worker: `qw up` imports it after
-    # its first fork, not with the modules it needs before (supervisor/supervisor.py).
+    # its first fork, not with the modules it needs before (supervisor/run/supervisor.py).
     probe = (
-        "import sys, supervisor.cli, supervisor.supervisor, supervisor.slots, "
-        "supervisor.pausing; print('psutil' in sys.modules)"
+        "import sys, supervisor.cli.app, supervisor.run.supervisor, supervisor.run.slots, "
+        "supervisor.run.pausing; print('psutil' in sys.modules)"
     )
     out = subprocess.run(
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
@@ -76,13 +76,14 @@ def test_the_supervisor_imports_psutil_only_once_it_has_forked() -> None:
 
 @pytest.mark.parametrize("args", [["status"], ["kill", "w0"]])
 def test_status_and_kill_do_not_import_the_supervisor(queue: Path, args: list[str]) -> None:
-    # which supervisors and workers run is supervisor.run_files' question, not the
+    # which supervisors and workers run is supervisor.run.run_files' question, not the
     # supervisor's (`qw kill w0` finds no running w0 here: exit 2, after that question)
     probe = (
         "import sys\n"
-        "from supervisor.cli import main\n"
+        "from supervisor.cli.app import main\n"
         f"code = main({args!r})\n"
-        "print([m in sys.modules for m in ('supervisor.run_files', 'supervisor.supervisor')],"
+        "print([m in sys.modules"
+        " for m in ('supervisor.run.run_files', 'supervisor.run.supervisor')],"
         " file=sys.stderr)\n"
     )
     result = subprocess.run(
@@ -98,21 +99,24 @@ UNUSED_BY_READERS = ["ctypes"]
 @pytest.mark.parametrize(
     ("args", "absent"),
     [
-        (["status"], ["queue_worker.report", *UNUSED_BY_READERS]),
+        (["status"], ["queue_worker.proof.report", *UNUSED_BY_READERS]),
         # status counts without the supervisor's monitor and model
         (
             ["status"],
             [
-                "supervisor.monitor",
-                "supervisor.model",
-                "supervisor.partition_status",  # (a queue of one partition)
-                "queue_worker.snapshot",
+                "supervisor.run.monitor",
+                "supervisor.run.model",
+                "supervisor.partitioned.status",  # (a queue of one partition)
+                "queue_worker.worker.snapshot",
             ],
         ),
-        (["status", "--json"], ["supervisor.monitor", "queue_worker.snapshot"]),
-        (["task", "0"], ["queue_worker.report", "queue_worker.checkpoint", *UNUSED_BY_READERS]),
-        (["why", "0"], ["queue_worker.report", "rich", *UNUSED_BY_READERS]),
-        (["enqueue", "--fsync", "none"], ["supervisor.supervisor", *UNUSED_BY_READERS]),
+        (["status", "--json"], ["supervisor.run.monitor", "queue_worker.worker.snapshot"]),
+        (
+            ["task", "0"],
+            ["queue_worker.proof.report", "queue_worker.history.checkpoint", *UNUSED_BY_READERS],
+        ),
+        (["why", "0"], ["queue_worker.proof.report", "rich", *UNUSED_BY_READERS]),
+        (["enqueue", "--fsync", "none"], ["supervisor.run.supervisor", *UNUSED_BY_READERS]),
     ],
 )
 def test_the_qw_script_runs_the_small_commands_on_what_they_use(
@@ -120,10 +124,10 @@ def test_the_qw_script_runs_the_small_commands_on_what_they_use(
 ) -> None:
     # The readers of the logs do without the report's replay and, on logs never compacted,
     # without the checkpoint's modules. `qw why` piped prints its table without rich
-    # (supervisor.story_text).
+    # (supervisor.cli.story_text).
     probe = (
         "import sys\n"
-        "from supervisor.entry import main\n"
+        "from supervisor.cli.entry import main\n"
         f"sys.argv = ['qw', *{args!r}]\n"
         "code = main()\n"
         f"loaded = [m for m in {absent!r} if m in sys.modules]\n"
@@ -148,7 +152,7 @@ def test_status_asks_psutil_only_about_processes_that_exist(queue: Path) -> None
     (run / "supervisors" / "s.json").write_text(json.dumps({"pid": gone.pid, "started_at": 1.0}))
     probe = (
         "import sys\n"
-        "from supervisor.entry import main\n"
+        "from supervisor.cli.entry import main\n"
         "sys.argv = ['qw', 'status']\n"
         "code = main()\n"
         "print(code, 'psutil' in sys.modules, file=sys.stderr)\n"

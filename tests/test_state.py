@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from queue_worker.records import Claim, ClaimsRecord, Done, Fail, Renew, Unknown
-from queue_worker.state import ClaimState, Lease, Outcome, Verdict
+from queue_worker.protocol.records import Claim, ClaimsRecord, Done, Fail, Renew, Unknown
+from queue_worker.protocol.state import ClaimState, Lease, Outcome, Verdict
 
 S = 1_000_000  # one second, in the records' microseconds
 LEASE = 30 * S

@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, rule
 
-from queue_worker.records import Claim, ClaimsRecord, Done, Fail, Renew, Unknown
-from queue_worker.state import ClaimSnapshot, ClaimState, Lease, Outcome, Verdict
+from queue_worker.protocol.records import Claim, ClaimsRecord, Done, Fail, Renew, Unknown
+from queue_worker.protocol.state import ClaimSnapshot, ClaimState, Lease, Outcome, Verdict
 
 V = Verdict
 UNIT = 1_000  # the logs below move in steps of a millisecond (records are in microseconds)

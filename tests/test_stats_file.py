@@ -1,4 +1,4 @@
-"""The light reading of a worker's stats file (`qw status`'s, queue_worker.stats_file) is the
+"""The light reading of a worker's stats file (`qw status`'s, queue_worker.worker.stats_file) is the
 typed one's (`WorkerSnapshot.to_dict()` of `parse_snapshot`) for any JSON a file may hold."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from queue_worker.snapshot import WorkerSnapshot, WorkerState, parse_snapshot, read_snapshots
-from queue_worker.stats_file import FIELDS, STATES, parse_stats, read_stats
+from queue_worker.worker.snapshot import WorkerSnapshot, WorkerState, parse_snapshot, read_snapshots
+from queue_worker.worker.stats_file import FIELDS, STATES, parse_stats, read_stats
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),

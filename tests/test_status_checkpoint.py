@@ -1,4 +1,4 @@
-"""`qw status` (supervisor.queue_counts) begins from the fold checkpoint and folds only the
+"""`qw status` (supervisor.cli.queue_counts) begins from the fold checkpoint and folds only the
 tail after it: the counts must be exactly those of a full fold of the same logs.
 
 A checkpoint is taken at a chosen point of a history written to real file logs (the records'
@@ -21,12 +21,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from logstore import CorruptLogError
-from queue_worker.checkpoint import CHECKPOINT_NAME, FORMAT, VERSION, restore_checkpoint
-from queue_worker.checkpoint import save_checkpoint as save
-from queue_worker.compaction import compact
-from queue_worker.records import Claim, Fail, encode
-from queue_worker.settled import Retention
-from queue_worker.topics import open_topics
+from queue_worker.history.checkpoint import CHECKPOINT_NAME, FORMAT, VERSION, restore_checkpoint
+from queue_worker.history.checkpoint import save_checkpoint as save
+from queue_worker.history.compaction import compact
+from queue_worker.history.settled import Retention
+from queue_worker.protocol.records import Claim, Fail, encode
+from queue_worker.worker.topics import open_topics
 from tests.test_checkpoint import append_tasks, replay, topics
 from tests.test_compaction import make_queue
 from tests.test_queue_counts import (

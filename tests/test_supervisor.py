@@ -13,10 +13,10 @@ from typing import Any
 import psutil
 import pytest
 
-from queue_worker.report import read_claims
-from queue_worker.state import ClaimState, Verdict
-from supervisor.model import WorkerView
-from supervisor.supervisor import (
+from queue_worker.proof.report import read_claims
+from queue_worker.protocol.state import ClaimState, Verdict
+from supervisor.run.model import WorkerView
+from supervisor.run.supervisor import (
     EXIT_FORCED,
     EXIT_NO_WORKERS,
     EXIT_OK,
@@ -25,7 +25,7 @@ from supervisor.supervisor import (
 )
 from tests.helpers import wait_until
 
-QW = [sys.executable, "-m", "supervisor.cli"]
+QW = [sys.executable, "-m", "supervisor.cli.app"]
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -195,7 +195,7 @@ def test_controls_pause_add_remove_kill_and_drain(make_supervisor: Any) -> None:
 
 
 def test_qw_status_says_why_a_supervisor_stops_on_a_log() -> None:
-    from supervisor.supervisor_lines import supervisor_lines
+    from supervisor.cli.supervisor_lines import supervisor_lines
 
     status = {"pid": 7, "workers": [], "draining": True, "log_failure": "w0·8: bad\x1b[2J"}
     assert supervisor_lines([status])[2] == "    stopping on a log: w0·8: bad\ufffd[2J"

@@ -4,7 +4,7 @@
 Each kill: a worker that holds a task (as the log says) is killed; the supervisor restarts
 its slot as a new worker id. The CLAIM that takes the orphaned task over must come from a
 worker id that was running before the kill — never the victim's replacement (the pick rules
-"orphans first" and "not by the heir", queue_worker/pick.py). Three kills in the normal
+"orphans first" and "not by the heir", queue_worker/worker/pick.py). Three kills in the normal
 suite; QW_CHAOS=long makes ten. Run with -s to see each takeover's delay after the lapse.
 """
 
@@ -21,14 +21,14 @@ from pathlib import Path
 import pytest
 
 from queue_worker.names import worker_label
-from queue_worker.pick import lineage
-from queue_worker.records import Claim, Done
-from queue_worker.report import load_report
-from queue_worker.snapshot import parse_snapshot
-from queue_worker.state import Lease, Verdict
-from queue_worker.stats import read_all
+from queue_worker.proof.report import load_report
+from queue_worker.protocol.records import Claim, Done
+from queue_worker.protocol.state import Lease, Verdict
+from queue_worker.worker.pick import lineage
+from queue_worker.worker.snapshot import parse_snapshot
+from queue_worker.worker.stats import read_all
 from supervisor.demos.fleet import ClaimsTail, Seen
-from supervisor.supervisor import is_running_worker
+from supervisor.run.supervisor import is_running_worker
 from tests.helpers import wait_until
 
 pytestmark = pytest.mark.chaos
@@ -108,7 +108,7 @@ def test_a_survivor_takes_over_a_killed_holders_task(data_dir: Path) -> None:
         [
             sys.executable,
             "-m",
-            "supervisor.cli",
+            "supervisor.cli.app",
             "up",
             "--dir",
             str(data_dir),

@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
-import queue_worker.topics as topics
+import queue_worker.worker.topics as topics
 from logstore import Entry, MemoryLog
 from queue_worker.producer import Queue
-from queue_worker.topics import KEEP_MAX_BYTES, TaskIndex
+from queue_worker.worker.topics import KEEP_MAX_BYTES, TaskIndex
 
 
 class CountingLog(MemoryLog):
@@ -71,7 +71,7 @@ def test_at_most_keep_max_records_are_kept(monkeypatch: pytest.MonkeyPatch) -> N
 
 def test_an_index_kept_for_every_slot_narrows_to_one_slot() -> None:
     # The fork server's fold keeps every slot's records; the worker that inherits it keeps
-    # only its own, and no more than its limit (queue_worker.inherited).
+    # only its own, and no more than its limit (queue_worker.worker.inherited).
     index, log = indexed(list(range(12)))
     index.keep_payloads(1, 3, limit=3)
     assert [index.load(log, t).payload for t in (1, 4, 7)] == [1, 4, 7]

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from queue_worker.ops import KILL, PAUSE, RESUME, OpRecord
-from queue_worker.records import Claim, ClaimsRecord, Done, Renew
+from queue_worker.protocol.ops import KILL, PAUSE, RESUME, OpRecord
+from queue_worker.protocol.records import Claim, ClaimsRecord, Done, Renew
 from supervisor.timeline.model import DONE, HELD, LOST, STALE, TAKEN_OVER, build_model
 from supervisor.timeline.page import render_page
 from supervisor.timeline.svg import render_lanes
@@ -175,7 +175,10 @@ def test_the_text_view_draws_every_lane_and_the_takeover() -> None:
 
 def qw(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "supervisor.cli", *args], capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "supervisor.cli.app", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
 
 

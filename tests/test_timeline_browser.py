@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from queue_worker.ops import read_ops
-from queue_worker.report import load_report
+from queue_worker.proof.report import load_report
+from queue_worker.protocol.ops import read_ops
 from supervisor.timeline.svg import dom_id
 
 
@@ -61,7 +61,7 @@ def test_a_real_run_with_a_kill_renders_every_lane_and_takeover(tmp_path: Path) 
     browser = chromium()
     run = tmp_path / "run"
     demo = subprocess.run(
-        [sys.executable, "-m", "supervisor.cli", "demo", "redistribution", "--workers", "2",
+        [sys.executable, "-m", "supervisor.cli.app", "demo", "redistribution", "--workers", "2",
          "--tasks", "3", "--lease", "0.5", "--work-ms", "800", "--dir", str(run)],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
@@ -69,7 +69,8 @@ def test_a_real_run_with_a_kill_renders_every_lane_and_takeover(tmp_path: Path) 
     assert f"timeline: {run / 'timeline.html'}" in demo.stdout  # the demo names its page
     page = tmp_path / "page.html"
     made = subprocess.run(
-        [sys.executable, "-m", "supervisor.cli", "timeline", "--dir", str(run), "--out", str(page)],
+        [sys.executable, "-m", "supervisor.cli.app", "timeline",
+         "--dir", str(run), "--out", str(page)],
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert made.returncode == 0, made.stderr

@@ -24,8 +24,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from queue_worker.snapshot import parse_snapshot
-from supervisor.model import Event, QueueView, SlotState, SupervisorSnapshot, WorkerView
+from queue_worker.worker.snapshot import parse_snapshot
+from supervisor.run.model import Event, QueueView, SlotState, SupervisorSnapshot, WorkerView
 from tests.helpers import wait_until
 
 REPO = Path(__file__).resolve().parent.parent
@@ -305,7 +305,7 @@ def test_qw_up_kill_orphan_takeover_keys_and_quit(sized_tmux: Tmux, tmp_path: Pa
     screen = tmux.screen()
     assert code == 0, screen
     # the CLI's last word, on the main screen: q stopped a queue with tasks still to do, so
-    # it says what is left (never "drained": supervisor/end_state.py)
+    # it says what is left (never "drained": supervisor/run/end_state.py)
     assert "qw: stopped with" in screen and " pending" in screen, screen
     assert "qw: drained" not in screen, screen
     assert not tmux.children(), "a process outlived qw up"
@@ -490,7 +490,7 @@ class FakeSupervisor:
 
 def main(argv: list[str] | None = None) -> None:
     """Run the dashboard on a fake supervisor (what the tests above start under tmux)."""
-    from supervisor.tui import run_dashboard
+    from supervisor.tui.live import run_dashboard
 
     parser = argparse.ArgumentParser(prog="python -m tests.test_tui_tmux")
     parser.add_argument("--workers", type=int, default=3)

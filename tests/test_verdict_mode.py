@@ -1,4 +1,4 @@
-"""A Redis queue's verdict mode (logstore.verdict_mode): recorded when the queue is created
+"""A Redis queue's verdict mode (logstore.redis.verdict_mode): recorded when the queue is created
 (``server`` unless the URL says ``verdicts=client``), followed by every writer that opens
 the queue without ``verdicts=``, and a URL that contradicts it is refused before anything
 is appended. Queues created before the mode was recorded are read from their state."""
@@ -14,13 +14,13 @@ import msgpack
 import pytest
 import redis
 
-from logstore.redis_log import RedisLog
-from logstore.verdict_mode import VerdictModeError, mode_key
-from queue_worker.partitions import partition_location
+from logstore.redis.log import RedisLog
+from logstore.redis.verdict_mode import VerdictModeError, mode_key
+from queue_worker.partitions.layout import partition_location
 from queue_worker.producer import Queue
-from queue_worker.server_verdicts import THROUGH, state_key
-from queue_worker.stats import read_all
-from queue_worker.topics import CLAIMS_TOPIC, TASKS_TOPIC, TOPICS
+from queue_worker.redis.server_verdicts import THROUGH, state_key
+from queue_worker.worker.stats import read_all
+from queue_worker.worker.topics import CLAIMS_TOPIC, TASKS_TOPIC, TOPICS
 from tests.test_redis_e2e import queue_url, qw
 
 pytestmark = pytest.mark.redis

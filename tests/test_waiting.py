@@ -13,8 +13,8 @@ from bench.common import BenchError
 from bench.common import percentile as bench_percentile
 from bench.common import wait_for as bench_wait_for
 from queue_worker.percentile import nearest_rank
-from queue_worker.stats import percentile as stats_percentile
 from queue_worker.waiting import WaitTimeout, wait_until
+from queue_worker.worker.stats import percentile as stats_percentile
 from supervisor.demos.fleet import DemoFailed
 from supervisor.demos.fleet import wait_for as demo_wait_for
 from tests import helpers

@@ -14,15 +14,15 @@ from typing import Any
 
 import pytest
 
-from queue_worker.config import WorkerConfig
-from queue_worker.handlers import HandlerLoadError, handler_from_function, time_limit
 from queue_worker.producer import Queue
-from queue_worker.watchdog import EXIT_TIME_LIMIT, TimeLimits
-from supervisor.supervisor import EXIT_OK
+from queue_worker.worker.config import WorkerConfig
+from queue_worker.worker.handlers import HandlerLoadError, handler_from_function, time_limit
+from queue_worker.worker.watchdog import EXIT_TIME_LIMIT, TimeLimits
+from supervisor.run.supervisor import EXIT_OK
 from tests.helpers import wait_until
 from tests.test_poison import Replay, payloads
 
-QW = [sys.executable, "-m", "supervisor.cli"]
+QW = [sys.executable, "-m", "supervisor.cli.app"]
 REPO = Path(__file__).resolve().parents[1]
 
 

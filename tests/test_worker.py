@@ -13,14 +13,11 @@ from typing import Any
 import msgpack
 import pytest
 
-import queue_worker.worker as worker_module
+import queue_worker.worker.loop as worker_module
 from logstore import Entry, MemoryLog
-from queue_worker.clock import now_us
-from queue_worker.config import WorkerConfig
-from queue_worker.handlers import TaskContext
-from queue_worker.pick import SPREAD_GRACE_US, pick_first, pick_random, pick_spread, pick_task
 from queue_worker.producer import Queue
-from queue_worker.records import (
+from queue_worker.protocol.clock import now_us
+from queue_worker.protocol.records import (
     Claim,
     ClaimsRecord,
     Done,
@@ -30,9 +27,23 @@ from queue_worker.records import (
     Unknown,
     encode,
 )
-from queue_worker.state import ClaimState, Outcome, Verdict
-from queue_worker.topics import ClaimsFollower, decode_claims_entry, on_server_clock, open_topics
-from queue_worker.worker import StepKind, StepResult, Worker
+from queue_worker.protocol.state import ClaimState, Outcome, Verdict
+from queue_worker.worker.config import WorkerConfig
+from queue_worker.worker.handlers import TaskContext
+from queue_worker.worker.loop import StepKind, StepResult, Worker
+from queue_worker.worker.pick import (
+    SPREAD_GRACE_US,
+    pick_first,
+    pick_random,
+    pick_spread,
+    pick_task,
+)
+from queue_worker.worker.topics import (
+    ClaimsFollower,
+    decode_claims_entry,
+    on_server_clock,
+    open_topics,
+)
 from tests.helpers import RacingLog, wait_until
 
 SECOND = 1_000_000

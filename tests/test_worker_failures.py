@@ -23,18 +23,18 @@ from typing import Any
 
 import pytest
 
-from queue_worker import claim_batch
-from queue_worker.config import WorkerConfig
 from queue_worker.producer import Queue
-from queue_worker.records import Unknown
-from queue_worker.report import read_claims
-from queue_worker.state import ClaimState
-from queue_worker.worker import Worker
+from queue_worker.proof.report import read_claims
+from queue_worker.protocol.records import Unknown
+from queue_worker.protocol.state import ClaimState
+from queue_worker.redis import claim_batch
+from queue_worker.worker.config import WorkerConfig
+from queue_worker.worker.loop import Worker
 from tests.helpers import wait_until
 
 REPO = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": str(REPO)}
-QW = [sys.executable, "-m", "supervisor.cli"]
+QW = [sys.executable, "-m", "supervisor.cli.app"]
 LIMIT = 16 * 1024 * 1024  # the file log's and Redis's default record limit
 
 

@@ -1,4 +1,4 @@
-"""Zeros written ahead of forced appends (logstore/file_log.py, "Zeros ahead"; docs/protocol.md
+"""Zeros written ahead of forced appends (logstore/file/log.py, "Zeros ahead"; docs/protocol.md
 §5): the log's end is no longer the file's size, and every reader and writer must still
 find it, through appends, kills mid-append, rolls and waits."""
 
@@ -20,16 +20,16 @@ from typing import Any
 
 import pytest
 
-from logstore import file_log
 from logstore.base import Durability
-from logstore.file_log import STALL_POLL, ZERO_AHEAD, ZERO_AHEAD_MIN, FileLog, zeros_ahead
-from logstore.framing import FILE_HEADER_SIZE, encode_frame
-from logstore.segments import segment_files
+from logstore.file import log as file_log
+from logstore.file.framing import FILE_HEADER_SIZE, encode_frame
+from logstore.file.log import STALL_POLL, ZERO_AHEAD, ZERO_AHEAD_MIN, FileLog, zeros_ahead
+from logstore.file.segments import segment_files
 from tests.helpers import wait_until
 
 CTX = multiprocessing.get_context("fork")
 CHILD_TIMEOUT = 60.0
-#: the shared state words (logstore/file_log.py): committed end, pending end, file end
+#: the shared state words (logstore/file/log.py): committed end, pending end, file end
 COMMITTED, PENDING, FILE_END = 8, 32, 40
 
 

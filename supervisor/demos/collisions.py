@@ -16,12 +16,12 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from queue_worker.config import PICK_STRATEGIES
 from queue_worker.names import worker_label
 from queue_worker.producer import Queue
-from queue_worker.records import Claim
-from queue_worker.report import Report, duration_text, load_report, read_claims
-from queue_worker.state import ClaimState, Verdict
+from queue_worker.proof.report import Report, duration_text, load_report, read_claims
+from queue_worker.protocol.records import Claim
+from queue_worker.protocol.state import ClaimState, Verdict
+from queue_worker.worker.config import PICK_STRATEGIES
 from supervisor.demos.common import DemoResult, Narrator, data_dir, write_demo_timeline
 from supervisor.demos.fleet import ClaimsTail, DemoFailed, Fleet, wait_for
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 from rich.console import Console
 
-from supervisor.console import PLAIN_WIDTH as PLAIN_WIDTH  # re-exported: the demos use them
-from supervisor.console import stdout_console as stdout_console
+from supervisor.cli.console import PLAIN_WIDTH as PLAIN_WIDTH  # re-exported: the demos use them
+from supervisor.cli.console import stdout_console as stdout_console
 
 
 @dataclass(frozen=True)
@@ -98,7 +98,7 @@ class Narrator:
 def write_demo_timeline(say: Narrator, location: Path, name: str, kept: bool) -> Path | None:
     """Write the run's `qw timeline` page and name it: in the data directory when that is
     kept, else in the system's temporary directory (the data directory is removed)."""
-    from queue_worker.report import ReportInputError
+    from queue_worker.proof.report import ReportInputError
     from supervisor.timeline.cli import write_timeline
 
     out = location / "timeline.html" if kept else Path(tempfile.gettempdir()) / f"qw-{name}.html"
@@ -113,8 +113,8 @@ def write_demo_timeline(say: Narrator, location: Path, name: str, kept: bool) ->
 
 def record_skew(location: Path, name: str, worker_id: str, offset_s: float) -> None:
     """Note in the ops topic that this demo runs a worker on a clock `offset_s` off."""
-    from queue_worker.ops import BY_DEMO
-    from supervisor.ops_recorder import OpsRecorder, ProcessRef
+    from queue_worker.protocol.ops import BY_DEMO
+    from supervisor.run.ops_recorder import OpsRecorder, ProcessRef
 
     recorder = OpsRecorder(location, by=BY_DEMO)
     recorder.skewed(ProcessRef(name, worker_id, os.getpid()), f"clock {offset_s:+g} s")

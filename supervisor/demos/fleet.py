@@ -1,7 +1,7 @@
 """What the demos share: a handful of real worker processes, and a reader of the claims log.
 
 `Fleet` starts workers as plain subprocesses (the command line that
-`queue_worker.process.worker_command` builds; the supervisor forks its own) but keeps no
+`queue_worker.worker.process.worker_command` builds; the supervisor forks its own) but keeps no
 restart policy and no dashboard: a demo decides when a worker is killed, paused or
 resumed, and every process it started is ended on the way out (the `with` block), whatever
 happens. `ClaimsTail` folds the claims log as it grows with the same fold the workers run,
@@ -23,16 +23,16 @@ from types import TracebackType
 from typing import Any, Final, TypeVar
 
 from logstore import Log, open_log
-from queue_worker.config import WorkerConfig
-from queue_worker.ops import BY_DEMO
-from queue_worker.process import worker_command
-from queue_worker.records import ClaimsRecord
-from queue_worker.snapshot import WorkerState, read_snapshots
-from queue_worker.state import Outcome, Verdict
-from queue_worker.topics import CLAIMS_TOPIC, ClaimsFollower
+from queue_worker.protocol.ops import BY_DEMO
+from queue_worker.protocol.records import ClaimsRecord
+from queue_worker.protocol.state import Outcome, Verdict
 from queue_worker.waiting import WaitTimeout, wait_until
-from supervisor.ops_recorder import OpsRecorder, ProcessRef
-from supervisor.pausing import stop_outside_appends
+from queue_worker.worker.config import WorkerConfig
+from queue_worker.worker.process import worker_command
+from queue_worker.worker.snapshot import WorkerState, read_snapshots
+from queue_worker.worker.topics import CLAIMS_TOPIC, ClaimsFollower
+from supervisor.run.ops_recorder import OpsRecorder, ProcessRef
+from supervisor.run.pausing import stop_outside_appends
 
 #: how long a worker that was asked to drain (SIGTERM) may take before it is killed
 STOP_GRACE_S: Final = 5.0
@@ -159,7 +159,7 @@ class Fleet:
         worker.process.wait()
 
     def pause(self, worker: WorkerProcess) -> None:
-        """SIGSTOP, never inside an append (`supervisor.pausing`: a worker stopped holding a
+        """SIGSTOP, never inside an append (`supervisor.run.pausing`: a worker stopped holding a
         log's lock would stall every other writer, and nobody could take its task over)."""
         self.ops.paused(self.ref(worker), None)
         if not stop_outside_appends(worker.pid, self.location, PAUSE_PATIENCE_S):

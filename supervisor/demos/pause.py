@@ -17,11 +17,10 @@ from typing import Any
 
 from rich.console import Console
 
-from queue_worker.explain import explain_task
 from queue_worker.names import worker_label
 from queue_worker.producer import Queue
-from queue_worker.records import Claim, Done
-from queue_worker.report import (
+from queue_worker.proof.explain import explain_task
+from queue_worker.proof.report import (
     EXIT_WORKED_TWICE,
     clock_text,
     duration_text,
@@ -29,10 +28,11 @@ from queue_worker.report import (
     read_claims,
     read_task,
 )
-from queue_worker.state import Verdict
+from queue_worker.protocol.records import Claim, Done
+from queue_worker.protocol.state import Verdict
+from supervisor.cli.report_text import render_story, worked_twice_lines
 from supervisor.demos.common import DemoResult, Narrator, data_dir, write_demo_timeline
 from supervisor.demos.fleet import ClaimsTail, DemoFailed, Fleet, Seen, WorkerProcess, wait_for
-from supervisor.report_text import render_story, worked_twice_lines
 
 #: the handler the demo's workers run (see `stubborn`)
 STUBBORN_HANDLER = "supervisor.demos.pause:stubborn"

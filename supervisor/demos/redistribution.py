@@ -8,7 +8,7 @@ completion in the log, and replays the log to show every task done exactly once.
 
 The taker must be a survivor — a worker that was running when the victim was killed — not
 the victim's replacement: the pick rules leave a predecessor's lapsed task to the others
-("not by the heir", queue_worker/pick.py). A replacement taking it is a failed demo.
+("not by the heir", queue_worker/worker/pick.py). A replacement taking it is a failed demo.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from rich.console import Console
 
 from queue_worker.names import worker_label
 from queue_worker.producer import Queue
-from queue_worker.records import Claim, Done
-from queue_worker.report import clock_text, duration_text, load_report
-from queue_worker.state import Lease, Verdict
+from queue_worker.proof.report import clock_text, duration_text, load_report
+from queue_worker.protocol.records import Claim, Done
+from queue_worker.protocol.state import Lease, Verdict
 from supervisor.demos.common import DemoResult, Narrator, data_dir, write_demo_timeline
 from supervisor.demos.fleet import (
     ClaimsTail,

@@ -254,7 +254,7 @@ def histogram(chart_id: str, title: str, values_us: Sequence[int], empty: str) -
     bottom = CHART_H - PAD_B
     plot = CHART_W - PAD_L - PAD_R
     col = plot / bins
-    from queue_worker.report import duration_text
+    from queue_worker.proof.report import duration_text
 
     for i, c in enumerate(counts):
         lo = first + i * width

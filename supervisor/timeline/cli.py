@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Final
 
 import typer
 
-from supervisor.cli_options import DEFAULT_DIR, DirOption, LogOption, fail, location_of, shown
+from supervisor.cli.options import DEFAULT_DIR, DirOption, LogOption, fail, location_of, shown
 
 if TYPE_CHECKING:
     from supervisor.timeline.view import View
@@ -77,7 +77,7 @@ def timeline(
     Writes one self-contained HTML file (no script, nothing from the network) and prints its
     path. A large run is narrowed to a readable window (the page says what it left out).
     """
-    from queue_worker.report import ReportInputError
+    from queue_worker.proof.report import ReportInputError
     from supervisor.timeline.load import load_model
     from supervisor.timeline.view import BoundError, parse_bound, parse_tasks, select
 
@@ -122,12 +122,12 @@ def _partitioned(
 ) -> bool:
     """`qw timeline` on a partitioned queue: a section per partition (False: the queue has
     no partitions)."""
-    from supervisor import partitioned_cli
+    from supervisor.partitioned import cli as partitioned_cli
 
     manifest = partitioned_cli.manifest_at(location, create=False)
     if manifest is None:
         return False
-    from queue_worker.report import ReportInputError
+    from queue_worker.proof.report import ReportInputError
     from supervisor.timeline.partitioned import load_partition_views, write_page
     from supervisor.timeline.view import BoundError
 

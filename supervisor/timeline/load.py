@@ -5,16 +5,16 @@ from __future__ import annotations
 from pathlib import Path
 
 from logstore import LogError, open_log
-from queue_worker.ops import read_ops
-from queue_worker.records import RecordDecodeError, TaskRecord, decode_task
-from queue_worker.report import (
+from queue_worker.proof.report import (
     ReportInputError,
     compacted_prefix,
     has_logs,
     missing_logs_text,
     read_claims,
 )
-from queue_worker.topics import TASKS_TOPIC
+from queue_worker.protocol.ops import read_ops
+from queue_worker.protocol.records import RecordDecodeError, TaskRecord, decode_task
+from queue_worker.worker.topics import TASKS_TOPIC
 from supervisor.timeline.model import Model, build_model
 
 

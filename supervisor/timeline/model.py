@@ -3,7 +3,7 @@
 `build_model` is pure: claims records (with positions) go through the real `ClaimState`, so
 every bar's outcome, every refused record and every takeover is the fold's own verdict,
 never re-derived here. TASK enqueue times feed the queue-depth chart; ops records (kills,
-pauses, deaths: queue_worker.ops) become windows and marks across the lanes.
+pauses, deaths: queue_worker.protocol.ops) become windows and marks across the lanes.
 
 Times are µs since the epoch, as in the records.
 """
@@ -14,11 +14,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Final, NamedTuple
 
-from queue_worker.checker import QueueChecker, QueueChecks
 from queue_worker.names import worker_label
-from queue_worker.ops import PAUSE, RESUME, OpRecord, worker_pid
-from queue_worker.records import Claim, ClaimsRecord, Done, Fail, Unknown
-from queue_worker.state import ClaimState, Verdict
+from queue_worker.proof.checker import QueueChecker, QueueChecks
+from queue_worker.protocol.ops import PAUSE, RESUME, OpRecord, worker_pid
+from queue_worker.protocol.records import Claim, ClaimsRecord, Done, Fail, Unknown
+from queue_worker.protocol.state import ClaimState, Verdict
 
 # how a winning claim ended (a bar's `end_kind`)
 DONE: Final = "done"

@@ -16,8 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from queue_worker.partitions import Manifest, partition_location
-from queue_worker.report import ReportInputError, clock_text, duration_text, has_logs
+from queue_worker.partitions.layout import Manifest, partition_location
+from queue_worker.proof.report import ReportInputError, clock_text, duration_text, has_logs
 from supervisor.timeline.model import Model
 from supervisor.timeline.page import LEGEND, _charts, _facts, _present, _swatch, page_head
 from supervisor.timeline.svg import esc, render_lanes

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Final
 
-from queue_worker.report import clock_text
+from queue_worker.proof.report import clock_text
 from supervisor.timeline.model import LOST, Arrow, Bar, Lane, Mark, Model, OpMark
 
 MAX_BARS: Final = 1200

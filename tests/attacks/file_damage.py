@@ -11,8 +11,8 @@ from pathlib import Path
 
 import msgpack
 
-from logstore.file_log import FileLog
-from logstore.segments import segment_files
+from logstore.file.log import FileLog
+from logstore.file.segments import segment_files
 from tests.attacks.catalog import attack
 from tests.attacks.harness import Finding, broken, drained_queue, held, qw, refusal
 from tests.helpers import log_end

@@ -8,7 +8,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from supervisor.early_server import START_ENV
+from supervisor.run.early_server import START_ENV
 from tests.attacks.catalog import attack
 from tests.attacks.harness import ENV, QW, Finding, broken, held, qw, refusal
 

@@ -1,0 +1,488 @@
+"""The `qw` command line: one typer app, thin command bodies over the supervisor and the logs.
+
+    qw up        start workers on a data directory and watch them (dashboard or plain lines)
+    qw enqueue   add tasks
+    qw status, tail, task, kill      look at a directory      (supervisor.cli.inspect_commands)
+    qw report, why, demo             replay and explain       (supervisor.cli.report_commands)
+
+Errors are one line on stderr, ``qw: error: …``, naming the bad value and what was expected,
+with exit code 2 (typer's own usage errors are reshaped the same way by `main`).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Final
+
+import typer
+
+from queue_worker.history.settled import DEFAULT_RETENTION_BYTES, DEFAULT_RETENTION_S, Retention
+from queue_worker.partitions.layout import MAX_PARTITIONS
+from queue_worker.worker.config import DEFAULT_DRAIN_TIMEOUT_S, DEFAULT_LEASE_S
+from supervisor.cli import compact as compact_cli
+from supervisor.cli import inspect_commands as inspect_cli
+from supervisor.cli import option_parsers, small_commands
+from supervisor.cli import report_commands as report_cli
+from supervisor.cli.help_format import WholeHelpGroup
+from supervisor.cli.options import (
+    DEFAULT_DIR,
+    FSYNCS,
+    MAX_WORKERS,
+    PICKS,
+    DirOption,
+    LogOption,
+    bad,
+    fail,
+    host_name_option,
+    location_of,
+    one_of,
+    real,
+    shown,
+    whole,
+)
+from supervisor.partitioned import cli as partitioned_cli
+from supervisor.timeline import cli as timeline_cli
+
+if TYPE_CHECKING:
+    from supervisor.http_api import StatsServer
+    from supervisor.run.supervisor import Supervisor
+
+# A command imports what it needs when it runs: `qw --help`, `qw status` or `qw enqueue`
+# should not pay for the supervisor, the HTTP server or the worker code (see the bench's
+# start section for the figures).
+
+#: supervisor.run.supervisor.DEMO_HANDLER (a test checks they agree), not imported from there
+DEMO_HANDLER: Final = "queue_worker.worker.handlers:demo"
+
+
+app = typer.Typer(
+    name="qw",
+    help="qw: a task queue with no broker. Workers coordinate through two append-only logs.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # plain layout: typer's panels cut names at 80 columns
+    cls=WholeHelpGroup,  # …and help text wrapped without breaking a name (help_format)
+)
+
+
+# -- qw up -------------------------------------------------------------------------------------
+
+
+@app.command(
+    epilog="\b\nExamples:\n  qw up --workers 8\n  qw up --demo\n"
+    "  qw up --tasks 200 --exit-when-drained --no-tui\n  qw up --http 8080"
+)
+def up(
+    directory: DirOption = DEFAULT_DIR,
+    workers: Annotated[
+        int,
+        typer.Option(
+            parser=whole("a number of workers", 1, MAX_WORKERS),
+            metavar="N",
+            help="Worker processes.",
+        ),
+    ] = 4,
+    handler: Annotated[
+        str, typer.Option(help="The task handler, module:function.", metavar="MODULE:FUNCTION")
+    ] = DEMO_HANDLER,
+    work_ms: Annotated[
+        int,
+        typer.Option(
+            parser=whole("milliseconds", 0, 3_600_000),
+            metavar="MS",
+            help="The demo handler's work per task.",
+        ),
+    ] = 400,
+    tasks: Annotated[
+        int,
+        typer.Option(
+            parser=whole("a number of tasks", 0, 10_000_000),
+            metavar="K",
+            help="Demo tasks to enqueue at start.",
+        ),
+    ] = 0,
+    demo: Annotated[
+        bool,
+        typer.Option(
+            "--demo",
+            help="Add demo tasks while running, at 80% of what the workers can do.",
+        ),
+    ] = False,
+    rate: Annotated[
+        float | None,
+        typer.Option(
+            parser=real("tasks per second", 0, 100_000),
+            metavar="R",
+            help="Add R demo tasks a second while running (implies --demo).",
+        ),
+    ] = None,
+    lease: Annotated[
+        float,
+        typer.Option(
+            parser=real("seconds", 0, 86_400, low_open=True),
+            metavar="SECONDS",
+            help="Each claim's lease: how long a killed worker's task waits before a "
+            "survivor may take it over. The holder renews it at half time while the task "
+            "runs, so a short lease is safe for long tasks.",
+        ),
+    ] = DEFAULT_LEASE_S,
+    pick: Annotated[
+        str,
+        typer.Option(
+            parser=one_of(*PICKS),
+            metavar="|".join(PICKS),
+            help="How a worker picks among claimable tasks.",
+        ),
+    ] = "spread",
+    max_attempts: Annotated[
+        int,
+        typer.Option(
+            parser=whole("a number of attempts", 1, 1_000_000),
+            metavar="N",
+            help="Attempts a task gets; after the last one fails, the task is dead.",
+        ),
+    ] = 3,
+    backoff: Annotated[
+        float,
+        typer.Option(
+            parser=real("seconds", 0, 86_400),
+            metavar="SECONDS",
+            help="Backoff before the first retry; it doubles with each attempt (full jitter).",
+        ),
+    ] = 1.0,
+    task_timeout: Annotated[
+        float | None,
+        typer.Option(
+            parser=real("seconds", 0, 86_400 * 7, low_open=True),
+            metavar="SECONDS",
+            help="An attempt that runs longer fails (retried after a backoff, or dead on the "
+            "last attempt) and its worker process is ended and restarted. A handler's own "
+            "@time_limit wins. Default: no limit.",
+        ),
+    ] = None,
+    drain_timeout: Annotated[
+        float,
+        typer.Option(
+            parser=real("seconds", 0, 86_400 * 7, low_open=True),
+            metavar="SECONDS",
+            help="On a drain (Ctrl-C, SIGTERM, --exit-when-drained), how long a worker's "
+            "task in hand may still run; then it ends as a time-out does.",
+        ),
+    ] = DEFAULT_DRAIN_TIMEOUT_S,
+    restart: Annotated[bool, typer.Option(help="Restart workers that die.")] = True,
+    fsync: Annotated[
+        str,
+        typer.Option(
+            parser=one_of(*FSYNCS),
+            metavar="|".join(FSYNCS),
+            help="When log appends are forced to disk.",
+        ),
+    ] = "commit",
+    http: Annotated[
+        str | None,
+        typer.Option(
+            metavar="HOST:PORT",
+            help="Serve /health /stats /task/ID /metrics (loopback unless a host is named).",
+        ),
+    ] = None,
+    no_tui: Annotated[bool, typer.Option("--no-tui", help="Plain lines, no dashboard.")] = False,
+    exit_when_drained: Annotated[
+        bool, typer.Option("--exit-when-drained", help="Exit 0 once no task is pending or held.")
+    ] = False,
+    log: LogOption = None,
+    segment_bytes: compact_cli.SegmentBytesOption = None,
+    retention: compact_cli.RetentionOption = DEFAULT_RETENTION_S,
+    retention_bytes: compact_cli.RetentionBytesOption = DEFAULT_RETENTION_BYTES,
+    host_name: Annotated[
+        str | None,
+        typer.Option(
+            "--host-name",
+            envvar="QW_HOST",
+            show_envvar=True,
+            parser=host_name_option,
+            metavar="NAME",
+            help="The host name the workers report (on --log, it is part of each worker "
+            "id). Default: this machine's name.",
+        ),
+    ] = None,
+    partitions: Annotated[
+        int | None,
+        typer.Option(
+            parser=whole("a number of partitions", 1, MAX_PARTITIONS),
+            metavar="P",
+            help="Create the queue with P partitions (fixed at creation; default: as the "
+            "queue was created, 1 for a new one). Each worker works one partition: at "
+            "least P workers.",
+        ),
+    ] = None,
+    rebalance: Annotated[
+        bool,
+        typer.Option(
+            "--rebalance",
+            help="On a partitioned queue: the workers are members that share the partitions "
+            "with every other qw up --rebalance on the queue (any machine), rebalanced when "
+            "one joins, dies or leaves.",
+        ),
+    ] = False,
+) -> None:
+    """Start worker processes on a data directory and watch them.
+
+    On a terminal a live dashboard shows the workers, the queue and the events (k kills a
+    worker that holds a task, q drains). Without one (or with --no-tui) a status line is
+    printed each second. Ctrl-C or SIGTERM drains (workers finish their task); a second
+    one kills them now. Several qw up on one directory share its queue, and so do several
+    on one --log URL, from as many machines (--host-name tells them apart).
+
+    qw up works the queue it is given. Demo tasks come only when asked: --tasks K at
+    start, --demo (or --rate R) while running.
+    """
+    location = location_of(directory, log)
+    from supervisor.run.forked import fork_enabled, warm_server
+
+    if fork_enabled():  # the server folds the queue while we make ready
+        warm_server(location, workers)
+    from supervisor.run.supervisor import (
+        RestartPolicy,
+        Supervisor,
+        SupervisorOptions,
+        default_demo_rate,
+    )
+
+    if exit_when_drained and (demo or rate):
+        option, value = ("--rate", rate) if rate else ("--demo", True)
+        bad(option, value, f"no {option} with --exit-when-drained (the queue would never drain)")
+    if rate is None:  # demo traffic only when asked: without it, the workers work the queue
+        rate = default_demo_rate(workers, work_ms) if demo else 0.0
+    _check_handler(handler)
+    server_address = _parse_http(http)
+    options = SupervisorOptions(
+        data_dir=directory,
+        location=location,
+        workers=workers,
+        handler=handler,
+        work_ms=work_ms,
+        lease_s=lease,
+        pick=pick,
+        fsync=fsync,
+        max_attempts=max_attempts,
+        backoff_s=backoff,
+        task_timeout_s=task_timeout,
+        drain_timeout_s=drain_timeout,
+        tasks=tasks,
+        rate=rate,
+        exit_when_drained=exit_when_drained,
+        restart=RestartPolicy(enabled=restart),
+        host=host_name,
+        segment_bytes=segment_bytes,
+        retention=Retention(retention, retention_bytes),
+    )
+    code = partitioned_cli.up(
+        options,
+        partitions,
+        http=http,
+        http_address=server_address,
+        rebalance=rebalance,
+        tui=sys.stdout.isatty() and not no_tui,
+    )
+    if code is not None:  # a partitioned queue: run and ended
+        raise typer.Exit(code)
+    supervisor = Supervisor(options)
+    supervisor.location = shown(location)  # what the dashboard shows: no password
+    server = None
+    if server_address is not None:
+        from supervisor.http_api import StatsServer
+
+        try:
+            server = StatsServer(supervisor, *server_address, logs=location)
+        except OSError as e:
+            bad("--http", http, f"an address this machine can listen on ({e.strerror})")
+        supervisor.http_address = server.address
+    raise typer.Exit(_run(supervisor, server, tui=sys.stdout.isatty() and not no_tui))
+
+
+def _check_handler(spec: str) -> None:
+    from queue_worker.worker.handlers import HandlerLoadError, load_handler
+
+    # The worker runs `python -m`, which puts the working directory on sys.path: so here.
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        load_handler(spec)
+    except HandlerLoadError as e:
+        raise typer.BadParameter(str(e), param_hint="'--handler'") from None
+
+
+def _parse_http(text: str | None) -> tuple[str, int] | None:
+    if text is None:
+        return None
+    from supervisor.http_api import is_loopback, parse_address
+
+    try:
+        host, port = parse_address(text)
+    except ValueError:
+        bad("--http", text, "HOST:PORT or PORT, with a port from 0 to 65535")
+    if not is_loopback(host):
+        typer.echo(f"qw: warning: {host}:{port} is reachable from other machines", err=True)
+    return host, port
+
+
+def _run(supervisor: Supervisor, server: StatsServer | None, *, tui: bool) -> int:
+    """Start, watch until the supervisor ends, and say how it ended; returns the exit code."""
+    from logstore import LogError
+    from supervisor.run.end_state import left_text
+    from supervisor.run.signals import stop_on_signals
+    from supervisor.run.supervisor import EXIT_FORCED, EXIT_NO_WORKERS
+    from supervisor.tui.progress import run_progress
+
+    with stop_on_signals(supervisor.request_stop):
+        try:
+            supervisor.start()
+        except (LogError, OSError) as e:  # a log that is not ours, a directory we cannot use
+            fail(str(e))
+        try:
+            if server is not None:
+                server.start()
+                typer.echo(f"qw: stats on http://{server.address}/stats", err=True)
+            if tui:
+                from supervisor.tui.live import run_dashboard
+
+                run_dashboard(supervisor)
+            else:
+                run_progress(supervisor, sys.stdout)
+            supervisor.wait()
+        except BaseException:
+            supervisor.stop_now()  # never leave workers behind a crashed dashboard
+            supervisor.wait(10)
+            raise
+        finally:
+            if server is not None:
+                server.close()
+    code = supervisor.exit_code
+    assert code is not None  # wait() returned: the supervisor finished
+    q = supervisor.snapshot().queue
+    counts = f"published {q.published}, done {q.done}, dead {q.dead}, pending {q.pending}"
+    left = left_text(q, supervisor.held_leases(), time.time_ns() // 1000)
+    if supervisor.log_failure is not None:
+        typer.echo(f"qw: error: stopped on a log: {supervisor.log_failure} ({counts})", err=True)
+    elif code == EXIT_FORCED:
+        typer.echo(f"qw: stopped: workers killed mid-task ({counts})", err=True)
+    elif code == EXIT_NO_WORKERS:
+        typer.echo(f"qw: every worker died and none will be restarted ({counts})", err=True)
+    elif left is not None:  # the workers stopped, but the queue is not drained
+        typer.echo(f"qw: stopped with {left} ({counts})")
+    else:
+        typer.echo(f"qw: drained ({counts})")
+    return code
+
+
+# -- qw enqueue --------------------------------------------------------------------------------
+
+
+@app.command(
+    epilog="\b\nExamples:\n  qw enqueue --count 100\n  qw enqueue --payload '{\"x\": 1}'\n"
+    "  qw enqueue --file tasks.jsonl"
+)
+def enqueue(
+    count: Annotated[
+        int | None,
+        typer.Option(
+            parser=option_parsers.ENQUEUE_COUNT,
+            metavar="N",
+            help="How many tasks (of --payload, or demo tasks).",
+        ),
+    ] = None,
+    payload: Annotated[
+        str | None, typer.Option(metavar="JSON", help="The payload of each task, as JSON.")
+    ] = None,
+    file: Annotated[
+        Path | None,
+        typer.Option(metavar="FILE", help="Tasks from a file: one JSON payload per line."),
+    ] = None,
+    directory: DirOption = DEFAULT_DIR,
+    log: LogOption = None,
+    fsync: Annotated[
+        str,
+        typer.Option(
+            parser=option_parsers.FSYNC,
+            metavar="|".join(FSYNCS),
+            help="When the append is forced to disk.",
+        ),
+    ] = "commit",
+) -> None:
+    """Add tasks to the queue: all of them or, on any error, none.
+
+    Without --payload or --file, demo tasks ({"n": 0}, {"n": 1}, …) are added. Prints the
+    new task ids.
+    """
+    small_commands.enqueue(count, payload, file, directory, log, fsync)
+
+
+inspect_cli.register(app)
+report_cli.register(app)
+compact_cli.register(app)
+timeline_cli.register(app)
+
+
+# -- the entry point ---------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run `qw`; every usage error is one line on stderr and exit code 2."""
+    from supervisor.cli.up_args import on_redis, starts_workers
+
+    args = sys.argv[1:] if argv is None else argv
+    up = args[:1] == ["up"]
+    if starts_workers(args):
+        from supervisor.run.forked import start_server
+
+        # The `qw` script has started it already (supervisor.cli.entry); a caller of `main`
+        # gets it here, while typer parses the options.
+        start_server(redis=on_redis(args, os.environ.get("QW_LOG")))
+    try:
+        result: object = app(args=argv, prog_name="qw", standalone_mode=False)
+    except typer.TyperException as e:  # typer's usage errors (exit code 2) and the like
+        code = _said(e)
+    except typer.Abort:
+        return 130
+    else:
+        code = result if isinstance(result, int) else 0
+    if up and argv is None:
+        # `qw up` from the command line has finished: every worker has exited, the logs are
+        # closed. Tearing down an interpreter that holds the fold of a whole log takes
+        # ~0.1 s more: end the process now, output flushed.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        _remove_multiprocessing_tempdir()
+        os._exit(code)
+    return code
+
+
+def _said(error: typer.TyperException) -> int:
+    """Say typer's usage error (or any TyperException) as one line on stderr, `qw: error: …`,
+    and return its exit code."""
+    message = " ".join(error.format_message().split())
+    if message:  # empty: typer has printed the help (`qw` alone)
+        typer.echo(f"qw: error: {message}", err=True)
+    return int(error.exit_code)
+
+
+def _remove_multiprocessing_tempdir() -> None:
+    """Remove the directory multiprocessing made for its fork server's listener (pymp-…
+    in $TMPDIR), as its exit handler would have: `os._exit` skips that handler, and each
+    `qw up` left one directory behind."""
+    mp_process = sys.modules.get("multiprocessing.process")
+    if mp_process is None:
+        return
+    tempdir = mp_process.current_process()._config.get("tempdir")
+    if isinstance(tempdir, str):
+        import shutil
+
+        shutil.rmtree(tempdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

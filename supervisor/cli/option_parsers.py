@@ -1,0 +1,17 @@
+"""The parsers of the small commands' options: `qw task` and `qw why` share TASK_NAME."""
+
+from __future__ import annotations
+
+from typing import Final
+
+from queue_worker.protocol.records import MAX_TASK_ID
+from supervisor.cli.enqueue_input import MAX_ENQUEUE
+from supervisor.cli.options import FSYNCS, one_of, whole
+from supervisor.partitioned.cli import task_parser
+
+#: `qw enqueue --count`
+ENQUEUE_COUNT: Final = whole("a number of tasks", 1, MAX_ENQUEUE)
+#: `qw enqueue --fsync`
+FSYNC: Final = one_of(*FSYNCS)
+#: the ID of `qw task` and `qw why`: 17, or 3:17 on a partitioned queue
+TASK_NAME: Final = task_parser(MAX_TASK_ID)
