@@ -46,11 +46,11 @@ from queue_worker.percentile import nearest_rank
 from queue_worker.producer import Queue
 from queue_worker.protocol.records import Claim, Done, TaskRecord, decode_task
 from queue_worker.protocol.state import Lease, Verdict
+from queue_worker.topics import CLAIMS_TOPIC, TASKS_TOPIC, ClaimsFollower
 from queue_worker.waiting import WaitTimeout, wait_until
 from queue_worker.worker.config import WorkerConfig
 from queue_worker.worker.fleet import WorkerProcesses
 from queue_worker.worker.snapshot import WorkerSnapshot, read_snapshots
-from queue_worker.worker.topics import CLAIMS_TOPIC, TASKS_TOPIC, ClaimsFollower
 
 REPO = Path(__file__).resolve().parent.parent
 #: worker processes import the handler (bench.noop) from the repository

@@ -20,11 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from logstore.file.log import FileLog
+from queue_worker.topics import ClaimsFollower, TaskIndex
 from queue_worker.worker import loop as worker_module
 from queue_worker.worker.lease import LeaseKeeper
 from queue_worker.worker.publisher import SnapshotPublisher
 from queue_worker.worker.recorder import StatsRecorder
-from queue_worker.worker.topics import ClaimsFollower, TaskIndex
 from queue_worker.worker.watchdog import TimeLimits, _Running
 
 _spent: dict[str, int] = {}

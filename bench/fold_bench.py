@@ -66,7 +66,7 @@ from logstore.file.log import FileLog
 from queue_worker.protocol import cdecode, claims_span
 from queue_worker.protocol.records import decode_claims, decode_claims_all
 from queue_worker.protocol.state import ClaimSnapshot, ClaimState
-from queue_worker.worker.topics import CLAIMS_TOPIC, READ_BATCH, ClaimsFollower, gc_paused
+from queue_worker.topics import CLAIMS_TOPIC, READ_BATCH, ClaimsFollower, gc_paused
 
 TARGET_REPLAY = 1_000_000  # records/s
 #: the fold as the install built it (one path: the table keeps its column)

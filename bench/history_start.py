@@ -38,7 +38,7 @@ from bench.common import (
 )
 from logstore import Log, open_log
 from queue_worker.protocol.records import Claim, Unknown, decode_claims
-from queue_worker.worker.topics import CLAIMS_TOPIC
+from queue_worker.topics import CLAIMS_TOPIC
 
 STATUS_RUNS = 5
 #: `qw status` runs this long after the last DONE: past the rate's window and clock margin

@@ -48,9 +48,9 @@ from bench.queue_bench import DrainResults, QwDrain
 from logstore import open_log
 from queue_worker.producer import Queue
 from queue_worker.protocol.records import Done
+from queue_worker.topics import CLAIMS_TOPIC, ClaimsFollower
 from queue_worker.worker.snapshot import WorkerSnapshot, WorkerState
 from queue_worker.worker.stats import LATENCY_WINDOW
-from queue_worker.worker.topics import CLAIMS_TOPIC, ClaimsFollower
 
 TARGET_CLAIM_P50_US = 100
 TARGET_CLAIM_P99_US = 1000

@@ -47,8 +47,8 @@ from logstore.file.framing import FRAME_HEADER_SIZE
 from queue_worker.history.checkpoint import CHECKPOINT_NAME
 from queue_worker.producer import Queue
 from queue_worker.protocol.records import CLAIM, DONE, SCHEMA, TASK, Claim, Done, decode_claims
+from queue_worker.topics import CLAIMS_TOPIC, TASKS_TOPIC, ClaimsFollower
 from queue_worker.worker.snapshot import WorkerState
-from queue_worker.worker.topics import CLAIMS_TOPIC, TASKS_TOPIC, ClaimsFollower
 
 BATCH = 1_000
 LEASE_US = 30_000_000

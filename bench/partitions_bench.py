@@ -67,7 +67,7 @@ from bench.common import (
     worker_config,
 )
 from bench.redis_bench import ROUND_TRIPS, SERVER_ROUND_TRIPS, server_stats
-from queue_worker.partitions.layout import Manifest, partition_location, slot_partitions
+from queue_worker.partition_layout import Manifest, partition_location, slot_partitions
 from queue_worker.partitions.queue import PartitionedQueue, resolve_partitions
 from queue_worker.partitions.report import load_partitioned_report
 from queue_worker.producer import Queue

@@ -133,7 +133,7 @@ def qw_drain(
         data: str | Path = location if location is not None else d / "data"
         if segment_bytes is not None:
             from logstore import open_log
-            from queue_worker.worker.topics import CLAIMS_TOPIC, TASKS_TOPIC, TOPICS
+            from queue_worker.topics import CLAIMS_TOPIC, TASKS_TOPIC, TOPICS
 
             Path(data).mkdir(parents=True, exist_ok=True)
             for topic in (TASKS_TOPIC, CLAIMS_TOPIC):

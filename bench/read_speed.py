@@ -38,7 +38,7 @@ from logstore.base import Durability
 from logstore.file.log import FileLog
 
 BATCH = 1_000
-CHUNK_RECORDS = 4_096  # queue_worker.worker.topics.READ_BATCH
+CHUNK_RECORDS = 4_096  # queue_worker.topics.READ_BATCH
 POINT_BUDGET_S = 3.0  # time box for the read(pos, 1) loops
 
 

@@ -42,7 +42,7 @@ from bench.common import NOOP, REPO, USER_ENV, enqueue_batch, fold_claims, media
 from bench.redis_bench import redis_server
 from bench.start_bench import warm_bytecode
 
-#: the records a worker's catch-up reads at once (`queue_worker.worker.topics`)
+#: the records a worker's catch-up reads at once (`queue_worker.topics`)
 WORKER_BATCH = 512
 #: a sitecustomize that hides hiredis from redis-py (it imports it at most once, at start)
 _NO_HIREDIS = "import sys\nsys.modules['hiredis'] = None  # redis-py: HIREDIS_AVAILABLE False\n"
@@ -93,7 +93,7 @@ def profiled_up(out: str, *argv: str) -> None:
 def read_claims(location: str, out: str) -> None:
     """Fold the whole claims stream as a worker does; write the CPU split to `out`."""
     from logstore import open_log
-    from queue_worker.worker.topics import CLAIMS_TOPIC, ClaimsFollower
+    from queue_worker.topics import CLAIMS_TOPIC, ClaimsFollower
 
     log = open_log(location, CLAIMS_TOPIC)
     follower = ClaimsFollower(log.start)

@@ -24,7 +24,7 @@ from bench.common import QW, median, num
 from logstore import open_log
 from queue_worker.protocol import cdecode
 from queue_worker.protocol.records import Claim, Done, decode_claims
-from queue_worker.worker.topics import CLAIMS_TOPIC, READ_BATCH, ClaimsFollower
+from queue_worker.topics import CLAIMS_TOPIC, READ_BATCH, ClaimsFollower
 
 
 def drain(data: Path, tasks: int, workers: int) -> None:

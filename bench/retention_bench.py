@@ -2,7 +2,7 @@
 
 Two data directories get the same synthetic history (`long_bench.extend`: a TASK, a CLAIM
 and an accepted DONE per task, in batches): one with small segments, compacted after each
-step by `queue_worker.history.compaction.compact` (retention `RETENTION_BYTES` a log), one
+step by `queue_worker.compaction.files.compact` (retention `RETENTION_BYTES` a log), one
 with a single segment per log and no compaction (the log before segments). Measured:
 
 - the data directory's size after each compaction (every file: segments, the checkpoint),
@@ -28,9 +28,9 @@ from bench.long_bench import _one_worker, extend
 from bench.queue_bench import qw_drain
 from logstore import open_log
 from logstore.file.log import FileLog
-from queue_worker.history.compaction import compact
-from queue_worker.history.settled import Retention
-from queue_worker.worker.topics import CLAIMS_TOPIC, TASKS_TOPIC
+from queue_worker.compaction.files import compact
+from queue_worker.compaction.settled import Retention
+from queue_worker.topics import CLAIMS_TOPIC, TASKS_TOPIC
 
 SEGMENT_BYTES = 4 << 20
 RETENTION_BYTES = 16 << 20

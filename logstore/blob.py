@@ -1,6 +1,6 @@
 """A small named value kept beside a queue's logs, written once: first writer wins.
 
-A partitioned queue's manifest (`queue_worker.partitions.layout`) lives here: a data directory
+A partitioned queue's manifest (`queue_worker.partition_layout`) lives here: a data directory
 keeps it in the file ``<dir>/<name>``, a Redis database in the string key ``qw:<name>``
 (``P:qw:<name>`` with ``?prefix=P``; on a Redis Cluster the key lives on whichever node
 owns its slot, like any key).

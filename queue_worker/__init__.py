@@ -27,13 +27,13 @@ if TYPE_CHECKING:
     from queue_worker.producer import Queue
     from queue_worker.proof.report import ReportInputError
     from queue_worker.protocol.records import RecordDecodeError, RecordEncodeError, TaskIdRangeError
+    from queue_worker.topics import SettleError
     from queue_worker.worker.handlers import (
         HandlerLoadError,
         TaskCancelled,
         TaskContext,
         time_limit,
     )
-    from queue_worker.worker.topics import SettleError
 
 __all__ = [
     # enqueueing
@@ -67,7 +67,7 @@ _HOMES: Final = {
     "RecordEncodeError": "queue_worker.protocol.records",
     "CheckpointError": "queue_worker.history.checkpoint",
     "CheckpointRefused": "queue_worker.history.checkpoint",
-    "SettleError": "queue_worker.worker.topics",
+    "SettleError": "queue_worker.topics",
 }
 
 

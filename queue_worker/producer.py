@@ -24,7 +24,7 @@ from typing import Any
 from logstore import Durability, Log, LogError, PositionCompactedError, is_redis_url
 from queue_worker.protocol.clock import Clock, now_us
 from queue_worker.protocol.records import RecordEncodeError, TaskRecord, encode
-from queue_worker.worker.topics import READ_BATCH, TASKS_TOPIC, open_topic
+from queue_worker.topics import READ_BATCH, TASKS_TOPIC, open_topic
 
 #: a tasks log shorter than this is counted from its start (~30,000 tasks: ~20 ms, about
 #: what loading the checkpoint's modules costs `qw enqueue`, which needs none of the fold's)
@@ -76,7 +76,7 @@ class Queue:
         if start == self.log.origin:
             return 0, start
         from queue_worker.history.checkpoint import CheckpointRefused
-        from queue_worker.proof.prefix import first_retained_task
+        from queue_worker.history.prefix import first_retained_task
 
         try:
             return first_retained_task(self._location, self.log.origin)

@@ -19,7 +19,7 @@ partition's counts; ``queue`` is their sum) and ``orphans``, each worker has its
 
 Every answer is built from `snapshot()` and `task_info()`, which copy what the supervisor's
 watcher gathered, except /task/{id}: its history is read from the logs (a replay, as `qw task`
-does; `supervisor.cli.task_history`). No request touches a worker.
+does; `supervisor.task_history`). No request touches a worker.
 """
 
 from __future__ import annotations
@@ -39,9 +39,9 @@ from logstore import LogError, space_problem
 from queue_worker.names import worker_label
 from queue_worker.protocol.records import MAX_TASK_ID
 from queue_worker.worker.snapshot import WorkerSnapshot
-from supervisor.cli.task_history import TaskHistory, read_task_history
 from supervisor.run.model import SupervisorSnapshot, WorkerView
 from supervisor.run.monitor import TaskInfo
+from supervisor.task_history import TaskHistory, read_task_history
 
 PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 

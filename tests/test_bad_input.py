@@ -21,7 +21,7 @@ import pytest
 
 from queue_worker.producer import Queue
 from queue_worker.protocol.records import MAX_TASK_ID, Claim, encode
-from queue_worker.worker.topics import open_topics
+from queue_worker.topics import open_topics
 from supervisor.cli.enqueue_input import MAX_ENQUEUE, MAX_PAYLOAD_DEPTH
 from supervisor.http_api import StatsServer, parse_task_id
 from supervisor.run.model import SupervisorSnapshot

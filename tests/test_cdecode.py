@@ -19,6 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from logstore import Entry
+from queue_worker import topics
 from queue_worker.protocol import cdecode, records
 from queue_worker.protocol.records import (
     CLAIM,
@@ -33,7 +34,6 @@ from queue_worker.protocol.records import (
     decode_claims_py,
     encode,
 )
-from queue_worker.worker import topics
 from tests.test_records import msgpack_values
 from tests.test_records import records as any_records
 

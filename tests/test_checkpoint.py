@@ -47,7 +47,7 @@ from queue_worker.protocol.records import (
     encode,
 )
 from queue_worker.protocol.state import Outcome, Verdict
-from queue_worker.worker.topics import ClaimsFollower, TaskIndex, open_topics
+from queue_worker.topics import ClaimsFollower, TaskIndex, open_topics
 
 MS = 1_000
 T0 = 1_700_000_000 * 1_000_000

@@ -16,9 +16,9 @@ from logstore import open_log
 from queue_worker.history.checkpoint import CHECKPOINT_NAME
 from queue_worker.producer import Queue
 from queue_worker.proof.report import load_report
+from queue_worker.topics import CLAIMS_TOPIC
 from queue_worker.worker.config import WorkerConfig
 from queue_worker.worker.loop import StepKind, Worker
-from queue_worker.worker.topics import CLAIMS_TOPIC
 
 
 def config(data: Path, slot: int = 0, slots: int = 1) -> WorkerConfig:

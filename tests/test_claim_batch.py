@@ -18,14 +18,14 @@ from logstore import LogError
 from logstore.redis.log import RedisLog
 from queue_worker.producer import Queue
 from queue_worker.proof.report import load_report
+from queue_worker.proof.verdict_check import check_log
 from queue_worker.protocol.records import Done, Renew, TaskRecord, encode
 from queue_worker.protocol.state import Verdict
 from queue_worker.redis.claim_batch import BATCH_MAX, ClaimBatch
 from queue_worker.redis.server_claim import ServerClaims
-from queue_worker.redis.verdict_check import check_log
+from queue_worker.topics import decode_claims_entry, open_topics
 from queue_worker.worker.config import WorkerConfig
 from queue_worker.worker.loop import Worker
-from queue_worker.worker.topics import decode_claims_entry, open_topics
 
 pytestmark = pytest.mark.redis
 

@@ -14,6 +14,7 @@ import pytest
 
 from logstore import Entry, Log
 from logstore.file.log import FileLog
+from queue_worker import topics
 from queue_worker.protocol.records import (
     Claim,
     ClaimsRecord,
@@ -23,8 +24,7 @@ from queue_worker.protocol.records import (
     encode,
 )
 from queue_worker.protocol.state import ClaimSnapshot, Outcome
-from queue_worker.worker import topics
-from queue_worker.worker.topics import ClaimsFollower
+from queue_worker.topics import ClaimsFollower
 
 T0 = 1_700_000_000_000_000
 LEASE = 5_000

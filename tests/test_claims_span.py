@@ -25,6 +25,7 @@ from logstore.base import CorruptLogError
 from logstore.file import framing
 from logstore.file.framing import SpanLoop
 from logstore.file.log import FileLog
+from queue_worker import topics
 from queue_worker.proof import log_reading
 from queue_worker.protocol import claims_span, records
 from queue_worker.protocol.records import (
@@ -38,7 +39,6 @@ from queue_worker.protocol.records import (
     decode_claims_all,
     encode,
 )
-from queue_worker.worker import topics
 from tests.test_cdecode import any_payloads, plain
 
 SETTINGS = settings(max_examples=200, deadline=None)

@@ -384,7 +384,7 @@ def test_kill_a_worker_by_name_and_its_slot_restarts(tmp_path: Path) -> None:
     events = (tmp_path / "up.out").read_text()
     assert f"w1·{before['pid']} killed by SIGKILL" in events
     assert f"w1 restarted as w1·{after['pid']} (was w1·{before['pid']})" in events
-    from queue_worker.protocol.ops import read_ops  # the kill, the death and the restart, recorded
+    from queue_worker.ops import read_ops  # the kill, the death and the restart, recorded
 
     ops = [(op.kind, op.by, op.pid) for op in sorted(read_ops(data)[0], key=lambda op: op.at)]
     assert ops[:3] == [

@@ -18,6 +18,8 @@ import pytest
 from logstore import Log, PositionCompactedError
 from logstore.file.log import FileLog
 from logstore.file.segments import list_bases
+from queue_worker.compaction.files import STEPS, STOP_ENV, CompactionError, compact
+from queue_worker.compaction.settled import Retention
 from queue_worker.history.checkpoint import (
     CHECKPOINT_NAME,
     CheckpointError,
@@ -28,12 +30,10 @@ from queue_worker.history.checkpoint import (
     restore_checkpoint,
     save_checkpoint,
 )
-from queue_worker.history.compaction import STEPS, STOP_ENV, CompactionError, compact
-from queue_worker.history.settled import Retention
 from queue_worker.proof.report import Report, ReportInputError, load_report
 from queue_worker.protocol.records import Claim, Done, Fail, TaskRecord, encode
 from queue_worker.protocol.state import ClaimSnapshot
-from queue_worker.worker.topics import ClaimsFollower, TaskIndex, open_topics
+from queue_worker.topics import ClaimsFollower, TaskIndex, open_topics
 from tests.helpers import wait_until
 
 SMALL = 4096
@@ -340,8 +340,8 @@ import os
 import sys
 from pathlib import Path
 
-from queue_worker.history.compaction import STOP_ENV
-from queue_worker.history.settled import Retention
+from queue_worker.compaction.files import STOP_ENV
+from queue_worker.compaction.settled import Retention
 from queue_worker.waiting import wait_until
 from supervisor.run.supervisor import Supervisor, SupervisorOptions
 

@@ -25,7 +25,7 @@ from queue_worker.producer import Queue
 from queue_worker.proof.report import read_claims
 from queue_worker.protocol.records import MAX_TASK_ID, Claim, Done, encode
 from queue_worker.protocol.state import ClaimState, Lease
-from queue_worker.worker.topics import open_topics
+from queue_worker.topics import open_topics
 from supervisor.run.end_state import held_text, left_text
 from supervisor.run.model import QueueView
 from supervisor.run.monitor import Monitor

@@ -31,8 +31,8 @@ from queue_worker.protocol.records import (
     encode,
 )
 from queue_worker.protocol.state import ClaimState
+from queue_worker.topics import open_topics
 from queue_worker.values import json_value, value_text
-from queue_worker.worker.topics import open_topics
 
 QW = [sys.executable, "-m", "supervisor.cli.app"]
 BIG = 2**63 - 1

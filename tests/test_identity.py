@@ -16,7 +16,7 @@ from logstore import ForeignFileError, IdentityError, LogError, open_log
 from logstore.file.framing import FILE_HEADER_SIZE, FRAME_HEADER_SIZE
 from logstore.file.log import FileLog
 from queue_worker.producer import Queue
-from queue_worker.worker.topics import CLAIMS_TOPIC, TASKS_TOPIC, open_topic, open_topics
+from queue_worker.topics import CLAIMS_TOPIC, TASKS_TOPIC, open_topic, open_topics
 
 QW = [sys.executable, "-m", "supervisor.cli.app"]
 

@@ -16,7 +16,7 @@ import pytest
 from logstore import IdentityError
 from queue_worker.producer import Queue
 from queue_worker.proof.report import ReportInputError, load_report
-from queue_worker.worker.topics import open_topics
+from queue_worker.topics import open_topics
 from tests.helpers import free_port, wait_until
 
 QW = [sys.executable, "-m", "supervisor.cli.app"]

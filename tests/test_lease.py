@@ -16,11 +16,11 @@ from queue_worker.producer import Queue
 from queue_worker.protocol.clock import now_us
 from queue_worker.protocol.records import Claim, ClaimsRecord, Done, Fail, Renew, encode
 from queue_worker.protocol.state import ClaimState, Verdict
+from queue_worker.topics import ClaimsFollower
 from queue_worker.worker.config import WorkerConfig
 from queue_worker.worker.handlers import TaskContext
 from queue_worker.worker.lease import LeaseKeeper, SingleTaskFold
 from queue_worker.worker.loop import StepKind, StepResult, Worker
-from queue_worker.worker.topics import ClaimsFollower
 from tests.helpers import RacingLog, wait_until
 
 SECOND = 1_000_000

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from logstore import Entry, MemoryLog
-from queue_worker.partitions.layout import Manifest, partition_location
+from queue_worker.partition_layout import Manifest, partition_location
 from queue_worker.partitions.member import member_command, read_assignment
 from queue_worker.partitions.membership import MemberView, encode_heartbeat, encode_leave
 from queue_worker.partitions.queue import PartitionedQueue, resolve_partitions

@@ -9,7 +9,7 @@ from pathlib import Path
 from queue_worker.producer import Queue
 from queue_worker.protocol.clock import now_us
 from queue_worker.protocol.records import Claim, Done, Fail, encode
-from queue_worker.worker.topics import open_topics
+from queue_worker.topics import open_topics
 from supervisor.run.monitor import Monitor
 
 A, B = "w0-100-aaaa", "w1-200-bbbb"

@@ -14,7 +14,7 @@ from pathlib import Path
 import msgpack
 
 from queue_worker.protocol.records import Claim, Done
-from queue_worker.worker.topics import open_topics
+from queue_worker.topics import open_topics
 from supervisor.run.monitor import DEATHS_KEPT, HISTORY_SECONDS, MICROS
 from tests.test_end_states import S, append_claims, caught_up, now_us, publish
 

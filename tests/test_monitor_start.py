@@ -16,9 +16,9 @@ from logstore import IdentityError
 from queue_worker.history.checkpoint import CHECKPOINT_NAME
 from queue_worker.producer import Queue
 from queue_worker.protocol.records import Done, decode_claims
+from queue_worker.topics import open_topics
 from queue_worker.worker.config import WorkerConfig
 from queue_worker.worker.loop import Worker
-from queue_worker.worker.topics import open_topics
 from supervisor.run.fold_begin import CLOCK_MARGIN_US, begin_from_checkpoint
 from supervisor.run.monitor import Monitor
 from tests.helpers import log_end

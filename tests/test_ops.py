@@ -10,7 +10,7 @@ import msgpack
 import pytest
 
 from queue_worker.names import worker_label
-from queue_worker.protocol.ops import (
+from queue_worker.ops import (
     DEATH,
     KILL,
     PAUSE,

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from queue_worker.names import worker_label
-from queue_worker.partitions.layout import partition_location
+from queue_worker.partition_layout import partition_location
 from queue_worker.proof.report import read_claims
 from queue_worker.protocol.records import Unknown
 from tests.helpers import wait_until

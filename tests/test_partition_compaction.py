@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from queue_worker.history.settled import Retention
-from queue_worker.partitions.layout import partition_location
+from queue_worker.compaction.settled import Retention
+from queue_worker.partition_layout import partition_location
 from queue_worker.partitions.queue import resolve_partitions
-from queue_worker.worker.topics import open_topics
+from queue_worker.topics import open_topics
 from supervisor.partitioned.members import MemberSupervisor
 from supervisor.partitioned.run import PartitionedSupervisor
 from supervisor.run.supervisor import SupervisorOptions

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from queue_worker.partitions.layout import PartitionError, read_manifest
+from queue_worker.partition_layout import PartitionError, read_manifest
 from queue_worker.partitions.queue import PartitionedQueue, resolve_partitions
 from queue_worker.producer import Queue
 from tests.attacks.partition_damage import tree_fingerprint

@@ -22,12 +22,12 @@ from queue_worker.partitions.queue import resolve_partitions
 from queue_worker.worker.snapshot import parse_snapshot
 from supervisor.http_api import StatsServer
 from supervisor.partitioned.names import tagged
-from supervisor.partitioned.panel import partition_section
 from supervisor.partitioned.run import PartitionedSupervisor
 from supervisor.partitioned.view import PartitionedView, merge_alike
 from supervisor.run.model import Event, Orphan, QueueView, SupervisorSnapshot, WorkerView
 from supervisor.run.supervisor import SupervisorOptions
 from supervisor.tui.dashboard import full_screen
+from supervisor.tui.partition_panel import partition_section
 from supervisor.tui.worker_table import worker_table
 from tests.helpers import wait_until
 from tests.test_cli import qw, start_up

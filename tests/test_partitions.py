@@ -14,7 +14,7 @@ import psutil
 import pytest
 
 from logstore import IdentityError, LogError
-from queue_worker.partitions.layout import (
+from queue_worker.partition_layout import (
     Manifest,
     PartitionError,
     TaskRef,

@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 from logstore import MemoryLog
 from queue_worker.protocol.records import TaskRecord, encode
 from queue_worker.protocol.state import ClaimState
+from queue_worker.topics import TaskIndex
 from queue_worker.worker.pick import SPREAD_GRACE_US, FreshTasks, Picker
-from queue_worker.worker.topics import TaskIndex
 
 
 def picker(strategy: str, slots: int) -> Picker:

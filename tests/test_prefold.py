@@ -20,20 +20,20 @@ from typing import Any
 import pytest
 
 from logstore.file.log import FileLog
+from queue_worker.compaction.files import compact
 from queue_worker.history.checkpoint import save_checkpoint
-from queue_worker.history.compaction import compact
 from queue_worker.protocol.records import Claim, Done, TaskRecord, decode_claims, encode
 from queue_worker.protocol.state import ClaimState
-from queue_worker.worker.config import WorkerConfig
-from queue_worker.worker.inherited import Prefold
-from queue_worker.worker.loop import Worker
-from queue_worker.worker.topics import (
+from queue_worker.topics import (
     CLAIMS_TOPIC,
     ClaimsFollower,
     TaskIndex,
     open_topic,
     open_topics,
 )
+from queue_worker.worker.config import WorkerConfig
+from queue_worker.worker.inherited import Prefold
+from queue_worker.worker.loop import Worker
 from supervisor.run import prefold
 from supervisor.run.forked import ForkedWorker, stop_server
 from tests.helpers import wait_until

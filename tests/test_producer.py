@@ -14,7 +14,7 @@ import pytest
 from logstore import Log, MemoryLog, open_log
 from queue_worker.producer import Queue
 from queue_worker.protocol.records import RecordEncodeError, TaskRecord, decode_task
-from queue_worker.worker.topics import TASKS_TOPIC
+from queue_worker.topics import TASKS_TOPIC
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -146,7 +146,7 @@ def long_queue_with_checkpoint(data: Path, tasks: int) -> None:
     """`tasks` tasks in one batch, and a checkpoint of the fold of them (as a worker saves
     it), then 3 tasks more after it."""
     from queue_worker.history.checkpoint import save_checkpoint
-    from queue_worker.worker.topics import ClaimsFollower, TaskIndex, open_topics
+    from queue_worker.topics import ClaimsFollower, TaskIndex, open_topics
 
     with Queue(data, fsync="none") as queue:
         queue.enqueue_many([{"n": i} for i in range(tasks)])

@@ -22,12 +22,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from logstore import CorruptLogError, Log, LogError
+from queue_worker.compaction.files import compact
+from queue_worker.compaction.settled import Retention
 from queue_worker.history.checkpoint import CHECKPOINT_NAME
-from queue_worker.history.compaction import compact
-from queue_worker.history.settled import Retention
 from queue_worker.producer import Queue
 from queue_worker.protocol.records import Claim, Done, Fail, Renew, Unknown, decode_task, encode
-from queue_worker.worker.topics import open_topics
+from queue_worker.topics import open_topics
 from supervisor.cli.queue_counts import QueueCounts, queue_counts, sum_counts
 from supervisor.run.monitor import Monitor
 from tests.test_compaction import make_queue

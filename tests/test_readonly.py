@@ -160,7 +160,7 @@ def test_a_dir_naming_a_plain_file_is_one_line(tmp_path: Path, args: list[str]) 
 def test_a_read_only_open_never_creates_the_lock_or_sync_files(
     drained: Path, tmp_path: Path
 ) -> None:
-    from queue_worker.worker.topics import open_topics
+    from queue_worker.topics import open_topics
 
     archive = tmp_path / "archive"
     archive.mkdir()

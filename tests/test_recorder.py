@@ -12,9 +12,9 @@ import pytest
 from logstore import AppendError, LogError, MemoryLog
 from queue_worker.protocol.records import Claim, Done, TaskRecord, encode
 from queue_worker.protocol.state import Lease, Verdict
+from queue_worker.topics import ClaimsFollower, TaskIndex
 from queue_worker.worker.recorder import StatsRecorder
 from queue_worker.worker.stats import WorkerStats, read_snapshot
-from queue_worker.worker.topics import ClaimsFollower, TaskIndex
 
 OFFSET_US = 2_000_000  # the fold's clock runs 2 s ahead of ours in these tests
 

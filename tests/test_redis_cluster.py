@@ -20,7 +20,7 @@ from urllib.parse import parse_qsl, urlsplit
 import pytest
 
 from logstore import LogError
-from queue_worker.partitions.layout import partition_location
+from queue_worker.partition_layout import partition_location
 from queue_worker.partitions.queue import resolve_partitions
 from queue_worker.proof.report import read_claims
 from queue_worker.protocol.state import ClaimState

@@ -40,16 +40,16 @@ from queue_worker.protocol.clock import now_us, seconds_to_us
 from queue_worker.protocol.records import Claim, ClaimsRecord, Done, decode_claims, encode
 from queue_worker.protocol.state import Outcome, Verdict
 from queue_worker.redis.server_verdicts import ServerVerdicts
-from queue_worker.worker.config import WorkerConfig
-from queue_worker.worker.handlers import TaskContext
-from queue_worker.worker.loop import StepKind, StepResult, Worker
-from queue_worker.worker.stats import read_all
-from queue_worker.worker.topics import (
+from queue_worker.topics import (
     CLAIMS_TOPIC,
     TASKS_TOPIC,
     ClaimsFollower,
     decode_claims_entry,
 )
+from queue_worker.worker.config import WorkerConfig
+from queue_worker.worker.handlers import TaskContext
+from queue_worker.worker.loop import StepKind, StepResult, Worker
+from queue_worker.worker.stats import read_all
 from supervisor.cli.app import main
 from supervisor.demos.fleet import ClaimsTail
 from supervisor.demos.skew import OffsetClock

@@ -17,7 +17,7 @@ from logstore.redis.log import RedisLog
 from queue_worker.producer import Queue
 from queue_worker.protocol.records import Claim, encode
 from queue_worker.redis.server_claim import ServerClaims
-from queue_worker.worker.topics import open_topics
+from queue_worker.topics import open_topics
 from tests.helpers import wait_until
 
 QW = [sys.executable, "-m", "supervisor.cli.app"]

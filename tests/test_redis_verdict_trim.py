@@ -1,5 +1,5 @@
 """Compaction with server verdicts: the done tasks' fields of the verdicts' state go in the
-step that trims the claims stream (queue_worker.redis.verdict_trim), a kill -9 at every step
+step that trims the claims stream (queue_worker.compaction.verdict_trim), a kill -9 at every step
 leaves the server's verdicts and the fold in agreement, and the verdicts do not change."""
 
 from __future__ import annotations
@@ -14,15 +14,15 @@ import pytest
 import redis
 
 from logstore.redis.log import RedisLog
-from queue_worker.history.compaction import STEPS, STOP_ENV
-from queue_worker.history.settled import Retention
+from queue_worker.compaction.files import STEPS, STOP_ENV
+from queue_worker.compaction.redis_streams import compact_redis
+from queue_worker.compaction.settled import Retention
+from queue_worker.proof.verdict_check import check_location
 from queue_worker.protocol.records import Claim, Done, Fail, TaskRecord, encode
 from queue_worker.protocol.state import Verdict
-from queue_worker.redis.compaction import compact_redis
 from queue_worker.redis.server_claim import ServerClaims
 from queue_worker.redis.server_verdicts import ServerVerdicts, state_key
-from queue_worker.redis.verdict_check import check_location
-from queue_worker.worker.topics import open_topics
+from queue_worker.topics import open_topics
 
 pytestmark = pytest.mark.redis
 

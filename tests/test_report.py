@@ -28,9 +28,9 @@ from queue_worker.proof.report import (
     load_report,
 )
 from queue_worker.protocol.records import Claim, ClaimsRecord, Done, Fail, Renew, Unknown
-from queue_worker.worker.topics import MALFORMED
+from queue_worker.topics import MALFORMED
 from supervisor.cli.report_commands import register
-from supervisor.cli.report_text import render_report
+from supervisor.report_text import render_report
 
 LEASE = 1_000  # µs: every scripted claim's lease unless a test says otherwise
 

@@ -12,12 +12,12 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from logstore.redis.log import RedisLog
+from queue_worker.proof.verdict_check import check_log
 from queue_worker.protocol.records import Done, Fail, TaskRecord, Unknown, decode_task, encode
 from queue_worker.protocol.state import ClaimState, Verdict
 from queue_worker.redis.server_claim import ServerClaims
 from queue_worker.redis.server_verdicts import fold_view
-from queue_worker.redis.verdict_check import check_log
-from queue_worker.worker.topics import decode_claims_entry, open_topics
+from queue_worker.topics import decode_claims_entry, open_topics
 
 pytestmark = pytest.mark.redis
 

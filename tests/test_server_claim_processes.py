@@ -14,7 +14,7 @@ import pytest
 import redis
 
 from logstore.redis.log import RedisLog
-from queue_worker.partitions.layout import partition_location
+from queue_worker.partition_layout import partition_location
 from queue_worker.producer import Queue
 from queue_worker.redis.server_verdicts import state_key
 from queue_worker.worker.stats import read_all

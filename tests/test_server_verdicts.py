@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from logstore import IdentityError, LogError
 from logstore.redis.log import RedisLog
+from queue_worker.compaction.verdict_trim import trim_claims
 from queue_worker.protocol.records import Claim, Done, Fail, Renew
 from queue_worker.protocol.state import ClaimState, Verdict
 from queue_worker.redis.server_verdicts import (
@@ -23,8 +24,7 @@ from queue_worker.redis.server_verdicts import (
     server_view,
     state_key,
 )
-from queue_worker.redis.verdict_trim import trim_claims
-from queue_worker.worker.topics import decode_claims_entry
+from queue_worker.topics import decode_claims_entry
 from tests.helpers import lose_first_script_reply
 
 pytestmark = pytest.mark.redis
@@ -49,8 +49,8 @@ acting = st.tuples(
     st.sampled_from(LEASES),
     st.sampled_from(BACKOFFS),
 )
-# compaction's step on the state (queue_worker.redis.verdict_trim): the done tasks' fields below
-# the fold's watermark dropped, the state's ~below moved up to it
+# compaction's step on the state (queue_worker.compaction.verdict_trim): the done tasks'
+# fields below the fold's watermark dropped, the state's ~below moved up to it
 trim_op = st.just(("T",))
 histories = st.lists(st.one_of(claims_op, acting, trim_op), min_size=1, max_size=40)
 

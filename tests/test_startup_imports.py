@@ -106,7 +106,7 @@ UNUSED_BY_READERS = ["ctypes"]
             [
                 "supervisor.run.monitor",
                 "supervisor.run.model",
-                "supervisor.partitioned.status",  # (a queue of one partition)
+                "supervisor.cli.partition_status",  # (a queue of one partition)
                 "queue_worker.worker.snapshot",
             ],
         ),
@@ -124,7 +124,7 @@ def test_the_qw_script_runs_the_small_commands_on_what_they_use(
 ) -> None:
     # The readers of the logs do without the report's replay and, on logs never compacted,
     # without the checkpoint's modules. `qw why` piped prints its table without rich
-    # (supervisor.cli.story_text).
+    # (supervisor.story_text).
     probe = (
         "import sys\n"
         "from supervisor.cli.entry import main\n"

@@ -21,12 +21,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from logstore import CorruptLogError
+from queue_worker.compaction.files import compact
+from queue_worker.compaction.settled import Retention
 from queue_worker.history.checkpoint import CHECKPOINT_NAME, FORMAT, VERSION, restore_checkpoint
 from queue_worker.history.checkpoint import save_checkpoint as save
-from queue_worker.history.compaction import compact
-from queue_worker.history.settled import Retention
 from queue_worker.protocol.records import Claim, Fail, encode
-from queue_worker.worker.topics import open_topics
+from queue_worker.topics import open_topics
 from tests.test_checkpoint import append_tasks, replay, topics
 from tests.test_compaction import make_queue
 from tests.test_queue_counts import (

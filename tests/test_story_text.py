@@ -1,4 +1,4 @@
-"""`qw why` piped prints its story without rich (supervisor.cli.story_text): exactly what rich
+"""`qw why` piped prints its story without rich (supervisor.story_text): exactly what rich
 prints for the same story, or nothing (and rich renders it)."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from hypothesis import strategies as st
 from rich.console import Console
 
 from queue_worker.proof.explain import Step, TaskStory
-from supervisor.cli.console import PLAIN_WIDTH
-from supervisor.cli.report_text import render_story
-from supervisor.cli.story_text import PLAIN_WIDTH as STORY_PLAIN_WIDTH
-from supervisor.cli.story_text import plain_story
+from supervisor.console import PLAIN_WIDTH
+from supervisor.report_text import render_story
+from supervisor.story_text import PLAIN_WIDTH as STORY_PLAIN_WIDTH
+from supervisor.story_text import plain_story
 
 KINDS = ("TASK", "CLAIM", "RENEW", "DONE", "FAIL", "OP")
 # one-column ASCII, the separator of worker labels, markup and emoji material (`[`, `:`),
@@ -62,7 +62,7 @@ stories = st.one_of(
 
 
 def _rich(story: TaskStory, name: str | None) -> str:
-    out = io.StringIO()  # not a terminal: the plain console supervisor.cli.console makes
+    out = io.StringIO()  # not a terminal: the plain console supervisor.console makes
     console = Console(highlight=False, width=PLAIN_WIDTH, soft_wrap=True, file=out)
     assert not console.is_terminal
     console.print(render_story(story, plain=True, name=name))

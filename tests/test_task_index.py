@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
-import queue_worker.worker.topics as topics
+import queue_worker.topics as topics
 from logstore import Entry, MemoryLog
 from queue_worker.producer import Queue
-from queue_worker.worker.topics import KEEP_MAX_BYTES, TaskIndex
+from queue_worker.topics import KEEP_MAX_BYTES, TaskIndex
 
 
 class CountingLog(MemoryLog):

@@ -20,14 +20,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import queue_worker.worker.topics as topics
+import queue_worker.topics as topics
 from logstore import MemoryLog
 from queue_worker.history.checkpoint import CHECKPOINT_NAME, CheckpointRefused, restore_checkpoint
 from queue_worker.producer import Queue
 from queue_worker.protocol.records import RecordDecodeError, TaskRecord, encode
+from queue_worker.topics import TaskIndex, TaskSettledError, open_topics
 from queue_worker.worker.config import WorkerConfig
 from queue_worker.worker.loop import Worker
-from queue_worker.worker.topics import TaskIndex, TaskSettledError, open_topics
 
 UNKNOWN_TYPE: bytes = msgpack.packb([1, "X", "from a newer writer"])
 GARBAGE = b"\xc1 not msgpack"

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from queue_worker.protocol.ops import KILL, PAUSE, RESUME, OpRecord
+from queue_worker.ops import KILL, PAUSE, RESUME, OpRecord
 from queue_worker.protocol.records import Claim, ClaimsRecord, Done, Renew
 from supervisor.timeline.model import DONE, HELD, LOST, STALE, TAKEN_OVER, build_model
 from supervisor.timeline.page import render_page

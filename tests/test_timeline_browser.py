@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from queue_worker.ops import read_ops
 from queue_worker.proof.report import load_report
-from queue_worker.protocol.ops import read_ops
 from supervisor.timeline.svg import dom_id
 
 

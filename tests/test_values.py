@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from queue_worker.values import json_value, value_text
-from supervisor.cli.report_text import positions_note
+from supervisor.report_text import positions_note
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,5 @@
 """`qw report` re-folds a Redis claims stream written with server verdicts and compares every
-task with the server's state (queue_worker.redis.verdict_check): agreement passes, any difference
+task with the server's state (queue_worker.proof.verdict_check): agreement passes, any difference
 is named, loudly, with a non-zero exit."""
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ import pytest
 import redis
 
 from logstore.redis.log import RedisLog
+from queue_worker.proof.verdict_check import check_log
 from queue_worker.protocol.records import Claim, Done, Fail, TaskRecord, encode
 from queue_worker.redis.server_verdicts import ServerVerdicts, index_key, state_key
-from queue_worker.redis.verdict_check import check_log
-from queue_worker.worker.topics import open_topics
+from queue_worker.topics import open_topics
 
 pytestmark = pytest.mark.redis
 

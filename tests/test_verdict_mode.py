@@ -16,11 +16,11 @@ import redis
 
 from logstore.redis.log import RedisLog
 from logstore.redis.verdict_mode import VerdictModeError, mode_key
-from queue_worker.partitions.layout import partition_location
+from queue_worker.partition_layout import partition_location
 from queue_worker.producer import Queue
 from queue_worker.redis.server_verdicts import THROUGH, state_key
+from queue_worker.topics import CLAIMS_TOPIC, TASKS_TOPIC, TOPICS
 from queue_worker.worker.stats import read_all
-from queue_worker.worker.topics import CLAIMS_TOPIC, TASKS_TOPIC, TOPICS
 from tests.test_redis_e2e import queue_url, qw
 
 pytestmark = pytest.mark.redis

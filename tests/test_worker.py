@@ -28,6 +28,12 @@ from queue_worker.protocol.records import (
     encode,
 )
 from queue_worker.protocol.state import ClaimState, Outcome, Verdict
+from queue_worker.topics import (
+    ClaimsFollower,
+    decode_claims_entry,
+    on_server_clock,
+    open_topics,
+)
 from queue_worker.worker.config import WorkerConfig
 from queue_worker.worker.handlers import TaskContext
 from queue_worker.worker.loop import StepKind, StepResult, Worker
@@ -37,12 +43,6 @@ from queue_worker.worker.pick import (
     pick_random,
     pick_spread,
     pick_task,
-)
-from queue_worker.worker.topics import (
-    ClaimsFollower,
-    decode_claims_entry,
-    on_server_clock,
-    open_topics,
 )
 from tests.helpers import RacingLog, wait_until
 

@@ -20,11 +20,11 @@ from logstore import open_log
 from queue_worker.producer import Queue
 from queue_worker.protocol.records import Claim, Done
 from queue_worker.protocol.state import ClaimState, Verdict
+from queue_worker.topics import CLAIMS_TOPIC, ClaimsFollower
 from queue_worker.worker.config import WorkerConfig
 from queue_worker.worker.fleet import WorkerProcesses as Fleet
 from queue_worker.worker.process import EXIT_OK, EXIT_ORPHANED, EXIT_TERMINATED
 from queue_worker.worker.stats import read_all
-from queue_worker.worker.topics import CLAIMS_TOPIC, ClaimsFollower
 from tests.helpers import wait_until
 
 REPO = Path(__file__).resolve().parent.parent

@@ -982,7 +982,7 @@ class FileLog(FileReads, Log):
 
     def drop_segments(self, upto: int) -> list[tuple[int, int]]:
         """Remove every sealed segment that ends at or before position `upto`, oldest first,
-        and return their (base, end). Compaction's last step (`queue_worker.history.compaction`):
+        and return their (base, end). Compaction's last step (`queue_worker.compaction.files`):
         the caller has made sure that what they hold is settled and covered by a durable
         checkpoint. Readers of a removed position get PositionCompactedError."""
         if self.read_only:

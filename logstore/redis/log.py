@@ -107,7 +107,7 @@ and the identity key (``qw:queue``, checked by every script: ``QUEUE_LUA``; at o
 the verdict mode ``qw:queue:verdicts``): they must share a slot, which
 a hash tag in ``prefix`` gives them (``prefix={p3}``: the keys ``{p3}:qw:claims``,
 ``{p3}:qw:claims:w:…`` and ``{p3}:qw:queue`` hash on ``p3`` alone). A partitioned queue
-(`queue_worker.partitions.layout`) gives each partition such a prefix. A cluster has database 0
+(`queue_worker.partition_layout`) gives each partition such a prefix. A cluster has database 0
 only. While a node is down, the calls for its slots are retried as connection errors are.
 """
 

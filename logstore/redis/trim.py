@@ -1,6 +1,6 @@
 """Retention on the Redis log: where a trimmed stream starts, and the trim itself.
 
-Compaction (`queue_worker.redis.compaction`) removes settled history from the front of a
+Compaction (`queue_worker.compaction.redis_streams`) removes settled history from the front of a
 stream with ``XTRIM <stream> MINID <id>``. A reader whose position lies before the trimmed
 point must not silently skip what went (its fold would miss DONE records and run tasks
 again): it gets `PositionCompactedError`, as on the file log, and restarts from the fold
@@ -32,7 +32,7 @@ from logstore.redis.log import COUNTS_LUA, TRIMMED_LUA, RedisLog, format_id, unp
 # (never back), trims the stream to it and counts what went, in one step; `removed` is the
 # count of entries removed. A stream an older qw trimmed has a start and no count: what it
 # lacks then is taken as that qw's trims. A script that trims more in the same step (the
-# server verdicts' state: queue_worker.redis.verdict_trim) goes on from here.
+# server verdicts' state: queue_worker.compaction.verdict_trim) goes on from here.
 TRIM_TO_START_LUA: Final = (
     TRIMMED_LUA
     + COUNTS_LUA

@@ -8,7 +8,7 @@ supervisor's monitor and `qw status` begin from it as well (`supervisor.run.fold
 FAILs accepted included, and a producer counts the tasks from its index (`tasks_counted`).
 
 The file: ``<data directory>/fold.checkpoint``; on Redis the same bytes in the key
-``qw:fold.checkpoint`` beside the streams (`queue_worker.redis.checkpoint`: written by
+``qw:fold.checkpoint`` beside the streams (`queue_worker.history.redis_checkpoint`: written by
 compaction only, and there a "segment" is a trimmed run of a stream's entries). One msgpack
 map::
 
@@ -71,7 +71,7 @@ lists every segment removed, and either restores the queue. A damaged current on
 refused naming `qw compact --recover`, which puts the previous one back
 (`recover_checkpoint`). On Redis there is none: only compaction writes the key.
 
-Compaction (`queue_worker.history.compaction`) removes settled segments from the front of the logs,
+Compaction (`queue_worker.compaction.files`) removes settled segments from the front of the logs,
 and the checkpoint is then the only record of what they held. So a log's map says where
 the covered records still retained begin (`start`: the log's start when nothing was
 removed), and lists the removed segments in order (`compacted`, from `origin`, the log's
@@ -115,7 +115,7 @@ from logstore.file.segments import sync_directory
 from logstore.locking import maintenance_lock
 from queue_worker.errors import QwError
 from queue_worker.protocol.state import ClaimSnapshot, ClaimState, Lease, OpenTask
-from queue_worker.worker.topics import ClaimsFollower, TaskIndex, TaskIndexSnapshot
+from queue_worker.topics import ClaimsFollower, TaskIndex, TaskIndexSnapshot
 
 CHECKPOINT_NAME: Final = "fold.checkpoint"
 #: the last checkpoint that opened whole, kept beside the current one (module docstring)
@@ -160,7 +160,7 @@ def chain_of(removed: Sequence[Removed]) -> int:
 
 
 #: where a checkpoint lives: a data directory, or a Redis URL (a str: a Path would mangle
-#: its "//"), whose checkpoint is a key beside the streams (`queue_worker.redis.checkpoint`)
+#: its "//"), whose checkpoint is a key beside the streams (`queue_worker.history.redis_checkpoint`)
 Location = Path | str
 
 
@@ -171,7 +171,7 @@ def _on_redis(location: Location) -> bool:
 def checkpoint_name(location: Location) -> str:
     """The checkpoint of `location` as messages name it: its file, or its Redis key."""
     if _on_redis(location):
-        from queue_worker.redis import checkpoint as redis_checkpoint
+        from queue_worker.history import redis_checkpoint
 
         return redis_checkpoint.name_of(str(location))
     return str(Path(location) / CHECKPOINT_NAME)
@@ -181,7 +181,7 @@ def _read_checkpoint(location: Location) -> bytes:
     """The checkpoint's bytes: FileNotFoundError when there is none, OSError when it
     cannot be read."""
     if _on_redis(location):
-        from queue_worker.redis import checkpoint as redis_checkpoint
+        from queue_worker.history import redis_checkpoint
 
         data = redis_checkpoint.read(str(location))
         if data is None:
@@ -194,7 +194,7 @@ def checkpoint_exists(location: Location) -> bool:
     """Whether `location` has a checkpoint (of any content; nothing of it is read). OSError
     when it cannot tell."""
     if _on_redis(location):
-        from queue_worker.redis import checkpoint as redis_checkpoint
+        from queue_worker.history import redis_checkpoint
 
         return redis_checkpoint.exists(str(location))
     return (Path(location) / CHECKPOINT_NAME).exists()
@@ -206,7 +206,7 @@ def checkpoint_lock(directory: Location, *, wait: bool = True) -> Iterator[None]
     `wait=False`: CheckpointError at once when another holds it (a worker's save does not
     wait for a compaction, which takes seconds: it saves next time)."""
     if _on_redis(directory):
-        from queue_worker.redis import checkpoint as redis_checkpoint
+        from queue_worker.history import redis_checkpoint
 
         try:
             with redis_checkpoint.lock(str(directory), wait=wait):
@@ -316,7 +316,7 @@ def save_checkpoint(
         raise CheckpointError(f"cannot take a checkpoint: {e}") from e
     try:
         if _on_redis(directory):
-            from queue_worker.redis import checkpoint as redis_checkpoint
+            from queue_worker.history import redis_checkpoint
 
             redis_checkpoint.write(str(directory), data)  # (durable: see its docstring)
         else:

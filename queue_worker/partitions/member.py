@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Final
 
 from logstore import LogError
-from queue_worker.partitions.layout import Manifest, partition_location, read_manifest
+from queue_worker.partition_layout import Manifest, partition_location, read_manifest
 from queue_worker.partitions.members_trim import TRIM_EVERY, trim_members_at
 from queue_worker.partitions.membership import (
     MemberView,

@@ -11,7 +11,7 @@ are (Rule 7): a member is alive when its last HEARTBEAT's ``at + lease`` is late
 newest record's time and it has not left. On Redis every record's time is the server's
 (`Entry.server_time_us`), so hosts with skewed clocks agree. The view is a pure function
 of the log prefix, so every member that has read the same records computes the same
-assignment (`queue_worker.partitions.layout.assign`) — no coordinator, no vote.
+assignment (`queue_worker.partition_layout.assign`) — no coordinator, no vote.
 
 Members that have read different prefixes may briefly disagree: a partition worked by two
 members for a moment, or by none. Neither is unsafe — the partition's own claims fold
@@ -34,7 +34,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import msgpack
 
 from logstore import Entry, Log, PositionCompactedError, is_redis_url, open_log
-from queue_worker.partitions.layout import assign
+from queue_worker.partition_layout import assign
 
 MEMBERS_TOPIC: Final = "members"
 SCHEMA: Final = 1

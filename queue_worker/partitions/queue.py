@@ -23,7 +23,7 @@ from logstore import Durability, LogError, is_redis_url, open_log
 from logstore.blob import create_blob
 from logstore.location import shown
 from logstore.locking import directory_lock
-from queue_worker.partitions.layout import (
+from queue_worker.partition_layout import (
     MANIFEST_NAME,
     MAX_PARTITIONS,
     Manifest,
@@ -34,7 +34,7 @@ from queue_worker.partitions.layout import (
     read_manifest,
 )
 from queue_worker.producer import Queue, check_payloads
-from queue_worker.worker.topics import TASKS_TOPIC, TOPICS
+from queue_worker.topics import TASKS_TOPIC, TOPICS
 
 if TYPE_CHECKING:
     import random

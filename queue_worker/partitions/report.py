@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from logstore import LogError
-from queue_worker.partitions.layout import Manifest, TaskRef
+from queue_worker.partition_layout import Manifest, TaskRef
 from queue_worker.partitions.queue import open_partition_topic
 from queue_worker.proof.report import (
     EXIT_OK,

@@ -17,8 +17,8 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
 from queue_worker.names import printable, worker_label
+from queue_worker.ops import DEATH, OpRecord, held_by
 from queue_worker.protocol.clock_jumps import ClockWatch
-from queue_worker.protocol.ops import DEATH, OpRecord, held_by
 from queue_worker.protocol.records import (
     Claim,
     ClaimsRecord,

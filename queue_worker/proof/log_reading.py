@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from logstore import Log, is_redis_url, open_log
 from queue_worker.errors import QwError
-from queue_worker.partitions.layout import one_partition_text
+from queue_worker.partition_layout import one_partition_text
 from queue_worker.protocol.records import (
     MAX_TASK_ID,
     RecordDecodeError,
@@ -22,7 +22,7 @@ from queue_worker.protocol.records import (
     Unknown,
     decode_task,
 )
-from queue_worker.worker.topics import (
+from queue_worker.topics import (
     CLAIMS_TOPIC,
     MALFORMED,
     READ_BATCH,
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from logstore.file.framing import SpanLoop, SpanResult
     from logstore.file.log import Verified
     from queue_worker.history.checkpoint import Location
-    from queue_worker.proof.prefix import Prefix
+    from queue_worker.history.prefix import Prefix
     from queue_worker.protocol.records import ClaimsRecord
     from queue_worker.protocol.state import ClaimSnapshot
 
@@ -339,7 +339,7 @@ def prefix_state(location: str | Path) -> ClaimSnapshot | None:
 
 
 def compacted_prefix(location: str | Path) -> tuple[Prefix, int, int, int] | None:
-    """For logs compacted by `qw compact` (queue_worker.history.compaction): the prefix the
+    """For logs compacted by `qw compact` (queue_worker.compaction.files): the prefix the
     checkpoint keeps, where the retained claims and tasks records start, and how many
     segments were removed; None for logs that still hold every record. ReportInputError
     when the removed history is not accounted for (no usable checkpoint, a broken digest
@@ -362,7 +362,7 @@ def compacted_prefix(location: str | Path) -> tuple[Prefix, int, int, int] | Non
             removed_segments,
             restore_checkpoint,
         )
-        from queue_worker.proof.prefix import Prefix
+        from queue_worker.history.prefix import Prefix
 
         try:
             restore_checkpoint(directory, tasks_log, claims_log)  # identity, chain, CRCs

@@ -27,7 +27,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from logstore.base import LogError
+from queue_worker.history.prefix import COUNTERS as PREFIX_COUNTERS
+from queue_worker.history.prefix import Prefix
 from queue_worker.names import worker_label
+from queue_worker.percentile import nearest_rank
 from queue_worker.proof.checker import QueueChecker, QueueChecks
 from queue_worker.proof.log_reading import (  # re-exported: the readers of the logs live there
     ReportInputError,
@@ -41,8 +44,6 @@ from queue_worker.proof.log_reading import (  # re-exported: the readers of the 
     read_task,
     verify_logs,
 )
-from queue_worker.proof.prefix import COUNTERS as PREFIX_COUNTERS
-from queue_worker.proof.prefix import Prefix
 from queue_worker.protocol.clock_jumps import ClockJump, ClockWatch
 from queue_worker.protocol.records import (
     Claim,
@@ -54,8 +55,7 @@ from queue_worker.protocol.records import (
 )
 from queue_worker.protocol.state import ClaimState, Lease, Outcome, Verdict
 from queue_worker.times import clock_text, duration_text, is_date
-from queue_worker.worker.stats import percentile
-from queue_worker.worker.topics import (
+from queue_worker.topics import (
     MALFORMED,
     open_topics,
 )
@@ -211,7 +211,7 @@ class Margin:
             return cls()
         ordered = sorted(values)
         late = sum(1 for v in ordered if v < 0)
-        return cls(len(ordered), ordered[0], percentile(ordered, 0.5), late)
+        return cls(len(ordered), ordered[0], nearest_rank(ordered, 0.5), late)
 
 
 @dataclass(frozen=True)
@@ -256,7 +256,7 @@ class Report:
     checks: QueueChecks = field(
         default_factory=QueueChecks
     )  # the total-queue classes (queue_worker.proof.checker)
-    # logs compacted: the removed history, taken from the checkpoint (queue_worker.proof.prefix);
+    # logs compacted: the removed history, taken from the checkpoint (queue_worker.history.prefix);
     # the counts above include it, the lists (takeovers, stale, dead) hold the retained part
     prefix: Prefix | None = None
     compacted_segments: int = 0  # segments compaction removed (both logs)
@@ -411,7 +411,7 @@ class _Replay:
 
     @classmethod
     def start_from(cls, prefix: Prefix) -> _Replay:
-        """A replay that continues from a compacted prefix (queue_worker.proof.prefix): its fold,
+        """A replay that continues from a compacted prefix (queue_worker.history.prefix): its fold,
         its counters, and what the checks need of the tasks still open at its end."""
         replay = cls(state=ClaimState.restore(prefix.state), prefix=prefix)
         for name in PREFIX_COUNTERS:

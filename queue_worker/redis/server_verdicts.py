@@ -22,7 +22,7 @@ a record's ``at`` is its entry's millisecond × 1000, a FAIL's retry_at keeps it
 from the writer's ``at``. A fencing token is the CLAIM's entry id (``ms-seq``) as a string:
 Lua's numbers are doubles, which hold times (< 2^53 µs until the year 2255) exactly, but not
 packed positions (~2^60). The writer sends the record's fields beside its bytes; the bytes
-are what every reader folds, and `queue_worker.redis.verdict_check` (run by ``qw report``)
+are what every reader folds, and `queue_worker.proof.verdict_check` (run by ``qw report``)
 re-folds them and compares every task's state with the server's: any difference is a bug,
 reported loudly.
 

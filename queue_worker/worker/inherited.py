@@ -34,7 +34,7 @@ from queue_worker.history.checkpoint import (
     checkpoint_name,
     restore_checkpoint,
 )
-from queue_worker.worker.topics import ClaimsFollower, TaskIndex, open_topics
+from queue_worker.topics import ClaimsFollower, TaskIndex, open_topics
 
 if TYPE_CHECKING:
     from logstore.identity import LogIdentity

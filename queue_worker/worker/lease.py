@@ -59,7 +59,7 @@ from logstore import (
 )
 from queue_worker.protocol.records import Claim, RecordDecodeError, Renew, encode
 from queue_worker.protocol.state import ClaimState, Lease, Outcome, Verdict
-from queue_worker.worker.topics import SETTLE_TIMEOUT_S, decode_claims_entry, read_through
+from queue_worker.topics import SETTLE_TIMEOUT_S, decode_claims_entry, read_through
 
 #: Errors after which a log handle cannot be used again: a lease keeper stops renewing (and
 #: cancels the handler), a worker exits. Other LogErrors (an append that did not land, a

@@ -24,7 +24,7 @@ second SIGTERM, and ignores SIGINT (the supervisor owns Ctrl-C).
 
 Clocks: records carry `at` from the injected `clock` (wall clock µs). On a backend that
 stamps records with its server's clock (Redis), the fold judges by that clock instead (see
-`queue_worker.worker.topics`), so the worker estimates its offset to the server from its own CLAIM
+`queue_worker.topics`), so the worker estimates its offset to the server from its own CLAIM
 and asks `claimable` on the server's clock.
 
 A log out of reach (a Redis server restarting, a network partition): a failed read or wait
@@ -80,6 +80,14 @@ from queue_worker.protocol.records import (
     error_text,
 )
 from queue_worker.protocol.state import Outcome, Verdict
+from queue_worker.topics import (
+    ClaimsFollower,
+    Settled,
+    TaskIndex,
+    check_tasks_cover,
+    on_server_clock,
+    open_topics,
+)
 from queue_worker.worker.config import WorkerConfig, default_host
 from queue_worker.worker.handlers import (
     HandlerOutcome,
@@ -96,14 +104,6 @@ from queue_worker.worker.pick import Picker
 from queue_worker.worker.recorder import StatsRecorder
 from queue_worker.worker.recovery import OutageRecovery
 from queue_worker.worker.stats import WorkerStats
-from queue_worker.worker.topics import (
-    ClaimsFollower,
-    Settled,
-    TaskIndex,
-    check_tasks_cover,
-    on_server_clock,
-    open_topics,
-)
 from queue_worker.worker.watchdog import TimeLimits
 
 if TYPE_CHECKING:  # redis is an optional extra: imported by `_server_claims` when used
@@ -217,7 +217,7 @@ class Worker:
         self._clock = clock
         self._rng = rng if rng is not None else random.Random()
         # A fold checkpoint belongs to the queue whose logs we open ourselves. On Redis only
-        # compaction writes one (queue_worker.redis.compaction): a worker reads it.
+        # compaction writes one (queue_worker.compaction.redis_streams): a worker reads it.
         checkpoints = tasks_log is None and claims_log is None
         on_redis = is_redis_url(config.location)
         if tasks_log is None or claims_log is None:

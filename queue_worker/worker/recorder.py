@@ -22,9 +22,9 @@ from pathlib import Path
 from logstore import AppendError, LogError
 from queue_worker.protocol.clock import us_to_seconds
 from queue_worker.protocol.state import Lease, Verdict
+from queue_worker.topics import ClaimsFollower, TaskIndex
 from queue_worker.worker.publisher import SnapshotPublisher
 from queue_worker.worker.stats import WorkerStats
-from queue_worker.worker.topics import ClaimsFollower, TaskIndex
 
 
 class StatsRecorder:

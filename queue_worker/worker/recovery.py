@@ -19,9 +19,9 @@ from collections.abc import Callable
 
 from logstore import Log, LogError, RecordTooLargeError
 from queue_worker.protocol.records import Claim, ClaimsRecord, Done, Fail
+from queue_worker.topics import READ_BATCH, ClaimsFollower, Settled, TaskIndex
 from queue_worker.worker.lease import FATAL_LOG_ERRORS
 from queue_worker.worker.recorder import StatsRecorder
-from queue_worker.worker.topics import READ_BATCH, ClaimsFollower, Settled, TaskIndex
 
 
 class OutageRecovery:

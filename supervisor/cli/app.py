@@ -19,15 +19,16 @@ from typing import TYPE_CHECKING, Annotated, Final
 
 import typer
 
-from queue_worker.history.settled import DEFAULT_RETENTION_BYTES, DEFAULT_RETENTION_S, Retention
-from queue_worker.partitions.layout import MAX_PARTITIONS
+from queue_worker.compaction.settled import DEFAULT_RETENTION_BYTES, DEFAULT_RETENTION_S, Retention
+from queue_worker.partition_layout import MAX_PARTITIONS
 from queue_worker.worker.config import DEFAULT_DRAIN_TIMEOUT_S, DEFAULT_LEASE_S
 from supervisor.cli import compact as compact_cli
 from supervisor.cli import inspect_commands as inspect_cli
 from supervisor.cli import option_parsers, small_commands
+from supervisor.cli import partitioned_commands as partitioned_cli
 from supervisor.cli import report_commands as report_cli
 from supervisor.cli.help_format import WholeHelpGroup
-from supervisor.cli.options import (
+from supervisor.options import (
     DEFAULT_DIR,
     FSYNCS,
     MAX_WORKERS,
@@ -43,7 +44,6 @@ from supervisor.cli.options import (
     shown,
     whole,
 )
-from supervisor.partitioned import cli as partitioned_cli
 from supervisor.timeline import cli as timeline_cli
 
 if TYPE_CHECKING:

@@ -1,7 +1,8 @@
 """`qw compact`, and the disk options it shares with `qw up` (--segment-bytes, --retention,
 --retention-bytes).
 
-Compaction itself is `queue_worker.history.compaction`; what may go, `queue_worker.history.settled`.
+Compaction itself is `queue_worker.compaction.files`; what may go,
+`queue_worker.compaction.settled`.
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ import typer
 from logstore import LogError, is_redis_url
 from logstore.file.segments import DEFAULT_SEGMENT_BYTES
 from logstore.location import shown
-from queue_worker.history.settled import DEFAULT_RETENTION_BYTES, DEFAULT_RETENTION_S, Retention
-from supervisor.cli.options import (
+from queue_worker.compaction.settled import DEFAULT_RETENTION_BYTES, DEFAULT_RETENTION_S, Retention
+from supervisor.options import (
     DEFAULT_DIR,
     DirOption,
     LogOption,
@@ -110,7 +111,7 @@ def compact_command(
     entries) whose tasks are all done or dead and that are older than --retention or beyond
     --retention-bytes. The fold checkpoint keeps what they held (which tasks are done, the
     report's totals) and a digest of each segment removed."""
-    from queue_worker.partitions.layout import PartitionError, partition_location, read_manifest
+    from queue_worker.partition_layout import PartitionError, partition_location, read_manifest
     from queue_worker.proof.report import has_logs
 
     location = location_of(directory, log)
@@ -151,8 +152,8 @@ def _recover(location: str, on_redis: bool) -> None:
 
 def _compact_one(location: str, retention: Retention, label: str) -> None:
     """Compact the one queue at `location` and say what went (`label` names a partition)."""
-    from queue_worker.history.compact_queue import compact_queue  # (not for `qw --help`)
-    from queue_worker.history.compaction import CompactionError
+    from queue_worker.compaction.compact_queue import compact_queue  # (not for `qw --help`)
+    from queue_worker.compaction.files import CompactionError
 
     on_redis = is_redis_url(location)
     try:

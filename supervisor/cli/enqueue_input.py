@@ -16,7 +16,7 @@ from typing import Any, Final
 
 from queue_worker.names import printable
 from queue_worker.protocol.records import RecordEncodeError, TaskRecord, encode
-from supervisor.cli.options import bad, fail
+from supervisor.options import bad, fail
 
 MAX_ENQUEUE: Final = 1_000_000
 MAX_ENQUEUE_BYTES: Final = 256 * 1024 * 1024
@@ -35,11 +35,6 @@ class Short(str):
 
 class PayloadError(ValueError):
     """Text that is not one acceptable JSON payload; the message says what is wrong."""
-
-
-def demo_payloads(first: int, count: int) -> list[dict[str, int]]:
-    """The demo tasks' payloads: {"n": first}, {"n": first + 1}, … (qw enqueue and qw up)."""
-    return [{"n": n} for n in range(first, first + count)]
 
 
 def depth(value: Any) -> int:

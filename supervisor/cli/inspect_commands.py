@@ -14,9 +14,10 @@ from typing import Annotated, Final
 import typer
 
 from logstore import LogError
-from queue_worker.worker.topics import CLAIMS_TOPIC, open_topic
+from queue_worker.topics import CLAIMS_TOPIC, open_topic
 from supervisor.cli import option_parsers, small_commands
-from supervisor.cli.options import (
+from supervisor.cli.record_lines import ClaimsPrinter, TasksPrinter
+from supervisor.options import (
     DEFAULT_DIR,
     TOPICS,
     DirOption,
@@ -28,7 +29,6 @@ from supervisor.cli.options import (
     require_logs,
     whole,
 )
-from supervisor.cli.record_lines import ClaimsPrinter, TasksPrinter
 
 # The monitor, the supervisor, the report and the run files are imported by the commands
 # that use them: importing them here would make every `qw` command (and `qw --help`) pay
@@ -91,7 +91,7 @@ def tail(
     claims log the verdict of each record (from a fold of the whole log). On a partitioned
     queue: every partition's, in time order, each line tagged p<k> (tasks named k:id)."""
     location = location_of(directory, log)
-    from supervisor.partitioned import tail as partition_tail
+    from supervisor.cli import partition_tail
 
     if partition_tail.tail(location, topic, lines, follow):  # every partition's, merged
         return

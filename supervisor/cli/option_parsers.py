@@ -6,8 +6,8 @@ from typing import Final
 
 from queue_worker.protocol.records import MAX_TASK_ID
 from supervisor.cli.enqueue_input import MAX_ENQUEUE
-from supervisor.cli.options import FSYNCS, one_of, whole
-from supervisor.partitioned.cli import task_parser
+from supervisor.cli.partitioned_commands import task_parser
+from supervisor.options import FSYNCS, one_of, whole
 
 #: `qw enqueue --count`
 ENQUEUE_COUNT: Final = whole("a number of tasks", 1, MAX_ENQUEUE)

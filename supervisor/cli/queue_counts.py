@@ -3,7 +3,7 @@ for the single queue and each partition of a partitioned one).
 
 The numbers are those of the supervisor's `supervisor.run.monitor.Monitor` after its
 `check_start` (`queue_view()`, `held_leases()`: tests/test_queue_counts.py compares them on
-the same logs), from the same fold (`queue_worker.worker.topics.ClaimsFollower`'s state: one by one
+the same logs), from the same fold (`queue_worker.topics.ClaimsFollower`'s state: one by one
 the records whose verdicts are counted, each FAIL and each DONE recent enough for the
 throughput, the runs between them in one `ClaimState.apply_all` each) and the same checks,
 without the monitor's event machinery and dataclass model, which were ~25 ms of the
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from logstore.file.framing import SpanLoop
     from logstore.file.log import FileLog
     from queue_worker.protocol.state import Lease
-    from queue_worker.worker.topics import ClaimsFollower
+    from queue_worker.topics import ClaimsFollower
 
 #: records read from a log at once (the monitor's batch)
 BATCH: Final = 20_000
@@ -75,7 +75,7 @@ def queue_counts(location: str) -> tuple[QueueCounts, Held]:
     died). Damage anywhere in either log raises (CorruptLogError); so does a claims log
     that closed a task the tasks log lacks (IdentityError)."""
     from logstore.base import Durability
-    from queue_worker.worker.topics import open_topics
+    from queue_worker.topics import open_topics
 
     tasks, claims = open_topics(location, Durability.NONE, read_only=True)
     try:
@@ -89,7 +89,7 @@ class _Reading:
     """One reading of a queue's two logs, as `Monitor.check_start` reads them."""
 
     def __init__(self, location: str, tasks: "Log", claims: "Log") -> None:
-        from queue_worker.worker.topics import ClaimsFollower
+        from queue_worker.topics import ClaimsFollower
 
         self.location, self.tasks, self.claims = location, tasks, claims
         self.tasks_pos = tasks.start
@@ -119,7 +119,7 @@ class _Reading:
 
     def counts(self) -> tuple[QueueCounts, Held]:
         from logstore.file.log import FileLog  # (imported by open_log for a file log)
-        from queue_worker.worker.topics import check_tasks_cover
+        from queue_worker.topics import check_tasks_cover
 
         starts = (self.tasks_pos, self.follower.next_position)
         for log, start in zip((self.tasks, self.claims), starts, strict=True):
@@ -166,7 +166,7 @@ class _Reading:
 
     def _read_tasks(self) -> int:
         from logstore.file.log import FileLog  # (imported by open_log for a file log)
-        from queue_worker.worker.topics import _TASK_PREFIX
+        from queue_worker.topics import _TASK_PREFIX
 
         if isinstance(self.tasks, FileLog):
             return self._read_task_span(self.tasks)
@@ -185,7 +185,7 @@ class _Reading:
         as for the claims): a TASK of this schema, which the count only needs to see, is
         None (no payload copied, no Entry built); any other record is its payload."""
         from queue_worker.proof.log_reading import task_frames_loop
-        from queue_worker.worker.topics import _TASK_PREFIX
+        from queue_worker.topics import _TASK_PREFIX
 
         if self.tasks_loop is None:
             self.tasks_loop = task_frames_loop(_TASK_PREFIX, None)
@@ -272,7 +272,7 @@ def _is_foreign(data: bytes) -> bool:
 
 def _log_bytes(location: str) -> int:
     from logstore.location import log_file
-    from queue_worker.worker.topics import CLAIMS_TOPIC, TASKS_TOPIC
+    from queue_worker.topics import CLAIMS_TOPIC, TASKS_TOPIC
 
     total = 0  # a Redis location has no files: 0
     for topic in (TASKS_TOPIC, CLAIMS_TOPIC):

@@ -19,8 +19,8 @@ from queue_worker.protocol.records import (
 )
 from queue_worker.protocol.state import Outcome, Verdict
 from queue_worker.times import clock_text, duration_text
+from queue_worker.topics import MALFORMED, ClaimsFollower
 from queue_worker.values import value_text
-from queue_worker.worker.topics import MALFORMED, ClaimsFollower
 
 
 class TasksPrinter:

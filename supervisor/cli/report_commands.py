@@ -1,7 +1,7 @@
 """The `qw report`, `qw why` and `qw demo …` commands (registered on the main app).
 
 The command bodies only read the logs, print, and exit with the report's code; the text is
-built by supervisor.cli.report_text (pure builders the demos use too). On a terminal the tables
+built by supervisor.report_text (pure builders the demos use too). On a terminal the tables
 are drawn and coloured; piped, they are plain aligned columns.
 """
 
@@ -16,9 +16,9 @@ import typer
 
 from logstore.location import is_redis_url, shown
 from supervisor.cli import option_parsers, small_commands
-from supervisor.cli.options import DirOption, LogOption, whole
+from supervisor.cli import partitioned_commands as partitioned_cli
 from supervisor.demos import demo_app
-from supervisor.partitioned import cli as partitioned_cli
+from supervisor.options import DirOption, LogOption, whole
 
 # What a command reads and prints with (the report, the rich tables) is imported when it
 # runs: `qw --help` and the other commands do not pay for it.
@@ -27,7 +27,7 @@ DEFAULT_DIR: Final = Path(".qw")
 #: the largest log position: every backend's positions fit in a signed 64-bit integer
 MAX_POSITION: Final = 2**63 - 1
 #: `qw report`: the server's verdicts (Redis) disagree with the fold
-# (queue_worker.redis.verdict_check)
+# (queue_worker.proof.verdict_check)
 EXIT_VERDICTS_DISAGREE: Final = 3
 #: `qw report`: a log lost records that nothing accounts for (logstore.LostHistoryError)
 EXIT_LOST_HISTORY: Final = 3
@@ -81,8 +81,8 @@ def report_command(
     """
     from logstore import LostHistoryError
     from queue_worker.proof.report import ReportInputError, load_report
-    from supervisor.cli.console import stdout_console
-    from supervisor.cli.report_text import render_report
+    from supervisor.console import stdout_console
+    from supervisor.report_text import render_report
 
     location = small_commands.report_location(directory, log)
     if at is None:
@@ -118,14 +118,14 @@ def report_command(
 
 def _server_verdicts_disagree(location: str, *, partitioned: bool = False) -> list[str]:
     """On Redis with server verdicts: where they disagree with the fold (a bug, said loudly
-    on stderr whatever the output format; see queue_worker.redis.verdict_check), in every
+    on stderr whatever the output format; see queue_worker.proof.verdict_check), in every
     partition of a partitioned queue."""
     if not is_redis_url(location):
         return []
-    from queue_worker.redis.verdict_check import check_location
+    from queue_worker.proof.verdict_check import check_location
 
     if partitioned:
-        from queue_worker.partitions.layout import partition_location
+        from queue_worker.partition_layout import partition_location
 
         manifest = partitioned_cli.manifest_at(location, create=False)
         count = manifest.count if manifest is not None else 0

@@ -16,7 +16,8 @@ from logstore import LogError, space_problem
 from logstore.location import is_redis_url, shown
 from queue_worker.names import printable, worker_label
 from queue_worker.protocol.records import Done
-from supervisor.cli.options import (
+from supervisor.cli import partitioned_commands as partitioned_cli
+from supervisor.options import (
     bad,
     check_log_url,
     fail,
@@ -24,7 +25,6 @@ from supervisor.cli.options import (
     location_of,
     require_logs,
 )
-from supervisor.partitioned import cli as partitioned_cli
 
 #: `qw status`: held tasks named one per line (--json lists them all)
 MAX_HELD_SHOWN: Final = 10
@@ -42,7 +42,7 @@ def status(directory: Path, log: str | None, as_json: bool) -> None:
     location = location_of(directory, log)
     manifest = partitioned_cli.manifest_at(location, create=False)
     if manifest is not None:  # a partitioned queue: each partition, and the sum
-        from supervisor.partitioned import status as partition_status
+        from supervisor.cli import partition_status
 
         partition_status.status(directory, location, manifest, as_json)
         return
@@ -184,6 +184,7 @@ def why(task_name: str, directory: Path, log: str | None, as_json: bool) -> None
     import json
 
     from logstore import LogError
+    from queue_worker.ops import read_ops
     from queue_worker.proof.explain import explain_batches
     from queue_worker.proof.log_reading import (
         ReportInputError,
@@ -193,8 +194,7 @@ def why(task_name: str, directory: Path, log: str | None, as_json: bool) -> None
         read_claims_batches,
         read_task,
     )
-    from queue_worker.protocol.ops import read_ops
-    from supervisor.cli.story_text import plain_story, plain_wanted, positions_note
+    from supervisor.story_text import plain_story, plain_wanted, positions_note
 
     location, task, shown_task = partitioned_cli.task_location(
         report_location(directory, log), task_name
@@ -229,8 +229,8 @@ def why(task_name: str, directory: Path, log: str | None, as_json: bool) -> None
         if text is not None:  # what rich would print, without importing it (~60 ms)
             typer.echo(text)
             return
-        from supervisor.cli.console import stdout_console
-        from supervisor.cli.report_text import render_story
+        from supervisor.console import stdout_console
+        from supervisor.report_text import render_story
 
         console = stdout_console()
         console.print(render_story(story, plain=not console.is_terminal, name=shown_task))
@@ -247,6 +247,7 @@ def enqueue(
     from logstore import LogError, RecordTooLargeError
     from queue_worker.protocol.records import RecordEncodeError
     from supervisor.cli import enqueue_input
+    from supervisor.run.demo_traffic import demo_payloads
 
     location = location_of(directory, log)
     if file is not None and (payload is not None or count is not None):
@@ -256,7 +257,7 @@ def enqueue(
     elif payload is not None:
         payloads = enqueue_input.repeated(payload, count or 1)
     else:
-        payloads = list(enqueue_input.demo_payloads(0, count or 1))
+        payloads = list(demo_payloads(0, count or 1))
     from queue_worker.producer import Queue
 
     try:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from supervisor.cli.options import data_directory, real, whole
+from supervisor.options import data_directory, real, whole
 
 if TYPE_CHECKING:
     from rich.console import Console

@@ -12,8 +12,8 @@ from pathlib import Path
 
 from rich.console import Console
 
-from supervisor.cli.console import PLAIN_WIDTH as PLAIN_WIDTH  # re-exported: the demos use them
-from supervisor.cli.console import stdout_console as stdout_console
+from supervisor.console import PLAIN_WIDTH as PLAIN_WIDTH  # re-exported: the demos use them
+from supervisor.console import stdout_console as stdout_console
 
 
 @dataclass(frozen=True)
@@ -113,7 +113,7 @@ def write_demo_timeline(say: Narrator, location: Path, name: str, kept: bool) ->
 
 def record_skew(location: Path, name: str, worker_id: str, offset_s: float) -> None:
     """Note in the ops topic that this demo runs a worker on a clock `offset_s` off."""
-    from queue_worker.protocol.ops import BY_DEMO
+    from queue_worker.ops import BY_DEMO
     from supervisor.run.ops_recorder import OpsRecorder, ProcessRef
 
     recorder = OpsRecorder(location, by=BY_DEMO)

@@ -23,14 +23,14 @@ from types import TracebackType
 from typing import Any, Final, TypeVar
 
 from logstore import Log, open_log
-from queue_worker.protocol.ops import BY_DEMO
+from queue_worker.ops import BY_DEMO
 from queue_worker.protocol.records import ClaimsRecord
 from queue_worker.protocol.state import Outcome, Verdict
+from queue_worker.topics import CLAIMS_TOPIC, ClaimsFollower
 from queue_worker.waiting import WaitTimeout, wait_until
 from queue_worker.worker.config import WorkerConfig
 from queue_worker.worker.process import worker_command
 from queue_worker.worker.snapshot import WorkerState, read_snapshots
-from queue_worker.worker.topics import CLAIMS_TOPIC, ClaimsFollower
 from supervisor.run.ops_recorder import OpsRecorder, ProcessRef
 from supervisor.run.pausing import stop_outside_appends
 

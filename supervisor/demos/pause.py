@@ -30,9 +30,9 @@ from queue_worker.proof.report import (
 )
 from queue_worker.protocol.records import Claim, Done
 from queue_worker.protocol.state import Verdict
-from supervisor.cli.report_text import render_story, worked_twice_lines
 from supervisor.demos.common import DemoResult, Narrator, data_dir, write_demo_timeline
 from supervisor.demos.fleet import ClaimsTail, DemoFailed, Fleet, Seen, WorkerProcess, wait_for
+from supervisor.report_text import render_story, worked_twice_lines
 
 #: the handler the demo's workers run (see `stubborn`)
 STUBBORN_HANDLER = "supervisor.demos.pause:stubborn"

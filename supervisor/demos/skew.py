@@ -32,9 +32,9 @@ from queue_worker.proof.report import clock_text, duration_text, load_report
 from queue_worker.protocol.clock import now_us, seconds_to_us
 from queue_worker.protocol.records import Claim, encode
 from queue_worker.protocol.state import ClaimState, Verdict
+from queue_worker.topics import CLAIMS_TOPIC, decode_claims_entry
 from queue_worker.worker.config import WorkerConfig
 from queue_worker.worker.loop import StepKind, StepResult, Worker
-from queue_worker.worker.topics import CLAIMS_TOPIC, decode_claims_entry
 from supervisor.demos.common import (
     DemoResult,
     Narrator,

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import IO
 
 from logstore.location import shown
-from queue_worker.partitions.layout import Manifest, partition_location
+from queue_worker.partition_layout import Manifest, partition_location
 from queue_worker.partitions.member import member_command
 from queue_worker.worker.snapshot import WorkerSnapshot, WorkerState, read_snapshots
 from supervisor.partitioned.names import tagged

@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import random
 
-from queue_worker.partitions.layout import TaskRef, parse_task_ref, partition_location
+from queue_worker.partition_layout import TaskRef, parse_task_ref, partition_location
 from supervisor.partitioned.members import MemberSupervisor
 from supervisor.run.model import SupervisorSnapshot, WorkerView, sum_queues
 from supervisor.run.monitor import TaskInfo

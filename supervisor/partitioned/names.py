@@ -1,5 +1,5 @@
 """How what one partition says reads on the whole queue's screens: tagged ``p<k>``, with
-each task named ``k:id`` (its name on a partitioned queue, `queue_worker.partitions.layout`)."""
+each task named ``k:id`` (its name on a partitioned queue, `queue_worker.partition_layout`)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 One `Supervisor` per partition runs the workers this supervisor assigns to it (slot i of
 the N workers works partition `slot_partitions(N, P)[i]`: the assignor of
-`queue_worker.partitions.layout`, over members named by slot). Each of them is today's supervisor
+`queue_worker.partition_layout`, over members named by slot). Each of them is today's supervisor
 on today's queue — its partition's location, its own run directory (``p<k>/run``), its own
 monitor, restarts, ops records and exit — so everything a queue guarantees, a partition
 does. A worker that dies is restarted on its partition; its tasks are taken over by lease
@@ -24,7 +24,7 @@ import threading
 import time
 from typing import Protocol, TextIO
 
-from queue_worker.partitions.layout import Manifest, partition_location, slot_partitions
+from queue_worker.partition_layout import Manifest, partition_location, slot_partitions
 from supervisor.run.model import Event, QueueView, SupervisorSnapshot, sum_queues
 from supervisor.run.supervisor import Supervisor, SupervisorOptions, demo_payloads
 from supervisor.tui.progress import event_line, progress_line

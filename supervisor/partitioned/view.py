@@ -24,7 +24,7 @@ import dataclasses
 import random
 from collections.abc import Callable
 
-from queue_worker.partitions.layout import TaskRef, parse_task_ref, partition_location
+from queue_worker.partition_layout import TaskRef, parse_task_ref, partition_location
 from supervisor.partitioned.names import tagged
 from supervisor.partitioned.run import PartitionedSupervisor
 from supervisor.run.model import Event, SupervisorSnapshot, WorkerView, sum_queues

@@ -1,7 +1,7 @@
 """The supervisor's compactor: `qw up` removes settled history as it runs.
 
 On Redis (`qw up --dir redis://…`) the same thread trims the queue's streams
-(`queue_worker.redis.compaction`); the estimate of what that freed is Redis's own (MEMORY
+(`queue_worker.compaction.redis_streams`); the estimate of what that freed is Redis's own (MEMORY
 USAGE).
 
 On a partitioned queue each partition is compacted on its own (its own logs, its own
@@ -9,10 +9,10 @@ settled history): a `qw up --partitions` runs one supervisor per partition, each
 compactor; `qw up --rebalance` runs one compactor per partition (`start_compactors`).
 
 A thread of the supervisor (never a worker: compaction reads whole segments, which has no
-place on a worker's path) runs `queue_worker.history.compact_queue.compact_queue` every `every_s`
+place on a worker's path) runs `queue_worker.compaction.compact_queue.compact_queue` every `every_s`
 seconds
 and says what it removed, or why it could not, as a dashboard event. A compaction killed
-with the supervisor is safe (see queue_worker/history/compaction.py): the next one finishes it.
+with the supervisor is safe (see queue_worker/compaction/files.py): the next one finishes it.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Final
 
 from logstore import LogError, is_redis_url, open_log
-from queue_worker.history.settled import Retention
-from queue_worker.partitions.layout import partition_location
-from queue_worker.worker.topics import CLAIMS_TOPIC, TASKS_TOPIC, TOPICS
+from queue_worker.compaction.settled import Retention
+from queue_worker.partition_layout import partition_location
+from queue_worker.topics import CLAIMS_TOPIC, TASKS_TOPIC, TOPICS
 
 #: how often `qw up` compacts (seconds): a segment is tens of MiB, written in seconds at
 #: the fastest; a minute keeps the disk within a few segments of the retention
@@ -56,8 +56,8 @@ class Compactor(threading.Thread):
             self.compact_once()
 
     def compact_once(self) -> None:
-        from queue_worker.history.compact_queue import compact_queue
-        from queue_worker.history.compaction import CompactionError
+        from queue_worker.compaction.compact_queue import compact_queue
+        from queue_worker.compaction.files import CompactionError
 
         try:
             done = compact_queue(self.directory, self.retention)

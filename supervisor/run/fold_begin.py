@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
     from logstore import Log
-    from queue_worker.worker.topics import ClaimsFollower, TaskIndex
+    from queue_worker.topics import ClaimsFollower, TaskIndex
 
 MICROS: Final = 1_000_000
 #: how much older than the reader's window the checkpoint's last claims record must be
@@ -75,7 +75,7 @@ def _too_recent(claims: Log, follower: ClaimsFollower, since_us: int) -> bool:
     appends (CLOCK_MARGIN_US); a record with no time, or none readable, says nothing."""
     from logstore import LogError
     from queue_worker.protocol.records import RecordDecodeError, Unknown
-    from queue_worker.worker.topics import decode_claims_entry
+    from queue_worker.topics import decode_claims_entry
 
     last = follower.last_position
     if last is None:

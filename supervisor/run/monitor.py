@@ -11,7 +11,7 @@ the interesting outcomes into feed events:
     clock       task 17: clock of w2·6975 ran back 1.0 h at @5120
     (queue_worker.protocol.clock_jumps)
 
-The fold is the workers' own (`queue_worker.worker.topics.ClaimsFollower`): the same decoding, the
+The fold is the workers' own (`queue_worker.topics.ClaimsFollower`): the same decoding, the
 same server clock on Redis, the same treatment of a malformed record.
 
 Worker ids are long ("w2-4711-9f3a"): events name workers by `worker_label` (w2·4711), so a
@@ -49,7 +49,7 @@ from queue_worker.protocol.records import (
     decode_task,
 )
 from queue_worker.protocol.state import ClaimState, Lease, Outcome, Verdict
-from queue_worker.worker.topics import (
+from queue_worker.topics import (
     _TASK_PREFIX,
     CLAIMS_TOPIC,
     TASKS_TOPIC,

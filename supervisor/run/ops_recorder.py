@@ -1,4 +1,4 @@
-"""Writing the ops topic (queue_worker.protocol.ops): one named method per thing done to a worker.
+"""Writing the ops topic (queue_worker.ops): one named method per thing done to a worker.
 
 The supervisor, `qw kill` and the demos call these in one line where they act. Recording is
 a side note about the run: a failure to write it (a full disk, a Redis that is gone) must
@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Protocol
 
 from logstore import Log, LogError
-from queue_worker.protocol.ops import (
+from queue_worker.ops import (
     BY_OPERATOR,
     BY_SUPERVISOR,
     DEATH,
@@ -27,7 +27,7 @@ from queue_worker.protocol.ops import (
     encode_op,
 )
 from queue_worker.protocol.records import RecordEncodeError
-from queue_worker.worker.topics import open_ops
+from queue_worker.topics import open_ops
 
 
 class Process(Protocol):

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Final
 
 import typer
 
-from supervisor.cli.options import DEFAULT_DIR, DirOption, LogOption, fail, location_of, shown
+from supervisor.options import DEFAULT_DIR, DirOption, LogOption, fail, location_of, shown
 
 if TYPE_CHECKING:
     from supervisor.timeline.view import View
@@ -122,9 +122,13 @@ def _partitioned(
 ) -> bool:
     """`qw timeline` on a partitioned queue: a section per partition (False: the queue has
     no partitions)."""
-    from supervisor.partitioned import cli as partitioned_cli
+    from logstore import LogError
+    from queue_worker.partition_layout import read_manifest
 
-    manifest = partitioned_cli.manifest_at(location, create=False)
+    try:
+        manifest = read_manifest(location)
+    except (LogError, ValueError) as e:
+        fail(str(e))
     if manifest is None:
         return False
     from queue_worker.proof.report import ReportInputError

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from logstore import LogError, open_log
+from queue_worker.ops import read_ops
 from queue_worker.proof.report import (
     ReportInputError,
     compacted_prefix,
@@ -12,9 +13,8 @@ from queue_worker.proof.report import (
     missing_logs_text,
     read_claims,
 )
-from queue_worker.protocol.ops import read_ops
 from queue_worker.protocol.records import RecordDecodeError, TaskRecord, decode_task
-from queue_worker.worker.topics import TASKS_TOPIC
+from queue_worker.topics import TASKS_TOPIC
 from supervisor.timeline.model import Model, build_model
 
 

@@ -3,7 +3,7 @@
 `build_model` is pure: claims records (with positions) go through the real `ClaimState`, so
 every bar's outcome, every refused record and every takeover is the fold's own verdict,
 never re-derived here. TASK enqueue times feed the queue-depth chart; ops records (kills,
-pauses, deaths: queue_worker.protocol.ops) become windows and marks across the lanes.
+pauses, deaths: queue_worker.ops) become windows and marks across the lanes.
 
 Times are µs since the epoch, as in the records.
 """
@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from typing import Final, NamedTuple
 
 from queue_worker.names import worker_label
+from queue_worker.ops import PAUSE, RESUME, OpRecord, worker_pid
 from queue_worker.proof.checker import QueueChecker, QueueChecks
-from queue_worker.protocol.ops import PAUSE, RESUME, OpRecord, worker_pid
 from queue_worker.protocol.records import Claim, ClaimsRecord, Done, Fail, Unknown
 from queue_worker.protocol.state import ClaimState, Verdict
 

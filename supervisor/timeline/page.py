@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import Final
 
+from queue_worker.ops import DEATH, KILL, PAUSE, RESTART, SKEW
 from queue_worker.proof.report import clock_text, duration_text
-from queue_worker.protocol.ops import DEATH, KILL, PAUSE, RESTART, SKEW
 from supervisor.timeline.charts import (
     Series,
     Window,

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from queue_worker.partitions.layout import Manifest, partition_location
+from queue_worker.partition_layout import Manifest, partition_location
 from queue_worker.proof.report import ReportInputError, clock_text, duration_text, has_logs
 from supervisor.timeline.model import Model
 from supervisor.timeline.page import LEGEND, _charts, _facts, _present, _swatch, page_head

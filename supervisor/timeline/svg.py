@@ -14,8 +14,8 @@ from html import escape
 from typing import Final
 
 from queue_worker.names import worker_label
+from queue_worker.ops import DEATH, KILL, PAUSE, RESTART, SKEW
 from queue_worker.proof.report import clock_text, duration_text
-from queue_worker.protocol.ops import DEATH, KILL, PAUSE, RESTART, SKEW
 from supervisor.timeline.model import (
     DEAD,
     DONE,

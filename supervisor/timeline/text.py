@@ -15,8 +15,8 @@ from rich.table import Table
 from rich.text import Text
 
 from queue_worker.names import printable, worker_label
+from queue_worker.ops import PAUSE, RESTART, SKEW
 from queue_worker.proof.report import clock_text, duration_text
-from queue_worker.protocol.ops import PAUSE, RESTART, SKEW
 from supervisor.timeline.model import DEAD, DONE, HELD, LOST, RELEASED, STALE, TAKEN_OVER
 from supervisor.timeline.view import View
 

@@ -38,11 +38,11 @@ from rich.segment import Segment
 from rich.text import Text
 
 from queue_worker.names import printable
-from supervisor.partitioned.panel import partition_section
 from supervisor.run.model import Event, QueueView, SlotState, SupervisorSnapshot
 from supervisor.tui.format import format_bytes, format_duration, format_micros
 from supervisor.tui.orphan_panel import TITLE as ORPHANS_TITLE
 from supervisor.tui.orphan_panel import orphan_lines
+from supervisor.tui.partition_panel import partition_section
 from supervisor.tui.sparkline import sparkline
 from supervisor.tui.worker_table import STATE_STYLES, TextGrid, worker_table
 

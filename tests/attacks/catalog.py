@@ -17,7 +17,7 @@ from pathlib import Path
 
 import msgpack
 
-from queue_worker.worker.topics import open_topics
+from queue_worker.topics import open_topics
 from tests.attacks.harness import (
     ENV,
     QW,

@@ -19,7 +19,7 @@ from typing import cast
 
 import pytest
 
-from queue_worker.worker.topics import open_topics
+from queue_worker.topics import open_topics
 from tests.attacks.catalog import attack
 from tests.attacks.harness import (
     ENV,

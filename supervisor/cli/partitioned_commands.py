@@ -1,5 +1,5 @@
 """The `qw` commands on a partitioned queue: what `up`, `enqueue` and `report` do when the
-queue at their location has partitions (`queue_worker.partitions.layout`).
+queue at their location has partitions (`queue_worker.partition_layout`).
 
 Each function returns None when the queue has none, and the command goes on as today: a
 queue created without partitions behaves exactly as before.
@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from logstore import LogError
-from queue_worker.partitions.layout import MAX_PARTITIONS, Manifest, read_manifest, slot_partitions
-from supervisor.cli.options import fail, shown
+from queue_worker.partition_layout import MAX_PARTITIONS, Manifest, read_manifest, slot_partitions
+from supervisor.options import fail, shown
 
 if TYPE_CHECKING:  # the supervisor is imported by `up` only (enqueue and report skip it)
     from supervisor.http_api import StatsServer
@@ -179,7 +179,7 @@ def _run(
 def task_parser(high: int) -> Callable[[str], str]:
     """The parser of a task argument: an id (``17``) as everywhere, or a task of a
     partitioned queue (``3:17``); the bad value named as `whole` names it."""
-    from supervisor.cli.options import whole
+    from supervisor.options import whole
 
     task_id = whole("a task id", 0, high)
     partition = whole("a partition (PARTITION:ID)", 0, MAX_PARTITIONS - 1)
@@ -208,7 +208,7 @@ def task_location(location: str, task: str) -> tuple[str, int, str]:
             f"task {task}: {shown(location)} holds a queue of {manifest.count} partitions; "
             "name a task PARTITION:ID, like 0:17"
         )
-    from queue_worker.partitions.layout import parse_task_ref
+    from queue_worker.partition_layout import parse_task_ref
     from queue_worker.partitions.queue import open_partition_topic
 
     try:
@@ -250,7 +250,7 @@ def refuse_at(location: str) -> None:
     manifest = manifest_at(location, create=False)
     if manifest is None:
         return
-    from queue_worker.partitions.layout import partition_location
+    from queue_worker.partition_layout import partition_location
 
     first = shown(partition_location(location, 0, manifest.count))
     last = shown(partition_location(location, manifest.count - 1, manifest.count))

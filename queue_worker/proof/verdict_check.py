@@ -22,7 +22,7 @@ from queue_worker.names import printable, worker_label
 from queue_worker.protocol.records import RecordDecodeError, Unknown
 from queue_worker.protocol.state import ClaimSnapshot, ClaimState
 from queue_worker.redis.server_verdicts import ServerVerdicts, TaskView, fold_view
-from queue_worker.worker.topics import CLAIMS_TOPIC, MALFORMED, decode_claims_entry, open_topic
+from queue_worker.topics import CLAIMS_TOPIC, MALFORMED, decode_claims_entry, open_topic
 
 __all__ = ["check_location", "check_log", "describe"]
 

@@ -17,7 +17,7 @@ from typing import Final
 import typer
 
 from logstore import Log, LogError
-from supervisor.cli.options import fail
+from supervisor.options import fail
 from supervisor.partitioned.names import tagged
 
 #: how long --follow waits on each partition in a round (at most a second a round)
@@ -27,14 +27,14 @@ FOLLOW_WAIT_S: Final = 1.0
 def tail(location: str, topic: str, lines: int, follow: bool) -> bool:
     """Print the tail of the partitioned queue at `location` (False: it has no partitions,
     and `qw tail` goes on as for any queue)."""
-    from supervisor.partitioned import cli as partitioned_cli
+    from supervisor.cli import partitioned_commands as partitioned_cli
 
     manifest = partitioned_cli.manifest_at(location, create=False)
     if manifest is None:
         return False
     from queue_worker.partitions.queue import open_partition_topic
     from queue_worker.proof.report import has_logs
-    from queue_worker.worker.topics import open_topic
+    from queue_worker.topics import open_topic
 
     logs: list[tuple[int, Log]] = []
     try:
@@ -54,7 +54,7 @@ def tail(location: str, topic: str, lines: int, follow: bool) -> bool:
 
 
 def _print(logs: list[tuple[int, Log]], topic: str, lines: int, follow: bool) -> None:
-    from queue_worker.worker.topics import CLAIMS_TOPIC
+    from queue_worker.topics import CLAIMS_TOPIC
     from supervisor.cli.record_lines import ClaimsPrinter, TasksPrinter
 
     printers = [ClaimsPrinter() if topic == CLAIMS_TOPIC else TasksPrinter() for _ in logs]

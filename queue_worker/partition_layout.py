@@ -51,6 +51,7 @@ from logstore.blob import read_blob
 from logstore.identity import QUEUE_ID_SIZE, read_file_identity, sibling_topics
 from logstore.location import shown
 from logstore.locking import directory_lock
+from queue_worker.protocol.topic_names import TOPICS
 
 #: the manifest's name beside the logs (the file <dir>/partitions, the Redis key qw:partitions)
 MANIFEST_NAME: Final = "partitions"
@@ -233,8 +234,6 @@ def check_layout(directory: Path, manifest: Manifest | None) -> None:
             f"logs in p0–p{count - 1}, none at the top (a queue made there without "
             "partitions?): refused, nothing written"
         )
-    from queue_worker.worker.topics import TOPICS  # here: topics imports this module
-
     for k in range(count):
         part = directory / f"p{k}"
         for topic in TOPICS:

@@ -1,7 +1,7 @@
 """Compaction of the server verdicts' state: done tasks' fields go with the trimmed stream.
 
 The verdict script (`queue_worker.redis.server_verdicts`) keeps one field per task ever claimed in
-the hash ``<claims key>:verdicts``. Compaction (`queue_worker.redis.compaction`) trims the
+the hash ``<claims key>:verdicts``. Compaction (`queue_worker.compaction.redis_streams`) trims the
 claims stream; here, in the same script call as that trim, the fields of the tasks below
 the compaction fold's watermark are dropped, except dead tasks' (a CLAIM of a dead task
 must still lose as ``lost: dead``, and the report shows their errors), and the hash's
@@ -9,7 +9,7 @@ must still lose as ``lost: dead``, and the report shows their errors), and the h
 done. Every task below the watermark is closed in the fold, and the server's state holds
 at least what that fold does (the script folds every record as it appends it, before any
 reader can see it), so the script's verdicts do not change: a CLAIM of such a task loses
-(``lost: done``) as before, and `queue_worker.redis.verdict_check` reads a missing field below
+(``lost: done``) as before, and `queue_worker.proof.verdict_check` reads a missing field below
 ``~below`` as done, which the fold says too.
 
 One script call: a kill -9 of compaction leaves either the trim and the drop made, or

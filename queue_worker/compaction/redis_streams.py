@@ -1,10 +1,10 @@
 """Compaction on Redis: trim the settled history at the front of a queue's streams.
 
-The file log's compaction (`queue_worker.history.compaction`) removes whole segment files; a Redis
+The file log's compaction (`queue_worker.compaction.files`) removes whole segment files; a Redis
 stream has no segments, so here the unit is one entry, and the cut is a position: every
 entry before it goes, with ``XTRIM MINID`` (`logstore.redis.trim.trim`, which also moves the
 stream's start key, so that a reader of a trimmed position gets PositionCompactedError).
-What may go is `queue_worker.history.settled`'s rule, applied to each entry as to a segment:
+What may go is `queue_worker.compaction.settled`'s rule, applied to each entry as to a segment:
 
 - settled: the fold covers the entry and every task it names is closed (below the fold's
   watermark); entries go from the oldest, and the first unsettled entry stops the cut;
@@ -17,19 +17,19 @@ What may go is `queue_worker.history.settled`'s rule, applied to each entry as t
 The steps, in an order that a kill -9 at any of them leaves safe (the file log's steps,
 with ``QW_COMPACT_STOP_AT`` kill points of the same names):
 
-1. ``locked``       take the checkpoint's lock key (`queue_worker.redis.checkpoint`)
+1. ``locked``       take the checkpoint's lock key (`queue_worker.history.redis_checkpoint`)
 2. ``folded``       the fold of both streams to their end: the checkpoint restored and
                     caught up, or (a queue never trimmed, without a usable checkpoint) a
                     full replay
 3. ``checkpointed`` the checkpoint of that fold, listing each trim about to be made as a
                     removed "segment" (from the stream's start to the cut, with the crc32
                     of its entries in the digest chain), written with one ``SET`` before
-                    any trim (why that is durable enough: `queue_worker.redis.checkpoint`)
+                    any trim (why that is durable enough: `queue_worker.history.redis_checkpoint`)
 4. ``dropped``      the claims stream trimmed to the cut the checkpoint lists, then the
                     tasks stream (the kill point is after the first trim). With server
                     verdicts, the claims trim also drops the done tasks' fields of their
                     state below the fold's watermark, in the same script call
-                    (`queue_worker.redis.verdict_trim`)
+                    (`queue_worker.compaction.verdict_trim`)
 
 A kill before 3 changes nothing. A kill after 3 leaves a checkpoint listing trims not made
 yet: it loads (the entries it lists are still there, and its records start after them),
@@ -45,14 +45,7 @@ from typing import NamedTuple
 
 from logstore.redis.log import RedisLog
 from logstore.redis.trim import stream_bytes, stream_length, trim
-from queue_worker.history.checkpoint import (
-    Removed,
-    checkpoint_lock,
-    listed_start,
-    removed_segments,
-    restore_checkpoint,
-)
-from queue_worker.history.compaction import (
+from queue_worker.compaction.files import (
     Compacted,
     CompactionError,
     checkpoint_plan,
@@ -60,17 +53,24 @@ from queue_worker.history.compaction import (
     fold_logs,
     stop_at,
 )
-from queue_worker.history.settled import (
+from queue_worker.compaction.settled import (
     Retention,
     Segment,
     claims_segment_settled,
     removable,
     tasks_segment_settled,
 )
+from queue_worker.compaction.verdict_trim import trim_claims
+from queue_worker.history.checkpoint import (
+    Removed,
+    checkpoint_lock,
+    listed_start,
+    removed_segments,
+    restore_checkpoint,
+)
 from queue_worker.protocol.records import RecordDecodeError, Unknown, decode_claims
 from queue_worker.protocol.state import ClaimState
-from queue_worker.redis.verdict_trim import trim_claims
-from queue_worker.worker.topics import CLAIMS_TOPIC, TASKS_TOPIC, TaskIndex, open_topics
+from queue_worker.topics import CLAIMS_TOPIC, TASKS_TOPIC, TaskIndex, open_topics
 
 
 class _Size(NamedTuple):
@@ -301,7 +301,7 @@ def _cut(
     retention: Retention,
     size: _Size,
 ) -> tuple[int, int]:
-    """(where the stream may start, how many entries go) by `queue_worker.history.settled`."""
+    """(where the stream may start, how many entries go) by `queue_worker.compaction.settled`."""
     count = removable(
         walk.segments,
         lambda s: rule(s, walk.folded_to, walk.watermark),

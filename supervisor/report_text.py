@@ -16,8 +16,8 @@ from rich.text import Text
 from queue_worker.names import printable, worker_label
 from queue_worker.proof.explain import TaskStory
 from queue_worker.times import ago_text, clock_text, duration_text
-from supervisor.cli.story_text import positions_note as positions_note  # `qw why`'s, re-exported
-from supervisor.cli.story_text import story_rows
+from supervisor.story_text import positions_note as positions_note  # `qw why`'s, re-exported
+from supervisor.story_text import story_rows
 
 if TYPE_CHECKING:  # `qw why` renders a story without the report's module (~20 ms to import)
     from queue_worker.proof.report import HeldTask, Margin, Report
@@ -339,7 +339,7 @@ def render_checks(r: Report, plain: bool) -> list[RenderableType]:
 
 
 def render_story(story: TaskStory, plain: bool = False, name: str | None = None) -> RenderableType:
-    title, rows = story_rows(story, name)  # (supervisor.cli.story_text lays them out plain)
+    title, rows = story_rows(story, name)  # (supervisor.story_text lays them out plain)
     table = _table(title, plain, "position", "time", "record", "worker", "why")
     for column in table.columns[2:]:
         column.justify = "left"

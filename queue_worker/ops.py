@@ -31,7 +31,7 @@ import msgpack
 
 from logstore import is_redis_url
 from queue_worker.protocol.records import RecordDecodeError, RecordEncodeError
-from queue_worker.worker.topics import OPS_TOPIC, open_ops
+from queue_worker.topics import OPS_TOPIC, open_ops
 
 SCHEMA: Final = 1
 OP: Final = "O"

@@ -16,8 +16,8 @@ import typer
 
 from logstore import LogError, is_redis_url
 from logstore.location import shown as shown  # re-exported: the commands import it from here
+from queue_worker.topics import CLAIMS_TOPIC, TASKS_TOPIC
 from queue_worker.worker.settings import FSYNC_POLICIES, PICK_STRATEGIES, check_host
-from queue_worker.worker.topics import CLAIMS_TOPIC, TASKS_TOPIC
 
 EXIT_USAGE: Final = 2  # a bad option value, a bad input file, no data where one was named
 MAX_WORKERS: Final = 256

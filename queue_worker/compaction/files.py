@@ -1,7 +1,7 @@
 """Compaction: remove the settled segments at the front of a data directory's logs.
 
 `qw compact --dir D` runs it once; `qw up` runs it from time to time in the supervisor
-(never on a worker's path). Which segments may go is `queue_worker.history.settled`'s rule; this
+(never on a worker's path). Which segments may go is `queue_worker.compaction.settled`'s rule; this
 module does it, in an order that a kill -9 at any step leaves safe:
 
 1. ``locked``       take ``fold.checkpoint.lock`` (saves wait; two compactions never overlap)
@@ -34,6 +34,13 @@ from typing import Final, NamedTuple
 from logstore import Log, LogError
 from logstore.file.log import FileLog
 from logstore.file.segments import segment_files
+from queue_worker.compaction.settled import (
+    Retention,
+    Segment,
+    claims_segment_settled,
+    removable,
+    tasks_segment_settled,
+)
 from queue_worker.errors import QwError
 from queue_worker.history.checkpoint import (
     CheckpointError,
@@ -46,17 +53,10 @@ from queue_worker.history.checkpoint import (
     restore_checkpoint,
     save_checkpoint,
 )
-from queue_worker.history.settled import (
-    Retention,
-    Segment,
-    claims_segment_settled,
-    removable,
-    tasks_segment_settled,
-)
-from queue_worker.proof.prefix import Prefix
+from queue_worker.history.prefix import Prefix
 from queue_worker.proof.report import fold_prefix
 from queue_worker.protocol.records import ClaimsRecord, RecordDecodeError, Unknown, decode_claims
-from queue_worker.worker.topics import (
+from queue_worker.topics import (
     CLAIMS_TOPIC,
     MALFORMED,
     TASKS_TOPIC,
@@ -220,7 +220,7 @@ def next_base(
     plan: dict[str, list[Removed]],
 ) -> Prefix:
     """The fold of every claims record before the new start, as the report continues from
-    it (queue_worker.proof.prefix): the previous compaction's, continued over what goes now."""
+    it (queue_worker.history.prefix): the previous compaction's, continued over what goes now."""
     plain = read_base(directory)
     try:
         before = None if plain is None else Prefix.from_plain(plain)

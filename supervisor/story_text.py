@@ -2,7 +2,7 @@
 
 rich is ~60 ms of CPU to import, more than the rest of `qw why`. Piped or redirected (not a
 terminal), the story is plain aligned columns, which `plain_story` lays out here exactly
-as rich lays out the table `supervisor.cli.report_text.render_story` builds from the same rows
+as rich lays out the table `supervisor.report_text.render_story` builds from the same rows
 (`story_rows`): header, cells padded to their column's widest, one space either side of a
 column boundary, none at the table's edges. It does so only where rich's layout is that
 simple, and returns None otherwise, for rich to render: a character whose width on a
@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Final
 from logstore.location import log_file
 from queue_worker.names import printable, worker_label
 from queue_worker.times import clock_text
-from queue_worker.worker.topics import CLAIMS_TOPIC
+from queue_worker.topics import CLAIMS_TOPIC
 
 if TYPE_CHECKING:
     from queue_worker.proof.explain import TaskStory
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 HEADERS: Final = ("position", "time", "record", "worker", "why")
 #: the columns rich right-aligns (the others are left-aligned)
 RIGHT: Final = frozenset({0, 1})
-#: supervisor.cli.console.PLAIN_WIDTH, the plain console's width (not imported: it imports rich)
+#: supervisor.console.PLAIN_WIDTH, the plain console's width (not imported: it imports rich)
 PLAIN_WIDTH: Final = 200
 #: text whose every character is one column wide on any terminal, as rich measures it
 _ONE_COLUMN: Final = re.compile(r"[\x20-\x5a\x5c-\x7e·]*")  # printable ASCII but `[`, and ·
@@ -71,7 +71,7 @@ def story_rows(story: TaskStory, name: str | None = None) -> tuple[str, list[Row
 
 
 def plain_wanted() -> bool:
-    """Would `supervisor.cli.console.stdout_console()` print plain text to stdout: rich's own
+    """Would `supervisor.console.stdout_console()` print plain text to stdout: rich's own
     test of a terminal (its TTY_COMPATIBLE and FORCE_COLOR overrides, then isatty), on a
     stream that takes UTF-8 as rich writes it."""
     stream = sys.stdout

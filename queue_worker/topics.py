@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Final, NamedTuple, cast
 from logstore import Durability, Entry, IdentityError, Log, LogError, open_log
 from logstore.location import shown
 from queue_worker.errors import QwError
-from queue_worker.partitions.layout import PartitionError, read_manifest
+from queue_worker.partition_layout import PartitionError, read_manifest
 from queue_worker.protocol import claims_span
 from queue_worker.protocol.records import (
     ClaimsRecord,
@@ -56,20 +56,16 @@ from queue_worker.protocol.records import (
     decode_claims_entries,
     decode_task,
 )
+from queue_worker.protocol.topic_names import CLAIMS_TOPIC as CLAIMS_TOPIC
+from queue_worker.protocol.topic_names import OPS_TOPIC as OPS_TOPIC
+from queue_worker.protocol.topic_names import TASKS_TOPIC as TASKS_TOPIC
+from queue_worker.protocol.topic_names import TOPICS as TOPICS
 
 if TYPE_CHECKING:  # the fold is imported where a follower is made: not by a producer
     from logstore.file.log import FileLog
     from logstore.file.reads import SpanRead
     from queue_worker.protocol.state import ClaimState, Outcome
 
-TASKS_TOPIC: Final = "tasks"
-CLAIMS_TOPIC: Final = "claims"
-#: operator actions and worker deaths (queue_worker.protocol.ops): never read by the fold
-OPS_TOPIC: Final = "ops"
-
-#: every topic of a queue: its logs share one identity (`logstore.identity`), checked by
-#: every open through `open_topic`. Adding a topic is adding its name here.
-TOPICS: Final[tuple[str, ...]] = (TASKS_TOPIC, CLAIMS_TOPIC, OPS_TOPIC)
 
 _new: Final = tuple.__new__
 
@@ -106,7 +102,7 @@ def open_topic(
     the queue must exist (`open_log`).
 
     A partitioned queue's location is refused (PartitionError): its topics are those of
-    each partition, at `queue_worker.partitions.layout.partition_location`."""
+    each partition, at `queue_worker.partition_layout.partition_location`."""
     _refuse_partitioned(location)
     return open_log(location, topic, durability, family=TOPICS, read_only=read_only, create=create)
 
@@ -141,7 +137,7 @@ def open_ops(
     read_only: bool = False,
     create: bool = True,
 ) -> Log:
-    """Open the ops log at `location` (see queue_worker.protocol.ops): a topic of the queue like the
+    """Open the ops log at `location` (see queue_worker.ops): a topic of the queue like the
     others, so it carries the queue's identity."""
     return open_topic(location, OPS_TOPIC, durability, read_only=read_only, create=create)
 

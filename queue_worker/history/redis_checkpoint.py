@@ -4,7 +4,7 @@ A data directory keeps its checkpoint in the file ``fold.checkpoint``; a Redis q
 the same bytes (`queue_worker.history.checkpoint`'s format, digest chain and all) in the
 key ``qw:fold.checkpoint`` (``P:qw:fold.checkpoint`` with ``?prefix=P``: under a cluster
 prefix with a hash tag it lives in the slot of the queue's streams). Only compaction writes
-it (`queue_worker.redis.compaction`): workers on Redis read it when they start on a trimmed
+it (`queue_worker.compaction.redis_streams`): workers on Redis read it when they start on a trimmed
 stream, or when a read meets a trimmed position.
 
 Atomic: one ``SET`` replaces the whole value; a reader gets the old value or the new one.

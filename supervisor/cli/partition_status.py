@@ -29,11 +29,11 @@ import typer
 from logstore import LogError, space_problem
 from logstore.location import shown
 from queue_worker.names import printable, worker_label
-from queue_worker.partitions.layout import Manifest, partition_location
+from queue_worker.partition_layout import Manifest, partition_location
 from queue_worker.worker.stats_file import read_stats
-from supervisor.cli.options import fail
 from supervisor.cli.queue_counts import Held, QueueCounts, sum_counts
 from supervisor.cli.supervisor_lines import supervisor_lines
+from supervisor.options import fail
 
 #: held tasks named one per line (--json lists them all)
 MAX_HELD_SHOWN = 10
