@@ -161,7 +161,6 @@ def wait_for(condition: Callable[[], T | None], timeout: float, what: str) -> T:
 def worker_config(location: str | Path, run_dir: Path, name: str, **settings: Any) -> WorkerConfig:
     defaults: dict[str, Any] = {
         "handler": NOOP,
-        "pick": "spread",
         "fsync": "none",
         "exit_when_drained": True,
         "parent_pid": os.getpid(),

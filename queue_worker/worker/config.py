@@ -44,7 +44,9 @@ class WorkerConfig:
     handler: str = "queue_worker.worker.handlers:demo"  # "module:function"
     work_ms: int = 400  # how long the demo handler works (a payload may override it)
     lease_s: float = DEFAULT_LEASE_S  # renewed at half of it while the task runs
-    pick: str = "spread"  # first | random | spread
+    # first | random | spread; None: spread, or the server's pick on a queue with server
+    # verdicts, where asking for one is refused (queue_worker.worker.pick.Picker)
+    pick: str | None = None
     slot: int = 0  # spread: this worker prefers task ids with id % slots == slot
     slots: int = 1
     fsync: str = "commit"  # none | commit | always (see logstore.Durability)
@@ -83,7 +85,7 @@ class WorkerConfig:
             raise ValueError(f"handler {self.handler!r} is malformed; expected 'module:function'")
         _at_least("work_ms", self.work_ms, 0)
         _positive("lease_s", self.lease_s)
-        if self.pick not in PICK_STRATEGIES:
+        if self.pick is not None and self.pick not in PICK_STRATEGIES:
             raise ValueError(
                 f"pick {self.pick!r} is unknown; expected one of: {', '.join(PICK_STRATEGIES)}"
             )
@@ -137,7 +139,8 @@ class WorkerConfig:
         return cls(**data)
 
 
-# The JSON type of each field: str, int, float (an int is accepted), bool, or int-or-null.
+# The JSON type of each field: str, int, float (an int is accepted), bool, or with "?" that or
+# null; "str*": a string, or null for the default (a field whose null says nothing to a user).
 _FIELD_TYPES: Final[dict[str, str]] = {
     "location": "str",
     "run_dir": "str",
@@ -145,7 +148,7 @@ _FIELD_TYPES: Final[dict[str, str]] = {
     "handler": "str",
     "work_ms": "int",
     "lease_s": "float",
-    "pick": "str",
+    "pick": "str*",
     "slot": "int",
     "slots": "int",
     "fsync": "str",
@@ -162,11 +165,12 @@ _FIELD_TYPES: Final[dict[str, str]] = {
 
 
 def _check_type(key: str, value: Any, kind: str) -> None:
-    if kind in ("int?", "str?", "float?") and value is None:
+    if kind in ("int?", "str?", "float?", "str*") and value is None:
         return
     ok = {
         "str": isinstance(value, str),
         "str?": isinstance(value, str),
+        "str*": isinstance(value, str),
         "bool": isinstance(value, bool),
         # bool is an int subclass in Python, but true is not a number of milliseconds
         "int": type(value) is int,
@@ -181,6 +185,7 @@ def _check_type(key: str, value: Any, kind: str) -> None:
             "int": "an integer",
             "int?": "an integer or null",
             "str?": "a string or null",
+            "str*": "a string",
             "float": "a number",
             "float?": "a number or null",
         }[kind]

@@ -43,6 +43,7 @@ from supervisor.cli.options import (
     shown,
     whole,
 )
+from supervisor.cli.server_pick import check_pick
 from supervisor.partitioned import cli as partitioned_cli
 from supervisor.timeline import cli as timeline_cli
 
@@ -131,13 +132,16 @@ def up(
         ),
     ] = DEFAULT_LEASE_S,
     pick: Annotated[
-        str,
+        str | None,
         typer.Option(
             parser=one_of(*PICKS),
             metavar="|".join(PICKS),
-            help="How a worker picks among claimable tasks.",
+            show_default=False,  # (None stands for it: a pick asked for can be refused)
+            help="How a worker picks among claimable tasks. Refused on a Redis queue with "
+            "server verdicts, where the server picks: orphans first, then the tasks in "
+            "order.  [default: spread]",
         ),
-    ] = "spread",
+    ] = None,
     max_attempts: Annotated[
         int,
         typer.Option(
@@ -241,6 +245,7 @@ def up(
     start, --demo (or --rate R) while running.
     """
     location = location_of(directory, log)
+    check_pick(location, pick)  # before anything is created
     from supervisor.run.forked import fork_enabled, warm_server
 
     if fork_enabled():  # the server folds the queue while we make ready
