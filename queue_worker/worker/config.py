@@ -34,6 +34,10 @@ __all__ = [
 ]
 
 
+#: the largest clock offset a worker takes (`clock_offset_s`)
+MAX_CLOCK_OFFSET_S: Final = 10 * 365 * 86400
+
+
 @dataclass(frozen=True)
 class WorkerConfig:
     """One worker's settings. Times are seconds unless the name says otherwise."""
@@ -68,6 +72,9 @@ class WorkerConfig:
     # ("w0@box-4711-9f3a"). None: this machine's name (`default_host()`); set it to tell
     # apart several `qw up` on one machine, or machines whose names clash.
     host: str | None = None
+    # A test and demo field: the worker reads a wall clock off by this many seconds (+ ahead,
+    # - behind), as on a machine whose clock is wrong (tests/test_redis_hosts.py).
+    clock_offset_s: float = 0.0
 
     def validate(self) -> None:
         """Raise ValueError with one line naming the bad value and what was expected."""
@@ -105,6 +112,11 @@ class WorkerConfig:
             _at_least("parent_pid", self.parent_pid, 1)
         if self.host is not None:
             check_host(self.host)
+        if not abs(self.clock_offset_s) <= MAX_CLOCK_OFFSET_S:  # written so that NaN fails too
+            raise ValueError(
+                f"clock_offset_s is {self.clock_offset_s}; expected a number of seconds "
+                "within ten years"
+            )
 
     @property
     def durability(self) -> Durability:
@@ -161,6 +173,7 @@ _FIELD_TYPES: Final[dict[str, str]] = {
     "exit_when_drained": "bool",
     "parent_pid": "int?",
     "host": "str?",
+    "clock_offset_s": "float",
 }
 
 

@@ -246,10 +246,9 @@ def up(
     """
     location = location_of(directory, log)
     check_pick(location, pick)  # before anything is created
-    from supervisor.run.forked import fork_enabled, warm_server
+    from supervisor.run.forked import warm_server
 
-    if fork_enabled():  # the server folds the queue while we make ready
-        warm_server(location, workers)
+    warm_server(location, workers)  # the fork server folds the queue while we make ready
     from supervisor.run.supervisor import (
         RestartPolicy,
         Supervisor,
