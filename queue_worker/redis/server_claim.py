@@ -22,6 +22,11 @@ What the script picks (the pick rules of `queue_worker.worker.pick` as far as th
    state: ``~tasks``, the last tasks entry handed out, and ``~next``, its id + 1; a task id
    is its index in the tasks stream, as everywhere).
 
+This is the pick of every worker of such a queue: none of `--pick`'s strategies (first,
+random, spread: ways for workers that each pick for themselves to collide less) is its
+rule, and asking for one is refused (`queue_worker.worker.pick.Picker`,
+`supervisor.cli.server_pick`) rather than ignored.
+
 The CLAIM is appended and folded by the same rules as any record (`RULES_LUA`): the pick
 chooses what to try, the rules decide what wins (always the claim, by the argument above;
 the verdict is still returned and obeyed). The CLAIM's bytes are built on the server
