@@ -16,8 +16,8 @@ Two ways to start a drain's workers (`run_fleet(start=...)`):
   the server is stopped once all have exited.
   Its environment (and so the workers') is `ENV`.
 - "popen": each worker a fresh interpreter, ``python -m queue_worker.worker.process``
-  (`queue_worker.worker.fleet`, as the tests start theirs, and as `qw up` does with
-  QW_WORKER_START=exec), one after another.
+  (`queue_worker.worker.fleet`, as the tests start theirs, and as `qw up` does when its
+  supervisor starts workers with `start_worker(..., fork=False)`), one after another.
 """
 
 from __future__ import annotations
@@ -161,7 +161,6 @@ def wait_for(condition: Callable[[], T | None], timeout: float, what: str) -> T:
 def worker_config(location: str | Path, run_dir: Path, name: str, **settings: Any) -> WorkerConfig:
     defaults: dict[str, Any] = {
         "handler": NOOP,
-        "pick": "spread",
         "fsync": "none",
         "exit_when_drained": True,
         "parent_pid": os.getpid(),
@@ -261,8 +260,8 @@ def _run_forked(configs: Sequence[WorkerConfig], log_dir: Path) -> FleetRun:
         # with filelock, which the server imports once its first worker is forked.
         order = [*configs[1:], *configs[:1]]
         for config in order:
-            # what start_worker returns for Supervisor._spawn (unless QW_WORKER_START=exec,
-            # which would make this start a popen one: the class itself, then)
+            # what start_worker returns for Supervisor._spawn (the class itself: with
+            # fork=False it would make this start a popen one)
             workers.append(forked.ForkedWorker(config, log_dir / f"{config.name}.log"))
         deadline = time.monotonic() + TIMEOUT_S
         for worker in workers:

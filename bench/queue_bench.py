@@ -68,7 +68,7 @@ STARTED: dict[str, str] = {
     "fork": "forked one after another from a fork server that has imported the worker code "
     "and folded the queue, as `qw up` starts them (launch = the server's start)",
     "popen": "started one after another each as a fresh interpreter (`python -m "
-    "queue_worker.worker.process`; `qw up` with QW_WORKER_START=exec)",
+    "queue_worker.worker.process`, as `start_worker(..., fork=False)` starts one)",
 }
 
 

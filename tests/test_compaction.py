@@ -18,8 +18,6 @@ import pytest
 from logstore import Log, PositionCompactedError
 from logstore.file.log import FileLog
 from logstore.file.segments import list_bases
-from queue_worker.compaction.files import STEPS, STOP_ENV, CompactionError, compact
-from queue_worker.compaction.settled import Retention
 from queue_worker.history.checkpoint import (
     CHECKPOINT_NAME,
     CheckpointError,
@@ -30,6 +28,8 @@ from queue_worker.history.checkpoint import (
     restore_checkpoint,
     save_checkpoint,
 )
+from queue_worker.compaction.files import STEPS, CompactionError, compact
+from queue_worker.compaction.settled import Retention
 from queue_worker.proof.report import Report, ReportInputError, load_report
 from queue_worker.protocol.records import Claim, Done, Fail, TaskRecord, encode
 from queue_worker.protocol.state import ClaimSnapshot
@@ -38,6 +38,8 @@ from tests.helpers import wait_until
 
 SMALL = 4096
 QW = [sys.executable, "-m", "supervisor.cli.app"]
+#: qw with the tests' patches (tests/qw_run.py)
+QW_RUN = [sys.executable, "-m", "tests.qw_run"]
 NOW_US = 1_700_000_000_000_000
 LEASE = 30_000_000
 EVERYTHING = Retention(seconds=0, bytes=0)
@@ -231,8 +233,19 @@ def test_a_tampered_chain_is_refused(queue: Path) -> None:
 def test_kill_9_at_every_step_of_qw_compact_loses_nothing(queue: Path, step: str) -> None:
     before = fold(queue)
     killed = subprocess.run(
-        [*QW, "compact", "--dir", str(queue), "--retention", "0", "--retention-bytes", "0"],
-        env={**os.environ, STOP_ENV: step},
+        [
+            *QW_RUN,
+            "--kill-compaction-at",
+            step,
+            "--",
+            "compact",
+            "--dir",
+            str(queue),
+            "--retention",
+            "0",
+            "--retention-bytes",
+            "0",
+        ],
         capture_output=True,
         text=True,
         timeout=120,
@@ -340,10 +353,10 @@ import os
 import sys
 from pathlib import Path
 
-from queue_worker.compaction.files import STOP_ENV
 from queue_worker.compaction.settled import Retention
 from queue_worker.waiting import wait_until
 from supervisor.run.supervisor import Supervisor, SupervisorOptions
+from tests.qw_run import kill_compaction_at
 
 data, step = Path(sys.argv[1]), sys.argv[2]
 options = SupervisorOptions(
@@ -363,7 +376,7 @@ supervisor.start()
 # checkpoint), and the kill must fall in one that has settled history to keep, with more
 # segments sealed (and dropped) after it.
 wait_until(lambda: supervisor.snapshot().queue.done >= 20, 60, "tasks done")
-os.environ[STOP_ENV] = step  # read by the compactor's thread at its next kill point
+kill_compaction_at(step)  # met by the compactor's thread at its next kill point
 supervisor.wait(120)
 """
 

@@ -178,10 +178,9 @@ def test_damage_only_a_restarted_worker_meets_stops_the_run(tmp_path: Path) -> N
     processes: a forked one may inherit the fork server's fold, read before the damage.)"""
     data = tmp_path / "qw"
     up = subprocess.Popen(
-        [*QW, "up", "--no-tui", "--dir", str(data), "--workers", "2", "--tasks", "20",
-         "--work-ms", "1"],
+        [sys.executable, "-m", "tests.qw_run", "--exec-workers", "--", "up", "--no-tui",
+         "--dir", str(data), "--workers", "2", "--tasks", "20", "--work-ms", "1"],
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, "QW_WORKER_START": "exec"},
     )  # fmt: skip
     try:
         run_dir = data / "run"

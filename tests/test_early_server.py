@@ -167,7 +167,6 @@ def test_the_supervisor_asks_for_a_fold_exactly_when_the_server_can_make_one(
     # a queue of files: a Redis worker reads over the network (prefold.can_prefold)
     from supervisor.run import prefold
 
-    monkeypatch.delenv(prefold.PREFOLD_ENV, raising=False)
     read_end, write_end = os.pipe()
     try:
         prefold.warm(write_end, location, 8)

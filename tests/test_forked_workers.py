@@ -1,6 +1,6 @@
 """Workers forked from the fork server (supervisor.run.forked): a kill -9 is reported as SIGKILL,
 nothing outlives a supervisor killed with kill -9 (fork server included), each worker
-writes to its own log file, and QW_WORKER_START=exec still starts plain subprocesses."""
+writes to its own log file, and `start_worker(..., fork=False)` still starts plain subprocesses."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import threading
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ import psutil
 import pytest
 
 from queue_worker.worker.config import WorkerConfig
-from supervisor.run.forked import START_ENV, ExecWorker, ForkedWorker, stop_server
+from supervisor.run.forked import ExecWorker, ForkedWorker, start_worker, stop_server
 from supervisor.run.supervisor import EXIT_OK, RestartPolicy
 from tests.helpers import wait_until
 
@@ -153,7 +154,9 @@ def test_a_forked_worker_starts_its_own_resource_tracker_when_it_needs_one(
 def test_exec_start_runs_plain_subprocesses(
     supervisor: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv(START_ENV, "exec")
+    from supervisor.run import supervisor as supervisor_module
+
+    monkeypatch.setattr(supervisor_module, "start_worker", partial(start_worker, fork=False))
     sup = supervisor(workers=1, tasks=20, work_ms=0, exit_when_drained=True)
     sup.start()
     pid = sup.snapshot().workers[0].pid

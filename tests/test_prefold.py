@@ -116,7 +116,6 @@ def append_more(directory: Path) -> None:
 def forks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
     """Fork `start_both` for the queue in tmp_path/qw; returns what the child wrote."""
     monkeypatch.chdir(REPO)  # the child imports this module by name
-    monkeypatch.delenv(prefold.PREFOLD_ENV, raising=False)
     data = tmp_path / "qw"
     runs = iter(range(1000))
 
@@ -228,7 +227,7 @@ def test_with_the_prefold_off_the_child_inherits_nothing(
     tmp_path: Path, forks: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     make_queue(tmp_path / "qw", done=10, pending=5)
-    monkeypatch.setenv(prefold.PREFOLD_ENV, "0")
+    monkeypatch.setattr(prefold, "can_prefold", lambda location: False)  # the prefold off
     seen = forks()
     assert not seen["inherited"]
     assert seen["from_fold"] == seen["from_scratch"]

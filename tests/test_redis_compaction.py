@@ -19,21 +19,22 @@ import redis
 
 from logstore import Log, PositionCompactedError
 from logstore.redis.log import RedisLog
-from queue_worker.compaction.files import STEPS, STOP_ENV, CompactionError
-from queue_worker.compaction.redis_streams import compact_redis
-from queue_worker.compaction.settled import Retention
 from queue_worker.history.checkpoint import CheckpointRefused, Removed, chain_of, restore_checkpoint
+from queue_worker.compaction.files import STEPS, CompactionError
+from queue_worker.compaction.settled import Retention
 from queue_worker.producer import Queue
 from queue_worker.proof.report import Report, ReportInputError, load_report
 from queue_worker.protocol.records import Claim, Done, Fail, TaskRecord, encode
 from queue_worker.protocol.state import ClaimSnapshot
-from queue_worker.topics import ClaimsFollower, TaskIndex, open_topics
+from queue_worker.compaction.redis_streams import compact_redis
 from queue_worker.worker.config import WorkerConfig
 from queue_worker.worker.loop import Worker
+from queue_worker.topics import ClaimsFollower, TaskIndex, open_topics
 from tests.helpers import wait_until
 from tests.test_compaction import _ours
 
 QW = [sys.executable, "-m", "supervisor.cli.app"]
+QW_RUN = [sys.executable, "-m", "tests.qw_run"]  # (tests/qw_run.py)
 NOW_US = 1_700_000_000_000_000
 LEASE = 30_000_000
 EVERYTHING = Retention(seconds=0, bytes=0)
@@ -111,10 +112,10 @@ def payloads(log: Log) -> list[int]:
     return [msgpack.unpackb(e.data)[2]["n"] for e in log.iter_from(log.start)]
 
 
-def qw(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*QW, *args], capture_output=True, text=True, timeout=120, env={**os.environ, **(env or {})}
-    )
+def qw(*args: str, kill_at: str | None = None) -> subprocess.CompletedProcess[str]:
+    """`qw`; with `kill_at`, killed with SIGKILL when its compaction reaches that step."""
+    command = QW if kill_at is None else [*QW_RUN, "--kill-compaction-at", kill_at, "--"]
+    return subprocess.run([*command, *args], capture_output=True, text=True, timeout=120)
 
 
 @pytest.fixture
@@ -238,7 +239,7 @@ def test_a_tampered_chain_is_refused(queue: str) -> None:
 def test_kill_9_at_every_step_of_qw_compact_loses_nothing(queue: str, step: str) -> None:
     before = fold(queue)
     args = ("compact", "--log", queue, "--retention", "0", "--retention-bytes", "0")
-    killed = qw(*args, env={STOP_ENV: step})
+    killed = qw(*args, kill_at=step)
     assert killed.returncode == -9, killed.stderr
     assert fold(queue) == before  # the streams open, and fold to the same state
     finished = qw(*args)  # (the lock the killed one held is taken over: its pid is gone)
@@ -418,7 +419,10 @@ from pathlib import Path
 
 from queue_worker.compaction.settled import Retention
 from supervisor.run.supervisor import Supervisor, SupervisorOptions
+from tests.qw_run import kill_compaction_at
 
+if len(sys.argv) > 3:
+    kill_compaction_at(sys.argv[3])
 options = SupervisorOptions(
     data_dir=Path(sys.argv[1]),
     location=sys.argv[2],
@@ -478,8 +482,15 @@ def test_kill_9_of_the_supervisor_while_it_trims(redis_url: str, tmp_path: Path,
     workers die with it) leaves streams that fold as they did, and trim later."""
     tag = str(tmp_path)
     killed = subprocess.run(
-        [sys.executable, "-c", SUPERVISOR.format(exit=False), str(tmp_path / "run"), redis_url],
-        env={**os.environ, STOP_ENV: step, "QW_TEST_TAG": tag},
+        [
+            sys.executable,
+            "-c",
+            SUPERVISOR.format(exit=False),
+            str(tmp_path / "run"),
+            redis_url,
+            step,
+        ],
+        env={**os.environ, "QW_TEST_TAG": tag},
         capture_output=True,
         text=True,
         timeout=180,
@@ -534,8 +545,8 @@ def test_qw_compact_on_an_empty_database_says_so(redis_url: str) -> None:
 def test_the_lock_on_redis_keeps_a_second_saver_out_and_is_renewed(
     queue: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from queue_worker.history import redis_checkpoint
     from queue_worker.history.checkpoint import CheckpointError, checkpoint_lock, save_checkpoint
+    from queue_worker.history import redis_checkpoint
 
     monkeypatch.setattr(redis_checkpoint, "LOCK_TTL_MS", 600)  # renewed every 0.2 s
     client = redis.Redis.from_url(queue)

@@ -658,7 +658,7 @@ def test_qw_up_workers_survive_server_restarts_and_every_task_is_done_once(
     up = subprocess.Popen(
         qw_command(
             "up", "--log", url, "--dir", str(data), "--workers", "3", "--work-ms", "40",
-            "--lease", "5", "--pick", "random", "--exit-when-drained", "--no-tui",
+            "--lease", "5", "--exit-when-drained", "--no-tui",
         ),
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path, env=ENV,
     )
@@ -859,7 +859,6 @@ def test_three_hosts_share_one_queue_and_no_task_is_done_twice(
             args = [
                 "up", "--no-tui", "--log", url, "--exit-when-drained", "--workers", "1",
                 "--dir", str(tmp_path / host), "--handler", f"{__name__}:gated",
-                "--pick", "random",
             ]
             # fmt: on
             env = dict(ENV)

@@ -1,11 +1,12 @@
 """Several hosts for real: two `qw up` supervisors with different host names on one Redis
-queue, one of them on a machine whose clock runs five minutes fast ($QW_CLOCK_OFFSET_S, the
-worker processes' clock hook). On Redis the server stamps every claims record, so the skew
-cannot shorten a live lease (the fast host's CLAIMs lose), and a dead worker's task is
-taken over by the fast host once the lease has lapsed on the server's clock, not earlier:
-exactly once holds. On the file log the same skew takes live leases over: the contrast, in
-one process, is test_a_fast_clock_cannot_take_a_live_lease_over_on_redis_but_can_on_the_file_log
-in tests/test_redis_e2e.py.
+queue, one of them on a machine whose clock runs five minutes fast (`qw up` run by
+tests/qw_run.py with --clock-offset: its workers' `WorkerConfig.clock_offset_s`). On Redis
+the server stamps every claims record, so the skew cannot shorten a live lease (the fast
+host's CLAIMs lose), and a dead worker's task is taken over by the fast host once the lease
+has lapsed on the server's clock, not earlier: exactly once holds. On the file log the same
+skew takes live leases over: the contrast, in one process, is
+test_a_fast_clock_cannot_take_a_live_lease_over_on_redis_but_can_on_the_file_log in
+tests/test_redis_e2e.py.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
@@ -21,9 +23,9 @@ from typing import Any, cast
 import pytest
 
 from queue_worker.proof.report import load_report
-from queue_worker.protocol.clock import CLOCK_OFFSET_ENV, now_us, process_clock
 from queue_worker.protocol.records import Claim, decode_claims
 from queue_worker.protocol.state import Verdict
+from queue_worker.worker.config import WorkerConfig
 from queue_worker.worker.stats import read_all
 from supervisor.demos.fleet import ClaimsTail, Seen
 from tests.helpers import wait_until
@@ -33,15 +35,15 @@ SKEW_S = 300  # five minutes: far more than the lease
 LEASE_S = 2.0
 
 
-def test_the_clock_hook_offsets_the_wall_clock_and_refuses_a_bad_value() -> None:
-    ahead = process_clock({CLOCK_OFFSET_ENV: "300"})()
-    assert ahead - now_us() > 299_000_000
-    behind = process_clock({CLOCK_OFFSET_ENV: "-90.5"})()
-    assert now_us() - behind > 90_000_000
-    assert abs(process_clock({})() - now_us()) < 60_000_000
-    for bad in ("five minutes", "nan", "1e12"):
-        with pytest.raises(ValueError, match=f"{CLOCK_OFFSET_ENV}='{bad}'"):
-            process_clock({CLOCK_OFFSET_ENV: bad})
+def test_a_clock_offset_is_refused_beyond_ten_years_and_when_not_a_number(tmp_path: Path) -> None:
+    WorkerConfig(str(tmp_path), str(tmp_path), clock_offset_s=-90.5).validate()
+    for bad in (float("nan"), 1e12, -1e12):
+        with pytest.raises(ValueError, match=f"clock_offset_s is {bad}; expected a number"):
+            WorkerConfig(str(tmp_path), str(tmp_path), clock_offset_s=bad).validate()
+    with pytest.raises(ValueError, match="'clock_offset_s' is 'five minutes'; expected a number"):
+        WorkerConfig.from_json(
+            '{"location": "x", "run_dir": "y", "clock_offset_s": "five minutes"}'
+        )
 
 
 def host_of(worker: str | None) -> str:
@@ -68,21 +70,34 @@ def test_a_host_with_a_fast_clock_neither_steals_a_live_lease_nor_delays_a_takeo
     enqueued = qw("enqueue", "--log", url, "--file", str(tasks), cwd=tmp_path)
     assert enqueued.returncode == 0, enqueued.stderr
 
-    def up(host: str, workers: int, env: dict[str, str]) -> subprocess.Popen[str]:
+    def up(host: str, workers: int, clock_offset_s: float = 0) -> subprocess.Popen[str]:
         # fmt: off
         args = [
             "up", "--no-tui", "--log", url, "--exit-when-drained", "--workers", str(workers),
             "--dir", str(tmp_path / host), "--handler", "tests.test_redis_e2e:gated",
-            "--pick", "random", "--lease", str(LEASE_S), "--host-name", host,
+            "--lease", str(LEASE_S), "--host-name", host,
         ]
+        if verdicts == "client":  # (with server verdicts the server picks)
+            args += ["--pick", "random"]
         # fmt: on
+        command = qw_command(*args)
+        if clock_offset_s:  # (tests/qw_run.py)
+            command = [
+                sys.executable,
+                "-m",
+                "tests.qw_run",
+                "--clock-offset",
+                str(clock_offset_s),
+                "--",
+                *args,
+            ]
         return subprocess.Popen(
-            qw_command(*args),
+            command,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
             cwd=tmp_path,
-            env=env,
+            env=ENV,
         )
 
     def working(host: str) -> list[dict[str, Any]]:
@@ -92,10 +107,10 @@ def test_a_host_with_a_fast_clock_neither_steals_a_live_lease_nor_delays_a_takeo
     with ClaimsTail(url) as tail:
         try:
             # Host A, a true clock: its two workers hold both tasks (at the gate, renewing).
-            ups.append(up("host-a", 2, dict(ENV)))
+            ups.append(up("host-a", 2))
             wait_until(lambda: len(working("host-a")) == 2, 120, "host-a to hold both tasks")
             # Host B, five minutes fast: by its clock both leases lapsed long ago.
-            ups.append(up("host-b", 1, {**ENV, CLOCK_OFFSET_ENV: str(SKEW_S)}))
+            ups.append(up("host-b", 1, clock_offset_s=SKEW_S))
 
             def by_b(verdict: Verdict) -> Callable[[Seen], bool]:
                 return lambda s: s.verdict is verdict and host_of(s.outcome.worker) == "host-b"

@@ -4,7 +4,6 @@ leaves the server's verdicts and the fold in agreement, and the verdicts do not 
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import uuid
@@ -14,14 +13,14 @@ import pytest
 import redis
 
 from logstore.redis.log import RedisLog
-from queue_worker.compaction.files import STEPS, STOP_ENV
-from queue_worker.compaction.redis_streams import compact_redis
+from queue_worker.compaction.files import STEPS
 from queue_worker.compaction.settled import Retention
-from queue_worker.proof.verdict_check import check_location
 from queue_worker.protocol.records import Claim, Done, Fail, TaskRecord, encode
 from queue_worker.protocol.state import Verdict
+from queue_worker.compaction.redis_streams import compact_redis
 from queue_worker.redis.server_claim import ServerClaims
 from queue_worker.redis.server_verdicts import ServerVerdicts, state_key
+from queue_worker.proof.verdict_check import check_location
 from queue_worker.topics import open_topics
 
 pytestmark = pytest.mark.redis
@@ -79,13 +78,19 @@ def dead_tasks() -> set[int]:
     return {t for t in range(DONE) if t % 10 == 3}
 
 
-def qw(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def qw(*args: str, kill_at: str | None = None) -> subprocess.CompletedProcess[str]:
+    """`qw`; with `kill_at`, killed with SIGKILL when its compaction reaches that step
+    (tests/qw_run.py)."""
+    command = (
+        ["supervisor.cli.app"]
+        if kill_at is None
+        else ["tests.qw_run", "--kill-compaction-at", kill_at, "--"]
+    )
     return subprocess.run(
-        [sys.executable, "-m", "supervisor.cli.app", *args],
+        [sys.executable, "-m", *command, *args],
         capture_output=True,
         text=True,
         timeout=120,
-        env={**os.environ, **(env or {})},
     )
 
 
@@ -118,7 +123,7 @@ def test_kill_9_at_every_step_leaves_the_verdicts_and_the_fold_agreeing(
     url: str, step: str
 ) -> None:
     args = ("compact", "--log", url, "--retention", "0", "--retention-bytes", "0")
-    killed = qw(*args, env={STOP_ENV: step})
+    killed = qw(*args, kill_at=step)
     assert killed.returncode == -9, killed.stderr
     # the drop is made in the claims trim's own call: before it nothing went, after it both
     trimmed = step == "dropped"

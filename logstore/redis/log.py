@@ -156,6 +156,7 @@ from logstore.identity import (
 from logstore.location import redact_url as _redact
 from logstore.redis import verdict_mode
 from logstore.redis.keys import redis_key
+from logstore.redis.scripts import lua_file
 
 __all__ = [
     "DEFAULT_MAX_RECORD",
@@ -196,195 +197,24 @@ _tuple_new = cast("Callable[[type[Entry], tuple[int, int, bytes, int]], Entry]",
 _OWN_PARAMS = ("prefix", "retries", "max_record", "cluster", "verdicts")
 _FORCED_PARAMS = ("socket_timeout", "decode_responses", "protocol")
 
-# Both scripts answer entries as one string (`_parse_entries`): the length of the header, a
-# newline, the header, then every entry's bytes one after the other. The header is, for
-# each entry, its id and the length of its 'd' field (-1 when it has none), all separated by
-# spaces: "<ms>-<seq> <length> <ms>-<seq> <length> ...". One string instead of XRANGE's
-# nested reply: redis-py parses a nested reply element by element, which cost a reader
-# ~19 µs of CPU per entry (measured); and the header apart from the bytes, so that a
-# reader splits and converts all of its numbers at once (a few C calls for the whole
-# batch) instead of finding each entry's line (measured: ~5.5 → ~2.3 µs an entry).
-_ENTRIES_LUA = r"""
-local function entries(key, first, last, count)
-  if tonumber(count) <= 0 then return '' end
-  local heads, out = {}, {''}
-  for _, e in ipairs(redis.call('XRANGE', key, first, last, 'COUNT', count)) do
-    local f, d = e[2], nil
-    for j = 1, #f, 2 do
-      if f[j] == 'd' then d = f[j + 1] break end
-    end
-    if d then
-      heads[#heads + 1] = e[1] .. ' ' .. #d
-      out[#out + 1] = d
-    else heads[#heads + 1] = e[1] .. ' -1' end
-  end
-  if #heads == 0 then return '' end
-  local head = table.concat(heads, ' ')
-  out[1] = #head .. '\n' .. head
-  return table.concat(out)
-end
-"""
+# The scripts of a handle (logstore/redis/lua/, `logstore.redis.scripts`): each file says what
+# it takes and answers. The shared functions first: every script that reads or appends checks
+# the queue identity (queue_refused), a read's first id against the stream's start
+# (trimmed_before), and answers entries as one string (entries, parsed by `_parse_entries`).
+_PACKAGE: Final = "logstore.redis"
+_ENTRIES_LUA: Final = lua_file(_PACKAGE, "entries.lua")
+QUEUE_LUA: Final = lua_file(_PACKAGE, "queue_refused.lua")
+TRIMMED_LUA: Final = lua_file(_PACKAGE, "trimmed_before.lua")
+COUNTS_LUA: Final = lua_file(_PACKAGE, "entry_counts.lua")
+_READ_LUA: Final = _ENTRIES_LUA + TRIMMED_LUA + QUEUE_LUA + lua_file(_PACKAGE, "read.lua")
+_CHECK_LUA: Final = TRIMMED_LUA + QUEUE_LUA + lua_file(_PACKAGE, "check.lua")
+_APPEND_LUA: Final = _ENTRIES_LUA + TRIMMED_LUA + QUEUE_LUA + lua_file(_PACKAGE, "append.lua")
+_HISTORY_LUA: Final = COUNTS_LUA + lua_file(_PACKAGE, "history.lua")
 
 #: the error a read script answers for a position before the stream's start
 TRIMMED_ERROR: Final = "QWTRIMMED"
 #: the error every script of a handle answers when the queue identity is not its queue's
 QUEUE_ERROR: Final = "QWQUEUE"
-
-# queue_refused(identity key, queue id): nil while the key holds the queue id the handle
-# opened ('' for a handle opened without its queue: nothing to check), else the error to
-# answer. Run first by every script that reads or appends: a server reset (restarted
-# without persistence, flushed) is met by the very call that would have read the new
-# server's records or appended to them, not by a look before it.
-QUEUE_LUA: Final = r"""
-local function queue_refused(id_key, queue)
-  if queue == '' then return nil end
-  local found = redis.call('GET', id_key)
-  if found == queue then return nil end
-  if found then return redis.error_reply('QWQUEUE changed') end
-  return redis.error_reply('QWQUEUE missing')
-end
-"""
-
-# trimmed_before(start key, id): the start id when `id` is before it, nil otherwise. Ids are
-# compared as (ms, seq) numbers: both fit a Lua double exactly (ms < 2^53, seq < 2^20).
-TRIMMED_LUA: Final = r"""
-local function trimmed_before(start_key, first)
-  local s = redis.call('GET', start_key)
-  if not s then return nil end
-  local sm, ss = string.match(s, '^(%d+)-(%d+)$')
-  local fm, fs = string.match(first, '^(%d+)-(%d+)$')
-  sm, ss, fm, fs = tonumber(sm), tonumber(ss), tonumber(fm), tonumber(fs)
-  if fm < sm or (fm == sm and fs < ss) then return s end
-  return nil
-end
-"""
-
-
-# KEYS[1] the stream, KEYS[2] its start key (logstore.redis.trim), KEYS[3] the queue
-# identity. ARGV[1] the first id, ARGV[2] the most entries, ARGV[3] the queue id (QUEUE_LUA).
-# A first id the stream was trimmed past is an error (QWTRIMMED).
-_READ_LUA = (
-    _ENTRIES_LUA
-    + TRIMMED_LUA
-    + QUEUE_LUA
-    + """
-local refused = queue_refused(KEYS[3], ARGV[3])
-if refused then return refused end
-local start = trimmed_before(KEYS[2], ARGV[1])
-if start then return redis.error_reply('QWTRIMMED ' .. start) end
-return entries(KEYS[1], ARGV[1], '+', ARGV[2])
-"""
-)
-
-# The start-up check (`RedisLog.check`): what `read` would refuse as damage, looked for on
-# the server, so that checking a backlog costs no reply of its records. KEYS and ARGV as
-# _READ_LUA's, ARGV[3] the largest sequence number, ARGV[4] the queue id. Returns {entries
-# looked at, the last one's id ('' for none), the id of the first entry without a 'd' field
-# or with a sequence number past 2^SEQ_BITS - 1 ('' for none)}: the look stops at it.
-_CHECK_LUA = (
-    TRIMMED_LUA
-    + QUEUE_LUA
-    + """
-local refused = queue_refused(KEYS[3], ARGV[4])
-if refused then return refused end
-local start = trimmed_before(KEYS[2], ARGV[1])
-if start then return redis.error_reply('QWTRIMMED ' .. start) end
-local n, last, bad = 0, '', ''
-for _, e in ipairs(redis.call('XRANGE', KEYS[1], ARGV[1], '+', 'COUNT', ARGV[2])) do
-  n, last = n + 1, e[1]
-  local f, has = e[2], false
-  for j = 1, #f, 2 do
-    if f[j] == 'd' then has = true break end
-  end
-  if not has or tonumber(string.match(e[1], '-(%d+)$')) > ARGV[3] + 0 then
-    bad = e[1]
-    break
-  end
-end
-return {n, last, bad}
-"""
-)
-
-# KEYS[1] the stream, KEYS[2] this handle's last-append record, KEYS[3] the stream's start
-# key (an id to read from that was trimmed away reads nothing: the caller's read raises),
-# KEYS[4] the queue identity, KEYS[5] the count of entries qw removed from the stream
-# (`verify_history`: an append undone counts). ARGV[1] the call number, ARGV[2] the
-# record's ttl (ms), ARGV[3] the seq limit, ARGV[4] the id to read from ('' reads nothing),
-# ARGV[5] the most entries to read, ARGV[6] the queue id (QUEUE_LUA), ARGV[7..] the records.
-# Returns {ids, entries from ARGV[4] through the last id added}.
-_APPEND_LUA = (
-    _ENTRIES_LUA
-    + TRIMMED_LUA
-    + QUEUE_LUA
-    + """
-local refused = queue_refused(KEYS[4], ARGV[6])
-if refused then return refused end
-local function reply(ids)
-  if ARGV[4] == '' or trimmed_before(KEYS[3], ARGV[4]) then return {ids, ''} end
-  return {ids, entries(KEYS[1], ARGV[4], ids[#ids], ARGV[5])}
-end
-local last = redis.call('GET', KEYS[2])
-if last then
-  local n, first, final = string.match(last, '^(%d+) (%S+) (%S+)$')
-  if n == ARGV[1] then
-    local ids = {}
-    for i, e in ipairs(redis.call('XRANGE', KEYS[1], first, final)) do ids[i] = e[1] end
-    return reply(ids)
-  end
-end
-local ids = {}
-local function undo()
-  for _, id in ipairs(ids) do redis.call('XDEL', KEYS[1], id) end
-  if #ids > 0 then redis.call('INCRBY', KEYS[5], #ids) end
-end
-for i = 7, #ARGV do
-  local r = redis.pcall('XADD', KEYS[1], '*', 'd', ARGV[i])
-  if type(r) == 'table' and r.err then
-    undo()
-    return r
-  end
-  ids[#ids + 1] = r
-end
-local limit = tonumber(ARGV[3])
-for _, id in ipairs(ids) do
-  if tonumber(string.match(id, '-(%d+)$')) >= limit then
-    undo()
-    return redis.error_reply('QWSEQ entry id ' .. id .. ' has a sequence number of '
-      .. ARGV[3] .. ' or more within one millisecond')
-  end
-end
-redis.call('SET', KEYS[2], ARGV[1] .. ' ' .. ids[1] .. ' ' .. ids[#ids], 'PX', ARGV[2])
-return reply(ids)
-"""
-)
-
-# entry_counts(stream): the entries ever added to it (-1: the server does not count them,
-# Redis before 7.0) and the entries it holds; 0, 0 for no stream. Their difference is how
-# many entries left it, by any command (XTRIM, XDEL).
-COUNTS_LUA: Final = r"""
-local function entry_counts(key)
-  if redis.call('EXISTS', key) == 0 then return 0, 0 end
-  local added, length = -1, 0
-  local info = redis.call('XINFO', 'STREAM', key)
-  for i = 1, #info, 2 do
-    if info[i] == 'entries-added' then added = info[i + 1]
-    elseif info[i] == 'length' then length = info[i + 1] end
-  end
-  return added, length
-end
-"""
-
-# `RedisLog.verify_history`. KEYS[1] the stream, KEYS[2] its start key, KEYS[3] the count of
-# entries qw removed. Returns {entries ever added (-1: not counted), entries held, entries
-# qw removed (-1: no count kept), 1 when the start key is set}, read at one moment.
-_HISTORY_LUA: Final = (
-    COUNTS_LUA
-    + """
-local added, length = entry_counts(KEYS[1])
-local removed = tonumber(redis.call('GET', KEYS[3]) or '-1')
-return {added, length, removed, redis.call('EXISTS', KEYS[2])}
-"""
-)
 
 
 # -- key names -------------------------------------------------------------------------
@@ -1003,7 +833,7 @@ class RedisLog(Log):
         return f"{self.key}: {length} entries held of {added} added, {removed} removed by qw"
 
     def _parse_entries(self, blob: bytes) -> list[Entry]:
-        """The entries of a script's reply (the format is described above `_ENTRIES_LUA`)."""
+        """The entries of a script's reply (the format is described in lua/entries.lua)."""
         if not blob:
             return []
         newline = blob.find(b"\n")

@@ -10,10 +10,10 @@ So each stream has a **start key** beside it, ``<stream key>:start`` (``qw:claim
 the same hash tag as the stream under a cluster ``prefix``), holding the id of the first
 position still retained. It only moves forward, and it moves in the same script call as
 the ``XTRIM`` (`trim`): no reader ever sees the stream trimmed while the key still says it
-starts earlier. Every read script checks it first (`TRIMMED_LUA`, defined with the scripts of
-`logstore.redis.log`): a read from before the start answers the error ``QWTRIMMED <start
-id>``, which the handle raises as `PositionCompactedError`. A stream never trimmed has no
-start key, and starts at 0 (its origin) as before.
+starts earlier. Every read script checks it first (lua/trimmed_before.lua, read with the
+scripts of `logstore.redis.log`): a read from before the start answers the error
+``QWTRIMMED <start id>``, which the handle raises as `PositionCompactedError`. A stream
+never trimmed has no start key, and starts at 0 (its origin) as before.
 
 Sizes: Redis does not say how many bytes one stream entry takes; `stream_bytes` is Redis's
 own estimate of the whole stream's memory (``MEMORY USAGE``, which samples a few of its
@@ -26,30 +26,14 @@ from __future__ import annotations
 from typing import Final
 
 from logstore.redis.log import COUNTS_LUA, TRIMMED_LUA, RedisLog, format_id, unpack_position
+from logstore.redis.scripts import lua_file
 
-# KEYS[1] the stream, KEYS[2] its start key, KEYS[3] the count of entries qw removed from
-# it (`RedisLog.verify_history`). ARGV[1] the new start id. Moves the start key forward
-# (never back), trims the stream to it and counts what went, in one step; `removed` is the
-# count of entries removed. A stream an older qw trimmed has a start and no count: what it
-# lacks then is taken as that qw's trims. A script that trims more in the same step (the
-# server verdicts' state: queue_worker.compaction.verdict_trim) goes on from here.
+# The trim of the stream's front, which the server verdicts' trim goes on from
+# (queue_worker.compaction.verdict_trim): lua/trim_to_start.lua says what it takes.
 TRIM_TO_START_LUA: Final = (
-    TRIMMED_LUA
-    + COUNTS_LUA
-    + r"""
-if redis.call('EXISTS', KEYS[3]) == 0 and redis.call('EXISTS', KEYS[2]) == 1 then
-  local added, length = entry_counts(KEYS[1])
-  if added >= 0 then redis.call('SET', KEYS[3], added - length) end
-end
-if not trimmed_before(KEYS[2], ARGV[1]) then
-  redis.call('SET', KEYS[2], ARGV[1])
-end
-local removed = redis.call('XTRIM', KEYS[1], 'MINID', redis.call('GET', KEYS[2]))
-redis.call('INCRBY', KEYS[3], removed)
-"""
+    TRIMMED_LUA + COUNTS_LUA + lua_file("logstore.redis", "trim_to_start.lua")
 )
-# Returns the entries removed.
-_TRIM_LUA: Final = TRIM_TO_START_LUA + "return removed\n"
+_TRIM_LUA: Final = TRIM_TO_START_LUA + lua_file("logstore.redis", "trim.lua")
 
 
 def trim(log: RedisLog, start: int) -> int:

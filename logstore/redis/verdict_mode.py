@@ -27,6 +27,7 @@ from typing import Any, Final, Protocol, TypeVar
 
 from logstore.identity import IdentityError
 from logstore.redis.keys import redis_key
+from logstore.redis.scripts import lua_file
 
 _T = TypeVar("_T")
 
@@ -52,30 +53,8 @@ DEFAULT: Final = SERVER
 #: makes a queue created before the mode was recorded a server one
 STATE_FIELD: Final = "~through"
 
-# KEYS[1] the identity, KEYS[2] the mode, KEYS[3..] the family's verdict-state hashes.
-# ARGV[1] a new queue id ('' creates nothing), ARGV[2] the mode a new queue gets.
-# Returns {identity or false, mode or false, '1' when this call created the queue}.
-_RESOLVE_LUA: Final = (
-    r"""
-local id = redis.call('GET', KEYS[1])
-if not id then
-  if ARGV[1] == '' then return {false, false, '0'} end
-  redis.call('SET', KEYS[1], ARGV[1])
-  redis.call('SET', KEYS[2], ARGV[2])
-  return {ARGV[1], ARGV[2], '1'}
-end
-local mode = redis.call('GET', KEYS[2])
-if mode then return {id, mode, '0'} end
-for i = 3, #KEYS do
-  if redis.call('HEXISTS', KEYS[i], '"""
-    + STATE_FIELD
-    + r"""') == 1 then
-    return {id, 'legacy-server', '0'}
-  end
-end
-return {id, 'legacy-client', '0'}
-"""
-)
+#: the script that reads (and, for a new queue, sets) the identity and the mode together
+_RESOLVE_LUA: Final = lua_file("logstore.redis", "verdict_mode.lua")
 
 
 class VerdictModeError(IdentityError):
@@ -102,7 +81,7 @@ def resolve(
     client = log._client
     script = client.register_script(_RESOLVE_LUA)
     keys = [log.id_key, mode_key(log), *state_keys(log, family)]
-    args: list[bytes | str] = [new_id or b"", asked or DEFAULT]
+    args: list[bytes | str] = [new_id or b"", asked or DEFAULT, STATE_FIELD]
     raw = log._call("read the identity", lambda: script(keys=keys, args=args, client=client))
     if not isinstance(raw, list) or len(raw) != 3:
         raise IdentityError(f"{log.url}: unexpected reply reading {log.id_key}: {raw!r:.100}")

@@ -18,14 +18,13 @@ lists segments still on disk: it loads as well (its records start after them), a
 next compaction removes them (removal is idempotent). A removed segment is always in the
 durable checkpoint first, so a fold restored from it is the fold of the whole history.
 
-For the tests, ``QW_COMPACT_STOP_AT=<step>`` makes the process kill itself with SIGKILL
-when it reaches that step (the first time; ``dropped`` is after the first removal).
+Each step calls `stop_at` as it is reached (``dropped`` after the first removal): nothing
+happens there, and the tests replace it with a kill -9 of the process (tests/qw_run.py).
 """
 
 from __future__ import annotations
 
 import os
-import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -66,7 +65,6 @@ from queue_worker.topics import (
     open_topics,
 )
 
-STOP_ENV: Final = "QW_COMPACT_STOP_AT"
 STEPS: Final = ("locked", "folded", "checkpointed", "dropped")
 
 
@@ -83,9 +81,8 @@ class Compacted(NamedTuple):
 
 
 def stop_at(step: str) -> None:
-    """The tests' kill points (module docstring)."""
-    if os.environ.get(STOP_ENV) == step:
-        os.kill(os.getpid(), signal.SIGKILL)
+    """Compaction has reached `step` (one of STEPS): the tests' kill point (module
+    docstring); nothing here."""
 
 
 def compact(directory: Path, retention: Retention, *, now: float | None = None) -> Compacted:
@@ -386,7 +383,6 @@ def _records_between(log: FileLog, base: int, end: int) -> int:
 
 __all__ = [
     "STEPS",
-    "STOP_ENV",
     "Compacted",
     "CompactionError",
     "LogError",

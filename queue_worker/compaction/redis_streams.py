@@ -15,7 +15,7 @@ What may go is `queue_worker.compaction.settled`'s rule, applied to each entry a
   USAGE``, sampled), spread evenly over its entries (``XLEN``).
 
 The steps, in an order that a kill -9 at any of them leaves safe (the file log's steps,
-with ``QW_COMPACT_STOP_AT`` kill points of the same names):
+with `stop_at` kill points of the same names):
 
 1. ``locked``       take the checkpoint's lock key (`queue_worker.history.redis_checkpoint`)
 2. ``folded``       the fold of both streams to their end: the checkpoint restored and

@@ -37,6 +37,7 @@ from typing import Final
 
 from logstore import LogError
 from logstore.redis.log import RedisLog, redis_key
+from logstore.redis.scripts import lua_file
 
 NAME: Final = "fold.checkpoint"
 #: a lock left by a holder on another host that died expires after a minute; its holder
@@ -46,16 +47,9 @@ LOCK_TTL_MS: Final = 60 * 1000
 #: how often a compaction waiting for the lock asks again (seconds)
 LOCK_POLL_S: Final = 0.2
 
-# KEYS[1] the lock, ARGV[1] the value its holder set: delete it only if it is still that.
-_RELEASE_LUA: Final = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0
-"""
-# KEYS[1] the lock, ARGV[1] the holder's value, ARGV[2] the ttl: renew it if still ours.
-_RENEW_LUA: Final = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
-return 0
-"""
+#: the lock released, and renewed, by its holder only (lua/lock_release.lua, lock_renew.lua)
+_RELEASE_LUA: Final = lua_file("queue_worker.redis", "lock_release.lua")
+_RENEW_LUA: Final = lua_file("queue_worker.redis", "lock_renew.lua")
 
 
 class LockHeld(Exception):

@@ -22,6 +22,11 @@ What the script picks (the pick rules of `queue_worker.worker.pick` as far as th
    state: ``~tasks``, the last tasks entry handed out, and ``~next``, its id + 1; a task id
    is its index in the tasks stream, as everywhere).
 
+This is the pick of every worker of such a queue: none of `--pick`'s strategies (first,
+random, spread: ways for workers that each pick for themselves to collide less) is its
+rule, and asking for one is refused (`queue_worker.worker.pick.Picker`,
+`supervisor.cli.server_pick`) rather than ignored.
+
 The CLAIM is appended and folded by the same rules as any record (`RULES_LUA`): the pick
 chooses what to try, the rules decide what wins (always the claim, by the argument above;
 the verdict is still returned and obeyed). The CLAIM's bytes are built on the server
@@ -43,6 +48,7 @@ from typing import Any, Final, NamedTuple
 
 from logstore import Entry, Log, RecordTooLargeError
 from logstore.redis.log import RedisLog, pack_id, parse_id
+from logstore.redis.scripts import lua_file
 from queue_worker.protocol.records import Claim, Done, Fail, Renew, decode_claims, encode
 from queue_worker.redis.claim_batch import ClaimBatch
 from queue_worker.redis.server_verdicts import (
@@ -56,171 +62,9 @@ from queue_worker.redis.server_verdicts import (
     unpack_reply,
 )
 
-# KEYS[5] the tasks stream. ARGV[4..11] the previous task's DONE or FAIL (as the verdict
-# script takes a record; ARGV[4] '' for none), ARGV[12] the worker, ARGV[13] its lease,
-# ARGV[14] its clock, ARGV[15] '1' to claim, ARGV[16] '1' to leave a predecessor's lapsed
-# tasks to the others for one lease (the worker has siblings), ARGV[17] how many tasks to
-# claim at most, ARGV[18] how many earlier DONEs or FAILs follow (the worker's batch,
-# `ClaimBatch`), 8 arguments each from ARGV[19], appended and folded in order before the
-# one of ARGV[4..11]. Returns, packed as one msgpack array (`unpack_reply`): {the finish's
-# id, verdict and state (the state a map, `reply_verdict`; '' each for none), the first
-# CLAIM's id, verdict and state, its task, the task's payload record ('' each for none);
-# when nothing was claimed, the last tasks entry read, the earliest time an open task
-# becomes claimable ('' for none), '1' when no task is open, and the time the pick went by
-# ('' for none)}, then the id, verdict and state of each earlier finish, then the id,
-# verdict, state, task and payload of each CLAIM after the first.
-_NEXT_LUA: Final = (
-    RULES_LUA
-    + r"""
-local wanted = tonumber(ARGV[17])
-local earlier = tonumber(ARGV[18])
-local finishes = {}  -- the first argument of each record to fold before the pick, in order
-for j = 0, earlier - 1 do finishes[#finishes + 1] = 19 + 8 * j end
-if ARGV[4] ~= '' then finishes[#finishes + 1] = 4 end
-if #finishes > 0 then  -- the finishes' tasks, read with the queue's fields
-  prefetch = {}
-  for _, b in ipairs(finishes) do prefetch[#prefetch + 1] = ARGV[b + 2] end
-end
-local saved, refused = prelude()
-if refused then return refused end
-if saved then return saved end
-local reply = {'', '', '', '', '', '', '', '', '', '', '', ''}
-local more = {}  -- the earlier finishes' answers, then the CLAIMs after the first
-local finished_ms = nil
-for _, b in ipairs(finishes) do
-  local f = fold_in(ARGV[b], ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4], ARGV[b + 5],
-                    ARGV[b + 6], ARGV[b + 7])
-  if f.err then return f end
-  if b == 4 then reply[1], reply[2], reply[3] = f[1], f[2], f[3]
-  else
-    local n = #more
-    more[n + 1], more[n + 2], more[n + 3] = f[1], f[2], f[3]
-  end
-  finished_ms = tonumber(string.match(f[1], '^(%d+)-'))
-end
-local function payload_of(entry)
-  local fields = entry[2]
-  for j = 1, #fields, 2 do
-    if fields[j] == 'd' then return fields[j + 1] end
-  end
-  return ''
-end
-local now, withheld = nil, nil
-local function lineage(w) return string.match(w, '^(.*)%-[^-]*%-[^-]*$') or w end
-local mine = lineage(ARGV[12])
-local taken = {}  -- the tasks this call claimed (not picked twice)
--- the untouched tasks, read `fetch` at a time: twice the tasks wanted when several are,
--- and the backlog is deep when the first read finds that many (only then are several
--- claimed: with few tasks left, each goes to a worker of its own)
-local fetch = 1
-if wanted > 1 then fetch = 2 * wanted end
-local fresh, fresh_at, fetched, deep = {}, 1, false, false
-local function fill()
-  local m = get_meta()
-  local start = '-'
-  if m.tasks then start = '(' .. m.tasks end
-  fresh, fresh_at = redis.call('XRANGE', KEYS[5], start, '+', 'COUNT', fetch), 1
-  if not fetched then deep = #fresh == fetch end
-  fetched = true
-end
-local orphans = true  -- false once a look at the index found none due: none will be
--- the pick: an orphan (lease lapsed, backoff over) first, else the next untouched task
-local function pick()
-  local task, task_entry, payload = nil, nil, nil
-  if orphans then
-    orphans = false
-    -- not by the heir: a lapsed task of our predecessor (its name and host, another
-    -- process) is left to the others for one lease after its lapse
-    local due = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now, 'LIMIT', 0, 16)
-    for _, t in ipairs(due) do
-      if not taken[t] then
-        local st = load(t)
-        local until_us = nil
-        if ARGV[16] == '1' and st and st.c and st.w ~= ARGV[12] and lineage(st.w) == mine then
-          until_us = st.e + tonumber(ARGV[13])
-        end
-        if until_us and now < until_us then
-          if not withheld or until_us < withheld then withheld = until_us end
-        else
-          task, task_entry = t, st and st.t
-          orphans = true  -- there may be more
-          break
-        end
-      end
-    end
-  end
-  if task then
-    if task_entry then
-      local e = redis.call('XRANGE', KEYS[5], task_entry, task_entry)
-      if e[1] then payload = payload_of(e[1]) end
-    end
-    return task, task_entry, payload
-  end
-  local m = get_meta()
-  while true do
-    if fresh_at > #fresh then
-      if fetched and #fresh < fetch then return nil end  -- the stream's end, read already
-      fill()
-      if not fresh[1] then return nil end
-    end
-    local e = fresh[fresh_at]
-    fresh_at = fresh_at + 1
-    local id = string.format('%d', m.next)
-    m.tasks, m.next, m.moved = e[1], m.next + 1, true
-    -- a task some CLAIM of another path has touched is the index's, or closed
-    if not load(id) then return id, e[1], payload_of(e) end
-  end
-end
-local claimed = 0
-if ARGV[15] == '1' then
-  -- now, on the stream's clock: the last finish's entry time when there is one (our
-  -- CLAIMs come at or after it), else the server's clock to the millisecond below
-  if finished_ms then now = finished_ms * 1000
-  else
-    local t = redis.call('TIME')
-    now = (tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)) * 1000
-  end
-  while claimed < wanted do
-    if claimed > 0 then  -- more than one only from a deep backlog
-      if not fetched then fill() end
-      if not deep then break end
-    end
-    local task, task_entry, payload = pick()
-    if not task then break end
-    taken[task] = true
-    local data = cmsgpack.pack({1, 'C', tonumber(task), ARGV[12], tonumber(ARGV[14]),
-                                tonumber(ARGV[13])})
-    local c = fold_in(data, 'C', task, ARGV[12], ARGV[13], '', '', '', task_entry)
-    if c.err then return c end
-    if claimed == 0 then
-      reply[4], reply[5], reply[6], reply[7], reply[8] = c[1], c[2], c[3], task, payload or ''
-    else
-      local n = #more
-      more[n + 1], more[n + 2], more[n + 3], more[n + 4], more[n + 5] =
-        c[1], c[2], c[3], task, payload or ''
-    end
-    claimed = claimed + 1
-  end
-end
-if claimed == 0 then  -- nothing claimed: how far the tasks were read, and when to look again
-  reply[9] = get_meta().tasks or ''
-  local soonest = redis.call('ZRANGE', KEYS[4], 0, 0, 'WITHSCORES')
-  if soonest[1] then
-    local change = tonumber(soonest[2])
-    if withheld then  -- the first lapse not yet due, or the end of the heir's wait
-      local later = redis.call('ZRANGEBYSCORE', KEYS[4], '(' .. string.format('%d', now),
-                               '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
-      change = withheld
-      if later[1] and tonumber(later[2]) < change then change = tonumber(later[2]) end
-    end
-    reply[10] = string.format('%d', change)
-  else reply[11] = '1' end
-  if now then reply[12] = string.format('%d', now) end
-end
-for _, v in ipairs(more) do reply[#reply + 1] = v end
-return save(reply)
-"""
-)
+# the claiming call: the fold's rules, then its own body (lua/next_task.lua: what it takes
+# and answers)
+_NEXT_LUA: Final = RULES_LUA + lua_file("queue_worker.redis", "next_task.lua")
 
 
 class MoreClaim(NamedTuple):

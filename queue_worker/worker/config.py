@@ -34,6 +34,10 @@ __all__ = [
 ]
 
 
+#: the largest clock offset a worker takes (`clock_offset_s`)
+MAX_CLOCK_OFFSET_S: Final = 10 * 365 * 86400
+
+
 @dataclass(frozen=True)
 class WorkerConfig:
     """One worker's settings. Times are seconds unless the name says otherwise."""
@@ -44,7 +48,9 @@ class WorkerConfig:
     handler: str = "queue_worker.worker.handlers:demo"  # "module:function"
     work_ms: int = 400  # how long the demo handler works (a payload may override it)
     lease_s: float = DEFAULT_LEASE_S  # renewed at half of it while the task runs
-    pick: str = "spread"  # first | random | spread
+    # first | random | spread; None: spread, or the server's pick on a queue with server
+    # verdicts, where asking for one is refused (queue_worker.worker.pick.Picker)
+    pick: str | None = None
     slot: int = 0  # spread: this worker prefers task ids with id % slots == slot
     slots: int = 1
     fsync: str = "commit"  # none | commit | always (see logstore.Durability)
@@ -66,6 +72,9 @@ class WorkerConfig:
     # ("w0@box-4711-9f3a"). None: this machine's name (`default_host()`); set it to tell
     # apart several `qw up` on one machine, or machines whose names clash.
     host: str | None = None
+    # A test and demo field: the worker reads a wall clock off by this many seconds (+ ahead,
+    # - behind), as on a machine whose clock is wrong (tests/test_redis_hosts.py).
+    clock_offset_s: float = 0.0
 
     def validate(self) -> None:
         """Raise ValueError with one line naming the bad value and what was expected."""
@@ -83,7 +92,7 @@ class WorkerConfig:
             raise ValueError(f"handler {self.handler!r} is malformed; expected 'module:function'")
         _at_least("work_ms", self.work_ms, 0)
         _positive("lease_s", self.lease_s)
-        if self.pick not in PICK_STRATEGIES:
+        if self.pick is not None and self.pick not in PICK_STRATEGIES:
             raise ValueError(
                 f"pick {self.pick!r} is unknown; expected one of: {', '.join(PICK_STRATEGIES)}"
             )
@@ -103,6 +112,11 @@ class WorkerConfig:
             _at_least("parent_pid", self.parent_pid, 1)
         if self.host is not None:
             check_host(self.host)
+        if not abs(self.clock_offset_s) <= MAX_CLOCK_OFFSET_S:  # written so that NaN fails too
+            raise ValueError(
+                f"clock_offset_s is {self.clock_offset_s}; expected a number of seconds "
+                "within ten years"
+            )
 
     @property
     def durability(self) -> Durability:
@@ -137,7 +151,8 @@ class WorkerConfig:
         return cls(**data)
 
 
-# The JSON type of each field: str, int, float (an int is accepted), bool, or int-or-null.
+# The JSON type of each field: str, int, float (an int is accepted), bool, or with "?" that or
+# null; "str*": a string, or null for the default (a field whose null says nothing to a user).
 _FIELD_TYPES: Final[dict[str, str]] = {
     "location": "str",
     "run_dir": "str",
@@ -145,7 +160,7 @@ _FIELD_TYPES: Final[dict[str, str]] = {
     "handler": "str",
     "work_ms": "int",
     "lease_s": "float",
-    "pick": "str",
+    "pick": "str*",
     "slot": "int",
     "slots": "int",
     "fsync": "str",
@@ -158,15 +173,17 @@ _FIELD_TYPES: Final[dict[str, str]] = {
     "exit_when_drained": "bool",
     "parent_pid": "int?",
     "host": "str?",
+    "clock_offset_s": "float",
 }
 
 
 def _check_type(key: str, value: Any, kind: str) -> None:
-    if kind in ("int?", "str?", "float?") and value is None:
+    if kind in ("int?", "str?", "float?", "str*") and value is None:
         return
     ok = {
         "str": isinstance(value, str),
         "str?": isinstance(value, str),
+        "str*": isinstance(value, str),
         "bool": isinstance(value, bool),
         # bool is an int subclass in Python, but true is not a number of milliseconds
         "int": type(value) is int,
@@ -181,6 +198,7 @@ def _check_type(key: str, value: Any, kind: str) -> None:
             "int": "an integer",
             "int?": "an integer or null",
             "str?": "a string or null",
+            "str*": "a string",
             "float": "a number",
             "float?": "a number or null",
         }[kind]

@@ -247,6 +247,7 @@ class Worker:
             slot=config.slot,
             slots=config.slots,
             rng=self._rng,
+            server_picks=self._server is not None,
         )
         self.claims = ClaimsFollower(claims_log.start)
         self._checkpoint_dir: Location | None = None

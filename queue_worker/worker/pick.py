@@ -35,6 +35,11 @@ not by the heir  a worker leaves the lapsed tasks of its own slot's predecessor 
 
 A worker keeps what these need from one pick to the next in one `Picker`.
 
+On a Redis queue with server verdicts the server picks instead (queue_worker.redis.server_claim:
+orphans first, then the tasks in order; no CLAIM is lost to another worker there, so what
+these strategies are for does not arise): a worker there asks for no strategy, and one asked
+for is refused (`Picker`), as `qw up --pick` is, rather than ignored.
+
 These choose only what a worker *tries*: the fold alone decides who wins, and a lapse is
 judged exactly as `claimable` judges it. The reader's clock enters only through
 `ClaimState.is_claimable(task, now)`.
@@ -49,8 +54,9 @@ from collections.abc import Callable, Container
 from typing import Final
 
 from queue_worker.protocol.state import ClaimState
-from queue_worker.topics import TaskIndex
 from queue_worker.worker.config import PICK_STRATEGIES
+from queue_worker.worker.settings import DEFAULT_PICK, server_pick_refusal
+from queue_worker.topics import TaskIndex
 
 #: random: samples tried before scanning the whole claimable set
 RANDOM_SAMPLES: Final = 8
@@ -358,14 +364,20 @@ class Picker:
 
     def __init__(
         self,
-        strategy: str,
+        strategy: str | None,
         worker_id: str,
         lease_us: int,
         *,
         slot: int,
         slots: int,
         rng: random.Random,
+        server_picks: bool = False,
     ) -> None:
+        """`strategy` None: DEFAULT_PICK. `server_picks`: the server picks for the worker
+        (server verdicts), and a strategy asked for is a ValueError that says so."""
+        if server_picks and strategy is not None:
+            raise ValueError(f"pick {server_pick_refusal(strategy)}")
+        strategy = DEFAULT_PICK if strategy is None else strategy
         self.strategy = strategy
         self.slot = slot
         self.slots = slots

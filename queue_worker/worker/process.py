@@ -93,7 +93,7 @@ def run_worker_process(config_json: str, start: StartingFold | None = None) -> N
     Returns on a clean exit (drained, or the queue drained with exit_when_drained); raises
     SystemExit with one of the EXIT_* codes otherwise, the reason on stderr in one line.
     """
-    from queue_worker.protocol.clock import process_clock
+    from queue_worker.protocol.clock import offset_clock, seconds_to_us
     from queue_worker.protocol.records import error_text
     from queue_worker.worker.loop import Worker
 
@@ -121,8 +121,9 @@ def run_worker_process(config_json: str, start: StartingFold | None = None) -> N
         raise SystemExit(EXIT_CONFIG) from None
     _die_with_parent(_parent_pid(config))
     try:
-        worker = Worker(config, clock=process_clock(), start=start)
-    except ValueError as e:  # the handler cannot be loaded, or a bad clock offset
+        clock = offset_clock(seconds_to_us(config.clock_offset_s))
+        worker = Worker(config, clock=clock, start=start)
+    except ValueError as e:  # the handler cannot be loaded, or the pick is refused
         print(f"qw worker {config.name}: {e}", file=sys.stderr)
         raise SystemExit(EXIT_CONFIG) from None
     except LogError as e:

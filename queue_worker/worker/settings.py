@@ -23,6 +23,14 @@ DEFAULT_DRAIN_TIMEOUT_S: Final = 600.0
 
 #: the choices of `pick` and `fsync`, defined here once (the CLI's parsers and help use them)
 PICK_STRATEGIES: Final = ("first", "random", "spread")
+#: the pick of a worker whose own fold settles its claims, unless one is asked for
+DEFAULT_PICK: Final = "spread"
+#: what the server picks on a queue with server verdicts (queue_worker.redis.server_claim),
+#: where no other pick can be asked for: none of PICK_STRATEGIES is its rule
+SERVER_PICK: Final = (
+    "orphans first (the task claimable longest: its lease lapsed or its backoff over), "
+    "then the tasks in order"
+)
 FSYNC_POLICIES: Final = tuple(d.value for d in Durability)  # none, commit, always
 
 # A worker id is "<name>-<pid>-<hex>" (or "<name>@<host>-<pid>-<hex>") and names the stats
@@ -36,6 +44,16 @@ def default_host() -> str:
     import socket  # here: importing it is ~3 ms of every `qw` command's start, for a name
 
     return _NOT_IN_NAMES.sub("_", socket.gethostname())[:64] or "localhost"
+
+
+def server_pick_refusal(pick: str) -> str:
+    """Why `pick` cannot be asked for on a queue with server verdicts (one line, after the
+    option or field that asked for it)."""
+    return (
+        f"{pick!r}: this queue's claims are settled by the server (verdicts=server), which "
+        f"picks each task itself: {SERVER_PICK}; leave the pick out, or create the queue "
+        "with ?verdicts=client to choose one"
+    )
 
 
 def check_host(host: str) -> None:

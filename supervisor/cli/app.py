@@ -24,8 +24,8 @@ from queue_worker.partition_layout import MAX_PARTITIONS
 from queue_worker.worker.config import DEFAULT_DRAIN_TIMEOUT_S, DEFAULT_LEASE_S
 from supervisor.cli import compact as compact_cli
 from supervisor.cli import inspect_commands as inspect_cli
-from supervisor.cli import option_parsers, small_commands
-from supervisor.cli import partitioned_commands as partitioned_cli
+from supervisor.cli import small_commands
+from supervisor.cli import option_parsers
 from supervisor.cli import report_commands as report_cli
 from supervisor.cli.help_format import WholeHelpGroup
 from supervisor.options import (
@@ -44,6 +44,8 @@ from supervisor.options import (
     shown,
     whole,
 )
+from supervisor.cli.server_pick import check_pick
+from supervisor.cli import partitioned_commands as partitioned_cli
 from supervisor.timeline import cli as timeline_cli
 
 if TYPE_CHECKING:
@@ -131,13 +133,16 @@ def up(
         ),
     ] = DEFAULT_LEASE_S,
     pick: Annotated[
-        str,
+        str | None,
         typer.Option(
             parser=one_of(*PICKS),
             metavar="|".join(PICKS),
-            help="How a worker picks among claimable tasks.",
+            show_default=False,  # (None stands for it: a pick asked for can be refused)
+            help="How a worker picks among claimable tasks. Refused on a Redis queue with "
+            "server verdicts, where the server picks: orphans first, then the tasks in "
+            "order.  [default: spread]",
         ),
-    ] = "spread",
+    ] = None,
     max_attempts: Annotated[
         int,
         typer.Option(
@@ -241,10 +246,10 @@ def up(
     start, --demo (or --rate R) while running.
     """
     location = location_of(directory, log)
-    from supervisor.run.forked import fork_enabled, warm_server
+    check_pick(location, pick)  # before anything is created
+    from supervisor.run.forked import warm_server
 
-    if fork_enabled():  # the server folds the queue while we make ready
-        warm_server(location, workers)
+    warm_server(location, workers)  # the fork server folds the queue while we make ready
     from supervisor.run.supervisor import (
         RestartPolicy,
         Supervisor,

@@ -23,13 +23,12 @@ def main() -> int:
     if starts_workers(sys.argv[1:]):
         from supervisor.run import early_server
 
-        if early_server.fork_enabled():  # QW_WORKER_START=exec: no fork server
-            redis = on_redis(sys.argv[1:], os.environ.get("QW_LOG"))
-            # before multiprocessing is imported (~30 ms), else as multiprocessing does
-            if not early_server.spawn(early_server.preload_modules(redis)):
-                from supervisor.run.forked import start_server
+        redis = on_redis(sys.argv[1:], os.environ.get("QW_LOG"))
+        # before multiprocessing is imported (~30 ms), else as multiprocessing does
+        if not early_server.spawn(early_server.preload_modules(redis)):
+            from supervisor.run.forked import start_server
 
-                start_server(redis=redis)
+            start_server(redis=redis)
     from supervisor.cli.app import main as cli_main
 
     return cli_main()

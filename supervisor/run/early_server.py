@@ -29,8 +29,6 @@ TYPE_CHECKING = False  # (typing itself costs ~5 ms before the server could be s
 if TYPE_CHECKING:
     from typing import Final
 
-#: the environment variable that picks how workers start: "fork" (default) or "exec"
-START_ENV: Final = "QW_WORKER_START"
 #: what the fork server imports before it forks anything (see forkserver_init.py), and
 #: last, what makes it wait for the supervisor's first word (forkserver_ready.py)
 PRELOAD: Final = ["supervisor.run.forkserver_init", "supervisor.run.forkserver_ready"]
@@ -82,10 +80,6 @@ class EarlyServer:
 
 
 _started: EarlyServer | None = None
-
-
-def fork_enabled() -> bool:
-    return os.environ.get(START_ENV, "fork") != "exec"
 
 
 def spawn(preload: list[str]) -> bool:
@@ -192,9 +186,7 @@ def _remove(tempdir: str) -> None:
 __all__ = [
     "PRELOAD",
     "REDIS_PRELOAD",
-    "START_ENV",
     "EarlyServer",
-    "fork_enabled",
     "preload_modules",
     "spawn",
     "take",

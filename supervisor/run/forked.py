@@ -30,8 +30,10 @@ instead of folding them itself (supervisor.run.prefold): before each fork the su
 which queue the worker is for to a control pipe, whose read end the server is given as it
 is spawned (`_control_pipe`).
 
-`QW_WORKER_START=exec` starts each worker as a plain subprocess instead
-(`queue_worker.worker.process.worker_command`), the way other programs start one.
+`start_worker(..., fork=False)` starts a worker as a plain subprocess instead
+(`ExecWorker`: `queue_worker.worker.process.worker_command`), the way other programs start
+one: for the tests that need a worker that inherits nothing from the fork server
+(tests/qw_run.py starts `qw up` so).
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ from multiprocessing.util import Finalize
 from typing import TYPE_CHECKING, Final, Protocol
 
 from supervisor.run import early_server
-from supervisor.run.early_server import START_ENV, fork_enabled, preload_modules
+from supervisor.run.early_server import preload_modules
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
@@ -91,9 +93,10 @@ class WorkerHandle(Protocol):
         ...
 
 
-def start_worker(config: WorkerConfig, log_path: Path) -> WorkerHandle:
-    """Start a worker for `config`, its stdout and stderr appended to `log_path`."""
-    if fork_enabled():
+def start_worker(config: WorkerConfig, log_path: Path, *, fork: bool = True) -> WorkerHandle:
+    """Start a worker for `config`, its stdout and stderr appended to `log_path`: forked
+    from the fork server, or (`fork=False`) a plain subprocess."""
+    if fork:
         return ForkedWorker(config, log_path)
     return ExecWorker(config, log_path)
 
@@ -436,11 +439,9 @@ def _redirect_output(log_path: str) -> None:
 
 
 __all__ = [
-    "START_ENV",
     "ExecWorker",
     "ForkedWorker",
     "WorkerHandle",
-    "fork_enabled",
     "run_forked_worker",
     "start_server",
     "stop_server",

@@ -22,9 +22,6 @@ The control pipe's read end is handed to the server as it is spawned (`superviso
 and named on its command line. A request written before the connection that asks for the
 fork is there to read when the server forks: the pipe is in order, and the supervisor
 sends one request and one fork at a time.
-
-`QW_PREFOLD=0` turns it off (each worker folds the logs itself, as before): for
-measurements and comparisons.
 """
 
 from __future__ import annotations
@@ -39,16 +36,10 @@ if TYPE_CHECKING:
     from queue_worker.worker.config import WorkerConfig
     from queue_worker.worker.inherited import Prefold, StartingFold
 
-#: the environment variable that turns the prefold off ("0")
-PREFOLD_ENV: Final = "QW_PREFOLD"
 #: the most queues one fork server keeps a fold of (a partitioned queue has one each)
 MAX_FOLDS: Final = 64
 #: how long the server waits for the supervisor's first line before its loop (`install`)
 FIRST_WORD_WAIT_S: Final = 1.0
-
-
-def enabled() -> bool:
-    return os.environ.get(PREFOLD_ENV, "1") != "0"
 
 
 # -- the supervisor's side -----------------------------------------------------------------------
@@ -79,7 +70,7 @@ def warm(control_fd: int, location: str, slots: int) -> None:
 
 def _send(control_fd: int, location: str, slots: int, *, warm: bool) -> None:
     message: dict[str, object] = {"location": None}
-    if enabled() and can_prefold(location):
+    if can_prefold(location):
         message = {"location": location, "path": os.path.abspath(location), "slots": slots}
     if warm:
         message["warm"] = True  # no fork asked for with it (`fork_asked`)
@@ -231,4 +222,4 @@ def take(location: str) -> StartingFold | None:
     return fold
 
 
-__all__ = ["PREFOLD_ENV", "enabled", "install", "request", "take"]
+__all__ = ["install", "request", "take"]

@@ -88,7 +88,7 @@ class SupervisorOptions:
     handler: str = DEMO_HANDLER
     work_ms: int = 400
     lease_s: float = DEFAULT_LEASE_S
-    pick: str = "spread"
+    pick: str | None = None  # None: the default (WorkerConfig.pick)
     fsync: str = "commit"
     max_attempts: int = 3  # winning claims a task gets before a failure makes it dead
     backoff_s: float = 1.0  # the first retry's backoff; doubles per attempt, with jitter

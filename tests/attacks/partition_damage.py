@@ -8,9 +8,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from supervisor.run.early_server import START_ENV
 from tests.attacks.catalog import attack
-from tests.attacks.harness import ENV, QW, Finding, broken, held, qw, refusal
+from tests.attacks.harness import ENV, QW_EXEC_WORKERS, Finding, broken, held, qw, refusal
 
 #: the tasks run before the damage, and those still pending when it happens
 DONE_TASKS, PENDING_TASKS = 5, 90
@@ -46,10 +45,10 @@ def partitioned_queue(data: Path, partitions: int = 4) -> None:
     fork server's start under `qw up --partitions` sometimes fails (reported, not fixed
     here)."""
     run = subprocess.run(
-        [*QW, "up", "--dir", str(data), "--no-tui", "--partitions", str(partitions),
-         "--workers", str(partitions), "--work-ms", "0", "--tasks", str(DONE_TASKS),
-         "--exit-when-drained"],
-        cwd=data.parent, env={**ENV, START_ENV: "exec"}, capture_output=True, text=True,
+        [*QW_EXEC_WORKERS, "up", "--dir", str(data),
+         "--no-tui", "--partitions", str(partitions), "--workers", str(partitions),
+         "--work-ms", "0", "--tasks", str(DONE_TASKS), "--exit-when-drained"],
+        cwd=data.parent, env=ENV, capture_output=True, text=True,
         timeout=120, check=False,
     )  # fmt: skip
     more = qw("enqueue", "--dir", str(data), "--count", str(PENDING_TASKS), cwd=data.parent)

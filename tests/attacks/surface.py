@@ -24,6 +24,7 @@ from tests.attacks.catalog import attack
 from tests.attacks.harness import (
     ENV,
     QW,
+    QW_EXEC_WORKERS,
     Finding,
     broken,
     degraded,
@@ -36,10 +37,11 @@ from tests.attacks.harness import (
 from tests.helpers import free_port, wait_until
 
 
-def _up(data: Path, work: Path, *args: str, **env: str) -> subprocess.Popen[str]:
+def _up(data: Path, work: Path, *args: str, exec_workers: bool = False) -> subprocess.Popen[str]:
+    command = QW_EXEC_WORKERS if exec_workers else QW
     return subprocess.Popen(
-        [*QW, "up", "--no-tui", "--dir", str(data), *args],
-        cwd=work, env={**ENV, **env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [*command, "up", "--no-tui", "--dir", str(data), *args],
+        cwd=work, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
 
 
@@ -74,7 +76,7 @@ def _health(port: int) -> tuple[int, str] | None:
 def damage_a_restart_meets(work: Path) -> Finding:
     data = work / "q"
     up = _up(data, work, "--workers", "2", "--tasks", "20", "--work-ms", "1",
-             QW_WORKER_START="exec")  # fmt: skip
+             exec_workers=True)  # fmt: skip
     run_dir = data / "run"
 
     def idle() -> list[dict[str, object]] | None:
