@@ -54,9 +54,9 @@ from collections.abc import Callable, Container
 from typing import Final
 
 from queue_worker.protocol.state import ClaimState
+from queue_worker.topics import TaskIndex
 from queue_worker.worker.config import PICK_STRATEGIES
 from queue_worker.worker.settings import DEFAULT_PICK, server_pick_refusal
-from queue_worker.topics import TaskIndex
 
 #: random: samples tried before scanning the whole claimable set
 RANDOM_SAMPLES: Final = 8

@@ -5,15 +5,12 @@ file is written by a daemon thread, at most once every STATE_GAP_S when the stat
 changed since the last write, and otherwise once every PUBLISH_PERIOD_S while changes keep
 coming. A worker that has ended BUSY_TASKS tasks or more since the last write is cycling
 through its states faster than any reader can follow (a drain: thousands a second), so its
-state changes wait the ordinary period too: each write costs ~0.6 ms of CPU (the snapshot,
-its latency percentiles, a file and a rename; measured in-process), and at one every
-STATE_GAP_S that came to ~7 µs of a no-op task's ~270 (2 workers draining).
+state changes wait the ordinary period too: a write (the snapshot, its latency percentiles,
+a file and a rename) costs more than a no-op task.
 
-`publish()` itself is an attribute check and, at most once per write, an `Event.set`:
-writing from the worker's own thread (a JSON dump, a file write and a rename) or taking a
-lock per call cost about a tenth of a no-op task's time (profiled drain). (The check reads a
-plain attribute, `_requested`, not the event's `is_set`: a Python call, ~650 instructions,
-twice a task.)
+`publish()` itself only sets a flag and, at most once per write, an `Event`: the worker's
+own thread never writes the file nor takes a lock to publish (docs/speed.md, "Publishing
+the stats").
 
 The snapshot is taken when it is written, so it is always the latest state; a change that
 comes and goes between two writes (a task shorter than the gap) is seen in the counters,

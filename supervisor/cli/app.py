@@ -24,10 +24,11 @@ from queue_worker.partition_layout import MAX_PARTITIONS
 from queue_worker.worker.config import DEFAULT_DRAIN_TIMEOUT_S, DEFAULT_LEASE_S
 from supervisor.cli import compact as compact_cli
 from supervisor.cli import inspect_commands as inspect_cli
-from supervisor.cli import small_commands
-from supervisor.cli import option_parsers
+from supervisor.cli import option_parsers, small_commands
+from supervisor.cli import partitioned_commands as partitioned_cli
 from supervisor.cli import report_commands as report_cli
 from supervisor.cli.help_format import WholeHelpGroup
+from supervisor.cli.server_pick import check_pick
 from supervisor.options import (
     DEFAULT_DIR,
     FSYNCS,
@@ -44,8 +45,6 @@ from supervisor.options import (
     shown,
     whole,
 )
-from supervisor.cli.server_pick import check_pick
-from supervisor.cli import partitioned_commands as partitioned_cli
 from supervisor.timeline import cli as timeline_cli
 
 if TYPE_CHECKING:

@@ -15,8 +15,7 @@ import typer
 
 from logstore import LogError
 from queue_worker.topics import CLAIMS_TOPIC, open_topic
-from supervisor.cli import small_commands
-from supervisor.cli import option_parsers
+from supervisor.cli import option_parsers, small_commands
 from supervisor.cli.record_lines import ClaimsPrinter, TasksPrinter
 from supervisor.options import (
     DEFAULT_DIR,

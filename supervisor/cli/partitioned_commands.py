@@ -36,7 +36,7 @@ def manifest_at(location: str, asked: int | None = None, *, create: bool = True)
         if asked is None:
             # all that resolve_partitions does when nothing is asked, without importing the
             # producer it creates queues with (`qw status`, `task`, `why` and `enqueue` ask
-            # nothing: ~1% of their instructions)
+            # nothing)
             return read_manifest(location)
         from queue_worker.partitions.queue import resolve_partitions
 

@@ -6,8 +6,7 @@ The numbers are those of the supervisor's `supervisor.run.monitor.Monitor` after
 the same logs), from the same fold (`queue_worker.topics.ClaimsFollower`'s state: one by one
 the records whose verdicts are counted, each FAIL and each DONE recent enough for the
 throughput, the runs between them in one `ClaimState.apply_all` each) and the same checks,
-without the monitor's event machinery and dataclass model, which were ~25 ms of the
-command's CPU.
+without the monitor's event machinery and dataclass model.
 
 It begins from the fold checkpoint (`queue_worker.history.checkpoint`) when one covers these logs,
 compacted or not, and reads only what came after (`_Reading._begin`, by the rule
@@ -125,7 +124,7 @@ class _Reading:
         for log, start in zip((self.tasks, self.claims), starts, strict=True):
             # A file log's reads below check every frame they return (checksums too: a new
             # handle trusts nothing) and raise at damage, as its check() would, so it is not
-            # walked twice (~2% of the command's instructions); and what a checkpoint
+            # walked twice; and what a checkpoint
             # covers, it checksummed whole (`_begin`): the rest is checked from there.
             if not isinstance(log, FileLog):
                 log.check(start)

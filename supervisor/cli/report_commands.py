@@ -15,8 +15,7 @@ from typing import Annotated, Final
 import typer
 
 from logstore.location import is_redis_url, shown
-from supervisor.cli import small_commands
-from supervisor.cli import option_parsers
+from supervisor.cli import option_parsers, small_commands
 from supervisor.cli import partitioned_commands as partitioned_cli
 from supervisor.demos import demo_app
 from supervisor.options import DirOption, LogOption, whole
