@@ -18,6 +18,8 @@ import pytest
 from logstore import Log, PositionCompactedError
 from logstore.file.log import FileLog
 from logstore.file.segments import list_bases
+from queue_worker.compaction.files import STEPS, CompactionError, compact
+from queue_worker.compaction.settled import Retention
 from queue_worker.history.checkpoint import (
     CHECKPOINT_NAME,
     CheckpointError,
@@ -28,8 +30,6 @@ from queue_worker.history.checkpoint import (
     restore_checkpoint,
     save_checkpoint,
 )
-from queue_worker.compaction.files import STEPS, CompactionError, compact
-from queue_worker.compaction.settled import Retention
 from queue_worker.proof.report import Report, ReportInputError, load_report
 from queue_worker.protocol.records import Claim, Done, Fail, TaskRecord, encode
 from queue_worker.protocol.state import ClaimSnapshot

@@ -19,17 +19,17 @@ import redis
 
 from logstore import Log, PositionCompactedError
 from logstore.redis.log import RedisLog
-from queue_worker.history.checkpoint import CheckpointRefused, Removed, chain_of, restore_checkpoint
 from queue_worker.compaction.files import STEPS, CompactionError
+from queue_worker.compaction.redis_streams import compact_redis
 from queue_worker.compaction.settled import Retention
+from queue_worker.history.checkpoint import CheckpointRefused, Removed, chain_of, restore_checkpoint
 from queue_worker.producer import Queue
 from queue_worker.proof.report import Report, ReportInputError, load_report
 from queue_worker.protocol.records import Claim, Done, Fail, TaskRecord, encode
 from queue_worker.protocol.state import ClaimSnapshot
-from queue_worker.compaction.redis_streams import compact_redis
+from queue_worker.topics import ClaimsFollower, TaskIndex, open_topics
 from queue_worker.worker.config import WorkerConfig
 from queue_worker.worker.loop import Worker
-from queue_worker.topics import ClaimsFollower, TaskIndex, open_topics
 from tests.helpers import wait_until
 from tests.test_compaction import _ours
 
@@ -545,8 +545,8 @@ def test_qw_compact_on_an_empty_database_says_so(redis_url: str) -> None:
 def test_the_lock_on_redis_keeps_a_second_saver_out_and_is_renewed(
     queue: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from queue_worker.history.checkpoint import CheckpointError, checkpoint_lock, save_checkpoint
     from queue_worker.history import redis_checkpoint
+    from queue_worker.history.checkpoint import CheckpointError, checkpoint_lock, save_checkpoint
 
     monkeypatch.setattr(redis_checkpoint, "LOCK_TTL_MS", 600)  # renewed every 0.2 s
     client = redis.Redis.from_url(queue)

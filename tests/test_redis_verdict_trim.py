@@ -14,13 +14,13 @@ import redis
 
 from logstore.redis.log import RedisLog
 from queue_worker.compaction.files import STEPS
+from queue_worker.compaction.redis_streams import compact_redis
 from queue_worker.compaction.settled import Retention
+from queue_worker.proof.verdict_check import check_location
 from queue_worker.protocol.records import Claim, Done, Fail, TaskRecord, encode
 from queue_worker.protocol.state import Verdict
-from queue_worker.compaction.redis_streams import compact_redis
 from queue_worker.redis.server_claim import ServerClaims
 from queue_worker.redis.server_verdicts import ServerVerdicts, state_key
-from queue_worker.proof.verdict_check import check_location
 from queue_worker.topics import open_topics
 
 pytestmark = pytest.mark.redis
