@@ -24,7 +24,7 @@ from queue_worker.redis.claim_batch import BATCH_MAX, ClaimBatch
 from queue_worker.redis.server_claim import ServerClaims
 from queue_worker.redis.verdict_check import check_log
 from queue_worker.worker.config import WorkerConfig
-from queue_worker.worker.loop import Worker
+from queue_worker.worker.opening import open_worker
 from queue_worker.worker.topics import decode_claims_entry, open_topics
 
 pytestmark = pytest.mark.redis
@@ -60,7 +60,7 @@ def test_a_run_of_short_tasks_claims_several_a_call_and_each_is_done_once(
     monkeypatch.setattr(ServerClaims, "next", counted)
     ran: list[int] = []
     config = WorkerConfig(redis_url, str(tmp_path / "run"), name="w0", exit_when_drained=True)
-    with Worker(config, handler=ran.append) as worker:
+    with open_worker(config, handler=ran.append) as worker:
         assert worker.run() == "queue drained"
         assert worker.stats.finished == tasks
     assert sorted(ran) == list(range(tasks))
@@ -75,7 +75,7 @@ def test_step_alone_sends_each_done_as_it_returns(redis_url: str, tmp_path: Path
     with Queue(redis_url) as queue:
         queue.enqueue_many(list(range(10)))
     config = WorkerConfig(redis_url, str(tmp_path / "run"), name="w0")
-    with Worker(config, handler=lambda payload: payload) as worker:
+    with open_worker(config, handler=lambda payload: payload) as worker:
         for _ in range(5):
             worker.step()
     # nothing held back: the five DONEs are in the stream
@@ -174,7 +174,7 @@ def test_a_done_whose_call_never_landed_is_appended_again_through_the_script(
     config = WorkerConfig(
         redis_url, str(tmp_path / "run"), name="w0", exit_when_drained=True, idle_poll_s=0.01
     )
-    with Worker(config, handler=lambda payload: payload) as worker:
+    with open_worker(config, handler=lambda payload: payload) as worker:
         assert worker.run() == "queue drained"
     assert failed == [0]
     report = load_report(redis_url)

@@ -1,0 +1,89 @@
+"""The one place that chooses a queue's worker: `open_worker(config, ...)`.
+
+A queue's claiming protocol is recorded with the queue, so it is known once its logs are
+open: a Redis queue with server verdicts (`logstore.redis.verdict_mode`) gets a
+`queue_worker.redis.server_worker.ServerVerdictWorker` (imported only then: redis is an
+optional extra), every other queue (the file log; Redis with client verdicts) a
+`queue_worker.worker.loop.Worker`.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from typing import Any
+
+from logstore import Log
+from queue_worker.protocol.clock import Clock, now_us
+from queue_worker.worker.base import WorkerBase
+from queue_worker.worker.config import WorkerConfig
+from queue_worker.worker.handlers import Handler, handler_from_function, load_handler
+from queue_worker.worker.inherited import StartingFold
+from queue_worker.worker.loop import Worker
+from queue_worker.worker.topics import open_topics
+
+
+def server_verdicts(claims_log: Log) -> bool:
+    """Whether the queue of `claims_log` has server verdicts (the mode the log resolved)."""
+    return getattr(claims_log, "verdicts", None) == "server"
+
+
+def open_worker(
+    config: WorkerConfig,
+    *,
+    clock: Clock = now_us,
+    tasks_log: Log | None = None,
+    claims_log: Log | None = None,
+    rng: random.Random | None = None,
+    handler: Callable[..., Any] | Handler | None = None,
+    claim_ahead: bool = True,
+    start: StartingFold | None = None,
+) -> WorkerBase:
+    """The worker for `config`'s queue, by its claiming protocol. The options are the
+    workers' (see `WorkerBase`); `start`, a fold inherited from the fork server, applies
+    to the client fold only (with server verdicts the server holds the fold).
+
+    The config and the handler are checked before any log is opened: a bad one writes
+    nothing. Both logs or neither: given, they stay the caller's to close."""
+    config.validate()
+    if isinstance(handler, Handler):
+        loaded = handler
+    elif handler is None:
+        loaded = load_handler(config.handler)
+    else:
+        loaded = handler_from_function(handler)
+    own_logs = tasks_log is None and claims_log is None
+    if tasks_log is None or claims_log is None:
+        if not own_logs:
+            raise ValueError("open_worker: give both logs (tasks_log, claims_log) or neither")
+        tasks_log, claims_log = open_topics(config.location, config.durability)
+    try:
+        if server_verdicts(claims_log):
+            from queue_worker.redis.server_worker import ServerVerdictWorker
+
+            return ServerVerdictWorker(
+                config,
+                clock=clock,
+                tasks_log=tasks_log,
+                claims_log=claims_log,
+                rng=rng,
+                handler=loaded,
+                claim_ahead=claim_ahead,
+                own_logs=own_logs,
+            )
+        return Worker(
+            config,
+            clock=clock,
+            tasks_log=tasks_log,
+            claims_log=claims_log,
+            rng=rng,
+            handler=loaded,
+            claim_ahead=claim_ahead,
+            own_logs=own_logs,
+            start=start,
+        )
+    except BaseException:
+        if own_logs:
+            tasks_log.close()
+            claims_log.close()
+        raise
