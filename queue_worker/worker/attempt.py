@@ -369,7 +369,7 @@ class AttemptRunner:
         if settled is None:
             return self._lost_while_unreachable(task, claim_position, outcome, keeper, latency_us)
         verdict = settled.outcome.verdict
-        # (the usual verdict by identity first: an Enum's hash is a Python call)
+        # (the usual verdict by identity first, then the table: see docs/speed.md)
         kind = StepKind.DONE if verdict is Verdict.DONE else _FINISHED_AS[verdict]
         if kind is StepKind.DONE:
             self._record.finished((claiming.tasks, claiming.claims))

@@ -108,8 +108,6 @@ class Worker(WorkerBase):
         self.tasks.keep_payloads(config.slot, config.slots)  # the tasks spread gives us
         self._fresh_s = FRESH_FOLD_REMOTE_S if self.networked else FRESH_FOLD_S
 
-    # -- the fold checkpoint (see queue_worker.history.checkpoint) ---------------------------
-
     def _begin(self, start: StartingFold | None) -> str | None:
         """Start the folds from `start` (made by the fork server, inherited with the fork:
         see queue_worker.worker.inherited) when it is a fold of our own logs, else from the
@@ -128,32 +126,10 @@ class Worker(WorkerBase):
             self._picker.saw(start.first_new_task, self._clock())
         return start.note
 
-    def _save_checkpoint(self, *, final: bool = False) -> None:
-        """The worker in slot 0 saves the fold every CHECKPOINT_EVERY_BYTES of claims log,
-        and when it exits cleanly, so that the next start replays only what came after."""
-        directory = self._checkpoint_dir
-        if directory is None or not self._saves_checkpoints:
-            return
-        now_at = (self.tasks.next_position, self.claims.next_position)
-        moved = now_at[1] - self._checkpointed[1]
-        if now_at == self._checkpointed or (not final and moved < CHECKPOINT_EVERY_BYTES):
-            return
-        try:
-            save_checkpoint(directory, self.tasks, self.tasks_log, self.claims, self.claims_log)
-        except CheckpointError as e:  # only the next start's replay is longer
-            self.record.checkpoint_failed(str(e))
-            return
-        self._checkpointed = now_at
-
-    #: after each step of `run` (bound to the save itself: no call of its own per task)
-    _after_step = _save_checkpoint
-
-    def _end_run(self) -> None:
-        self._save_checkpoint(final=True)
-
     # -- one iteration: catch up, pick, claim, settle ------------------------------------------
 
     def _claim_next(self, now: int | None) -> StepResult:
+        """Catch up, pick, claim and settle; run the task if the claim won."""
         self.catch_up()
         if now is None:
             # After the catch-up: a long replay must not leave the CLAIM's `at` (and so its
@@ -199,44 +175,46 @@ class Worker(WorkerBase):
             raise LogError(f"{self.claims_log.name}: our CLAIM of task {task} is not in the log")
         return self._claimed(claim, settled, (time.perf_counter_ns() - started) // 1000)
 
-    def is_drained(self) -> bool:
-        """Nothing pending or held: every known task (that this version can run) is closed."""
-        state = self.claims.state
-        known = self.tasks.known
-        # A claim for an id the tasks log lacks (a foreign or hostile writer's) holds no task
-        # of this queue: it must not keep `--exit-when-drained` from ever exiting.
-        if state.held_count and any(t < known for t, _ in state.held_tasks()):
-            return False
-        return all(
-            state.is_closed(t) or t in self.tasks.foreign
-            for t in range(state.watermark, self.tasks.known)
-        )
+    def append_and_settle(
+        self, record: Claim | Done | Fail, ahead: Claim | None = None
+    ) -> Settled | None:
+        """Append one of our records (a DONE or FAIL durably; with `ahead`, the next CLAIM in
+        the same batch, left in `_ahead` for the next step) and settle it: fold the claims
+        log up to it.
 
-    def _idle(self, now: int) -> StepResult:
-        self.record.state("idle")
-        next_change = self.claims.state.next_change(self.fold_time(now))
-        recheck = self._picker.recheck_at(self.fold_time)  # a held-back task becomes ours
-        if recheck is not None:
-            next_change = recheck if next_change is None else min(next_change, recheck)
-        return StepResult(StepKind.IDLE, drained=self.is_drained(), next_change=next_change)
-
-    def _next_task_is_anothers(self) -> bool:
-        """Spread: will the next task enqueued (id = tasks known) be another slot's?"""
-        return self._picker.next_is_anothers(self.tasks.known)
-
-    def _wait_for_work(self, idle: StepResult) -> None:
-        """Block until a task may be enqueued, a known lease/backoff runs out, or the poll
-        interval passes: no CPU while idle, and awake within a wake-up of an enqueue."""
-        timeout = self._idle_timeout(idle)
-        if self.config.exit_when_drained and not idle.drained:
-            # Idle but not drained: what ends the run is the DONE of a task another worker
-            # holds, which goes to the claims log; waiting on the tasks log would see it only
-            # at the poll, up to idle_poll_s after the last DONE (a task enqueued meanwhile
-            # waits that poll at most, and any CLAIM of it wakes us).
-            self.claims_log.wait(self.claims.next_position, timeout)
-        else:
-            self.tasks_log.wait(self.tasks.next_position, timeout)
-        self._picker.step_aside(self.tasks.known)
+        When the append or the settling fails (a LogError other than a log that cannot be
+        used or a record too large: the log is out of reach, say), the record may or may
+        not be in the log: `OutageRecovery.resolve` finds out, and returns None for a record
+        given up. A record that landed clears `stats.log_error`."""
+        durable = not isinstance(record, Claim)
+        data = encode(record)
+        started = time.perf_counter_ns()
+        try:
+            # One batch, settled by reading the log up to it (on a networked log, by the
+            # append's own round trip: `Log.append_and_read`).
+            if ahead is None:
+                [settled] = self.claims.append_and_settle(
+                    self.claims_log, [record], [data], durable=durable
+                )
+            else:
+                settled, ahead_settled = self.claims.append_and_settle(
+                    self.claims_log, [record, ahead], [data, encode(ahead)], durable=durable
+                )
+                latency_us = (time.perf_counter_ns() - started) // 1000
+                self._ahead = new_tuple(AheadClaim, (ahead, ahead_settled, latency_us))
+        except (RecordTooLargeError, *FATAL_LOG_ERRORS):
+            raise
+        except LogError as e:
+            folds = (self.tasks, self.claims)
+            found, found_ahead = self._recovery.resolve(folds, record, data, ahead, e)
+            if ahead is not None and found_ahead is not None:  # one batch: both landed
+                latency_us = (time.perf_counter_ns() - started) // 1000
+                self._ahead = AheadClaim(ahead, found_ahead, latency_us)
+            if found is None:
+                return None
+            settled = found
+        self.record.log_recovered()
+        return settled
 
     # -- what the attempt asks of us (attempt.Claiming) ----------------------------------------
 
@@ -271,39 +249,69 @@ class Worker(WorkerBase):
             return None
         return new_tuple(Claim, (task, self.worker_id, now, self._lease_us))
 
-    def append_and_settle(
-        self, record: Claim | Done | Fail, ahead: Claim | None = None
-    ) -> Settled | None:
-        """When the append or the settling fails (a LogError other than a log that cannot
-        be used or a record too large: the server is out of reach, say), the record may or
-        may not be in the log: `OutageRecovery.resolve` finds out, and returns None for a
-        record given up. A record that landed clears `stats.log_error`."""
-        durable = not isinstance(record, Claim)
-        data = encode(record)
-        started = time.perf_counter_ns()
+    # -- nothing to claim ----------------------------------------------------------------------
+
+    def _idle(self, now: int) -> StepResult:
+        self.record.state("idle")
+        next_change = self.claims.state.next_change(self.fold_time(now))
+        recheck = self._picker.recheck_at(self.fold_time)  # a held-back task becomes ours
+        if recheck is not None:
+            next_change = recheck if next_change is None else min(next_change, recheck)
+        return StepResult(StepKind.IDLE, drained=self.is_drained(), next_change=next_change)
+
+    def is_drained(self) -> bool:
+        """Nothing pending or held: every known task (that this version can run) is closed."""
+        state = self.claims.state
+        known = self.tasks.known
+        # A claim for an id the tasks log lacks (a foreign or hostile writer's) holds no task
+        # of this queue: it must not keep `--exit-when-drained` from ever exiting.
+        if state.held_count and any(t < known for t, _ in state.held_tasks()):
+            return False
+        return all(
+            state.is_closed(t) or t in self.tasks.foreign
+            for t in range(state.watermark, self.tasks.known)
+        )
+
+    def _next_task_is_anothers(self) -> bool:
+        """Spread: will the next task enqueued (id = tasks known) be another slot's?"""
+        return self._picker.next_is_anothers(self.tasks.known)
+
+    def _wait_for_work(self, idle: StepResult) -> None:
+        """Block until a task may be enqueued, a known lease/backoff runs out, or the poll
+        interval passes: no CPU while idle, and awake within a wake-up of an enqueue."""
+        timeout = self._idle_timeout(idle)
+        if self.config.exit_when_drained and not idle.drained:
+            # Idle but not drained: what ends the run is the DONE of a task another worker
+            # holds, which goes to the claims log; waiting on the tasks log would see it only
+            # at the poll, up to idle_poll_s after the last DONE (a task enqueued meanwhile
+            # waits that poll at most, and any CLAIM of it wakes us).
+            self.claims_log.wait(self.claims.next_position, timeout)
+        else:
+            self.tasks_log.wait(self.tasks.next_position, timeout)
+        self._picker.step_aside(self.tasks.known)
+
+    # -- the fold checkpoint (see queue_worker.history.checkpoint) -----------------------------
+
+    def _save_checkpoint(self, *, final: bool = False) -> None:
+        """The worker in slot 0 saves the fold every CHECKPOINT_EVERY_BYTES of claims log,
+        and when it exits cleanly, so that the next start replays only what came after."""
+        directory = self._checkpoint_dir
+        if directory is None or not self._saves_checkpoints:
+            return
+        now_at = (self.tasks.next_position, self.claims.next_position)
+        moved = now_at[1] - self._checkpointed[1]
+        if now_at == self._checkpointed or (not final and moved < CHECKPOINT_EVERY_BYTES):
+            return
         try:
-            # One batch, settled by reading the log up to it (on a networked log, by the
-            # append's own round trip: `Log.append_and_read`).
-            if ahead is None:
-                [settled] = self.claims.append_and_settle(
-                    self.claims_log, [record], [data], durable=durable
-                )
-            else:
-                settled, ahead_settled = self.claims.append_and_settle(
-                    self.claims_log, [record, ahead], [data, encode(ahead)], durable=durable
-                )
-                latency_us = (time.perf_counter_ns() - started) // 1000
-                self._ahead = new_tuple(AheadClaim, (ahead, ahead_settled, latency_us))
-        except (RecordTooLargeError, *FATAL_LOG_ERRORS):
-            raise
-        except LogError as e:
-            folds = (self.tasks, self.claims)
-            found, found_ahead = self._recovery.resolve(folds, record, data, ahead, e)
-            if ahead is not None and found_ahead is not None:  # one batch: both landed
-                latency_us = (time.perf_counter_ns() - started) // 1000
-                self._ahead = AheadClaim(ahead, found_ahead, latency_us)
-            if found is None:
-                return None
-            settled = found
-        self.record.log_recovered()
-        return settled
+            save_checkpoint(directory, self.tasks, self.tasks_log, self.claims, self.claims_log)
+        except CheckpointError as e:  # only the next start's replay is longer
+            self.record.checkpoint_failed(str(e))
+            return
+        self._checkpointed = now_at
+
+    #: after each step of `run` (bound to the save itself: no call of its own per task)
+    _after_step = _save_checkpoint
+
+    def _end_run(self) -> None:
+        """The last save, so that the next start replays nothing of this run."""
+        self._save_checkpoint(final=True)
