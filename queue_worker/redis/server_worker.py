@@ -44,7 +44,7 @@ from queue_worker.protocol.records import (
 from queue_worker.protocol.state import Outcome, Verdict
 from queue_worker.redis.claim_batch import ClaimBatch
 from queue_worker.redis.server_claim import NextTask, ServerClaims
-from queue_worker.redis.server_verdicts import TaskView
+from queue_worker.redis.server_verdicts import ServerVerdict, TaskView
 from queue_worker.worker.attempt import StepKind, StepResult
 from queue_worker.worker.base import AheadClaim, WorkerBase
 from queue_worker.worker.config import WorkerConfig
@@ -145,7 +145,12 @@ class ServerVerdictWorker(WorkerBase):
         claimed, claim = got.claimed, got.claim
         if claimed is None or claim is None:
             return None
-        self._won = (claim.task, claimed.task, got.payload)
+        return self._won_claim(claimed, claim, got.payload)
+
+    def _won_claim(self, claimed: ServerVerdict, claim: Claim, payload: bytes | None) -> Settled:
+        """A CLAIM the server made for us (`claim`, on its clock) and its verdict, kept as
+        the task in hand (`_won`) and settled as our own fold would have settled it."""
+        self._won = (claim.task, claimed.task, payload)
         holder = claimed.task.holder if claimed.task is not None else None
         outcome = Outcome(claimed.verdict, claimed.position, claim.task, claim.worker, holder)
         entry = Entry(claimed.position, claimed.position + 1, b"", claim.at)
@@ -272,14 +277,11 @@ class ServerVerdictWorker(WorkerBase):
         )
         if got is None:
             return
-        claimed, claim = got.claimed, got.claim
-        self._won = (claim.task, claimed.task, got.payload)
-        holder = claimed.task.holder if claimed.task is not None else None
-        outcome = Outcome(claimed.verdict, claimed.position, claim.task, claim.worker, holder)
-        entry = Entry(claimed.position, claimed.position + 1, b"", claim.at)
+        settled = self._won_claim(got.claimed, got.claim, got.payload)
         # `at` as our clock read when the call made it: the clock offset stays what it is
+        claim = got.claim
         mine = Claim(claim.task, self.worker_id, claim.at - self.clock_offset_us, self._lease_us)
-        self._ahead = AheadClaim(mine, Settled(outcome, claim, entry), 0)
+        self._ahead = AheadClaim(mine, settled, 0)
 
     # -- the loop ------------------------------------------------------------------------------
 

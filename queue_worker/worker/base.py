@@ -66,6 +66,16 @@ def new_worker_id(name: str, host: str | None = None) -> str:
     return f"{name}{at_host}-{os.getpid()}-{secrets.token_hex(2)}"
 
 
+def worker_handler(config: WorkerConfig, handler: Callable[..., Any] | Handler | None) -> Handler:
+    """The handler a worker runs: `handler` (a function, for tests and embedding), else the
+    one `config.handler` names (HandlerLoadError, a ValueError, when it cannot be loaded)."""
+    if isinstance(handler, Handler):
+        return handler
+    if handler is None:
+        return load_handler(config.handler)
+    return handler_from_function(handler)
+
+
 class WorkerBase(abc.ABC):
     """A worker over the two logs. Drive it with `step()` (tests) or `run()` (a process).
 
@@ -96,12 +106,7 @@ class WorkerBase(abc.ABC):
         # runs: a pid is unique only on its own machine.
         shared = config.host is not None or self.networked
         self.worker_id = new_worker_id(config.name, host if shared else None)
-        if isinstance(handler, Handler):
-            self.handler = handler
-        elif handler is None:
-            self.handler = load_handler(config.handler)
-        else:
-            self.handler = handler_from_function(handler)
+        self.handler = worker_handler(config, handler)
         self._clock = clock
         self._rng = rng if rng is not None else random.Random()
         # A fold checkpoint belongs to the queue whose logs we open ourselves.
@@ -254,28 +259,22 @@ class WorkerBase(abc.ABC):
     def draining(self) -> bool:
         return self._draining.is_set()
 
-    # -- what the attempt asks of the protocol (attempt.Claiming) ------------------------------
+    # -- what the attempt asks of the protocol (see attempt.Claiming) --------------------------
 
     @abc.abstractmethod
-    def task_history(self, task: int) -> tuple[int, str | None]:
-        """The task's winning claims so far and its last FAIL's error, by the fold that
-        decides."""
+    def task_history(self, task: int) -> tuple[int, str | None]: ...
 
     @abc.abstractmethod
-    def load_task(self, task: int) -> TaskRecord:
-        """The task's record."""
+    def load_task(self, task: int) -> TaskRecord: ...
 
     @abc.abstractmethod
-    def claim_to_append_ahead(self) -> Claim | None:
-        """The CLAIM to append with the DONE/FAIL about to be written, or None."""
+    def claim_to_append_ahead(self) -> Claim | None: ...
 
     @abc.abstractmethod
     def append_and_settle(
         self, record: Claim | Done | Fail, ahead: Claim | None = None
     ) -> Settled | None:
-        """Append one of our records (a DONE or FAIL durably) and settle it; with `ahead`
-        (a CLAIM, after a DONE or FAIL only), the next task's CLAIM goes in the same batch
-        and is left in `_ahead` for the next step. None: the record was given up."""
+        """With `ahead`, the CLAIM is left in `_ahead` for the next step."""
 
     # -- the loop ------------------------------------------------------------------------------
 

@@ -15,17 +15,12 @@ from typing import Any
 
 from logstore import Log
 from queue_worker.protocol.clock import Clock, now_us
-from queue_worker.worker.base import WorkerBase
+from queue_worker.worker.base import WorkerBase, worker_handler
 from queue_worker.worker.config import WorkerConfig
-from queue_worker.worker.handlers import Handler, handler_from_function, load_handler
+from queue_worker.worker.handlers import Handler
 from queue_worker.worker.inherited import StartingFold
 from queue_worker.worker.loop import Worker
 from queue_worker.worker.topics import open_topics
-
-
-def server_verdicts(claims_log: Log) -> bool:
-    """Whether the queue of `claims_log` has server verdicts (the mode the log resolved)."""
-    return getattr(claims_log, "verdicts", None) == "server"
 
 
 def open_worker(
@@ -46,19 +41,14 @@ def open_worker(
     The config and the handler are checked before any log is opened: a bad one writes
     nothing. Both logs or neither: given, they stay the caller's to close."""
     config.validate()
-    if isinstance(handler, Handler):
-        loaded = handler
-    elif handler is None:
-        loaded = load_handler(config.handler)
-    else:
-        loaded = handler_from_function(handler)
+    loaded = worker_handler(config, handler)
     own_logs = tasks_log is None and claims_log is None
     if tasks_log is None or claims_log is None:
         if not own_logs:
             raise ValueError("open_worker: give both logs (tasks_log, claims_log) or neither")
         tasks_log, claims_log = open_topics(config.location, config.durability)
     try:
-        if server_verdicts(claims_log):
+        if config.networked and _server_verdicts(claims_log):
             from queue_worker.redis.server_worker import ServerVerdictWorker
 
             return ServerVerdictWorker(
@@ -87,3 +77,11 @@ def open_worker(
             tasks_log.close()
             claims_log.close()
         raise
+
+
+def _server_verdicts(claims_log: Log) -> bool:
+    """Whether the queue of `claims_log` has server verdicts (imported here: redis is an
+    optional extra, and a networked queue's log has imported it already)."""
+    from queue_worker.redis.server_claim import wants_server_verdicts
+
+    return wants_server_verdicts(claims_log)
