@@ -117,3 +117,19 @@ def test_a_redis_queue_gets_the_worker_of_its_verdict_mode(
         assert type(worker).__name__ == kind
         assert worker.run() == "queue drained"
         assert worker.stats.finished == 1
+
+
+@pytest.mark.redis
+def test_each_worker_refuses_a_queue_of_the_other_protocol(redis_url: str, tmp_path: Path) -> None:
+    from queue_worker.redis.server_worker import ServerVerdictWorker
+
+    def config(location: str) -> WorkerConfig:
+        return WorkerConfig(location, str(tmp_path / "run"), name="w0")
+
+    server = f"{redis_url}?prefix=s{uuid.uuid4().hex[:10]}&verdicts=server"
+    client = f"{redis_url}?prefix=c{uuid.uuid4().hex[:10]}&verdicts=client"
+    with pytest.raises(ValueError, match=r"judged on the server .*open_worker"):
+        loop.Worker(config(server), handler=lambda payload: payload)
+    for location in (client, str(tmp_path / "data")):
+        with pytest.raises(ValueError, match="not a Redis queue with server verdicts"):
+            ServerVerdictWorker(config(location), handler=lambda payload: payload)

@@ -43,7 +43,7 @@ from queue_worker.protocol.records import (
 )
 from queue_worker.protocol.state import Outcome, Verdict
 from queue_worker.redis.claim_batch import ClaimBatch
-from queue_worker.redis.server_claim import NextTask, ServerClaims
+from queue_worker.redis.server_claim import NextTask, ServerClaims, wants_server_verdicts
 from queue_worker.redis.server_verdicts import ServerVerdict, TaskView
 from queue_worker.worker.attempt import StepKind, StepResult
 from queue_worker.worker.base import AheadClaim, WorkerBase
@@ -93,11 +93,14 @@ class ServerVerdictWorker(WorkerBase):
 
     def _appending_log(self, tasks_log: Log, claims_log: Log) -> Log:
         """The claims log through the server's rules (`ServerClaims.verdict_log`)."""
-        if not isinstance(tasks_log, RedisLog) or not isinstance(claims_log, RedisLog):
+        if not isinstance(tasks_log, RedisLog) or not wants_server_verdicts(claims_log):
+            for log in self._owned_logs:
+                log.close()
             raise ValueError(
-                f"{claims_log.name}: server verdicts need the queue's Redis streams, "
-                f"got {type(tasks_log).__name__} and {type(claims_log).__name__}"
+                f"{claims_log.name}: not a Redis queue with server verdicts; open its worker "
+                "with queue_worker.worker.opening.open_worker"
             )
+        assert isinstance(claims_log, RedisLog)
         self._server = ServerClaims(claims_log, tasks_log)
         return self._server.verdict_log
 

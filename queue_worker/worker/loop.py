@@ -90,6 +90,14 @@ class Worker(WorkerBase):
             claim_ahead=claim_ahead,
             own_logs=own_logs,
         )
+        if getattr(self.claims_log, "verdicts", None) == "server":
+            # Our appends would bypass the rules that judge this queue's claims, and the
+            # queue would be refused from then on (logstore.redis.verdict_mode).
+            self.close()
+            raise ValueError(
+                f"{self.claims_log.name}: the queue's claims are judged on the server "
+                "(verdicts=server); open its worker with queue_worker.worker.opening.open_worker"
+            )
         #: which task to try next, and what that choice keeps between picks (see pick.py)
         self._picker = Picker(
             config.pick,
