@@ -23,15 +23,12 @@ from __future__ import annotations
 
 import contextlib
 import math
-import random
 import threading
 import time
-from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from logstore import Entry, Log, LogError, RecordTooLargeError
 from logstore.redis.log import RedisLog
-from queue_worker.protocol.clock import Clock, now_us
 from queue_worker.protocol.records import (
     Claim,
     Done,
@@ -46,38 +43,20 @@ from queue_worker.redis.claim_batch import ClaimBatch
 from queue_worker.redis.server_claim import NextTask, ServerClaims, wants_server_verdicts
 from queue_worker.redis.server_verdicts import ServerVerdict, TaskView
 from queue_worker.worker.attempt import StepKind, StepResult
-from queue_worker.worker.base import AheadClaim, WorkerBase
+from queue_worker.worker.base import AheadClaim, WorkerBase, WorkerOptions
 from queue_worker.worker.config import WorkerConfig
-from queue_worker.worker.handlers import Handler
 from queue_worker.worker.lease import FATAL_LOG_ERRORS
 from queue_worker.worker.topics import Settled, on_server_clock
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 
 class ServerVerdictWorker(WorkerBase):
     """A worker whose tasks the server picks and whose claims the server judges."""
 
-    def __init__(
-        self,
-        config: WorkerConfig,
-        *,
-        clock: Clock = now_us,
-        tasks_log: Log | None = None,
-        claims_log: Log | None = None,
-        rng: random.Random | None = None,
-        handler: Callable[..., Any] | Handler | None = None,
-        claim_ahead: bool = True,
-        own_logs: bool = False,
-    ) -> None:
-        super().__init__(
-            config,
-            clock=clock,
-            tasks_log=tasks_log,
-            claims_log=claims_log,
-            rng=rng,
-            handler=handler,
-            claim_ahead=claim_ahead,
-            own_logs=own_logs,
-        )
+    def __init__(self, config: WorkerConfig, **options: Unpack[WorkerOptions]) -> None:
+        super().__init__(config, **options)
         #: the task the server last gave us: its id, its state as the server had it, and
         #: its record (what `task_history` and `load_task` answer for it)
         self._won: tuple[int, TaskView | None, bytes | None] | None = None

@@ -28,7 +28,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypedDict, TypeVar
 
 from logstore import Log, LogError, PositionCompactedError
 from queue_worker.history.checkpoint import Location
@@ -43,6 +43,9 @@ from queue_worker.worker.recorder import StatsRecorder
 from queue_worker.worker.recovery import OutageRecovery
 from queue_worker.worker.stats import WorkerStats
 from queue_worker.worker.topics import ClaimsFollower, Settled, TaskIndex, open_topics
+
+if TYPE_CHECKING:
+    pass
 
 
 # A NamedTuple, not a frozen dataclass: one is made every task (see docs/speed.md).
@@ -76,14 +79,28 @@ def worker_handler(config: WorkerConfig, handler: Callable[..., Any] | Handler |
     return handler_from_function(handler)
 
 
-class WorkerBase(abc.ABC):
-    """A worker over the two logs. Drive it with `step()` (tests) or `run()` (a process).
+class WorkerOptions(TypedDict, total=False):
+    """What every worker takes beside its config (the defaults: `WorkerBase`'s).
 
-    `handler` runs the tasks instead of the one `config.handler` names (tests, embedding);
-    the logs, when given, are used instead of opening config.location (`own_logs`: they
-    were opened from it for this worker, which closes them, and the queue's fold
-    checkpoint applies). `claim_ahead=False`: one CLAIM per step, never appended with a
-    DONE (tests that drive `step()` one claim at a time)."""
+    `clock`: the worker's clock (wall clock µs); `handler` runs the tasks instead of the
+    one `config.handler` names (tests, embedding); the logs, when given, are used instead of
+    opening config.location (`own_logs`: they were opened from it for this worker, which
+    closes them, and the queue's fold checkpoint applies); `rng`: the backoff's and the
+    pick's randomness; `claim_ahead=False`: one CLAIM per step, never appended with a DONE
+    (tests that drive `step()` one claim at a time)."""
+
+    clock: Clock
+    tasks_log: Log | None
+    claims_log: Log | None
+    rng: random.Random | None
+    handler: Callable[..., Any] | Handler | None
+    claim_ahead: bool
+    own_logs: bool
+
+
+class WorkerBase(abc.ABC):
+    """A worker over the two logs. Drive it with `step()` (tests) or `run()` (a process);
+    its options are `WorkerOptions`."""
 
     def __init__(
         self,

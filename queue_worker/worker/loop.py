@@ -30,23 +30,22 @@ only what came after (`queue_worker.history.checkpoint`).
 
 from __future__ import annotations
 
-import random
 import time
-from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
-from logstore import Log, LogError, RecordTooLargeError
+from logstore import LogError, RecordTooLargeError
 from queue_worker.history.checkpoint import CheckpointError, save_checkpoint
-from queue_worker.protocol.clock import Clock, now_us
 from queue_worker.protocol.records import Claim, Done, Fail, TaskRecord, encode
 from queue_worker.worker.attempt import StepKind, StepResult, new_tuple
-from queue_worker.worker.base import AheadClaim, WorkerBase, new_worker_id
+from queue_worker.worker.base import AheadClaim, WorkerBase, WorkerOptions, new_worker_id
 from queue_worker.worker.config import WorkerConfig
-from queue_worker.worker.handlers import Handler
 from queue_worker.worker.inherited import StartingFold
 from queue_worker.worker.lease import FATAL_LOG_ERRORS
 from queue_worker.worker.pick import Picker
 from queue_worker.worker.topics import Settled, check_tasks_cover
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = ["AheadClaim", "StepKind", "StepResult", "Worker", "new_worker_id"]
 
@@ -71,25 +70,10 @@ class Worker(WorkerBase):
         self,
         config: WorkerConfig,
         *,
-        clock: Clock = now_us,
-        tasks_log: Log | None = None,
-        claims_log: Log | None = None,
-        rng: random.Random | None = None,
-        handler: Callable[..., Any] | Handler | None = None,
-        claim_ahead: bool = True,
-        own_logs: bool = False,
         start: StartingFold | None = None,
+        **options: Unpack[WorkerOptions],
     ) -> None:
-        super().__init__(
-            config,
-            clock=clock,
-            tasks_log=tasks_log,
-            claims_log=claims_log,
-            rng=rng,
-            handler=handler,
-            claim_ahead=claim_ahead,
-            own_logs=own_logs,
-        )
+        super().__init__(config, **options)
         if getattr(self.claims_log, "verdicts", None) == "server":
             # Our appends would bypass the rules that judge this queue's claims, and the
             # queue would be refused from then on (logstore.redis.verdict_mode).

@@ -9,69 +9,45 @@ optional extra), every other queue (the file log; Redis with client verdicts) a
 
 from __future__ import annotations
 
-import random
-from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from logstore import Log
-from queue_worker.protocol.clock import Clock, now_us
-from queue_worker.worker.base import WorkerBase, worker_handler
+from queue_worker.worker.base import WorkerBase, WorkerOptions, worker_handler
 from queue_worker.worker.config import WorkerConfig
-from queue_worker.worker.handlers import Handler
 from queue_worker.worker.inherited import StartingFold
 from queue_worker.worker.loop import Worker
 from queue_worker.worker.topics import open_topics
 
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
 
 def open_worker(
-    config: WorkerConfig,
-    *,
-    clock: Clock = now_us,
-    tasks_log: Log | None = None,
-    claims_log: Log | None = None,
-    rng: random.Random | None = None,
-    handler: Callable[..., Any] | Handler | None = None,
-    claim_ahead: bool = True,
-    start: StartingFold | None = None,
+    config: WorkerConfig, *, start: StartingFold | None = None, **options: Unpack[WorkerOptions]
 ) -> WorkerBase:
-    """The worker for `config`'s queue, by its claiming protocol. The options are the
-    workers' (see `WorkerBase`); `start`, a fold inherited from the fork server, applies
-    to the client fold only (with server verdicts the server holds the fold).
+    """The worker for `config`'s queue, by its claiming protocol, with `options`
+    (`WorkerOptions`); `start`, a fold inherited from the fork server, applies to the
+    client fold only (with server verdicts the server holds the fold).
 
     The config and the handler are checked before any log is opened: a bad one writes
     nothing. Both logs or neither: given, they stay the caller's to close."""
     config.validate()
-    loaded = worker_handler(config, handler)
+    options["handler"] = worker_handler(config, options.get("handler"))
+    tasks_log, claims_log = options.get("tasks_log"), options.get("claims_log")
     own_logs = tasks_log is None and claims_log is None
     if tasks_log is None or claims_log is None:
         if not own_logs:
             raise ValueError("open_worker: give both logs (tasks_log, claims_log) or neither")
         tasks_log, claims_log = open_topics(config.location, config.durability)
+        options["tasks_log"] = tasks_log
+        options["claims_log"] = claims_log
+        options["own_logs"] = True  # (closed with the worker)
     try:
         if config.networked and _server_verdicts(claims_log):
             from queue_worker.redis.server_worker import ServerVerdictWorker
 
-            return ServerVerdictWorker(
-                config,
-                clock=clock,
-                tasks_log=tasks_log,
-                claims_log=claims_log,
-                rng=rng,
-                handler=loaded,
-                claim_ahead=claim_ahead,
-                own_logs=own_logs,
-            )
-        return Worker(
-            config,
-            clock=clock,
-            tasks_log=tasks_log,
-            claims_log=claims_log,
-            rng=rng,
-            handler=loaded,
-            claim_ahead=claim_ahead,
-            own_logs=own_logs,
-            start=start,
-        )
+            return ServerVerdictWorker(config, **options)
+        return Worker(config, start=start, **options)
     except BaseException:
         if own_logs:
             tasks_log.close()
