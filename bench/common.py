@@ -15,8 +15,8 @@ Two ways to start a drain's workers (`run_fleet(start=...)`):
   the supervisor's `_spawn`), one after another, slot 0 last as `Supervisor.start` does;
   the server is stopped once all have exited.
   Its environment (and so the workers') is `ENV`.
-- "popen": each worker a fresh interpreter, ``python -m queue_worker.worker.process``
-  (`queue_worker.worker.fleet`, as the tests start theirs, and as `qw up` does when its
+- "popen": each worker a fresh interpreter, ``python -m queue_worker.process``
+  (`queue_worker.fleet`, as the tests start theirs, and as `qw up` does when its
   supervisor starts workers with `start_worker(..., fork=False)`), one after another.
 """
 
@@ -42,6 +42,7 @@ from typing import Any, Final, Literal, TypeVar
 
 from logstore import open_log
 from logstore.location import is_redis_url
+from queue_worker.fleet import WorkerProcesses
 from queue_worker.percentile import nearest_rank
 from queue_worker.producer import Queue
 from queue_worker.protocol.records import Claim, Done, TaskRecord, decode_task
@@ -49,7 +50,6 @@ from queue_worker.protocol.state import Lease, Verdict
 from queue_worker.topics import CLAIMS_TOPIC, TASKS_TOPIC, ClaimsFollower
 from queue_worker.waiting import WaitTimeout, wait_until
 from queue_worker.worker.config import WorkerConfig
-from queue_worker.worker.fleet import WorkerProcesses
 from queue_worker.worker.snapshot import WorkerSnapshot, read_snapshots
 
 REPO = Path(__file__).resolve().parent.parent
@@ -180,7 +180,7 @@ def fleet_configs(
 
 
 class Fleet(WorkerProcesses):
-    """The benchmarks' worker processes (`queue_worker.worker.fleet`, as the tests start theirs),
+    """The benchmarks' worker processes (`queue_worker.fleet`, as the tests start theirs),
     with a wait that turns a failed or slow worker into a BenchError."""
 
     def __init__(self, log_dir: Path) -> None:

@@ -2,7 +2,7 @@
 
     python -m bench.drain_instructions [--small 200] [--large 1200] [--workers 1]
 
-One worker (``python -m queue_worker.worker.process``, as the benchmarks start it) drains `small`
+One worker (``python -m queue_worker.process``, as the benchmarks start it) drains `small`
 no-op tasks under ``valgrind --tool=callgrind``, then another drains `large`; the main
 thread's instructions of the second less those of the first, over `large - small`, is its
 instructions a task, start-up cancelled out. With ``--workers N`` (slots 0..N-1, as the
@@ -30,7 +30,7 @@ import tempfile
 from pathlib import Path
 
 from bench.common import ENV, REPO, enqueue, fleet_configs
-from queue_worker.worker.process import worker_command
+from queue_worker.process import worker_command
 
 
 def main_thread_instructions(root: Path, tasks: int, workers: int = 1) -> int:

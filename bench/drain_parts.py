@@ -21,6 +21,7 @@ from typing import Any
 
 from logstore.file.log import FileLog
 from queue_worker.topics import ClaimsFollower, TaskIndex
+from queue_worker.worker import attempt as attempt_module
 from queue_worker.worker import loop as worker_module
 from queue_worker.worker.lease import LeaseKeeper
 from queue_worker.worker.publisher import SnapshotPublisher
@@ -105,8 +106,8 @@ PARTS: dict[str, list[tuple[Any, str]]] = {
         (_Running, "__exit__"),
     ],
     "handler (no-op) and its context": [
-        (worker_module, "run_handler"),
-        (worker_module, "TaskContext"),
+        (attempt_module, "run_handler"),
+        (attempt_module, "TaskContext"),
     ],
     "stats events and publish calls": [
         (StatsRecorder, name)
@@ -121,7 +122,10 @@ PARTS: dict[str, list[tuple[Any, str]]] = {
         )
     ]
     + [(SnapshotPublisher, "publish")],
-    "checkpoint save (slot 0, at exit)": [(worker_module.Worker, "_save_checkpoint")],
+    "checkpoint save (slot 0, at exit)": [
+        (worker_module.Worker, "_save_checkpoint"),
+        (worker_module.Worker, "_after_step"),
+    ],
 }
 
 

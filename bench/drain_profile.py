@@ -4,7 +4,7 @@
         [--redis]
 
 Enqueues `tasks` no-op tasks and starts `workers` worker processes as the benchmarks do
-(``python -m queue_worker.worker.process``, one interpreter each), waits for the drain, checks it
+(``python -m queue_worker.process``, one interpreter each), waits for the drain, checks it
 exactly-once, and prints each worker's CPU (from wait4) beside the CPU of a worker that
 starts on an empty queue and exits (its start-up). Then, for worker 0:
 
@@ -41,8 +41,8 @@ from collections import Counter
 from pathlib import Path
 
 from bench.common import ENV, REPO, enqueue, fleet_configs, fold_claims
+from queue_worker.process import worker_command
 from queue_worker.worker.config import WorkerConfig
-from queue_worker.worker.process import worker_command
 
 #: py-spy samples a second
 SPY_RATE = 2000
@@ -50,7 +50,7 @@ SPY_RATE = 2000
 
 def profiled_worker(out: str, config_json: str) -> None:
     """Run one worker process's body under cProfile on this thread's CPU clock."""
-    from queue_worker.worker.process import run_worker_process
+    from queue_worker.process import run_worker_process
 
     profile = cProfile.Profile(time.thread_time)
     try:
@@ -76,7 +76,7 @@ def wait_cpu(proc: subprocess.Popen[bytes], name: str, stderr: Path) -> float:
 def parts_worker(out: str, config_json: str) -> None:
     """Run one worker process's body with its CPU split by part (bench.drain_parts)."""
     from bench.drain_parts import install
-    from queue_worker.worker.process import run_worker_process
+    from queue_worker.process import run_worker_process
 
     install(out)
     run_worker_process(config_json)

@@ -319,7 +319,7 @@ def drain_text(drains: Drains, tasks: int, repeats: int) -> tuple[list[str], lis
         "in the same run (the order flipped every repeat): *fork (as qw up)*: a fork server "
         "(a fresh interpreter importing the worker code, then folding the queue) forks them "
         "one after another, slot 0 last, as `qw up` does; *popen*: each a fresh interpreter "
-        "(`python -m queue_worker.worker.process`). qw tasks/s: first CLAIM's `at` → last accepted "
+        "(`python -m queue_worker.process`). qw tasks/s: first CLAIM's `at` → last accepted "
         "DONE's `at`, so the first worker's start is outside the window and the other "
         "workers' starts that overlap its work are inside it (forks; or interpreter "
         "start-ups on the same cores). Raw loop: processes forked from this warm process and "

@@ -7,7 +7,7 @@ configured and started as `qw up --exit-when-drained` configures and starts its 
 (`start="fork"`, the default: a fork server that has imported the worker code and folded
 the queue forks them one after another, slot 0 last; bench.common; idle_poll_s as the
 supervisor sets it) or, to compare, each as a fresh interpreter (`start="popen"`:
-``python -m queue_worker.worker.process``, ~0.1 s of CPU each before its first claim, against
+``python -m queue_worker.process``, ~0.1 s of CPU each before its first claim, against
 ~0.015 s for a forked one).
 Rate = tasks / (last accepted DONE's `at` − first CLAIM's `at`), read from the claims log:
 the window opens when the first worker claims, so its own start is outside it, but the
@@ -68,7 +68,7 @@ STARTED: dict[str, str] = {
     "fork": "forked one after another from a fork server that has imported the worker code "
     "and folded the queue, as `qw up` starts them (launch = the server's start)",
     "popen": "started one after another each as a fresh interpreter (`python -m "
-    "queue_worker.worker.process`, as `start_worker(..., fork=False)` starts one)",
+    "queue_worker.process`, as `start_worker(..., fork=False)` starts one)",
 }
 
 

@@ -16,6 +16,7 @@ import pytest
 
 from logstore import LogError
 from logstore.redis.log import RedisLog
+from queue_worker.opening import open_worker
 from queue_worker.producer import Queue
 from queue_worker.proof.report import load_report
 from queue_worker.proof.verdict_check import check_log
@@ -25,7 +26,6 @@ from queue_worker.redis.claim_batch import BATCH_MAX, ClaimBatch
 from queue_worker.redis.server_claim import ServerClaims
 from queue_worker.topics import decode_claims_entry, open_topics
 from queue_worker.worker.config import WorkerConfig
-from queue_worker.worker.loop import Worker
 
 pytestmark = pytest.mark.redis
 
@@ -60,7 +60,7 @@ def test_a_run_of_short_tasks_claims_several_a_call_and_each_is_done_once(
     monkeypatch.setattr(ServerClaims, "next", counted)
     ran: list[int] = []
     config = WorkerConfig(redis_url, str(tmp_path / "run"), name="w0", exit_when_drained=True)
-    with Worker(config, handler=ran.append) as worker:
+    with open_worker(config, handler=ran.append) as worker:
         assert worker.run() == "queue drained"
         assert worker.stats.finished == tasks
     assert sorted(ran) == list(range(tasks))
@@ -75,7 +75,7 @@ def test_step_alone_sends_each_done_as_it_returns(redis_url: str, tmp_path: Path
     with Queue(redis_url) as queue:
         queue.enqueue_many(list(range(10)))
     config = WorkerConfig(redis_url, str(tmp_path / "run"), name="w0")
-    with Worker(config, handler=lambda payload: payload) as worker:
+    with open_worker(config, handler=lambda payload: payload) as worker:
         for _ in range(5):
             worker.step()
     # nothing held back: the five DONEs are in the stream
@@ -174,7 +174,7 @@ def test_a_done_whose_call_never_landed_is_appended_again_through_the_script(
     config = WorkerConfig(
         redis_url, str(tmp_path / "run"), name="w0", exit_when_drained=True, idle_poll_s=0.01
     )
-    with Worker(config, handler=lambda payload: payload) as worker:
+    with open_worker(config, handler=lambda payload: payload) as worker:
         assert worker.run() == "queue drained"
     assert failed == [0]
     report = load_report(redis_url)

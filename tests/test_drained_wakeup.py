@@ -13,9 +13,9 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from queue_worker.fleet import WorkerProcesses
 from queue_worker.producer import Queue
 from queue_worker.worker.config import WorkerConfig
-from queue_worker.worker.fleet import WorkerProcesses
 from queue_worker.worker.loop import Worker
 from queue_worker.worker.snapshot import WorkerState, read_snapshots
 from tests.helpers import wait_until

@@ -172,7 +172,7 @@ def test_exec_start_runs_plain_subprocesses(
             "the worker's exec to finish",
         )
         if process.status() != psutil.STATUS_ZOMBIE:
-            assert "queue_worker.worker.process" in process.cmdline()
+            assert "queue_worker.process" in process.cmdline()
     assert sup.wait(60)
     assert sup.exit_code == EXIT_OK
     assert sup.snapshot().workers[0].stats.finished == 20

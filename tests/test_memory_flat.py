@@ -15,11 +15,11 @@ from pathlib import Path
 import msgpack
 import pytest
 
+from queue_worker.fleet import WorkerProcesses
 from queue_worker.history.checkpoint import CHECKPOINT_NAME
 from queue_worker.producer import Queue
 from queue_worker.topics import COMPACT_MIN_TASKS
 from queue_worker.worker.config import WorkerConfig
-from queue_worker.worker.fleet import WorkerProcesses
 from queue_worker.worker.snapshot import WorkerSnapshot, WorkerState, parse_snapshot, read_snapshots
 from supervisor.http_api import worker_json
 from supervisor.run.model import SlotState, WorkerView

@@ -23,13 +23,13 @@ from queue_worker.compaction.files import STEPS, CompactionError
 from queue_worker.compaction.redis_streams import compact_redis
 from queue_worker.compaction.settled import Retention
 from queue_worker.history.checkpoint import CheckpointRefused, Removed, chain_of, restore_checkpoint
+from queue_worker.opening import open_worker
 from queue_worker.producer import Queue
 from queue_worker.proof.report import Report, ReportInputError, load_report
 from queue_worker.protocol.records import Claim, Done, Fail, TaskRecord, encode
 from queue_worker.protocol.state import ClaimSnapshot
 from queue_worker.topics import ClaimsFollower, TaskIndex, open_topics
 from queue_worker.worker.config import WorkerConfig
-from queue_worker.worker.loop import Worker
 from tests.helpers import wait_until
 from tests.test_compaction import _ours
 
@@ -314,9 +314,9 @@ def test_a_worker_behind_a_trim_restarts_from_the_checkpoint(
     with Queue(redis_url) as queue:
         queue.enqueue_many(list(range(30)))
     config = WorkerConfig(redis_url, str(tmp_path / "run"), name="w0", exit_when_drained=True)
-    with Worker(config, handler=lambda payload: payload) as behind:
+    with open_worker(config, handler=lambda payload: payload) as behind:
         behind.catch_up()  # it knows the 30 tasks, and no claim yet
-        with Worker(config, handler=lambda payload: payload) as other:
+        with open_worker(config, handler=lambda payload: payload) as other:
             for _ in range(20):
                 other.step()  # 20 tasks done by another worker
         done = compact_redis(redis_url, EVERYTHING)

@@ -34,6 +34,7 @@ import pytest
 
 from logstore import AppendError, Entry, Log, LogError, open_log
 from logstore.redis.log import RedisLog
+from queue_worker.opening import open_worker
 from queue_worker.producer import Queue
 from queue_worker.proof.report import load_report, read_claims
 from queue_worker.protocol.clock import now_us, seconds_to_us
@@ -749,8 +750,10 @@ def test_a_fast_clock_cannot_take_a_live_lease_over_on_redis_but_can_on_the_file
     honest_results: list[StepResult] = []
     fast_clock = OffsetClock(HOUR_US)  # an hour ahead: a 60 s lease looks long gone
     with (
-        Worker(worker_config(location, run, "honest", lease_s=60), handler=honest_work) as honest,
-        Worker(
+        open_worker(
+            worker_config(location, run, "honest", lease_s=60), handler=honest_work
+        ) as honest,
+        open_worker(
             worker_config(location, run, "fast", lease_s=60),
             handler=lambda payload: "fast",
             clock=fast_clock,
@@ -822,10 +825,11 @@ def test_a_slow_clock_does_not_delay_redistribution_on_redis(
         wait_until(lambda: now_us() > expiry, 30, "the lease to lapse")
     slow_clock = OffsetClock(-HOUR_US)
     config = worker_config(location, tmp_path / "run", "slow", lease_s=60)
-    with Worker(config, handler=lambda payload: "slow", clock=slow_clock) as slow:
+    with open_worker(config, handler=lambda payload: "slow", clock=slow_clock) as slow:
         if backend == "redis-server":
             result = slow.step()  # the server's pick: the lapsed lease, by the server's clock
         else:
+            assert isinstance(slow, Worker)  # (the client fold: it claims the task it names)
             slow.catch_up()
             result = slow.attempt(0, slow_clock())
     if backend.startswith("redis"):

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 import redis
 
+from queue_worker.opening import open_worker
+from queue_worker.process import EXIT_CONFIG
 from queue_worker.worker.config import WorkerConfig
-from queue_worker.worker.loop import Worker
-from queue_worker.worker.process import EXIT_CONFIG
 
 pytestmark = pytest.mark.redis
 
@@ -102,9 +102,9 @@ def test_a_pick_works_on_a_client_verdicts_queue(redis_url: str, tmp_path: Path)
 def test_a_worker_refuses_a_pick_in_its_config(redis_url: str, tmp_path: Path) -> None:
     config = WorkerConfig(redis_url, str(tmp_path / "run"), pick="first")
     with pytest.raises(ValueError, match=re.escape(f"pick 'first': {REFUSAL}")):
-        Worker(config)
+        open_worker(config)
     proc = subprocess.run(
-        [sys.executable, "-m", "queue_worker.worker.process", config.to_json()],
+        [sys.executable, "-m", "queue_worker.process", config.to_json()],
         capture_output=True,
         text=True,
         env=ENV,

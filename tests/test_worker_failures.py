@@ -23,13 +23,13 @@ from typing import Any
 
 import pytest
 
+from queue_worker.opening import open_worker
 from queue_worker.producer import Queue
 from queue_worker.proof.report import read_claims
 from queue_worker.protocol.records import Unknown
 from queue_worker.protocol.state import ClaimState
 from queue_worker.redis import claim_batch
 from queue_worker.worker.config import WorkerConfig
-from queue_worker.worker.loop import Worker
 from tests.helpers import wait_until
 
 REPO = Path(__file__).resolve().parents[1]
@@ -162,7 +162,7 @@ def test_a_done_too_large_is_refused_before_the_batch_holds_it(
     config = WorkerConfig(
         redis_url, str(tmp_path / "run"), name="w0", exit_when_drained=True, max_attempts=1
     )
-    with Worker(config, handler=lambda n: huge if n == 5 else n) as worker:
+    with open_worker(config, handler=lambda n: huge if n == 5 else n) as worker:
         assert worker.run() == "queue drained"
     state = ClaimState()
     for position, record in read_claims(redis_url):

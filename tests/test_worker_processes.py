@@ -1,4 +1,4 @@
-"""Real worker processes (``python -m queue_worker.worker.process``) on the file log: draining a
+"""Real worker processes (``python -m queue_worker.process``) on the file log: draining a
 queue together, redistribution after kill -9, dying with the supervisor, SIGTERM."""
 
 from __future__ import annotations
@@ -17,13 +17,13 @@ import psutil  # type: ignore[import-untyped, unused-ignore]
 import pytest
 
 from logstore import open_log
+from queue_worker.fleet import WorkerProcesses as Fleet
+from queue_worker.process import EXIT_OK, EXIT_ORPHANED, EXIT_TERMINATED
 from queue_worker.producer import Queue
 from queue_worker.protocol.records import Claim, Done
 from queue_worker.protocol.state import ClaimState, Verdict
 from queue_worker.topics import CLAIMS_TOPIC, ClaimsFollower
 from queue_worker.worker.config import WorkerConfig
-from queue_worker.worker.fleet import WorkerProcesses as Fleet
-from queue_worker.worker.process import EXIT_OK, EXIT_ORPHANED, EXIT_TERMINATED
 from queue_worker.worker.stats import read_all
 from tests.helpers import wait_until
 
@@ -136,7 +136,7 @@ from queue_worker.worker.config import WorkerConfig
 data_dir, run_dir = sys.argv[1], sys.argv[2]
 for n in range(2):
     config = WorkerConfig(data_dir, run_dir, name=f"child{n}", parent_pid=os.getpid())
-    command = [sys.executable, "-m", "queue_worker.worker.process", config.to_json()]
+    command = [sys.executable, "-m", "queue_worker.process", config.to_json()]
     child = subprocess.Popen(command)
     print(child.pid, flush=True)
 time.sleep(3600)
@@ -219,7 +219,7 @@ def test_a_bad_config_exits_with_one_line_on_stderr(fleet: Fleet, tmp_path: Path
         [
             sys.executable,
             "-m",
-            "queue_worker.worker.process",
+            "queue_worker.process",
             '{"location": "x", "run_dir": "y", "pick": 1}',
         ],
         capture_output=True,

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Final
 
 from logstore import LogError
+from queue_worker.opening import open_worker
 from queue_worker.partition_layout import Manifest, partition_location, read_manifest
 from queue_worker.partitions.members_trim import TRIM_EVERY, trim_members_at
 from queue_worker.partitions.membership import (
@@ -43,9 +44,10 @@ from queue_worker.partitions.membership import (
     open_members,
 )
 from queue_worker.protocol.clock import Clock, now_us
+from queue_worker.worker.attempt import StepKind
+from queue_worker.worker.base import WorkerBase
 from queue_worker.worker.config import WorkerConfig, default_host
 from queue_worker.worker.lease import FATAL_LOG_ERRORS
-from queue_worker.worker.loop import StepKind, Worker
 
 #: heartbeats per lease
 HEARTBEATS_PER_LEASE: Final = 3
@@ -70,7 +72,7 @@ class Member:
         self.member_id = new_member_id(config.name, config.host)
         self._clock = clock
         self.view = MemberView()
-        self.workers: dict[int, Worker] = {}
+        self.workers: dict[int, WorkerBase] = {}
         self.assigned: list[int] = []
         self._members = open_members(config.location)
         self._beating = threading.Event()
@@ -121,7 +123,7 @@ class Member:
             if k not in self.workers:
                 self.workers[k] = self._worker(k)
 
-    def _worker(self, partition: int) -> Worker:
+    def _worker(self, partition: int) -> WorkerBase:
         config = dataclasses.replace(
             self.config,
             location=partition_location(self.config.location, partition, self.manifest.count),
@@ -133,7 +135,7 @@ class Member:
         # No claim ahead: the member steps its workers in turn, so a CLAIM appended with a
         # DONE would wait out the other partitions' tasks with no lease keeper, lapse, and
         # the member would take its own task over.
-        return Worker(config, claim_ahead=False)
+        return open_worker(config, claim_ahead=False)
 
     def release(self, partition: int) -> None:
         """Stop working `partition`: finish what is in hand (a claim made ahead holds its
@@ -145,8 +147,8 @@ class Member:
 
     # -- the loop ------------------------------------------------------------------------------
 
-    def _step(self, worker: Worker) -> bool:
-        """One step of one partition's worker, as `Worker.run` takes it; whether it did
+    def _step(self, worker: WorkerBase) -> bool:
+        """One step of one partition's worker, as `WorkerBase.run` takes it; whether it did
         anything. A log out of reach only skips the step (the worker resumes later)."""
         try:
             result = worker.step()
@@ -184,7 +186,7 @@ class Member:
 def run_member_process(config_json: str) -> None:
     """The member process: dies with its parent, drains on SIGTERM, exits 1 on a log it
     cannot use (the reason on stderr in one line)."""
-    from queue_worker.worker.process import EXIT_CONFIG, EXIT_ERROR, _die_with_parent, _parent_pid
+    from queue_worker.process import EXIT_CONFIG, EXIT_ERROR, _die_with_parent, _parent_pid
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())

@@ -1,5 +1,5 @@
 """WorkerConfig: everything one worker process needs, as a value that crosses a process
-boundary as JSON (the supervisor starts ``python -m queue_worker.worker.process '<json>'``).
+boundary as JSON (the supervisor starts ``python -m queue_worker.process '<json>'``).
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from logstore.base import Durability
+from logstore.location import is_redis_url
 
 # The settings' choices and bounds live in queue_worker.worker.settings (the command line checks
 # them without building WorkerConfig, a dataclass of 20 fields): re-exported here.
@@ -121,6 +122,13 @@ class WorkerConfig:
     @property
     def durability(self) -> Durability:
         return Durability.parse(self.fsync)
+
+    @property
+    def networked(self) -> bool:
+        """Whether the queue's logs are on a server that several machines share (a Redis
+        URL): a read is a round trip, a pid is unique only on its own machine, and
+        compaction, not a worker, saves the fold checkpoint."""
+        return is_redis_url(self.location)
 
     @property
     def lease_us(self) -> int:

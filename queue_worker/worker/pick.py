@@ -56,7 +56,7 @@ from typing import Final
 from queue_worker.protocol.state import ClaimState
 from queue_worker.topics import TaskIndex
 from queue_worker.worker.config import PICK_STRATEGIES
-from queue_worker.worker.settings import DEFAULT_PICK, server_pick_refusal
+from queue_worker.worker.settings import DEFAULT_PICK
 
 #: random: samples tried before scanning the whole claimable set
 RANDOM_SAMPLES: Final = 8
@@ -371,12 +371,8 @@ class Picker:
         slot: int,
         slots: int,
         rng: random.Random,
-        server_picks: bool = False,
     ) -> None:
-        """`strategy` None: DEFAULT_PICK. `server_picks`: the server picks for the worker
-        (server verdicts), and a strategy asked for is a ValueError that says so."""
-        if server_picks and strategy is not None:
-            raise ValueError(f"pick {server_pick_refusal(strategy)}")
+        """`strategy` None: DEFAULT_PICK."""
         strategy = DEFAULT_PICK if strategy is None else strategy
         self.strategy = strategy
         self.slot = slot

@@ -1,7 +1,7 @@
 """What the demos share: a handful of real worker processes, and a reader of the claims log.
 
 `Fleet` starts workers as plain subprocesses (the command line that
-`queue_worker.worker.process.worker_command` builds; the supervisor forks its own) but keeps no
+`queue_worker.process.worker_command` builds; the supervisor forks its own) but keeps no
 restart policy and no dashboard: a demo decides when a worker is killed, paused or
 resumed, and every process it started is ended on the way out (the `with` block), whatever
 happens. `ClaimsTail` folds the claims log as it grows with the same fold the workers run,
@@ -24,12 +24,12 @@ from typing import Any, Final, TypeVar
 
 from logstore import Log, open_log
 from queue_worker.ops import BY_DEMO
+from queue_worker.process import worker_command
 from queue_worker.protocol.records import ClaimsRecord
 from queue_worker.protocol.state import Outcome, Verdict
 from queue_worker.topics import CLAIMS_TOPIC, ClaimsFollower
 from queue_worker.waiting import WaitTimeout, wait_until
 from queue_worker.worker.config import WorkerConfig
-from queue_worker.worker.process import worker_command
 from queue_worker.worker.snapshot import WorkerState, read_snapshots
 from supervisor.run.ops_recorder import OpsRecorder, ProcessRef
 from supervisor.run.pausing import stop_outside_appends

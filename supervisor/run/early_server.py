@@ -35,7 +35,7 @@ PRELOAD: Final = ["supervisor.run.forkserver_init", "supervisor.run.forkserver_r
 #: ... and for a queue on Redis: the Redis log and the server verdicts' claiming (redis-py
 #: costs ~0.25 s of CPU to import: once here, not once in every worker after its fork),
 #: before that wait
-REDIS_PRELOAD: Final = ["logstore.redis.log", "queue_worker.redis.server_claim"]
+REDIS_PRELOAD: Final = ["logstore.redis.log", "queue_worker.redis.server_worker"]
 
 
 def preload_modules(redis: bool) -> list[str]:

@@ -1,6 +1,6 @@
 """Worker processes forked from a fork server that has already imported the worker code.
 
-A fresh interpreter per worker (``python -m queue_worker.worker.process``) costs ~0.2 s of CPU
+A fresh interpreter per worker (``python -m queue_worker.process``) costs ~0.2 s of CPU
 before it does any work: 8 of them on 2 cores delay the first claim by seconds, and every
 restart after a kill -9 pays it again. Instead the supervisor starts one helper process
 (`multiprocessing`'s fork server, preloaded with `supervisor.run.forkserver_init`) and asks it
@@ -12,7 +12,7 @@ Who is whose parent, and why nothing outlives the supervisor:
   - the fork server exits when the supervisor does, even by kill -9: it watches a pipe
     whose only write end the supervisor holds (each worker closes its copy at once);
   - a worker dies with the fork server (PR_SET_PDEATHSIG, and the watchdog of
-    `queue_worker.worker.process` comparing getppid() with the fork server's pid).
+    `queue_worker.process` comparing getppid() with the fork server's pid).
 The workers are not the supervisor's children, so waitpid does not apply: the fork server
 reaps them and writes each one's exit code (negative: the signal that ended it, as
 `subprocess.Popen` says it) to a pipe per worker, which `ForkedWorker.poll` reads.
@@ -31,7 +31,7 @@ which queue the worker is for to a control pipe, whose read end the server is gi
 is spawned (`_control_pipe`).
 
 `start_worker(..., fork=False)` starts a worker as a plain subprocess instead
-(`ExecWorker`: `queue_worker.worker.process.worker_command`), the way other programs start
+(`ExecWorker`: `queue_worker.process.worker_command`), the way other programs start
 one: for the tests that need a worker that inherits nothing from the fork server
 (tests/qw_run.py starts `qw up` so).
 """
@@ -313,12 +313,12 @@ class ForkedWorker:
 
 
 class ExecWorker:
-    """A worker started as a plain subprocess (``python -m queue_worker.worker.process …``)."""
+    """A worker started as a plain subprocess (``python -m queue_worker.process …``)."""
 
     def __init__(self, config: WorkerConfig, log_path: Path) -> None:
         import subprocess
 
-        from queue_worker.worker.process import worker_command
+        from queue_worker.process import worker_command
 
         command, env = worker_command(config)  # a password stays off the command line
         with open(log_path, "ab") as log:
@@ -404,8 +404,8 @@ def run_forked_worker(config_json: str, log_path: str) -> None:
         os.close(tracker_fd)
         tracker._fd = None  # type: ignore[attr-defined]
     _redirect_output(log_path)
+    from queue_worker.process import run_worker_process  # preloaded by the server
     from queue_worker.worker.config import WorkerConfig
-    from queue_worker.worker.process import run_worker_process  # preloaded by the server
     from supervisor.run.prefold import take
 
     try:

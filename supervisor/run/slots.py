@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from queue_worker.worker.process import EXIT_TIME_LIMIT
+from queue_worker.process import EXIT_TIME_LIMIT
 from queue_worker.worker.snapshot import WorkerSnapshot, WorkerState
 from supervisor.run.model import SlotState, WorkerView
 

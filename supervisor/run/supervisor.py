@@ -38,10 +38,10 @@ from typing import Final
 from logstore import LogError
 from queue_worker.compaction.settled import Retention
 from queue_worker.names import worker_label
+from queue_worker.process import EXIT_CONFIG as WORKER_EXIT_CONFIG
+from queue_worker.process import EXIT_LOG_UNUSABLE as WORKER_EXIT_LOG_UNUSABLE
 from queue_worker.protocol.state import Lease
 from queue_worker.worker.config import DEFAULT_DRAIN_TIMEOUT_S, DEFAULT_LEASE_S, WorkerConfig
-from queue_worker.worker.process import EXIT_CONFIG as WORKER_EXIT_CONFIG
-from queue_worker.worker.process import EXIT_LOG_UNUSABLE as WORKER_EXIT_LOG_UNUSABLE
 from queue_worker.worker.snapshot import WorkerSnapshot, read_snapshot_file
 from supervisor.run.compactor import COMPACT_EVERY_S, Compactor, start_compactor
 from supervisor.run.demo_traffic import demo_payloads as demo_payloads  # (also qw enqueue's)

@@ -15,15 +15,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TypeVar
 
+from queue_worker.process import worker_command
 from queue_worker.worker.config import WorkerConfig
-from queue_worker.worker.process import worker_command
 
 _Fleet = TypeVar("_Fleet", bound="WorkerProcesses")
 
 
 class WorkerProcesses:
     """`with WorkerProcesses(log_dir) as fleet:` — each `start(config)` is one worker process
-    (``python -m queue_worker.worker.process``); every one still running at the end is killed."""
+    (``python -m queue_worker.process``); every one still running at the end is killed."""
 
     def __init__(
         self, log_dir: Path, *, env: Mapping[str, str] | None = None, cwd: Path | None = None

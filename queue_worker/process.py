@@ -1,12 +1,13 @@
-"""The worker process: what ``python -m queue_worker.worker.process '<config JSON>'`` runs.
+"""The worker process: what ``python -m queue_worker.process '<config JSON>'`` runs.
 
 `run_worker_process(config_json)` parses the config, makes sure the process dies with its
 supervisor (PDEATHSIG on Linux, and a watchdog thread everywhere), drains on SIGTERM,
-exits at once on a second SIGTERM, ignores SIGINT (the supervisor owns Ctrl-C), and runs a
-`Worker` until it stops; the reason for a failure goes to stderr in one line and the exit
-code says which kind it was (EXIT_*). The supervisor forks its workers from a fork server
-that calls `run_worker_process` (supervisor.run.forked); `worker_command` is the one command
-line that starts a worker as a plain subprocess (the fallback, demos, benches, tests).
+exits at once on a second SIGTERM, ignores SIGINT (the supervisor owns Ctrl-C), and runs the
+queue's worker (`queue_worker.opening.open_worker`) until it stops; the reason for a
+failure goes to stderr in one line and the exit code says which kind it was (EXIT_*). The
+supervisor forks its workers from a fork server that calls `run_worker_process`
+(supervisor.run.forked); `worker_command` is the one command line that starts a worker as a
+plain subprocess (the fallback, demos, benches, tests).
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ from queue_worker.worker.config import WorkerConfig
 from queue_worker.worker.watchdog import EXIT_TIME_LIMIT
 
 if TYPE_CHECKING:
+    from queue_worker.worker.base import WorkerBase
     from queue_worker.worker.inherited import StartingFold
-    from queue_worker.worker.loop import Worker
 
 # The worker itself is imported when a worker process starts (or by the fork server, ahead
 # of time), not by whoever wants only an exit code or the command line.
@@ -88,18 +89,18 @@ def _parent_pid(config: WorkerConfig) -> int:
 
 def run_worker_process(config_json: str, start: StartingFold | None = None) -> None:
     """The worker process: parse the config, guard against orphaning, handle signals, run.
-    `start`: a fold of the queue inherited from the fork server (see `Worker`).
+    `start`: a fold of the queue inherited from the fork server (see `open_worker`).
 
     Returns on a clean exit (drained, or the queue drained with exit_when_drained); raises
     SystemExit with one of the EXIT_* codes otherwise, the reason on stderr in one line.
     """
+    from queue_worker.opening import open_worker
     from queue_worker.protocol.clock import offset_clock, seconds_to_us
     from queue_worker.protocol.records import error_text
-    from queue_worker.worker.loop import Worker
 
     stop = threading.Event()
     terms = 0
-    worker: Worker | None = None
+    worker: WorkerBase | None = None
 
     def on_sigterm(signum: int, frame: object) -> None:
         nonlocal terms
@@ -122,7 +123,7 @@ def run_worker_process(config_json: str, start: StartingFold | None = None) -> N
     _die_with_parent(_parent_pid(config))
     try:
         clock = offset_clock(seconds_to_us(config.clock_offset_s))
-        worker = Worker(config, clock=clock, start=start)
+        worker = open_worker(config, clock=clock, start=start)
     except ValueError as e:  # the handler cannot be loaded, or the pick is refused
         print(f"qw worker {config.name}: {e}", file=sys.stderr)
         raise SystemExit(EXIT_CONFIG) from None
@@ -194,7 +195,7 @@ def worker_command(config: WorkerConfig) -> tuple[list[str], dict[str, str] | No
     """How to start a worker process for `config`: its command line, and its environment
     (None: the caller's). A config whose log URL holds a password travels in the environment
     (which only its user can read) instead of the command line (which `ps` shows everyone)."""
-    command = [sys.executable, "-m", "queue_worker.worker.process"]
+    command = [sys.executable, "-m", "queue_worker.process"]
     if not (is_redis_url(config.location) and urlsplit(config.location).password is not None):
         return [*command, config.to_json()], None
     return command, {**os.environ, CONFIG_ENV: config.to_json()}
@@ -206,9 +207,7 @@ def main(argv: list[str]) -> int:
     elif len(argv) == 1:
         config_json = argv[0]
     else:
-        print(
-            "usage: python -m queue_worker.worker.process '<worker config JSON>'", file=sys.stderr
-        )
+        print("usage: python -m queue_worker.process '<worker config JSON>'", file=sys.stderr)
         return EXIT_CONFIG
     run_worker_process(config_json)
     return EXIT_OK
