@@ -173,6 +173,53 @@ def test_the_text_view_draws_every_lane_and_the_takeover() -> None:
     assert "!" in out  # the stale DONE
 
 
+def test_the_text_legend_names_every_character_the_lanes_draw() -> None:
+    ops = [
+        OpRecord(PAUSE, T0 + 100_000, "w1", A, 1001, 0, "demo", "SIGSTOP"),
+        OpRecord(RESUME, T0 + 2_200_000, "w1", A, 1001, 0, "demo", "SIGCONT"),
+        OpRecord(KILL, T0 + 2_600_000, "w2", None, 1002, None, "operator", "kill SIGKILL"),
+    ]
+    console = Console(file=io.StringIO(), width=80, color_system=None)
+    console.print(text_lanes(select(build_model(fenced_run(), [], ops)), width=64))
+    out = console.file.getvalue()  # type: ignore[attr-defined]
+    lanes = [line for line in out.splitlines() if line.startswith(("w1·", "w2·"))]
+    drawn = {c for line in lanes for c in line.split(maxsplit=1)[1]} - {" "}
+    legend = out.split("\n", len(lanes) + 1)[-1]
+    assert "0-9 a claim starts (its task id's last digit)" in legend
+    assert drawn & set("0123456789")  # the digits the legend explains are drawn
+    for char in drawn - set("0123456789"):
+        assert f"{char} " in legend, f"{char!r} is drawn but not in the legend"
+    assert all(len(line) <= 80 for line in out.splitlines())
+
+
+def lane_box(svg: str, worker: str) -> tuple[float, float]:
+    """The top and height of `worker`'s lane in the lanes' SVG."""
+    found = re.search(
+        rf'id="lane-{worker}"[^>]*><rect class="lane-bg[^"]*" x="0" y="([\d.]+)" '
+        rf'width="\d+" height="([\d.]+)"',
+        svg,
+    )
+    assert found is not None
+    return float(found[1]), float(found[2])
+
+
+def test_a_pause_is_shaded_on_the_paused_workers_lane_only() -> None:
+    ops = [
+        OpRecord(PAUSE, T0 + 100_000, "w1", A, 1001, 0, "demo", "SIGSTOP"),
+        OpRecord(RESUME, T0 + 2_200_000, "w1", A, 1001, 0, "demo", "SIGCONT"),
+    ]
+    svg = render_lanes(select(build_model(fenced_run(), [], ops)))
+    (group,) = re.findall(r'<g class="op pause">.*?</g>', svg, re.S)
+    rects = re.findall(r'<rect class="(\w+)" x="[\d.]+" y="([\d.]+)" width="[\d.]+" '
+                       r'height="([\d.]+)"', group)  # fmt: skip
+    assert {cls for cls, _, _ in rects} == {"band", "window"}
+    top, tall = lane_box(svg, "w1-1001-aaaa")
+    other_top, _ = lane_box(svg, "w2-1002-bbbb")
+    assert other_top >= top + tall  # (the lanes do not overlap: B's is below A's)
+    for _, y, height in rects:
+        assert top <= float(y) and float(y) + float(height) <= top + tall
+
+
 def qw(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "supervisor.cli.app", *args],

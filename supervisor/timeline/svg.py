@@ -296,9 +296,10 @@ def _op(o: OpMark, scale: Scale, rows: dict[str, int], h: int) -> str:
     if o.kind in (PAUSE, SKEW):
         x1 = scale.x(o.end) if o.end is not None else scale.right()
         top, tall = (lane_top, LANE_H) if lane_top is not None else (TOP, h - TOP - BOTTOM)
-        band = (  # a pause stops the world for that process: shaded across every lane
-            f'<rect class="band" x="{x}" y="{TOP}" width="{max(2.0, x1 - x):.1f}" '
-            f'height="{h - TOP - BOTTOM}"/>'
+        # A pause stops that process only: its lane is shaded; the others work on. Only a
+        # pause whose process has no lane here (its id unknown) is shaded across all.
+        band = (
+            f'<rect class="band" x="{x}" y="{top}" width="{max(2.0, x1 - x):.1f}" height="{tall}"/>'
         )
         if o.kind == SKEW:  # a skewed clock is the lane's own affair, labelled once
             band = f'<text class="skew-label" x="{x + 3}" y="{top + 9}">{esc(r.detail)}</text>'
