@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Annotated, Final
 
 import typer
 
+from logstore.location import is_redis_url
 from queue_worker.history.settled import DEFAULT_RETENTION_BYTES, DEFAULT_RETENTION_S, Retention
 from queue_worker.partitions.layout import MAX_PARTITIONS
 from queue_worker.worker.config import DEFAULT_DRAIN_TIMEOUT_S, DEFAULT_LEASE_S
@@ -36,6 +37,7 @@ from supervisor.cli.options import (
     LogOption,
     bad,
     fail,
+    fail_os,
     host_name_option,
     location_of,
     one_of,
@@ -70,6 +72,20 @@ app = typer.Typer(
 
 
 # -- qw up -------------------------------------------------------------------------------------
+
+
+def _start_fresh(directory: Path, location: str) -> None:
+    """`--fresh`: the queue in `directory` removed (said on stderr), or one line why not."""
+    if is_redis_url(location):
+        fail(f"--fresh removes a data directory's queue, not one on {shown(location)}")
+    from supervisor.run.fresh import FreshRefused, start_fresh
+
+    try:
+        typer.echo(start_fresh(directory), err=True)
+    except FreshRefused as e:
+        fail(str(e))
+    except OSError as e:
+        fail_os(e, "remove it for --fresh")
 
 
 @app.command(
@@ -228,6 +244,15 @@ def up(
             "one joins, dies or leaves.",
         ),
     ] = False,
+    fresh: Annotated[
+        bool,
+        typer.Option(
+            "--fresh",
+            help="Start on an empty queue: remove the one in --dir first (the tasks a "
+            "stopped run left pending with it). Only qw's own files are removed, and only "
+            "when no qw up runs on the directory.",
+        ),
+    ] = False,
 ) -> None:
     """Start worker processes on a data directory and watch them.
 
@@ -241,6 +266,8 @@ def up(
     start, --demo (or --rate R) while running.
     """
     location = location_of(directory, log)
+    if fresh:
+        _start_fresh(directory, location)
     from supervisor.run.forked import fork_enabled, warm_server
 
     if fork_enabled():  # the server folds the queue while we make ready
