@@ -10,13 +10,15 @@ import io
 import re
 import subprocess
 import sys
+from html import unescape
 from pathlib import Path
 
 import pytest
 from rich.console import Console
 
-from queue_worker.protocol.ops import KILL, PAUSE, RESUME, OpRecord
+from queue_worker.protocol.ops import DEATH, KILL, PAUSE, RESTART, RESUME, OpRecord
 from queue_worker.protocol.records import Claim, ClaimsRecord, Done, Renew
+from supervisor.timeline.labels import text_width
 from supervisor.timeline.model import DONE, HELD, LOST, STALE, TAKEN_OVER, build_model
 from supervisor.timeline.page import render_page
 from supervisor.timeline.svg import render_lanes
@@ -218,6 +220,56 @@ def test_a_pause_is_shaded_on_the_paused_workers_lane_only() -> None:
     assert other_top >= top + tall  # (the lanes do not overlap: B's is below A's)
     for _, y, height in rects:
         assert top <= float(y) and float(y) + float(height) <= top + tall
+
+
+def crowded_run() -> tuple[list[tuple[int, ClaimsRecord]], list[OpRecord]]:
+    """A is killed holding two tasks claimed 10 ms apart; B takes both over 10 ms apart:
+    two takeover labels at one place, and a kill, a death and a restart at one moment."""
+    records: list[tuple[int, ClaimsRecord]] = [
+        (0, Claim(0, A, T0, LEASE)),
+        (10, Claim(1, A, T0 + 10_000, LEASE)),
+        (20, Claim(0, B, T0 + 1_100_000, LEASE)),
+        (30, Claim(1, B, T0 + 1_110_000, LEASE)),
+        (40, Done(0, B, T0 + 1_200_000, 20)),
+        (50, Done(1, B, T0 + 1_300_000, 30)),
+        (60, Done(0, A, T0 + 1_400_000, 0)),  # stale: A's token @0 is fenced off
+    ]
+    kill = T0 + 500_000
+    ops = [
+        OpRecord(KILL, kill, "w1", A, 1001, 0, "operator", "kill SIGKILL"),
+        OpRecord(DEATH, kill, "w1", A, 1001, 0, "supervisor", "killed by SIGKILL"),
+        OpRecord(RESTART, kill, "w1", A, 1001, None, "supervisor", ""),
+    ]
+    return records, ops
+
+
+def label_spans(svg: str) -> list[tuple[float, float, float, str]]:
+    """Each worded label of the plot: (y, left, right, text), its width estimated as the
+    page lays it out (supervisor.timeline.labels)."""
+    sizes = {"arrow-label": 11.0, "refused": 10.5, "": 10.0}
+    spans = []
+    label = re.compile(
+        r'<text (?:class="(arrow-label|refused)" )?x="([\d.-]+)"( text-anchor="end")? '
+        r'y="([\d.-]+)"[^>]*>([^<]+)</text>'
+    )
+    for m in label.finditer(svg):
+        cls, x, end, y, text = m.groups()
+        width = text_width(unescape(text), sizes[cls or ""])
+        left = float(x) - width if end or cls == "refused" else float(x)
+        spans.append((float(y), left, left + width, unescape(text)))
+    return spans
+
+
+def test_labels_on_a_lane_do_not_overlap() -> None:
+    records, ops = crowded_run()
+    svg = render_lanes(select(build_model(records, [], ops)))
+    plot = svg[svg.index('<g class="plot"') :]
+    spans = label_spans(plot)
+    assert {"task 0: @0 → @20", "kill"} <= {text for *_, text in spans}  # worded, not dropped
+    for i, (y, left, right, text) in enumerate(spans):
+        for y2, left2, right2, text2 in spans[i + 1 :]:
+            if abs(y - y2) < 10:  # on one line
+                assert right <= left2 or right2 <= left, (text, text2)
 
 
 def qw(*args: str) -> subprocess.CompletedProcess[str]:
