@@ -83,6 +83,8 @@ PROGRESS_WIDTH: Final = 72
 #: event lines a screen keeps however many workers there are (a kill's events: the death,
 #: the restart, the takeover, and those of the kills just before it)
 FEED_MIN: Final = 5
+#: …on a partitioned queue, whose partitions' section takes two lines more
+FEED_LEAST: Final = 3
 #: event lines given before the queue section grows to its tall form
 FEED_WANTED: Final = 8
 
@@ -180,17 +182,19 @@ class ScreenPlan:
 
 
 def plan_screen(snapshot: SupervisorSnapshot, height: int) -> ScreenPlan:
-    """Share `height` lines out: minimums first (FEED_MIN events, two orphan lines, the
-    queue's counts), then worker rows (every slot before a departed process's row), then
-    the progress line, events up to FEED_WANTED, the tall queue section, more orphan lines,
-    and the rest to the events."""
+    """Share `height` lines out: minimums first (FEED_MIN events, FEED_LEAST on a
+    partitioned queue; two orphan lines; the queue's counts), then worker rows (every slot
+    before a departed process's row), then the progress line, the partitions' lines,
+    events up to FEED_WANTED, the tall queue section, more orphan lines, and the rest to
+    the events."""
     rows = max(1, len(snapshot.workers) + len(snapshot.departed))
     orphans = len(snapshot.orphans)
+    partitions = len(snapshot.partitions)
+    feed_min = FEED_LEAST if partitions else FEED_MIN
     # header 1, table heading 2, queue counts 1, events title 1, status 1, keys 1
-    room = height - 7 - FEED_MIN
+    room = height - 7 - feed_min
     orphan_lines = min(orphans, 2)  # (two: the newest, and a line that sums up the rest)
     room -= (1 + orphan_lines) if orphans else 0
-    partitions = len(snapshot.partitions)
     room -= 2 if partitions else 0  # the partitions' title and one line at least
     worker_rows = max(1, min(rows, room))
     room -= worker_rows
@@ -198,8 +202,8 @@ def plan_screen(snapshot: SupervisorSnapshot, height: int) -> ScreenPlan:
     room -= 1 if progress else 0
     partition_lines = min(1, partitions) + max(0, min(partitions - 1, room))
     room -= max(0, partition_lines - 1)
-    feed = FEED_MIN + max(0, min(room, FEED_WANTED - FEED_MIN))
-    room -= feed - FEED_MIN
+    feed = feed_min + max(0, min(room, FEED_WANTED - feed_min))
+    room -= feed - feed_min
     tall_queue = progress and room >= 3
     room -= 3 if tall_queue else 0
     extra_orphans = max(0, min(orphans - orphan_lines, room))
