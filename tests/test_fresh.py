@@ -117,7 +117,7 @@ def test_fresh_on_a_redis_log_is_one_line(tmp_path: Path) -> None:
 
 def test_the_enqueue_hint_names_the_qw_that_runs(tmp_path: Path) -> None:
     args = ("--dir", str(tmp_path / "qw"), "--exit-when-drained")
-    hint = "info: no demo tasks: {} enqueue adds yours"
+    hint = "info: no demo tasks: {0} enqueue adds yours ({0} up --demo adds some)"
     off_path = up(*args, cwd=REPO, command=[".venv/bin/qw"], env=env_without_venv())
     assert off_path.returncode == 0, off_path.stderr
     assert hint.format(".venv/bin/qw") in off_path.stdout  # as typed after `make up`

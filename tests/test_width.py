@@ -5,6 +5,7 @@ on a real run's data directory)."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -75,3 +76,18 @@ def test_the_status_queue_line_wraps_between_its_counts(data: Path) -> None:
     at = next(i for i, line in enumerate(lines) if line.startswith("queue "))
     assert lines[at].split()[1:5] == ["published", "40", "pending", "10"]
     assert lines[at + 1] == " " * 13 + "dead 0  failed attempts 0"  # under the first count
+
+
+@pytest.mark.parametrize("columns", ["80", None], ids=["COLUMNS=80", "no COLUMNS"])
+def test_qw_up_without_a_terminal_fits_80_columns(tmp_path: Path, columns: str | None) -> None:
+    # its status lines, its events (a backlog resumed: a long line) and its last word
+    first = run("up", "--no-tui", "--exit-when-drained", "--dir", "qw", "--tasks", "5",
+                "--work-ms", "1", cwd=tmp_path, columns=None)  # fmt: skip
+    assert first.returncode == 0, first.stderr
+    assert run("enqueue", "--dir", "qw", "--count", "3", cwd=tmp_path, columns=None).returncode == 0
+    result = run("up", "--no-tui", "--exit-when-drained", "--dir", "qw", "--work-ms", "500",
+                 "--workers", "1", cwd=tmp_path, columns=columns)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert re.search(r"resuming \d pending (\S+ )*tasks from qw", " ".join(result.stdout.split()))
+    assert too_wide(result.stdout, 80) == []
+    assert result.stdout.splitlines()[-1].startswith("qw: drained (published 8,")

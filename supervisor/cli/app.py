@@ -45,6 +45,7 @@ from supervisor.cli.options import (
     shown,
     whole,
 )
+from supervisor.cli.width import echo
 from supervisor.partitioned import cli as partitioned_cli
 from supervisor.timeline import cli as timeline_cli
 
@@ -81,7 +82,7 @@ def _start_fresh(directory: Path, location: str) -> None:
     from supervisor.run.fresh import FreshRefused, start_fresh
 
     try:
-        typer.echo(start_fresh(directory), err=True)
+        echo(start_fresh(directory), err=True)
     except FreshRefused as e:
         fail(str(e))
     except OSError as e:
@@ -400,9 +401,9 @@ def _run(supervisor: Supervisor, server: StatsServer | None, *, tui: bool) -> in
     elif code == EXIT_NO_WORKERS:
         typer.echo(f"qw: every worker died and none will be restarted ({counts})", err=True)
     elif left is not None:  # the workers stopped, but the queue is not drained
-        typer.echo(f"qw: stopped with {left} ({counts})")
+        echo(f"qw: stopped with {left} ({counts})")
     else:
-        typer.echo(f"qw: drained ({counts})")
+        echo(f"qw: drained ({counts})")
     return code
 
 

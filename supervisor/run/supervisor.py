@@ -267,8 +267,9 @@ class Supervisor:
             self._publisher.start()
             self._event("info", f"publishing {opts.rate:g} demo tasks/s")
         elif not opts.tasks:  # say why an empty queue stays empty
+            qw = qw_command()
             self._event(
-                "info", f"no demo tasks: {qw_command()} enqueue adds yours (--demo adds some)"
+                "info", f"no demo tasks: {qw} enqueue adds yours ({qw} up --demo adds some)"
             )
         self._write_status()
         self._watcher.start()
@@ -870,13 +871,12 @@ def _holding(held: list[tuple[int, float]]) -> str:
 
 
 def qw_command() -> str:
-    """How to call the qw that runs now: `qw` when that is the one on PATH, else its path
-    (`.venv/bin/qw` after `make up`), relative to the current directory when under it."""
+    """How to call the qw that runs now: `qw` when that is the one on PATH (or qw runs as
+    `python -m`, which has no script to name), else the script's path (`.venv/bin/qw` after
+    `make up`), relative to the current directory when under it."""
     script = Path(sys.argv[0])
-    if script.name != "qw":  # python -m supervisor.cli.app: the venv's script, if any
-        script = Path(sys.executable).with_name("qw")
-        if not script.exists():
-            return "qw"
+    if script.name != "qw":
+        return "qw"
     on_path = shutil.which("qw")
     if on_path is not None and Path(on_path).resolve() == script.resolve():
         return "qw"
