@@ -91,3 +91,28 @@ def test_qw_up_without_a_terminal_fits_80_columns(tmp_path: Path, columns: str |
     assert re.search(r"resuming \d pending (\S+ )*tasks from qw", " ".join(result.stdout.split()))
     assert too_wide(result.stdout, 80) == []
     assert result.stdout.splitlines()[-1].startswith("qw: drained (published 8,")
+
+
+@pytest.fixture(scope="module")
+def partitioned(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A drained run of 12 tasks on a queue of 2 partitions."""
+    cwd = tmp_path_factory.mktemp("width-partitions")
+    up = run("up", "--no-tui", "--exit-when-drained", "--dir", "qw", "--partitions", "2",
+             "--tasks", "12", "--workers", "2", "--work-ms", "5",
+             cwd=cwd, columns=None)  # fmt: skip
+    assert up.returncode == 0, up.stderr
+    assert too_wide(up.stdout, 80) == []
+    return cwd
+
+
+@pytest.mark.parametrize(
+    "command",
+    [("status",), ("report",), ("tail",), ("timeline", "--text"), ("why", "0:1"), ("task", "1:2")],
+    ids=" ".join,
+)
+def test_a_partitioned_queue_fits_80_columns_piped(
+    partitioned: Path, command: tuple[str, ...]
+) -> None:
+    result = run(*command, "--dir", "qw", cwd=partitioned, columns=None)
+    assert result.returncode == 0, result.stderr
+    assert too_wide(result.stdout, 80) == []

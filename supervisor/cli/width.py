@@ -19,6 +19,8 @@ import typer
 from supervisor.cli.story_text import plain_width
 
 _SEPARATOR: Final = re.compile(r"( {2,})")
+#: what keeps the parts of a status line apart
+PARTS: Final = " · "
 
 
 def output_width() -> int:
@@ -62,6 +64,27 @@ def fit(line: str, width: int | None = None, hang: int | None = None) -> str:
             break_on_hyphens=False,
         )
     return "\n".join(out)
+
+
+def fit_parts(line: str, width: int | None = None, *, hang: int = 4) -> str:
+    """A line of parts kept apart by " · " (`qw up`'s status, a partition's report line) in
+    lines of at most `width` columns, broken between its parts: each next line starts
+    "· " `hang` columns in; a part still too wide is broken between its words."""
+    width = width or output_width()
+    if len(line) <= width:
+        return line
+    indent = " " * min(hang, width // 2)
+    parts = line.split(PARTS)
+    lines = [parts[0]]
+    for part in parts[1:]:
+        if len(lines[-1]) + len(PARTS) + len(part) <= width:
+            lines[-1] += PARTS + part
+        else:
+            lines.append(f"{indent}· {part}")
+    return "\n".join(
+        textwrap.fill(piece, width, subsequent_indent=indent + "  ", break_on_hyphens=False)
+        for piece in lines
+    )
 
 
 def echo(text: str, *, hang: int | None = None, err: bool = False) -> None:

@@ -12,17 +12,15 @@ broken between its parts, an event between words, each continued under the clock
 
 from __future__ import annotations
 
-import textwrap
 import time
 from typing import Final, Protocol, TextIO
 
-from supervisor.cli.width import output_width
+from supervisor.cli.width import fit_parts, output_width
 from supervisor.run.model import Event, Orphan, SupervisorSnapshot
 
 #: seconds between status lines
 INTERVAL_S = 1.0
-#: a status line's parts, and the indent of a line continued under its clock ("12:00:05 ")
-SEPARATOR: Final = " · "
+#: the indent of a line continued under its clock ("12:00:05 ")
 HANG: Final = " " * 9
 
 
@@ -84,21 +82,7 @@ def event_line(event: Event) -> str:
 def fitted(line: str, width: int) -> str:
     """`line` in lines of at most `width` columns: a status line broken between its parts
     (the next starting "· " under the clock), an event line between its words."""
-    if len(line) <= width:
-        return line
-    parts = line.split(SEPARATOR)
-    if len(parts) == 1:
-        return textwrap.fill(line, width, subsequent_indent=HANG, break_on_hyphens=False)
-    lines = [parts[0]]
-    for part in parts[1:]:
-        if len(lines[-1]) + len(SEPARATOR) + len(part) <= width:
-            lines[-1] += SEPARATOR + part
-        else:
-            lines.append(f"{HANG}· {part}")
-    return "\n".join(
-        textwrap.fill(piece, width, subsequent_indent=HANG + "  ", break_on_hyphens=False)
-        for piece in lines
-    )
+    return fit_parts(line, width, hang=len(HANG))
 
 
 def run_progress(source: ProgressSource, out: TextIO, interval: float = INTERVAL_S) -> None:
