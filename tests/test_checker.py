@@ -110,3 +110,19 @@ def test_qw_report_states_the_classes_and_writes_a_timeline(tmp_path: Path) -> N
     assert data["checks"]["pending_tasks"] == [2, 4] and data["checks"]["valid"] is False
     assert result.stderr.strip() == f"qw: timeline: {page}"
     assert f'id="takeover-{at[3]}"' in page.read_text(encoding="utf-8")
+
+
+def test_a_claimed_task_whose_record_is_gone_is_lost_and_invalid() -> None:
+    # task 5 was claimed (so published once), but the tasks log holds only tasks 0 and 1
+    records: list[tuple[int, ClaimsRecord]] = [
+        (0, Claim(0, A, 0, LEASE)),
+        (1, Done(0, A, 5, 0)),
+        (2, Claim(5, B, 10, LEASE)),
+    ]
+    checks = build_report(2, records).checks
+    assert (checks.lost, checks.lost_tasks, checks.pending, checks.held) == (1, (5,), 1, 0)
+    assert not checks.valid
+    assert checks.summary == (
+        "total-queue check: INVALID: 1 lost, 1 pending (unfinished, not lost: a worker runs "
+        "them, the next qw up if none runs)"
+    )

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Final
 
 from logstore import LogError
+from logstore.location import is_redis_url
 from queue_worker.history.settled import Retention
 from queue_worker.names import worker_label
 from queue_worker.protocol.state import Lease
@@ -672,10 +673,15 @@ class Supervisor:
         pending, held = monitor.open_below(first)
         if pending + held:
             held_text = f", {held} held" if held else ""
+            fresh = (  # (--fresh removes a data directory's queue: not a server's)
+                ""
+                if is_redis_url(self.options.location)
+                else f" ({qw_command()} up --fresh starts on an empty queue)"
+            )
             self._event(
                 "info",
                 f"resuming {pending} pending{held_text} tasks from {self.location}, left by an "
-                f"earlier run ({qw_command()} up --fresh starts on an empty queue)",
+                f"earlier run{fresh}",
             )
 
     def _refresh_stats(self) -> None:
