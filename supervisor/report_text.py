@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Final
 
 from rich import box
 from rich.console import Group, RenderableType
+from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
@@ -69,6 +70,18 @@ def _expired_text(r: Report, now_us: int) -> str:
     return f" ({expired} with an expired lease)" if expired else ""
 
 
+def _pending_text(r: Report) -> str:
+    pending = r.checks.pending
+    return f"{pending} (not run yet: the next qw up runs them if none runs now)" if pending else "0"
+
+
+def _dead_text(r: Report) -> str:
+    """The dead with their attempts; the report's count includes a compacted prefix's."""
+    if not r.tasks_dead or r.checks.dead != r.tasks_dead:
+        return f"{r.tasks_dead}"
+    return f"{r.tasks_dead} ({r.checks.attempts_used})"
+
+
 def render_summary(r: Report, plain: bool, now_us: int) -> Table:
     table = _table("", plain, "", "")
     table.show_header = False
@@ -80,7 +93,8 @@ def render_summary(r: Report, plain: bool, now_us: int) -> Table:
         ("tasks published", f"{r.tasks_published}"),
         ("finished", f"{r.tasks_done}"),
         ("held now", f"{r.tasks_held}{_expired_text(r, now_us)}"),
-        ("dead", f"{r.tasks_dead}"),
+        ("pending", _pending_text(r)),
+        ("dead", _dead_text(r)),
         ("waiting to retry", f"{r.tasks_waiting}"),
         ("claim attempts", f"{r.attempts}"),
         ("wins", f"{r.wins} ({len(r.takeovers)} takeovers)"),
@@ -330,7 +344,7 @@ def render_checks(r: Report, plain: bool) -> list[RenderableType]:
     lines: list[RenderableType] = [
         Text("total-queue classes (Jepsen)", style="" if plain else "bold")
     ]
-    lines += [Text(f"  {line}") for line in c.lines()]
+    lines += [Padding(Text(line), (0, 0, 0, 2)) for line in c.lines()]
     style = "" if plain else ("green" if c.valid else "red")
     return [*lines, Text(c.summary, style=style), ""]
 

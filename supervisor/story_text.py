@@ -7,7 +7,7 @@ as rich lays out the table `supervisor.report_text.render_story` builds from the
 column boundary, none at the table's edges. It does so only where rich's layout is that
 simple, and returns None otherwise, for rich to render: a character whose width on a
 terminal is not 1, markup (`[`) or an emoji code (`:name:`) that rich would interpret, or
-a table wider than the plain console's 200 columns (rich would wrap its cells).
+a table wider than the plain console's width (`plain_width`: rich would wrap its cells).
 `tests/test_story_text.py` compares the two on generated stories.
 """
 
@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import sys
+import textwrap
 from typing import TYPE_CHECKING, Final
 
 from logstore.location import log_file
@@ -29,14 +31,22 @@ if TYPE_CHECKING:
 HEADERS: Final = ("position", "time", "record", "worker", "why")
 #: the columns rich right-aligns (the others are left-aligned)
 RIGHT: Final = frozenset({0, 1})
-#: supervisor.console.PLAIN_WIDTH, the plain console's width (not imported: it imports rich)
-PLAIN_WIDTH: Final = 200
+#: the plain console's width where COLUMNS does not say (supervisor.console uses it too:
+#: it is here because that module imports rich)
+PLAIN_WIDTH: Final = 80
 #: text whose every character is one column wide on any terminal, as rich measures it
 _ONE_COLUMN: Final = re.compile(r"[\x20-\x5a\x5c-\x7e·]*")  # printable ASCII but `[`, and ·
 #: rich's emoji codes (rich._emoji_replace): a name of at most 2 digits names no emoji
 _EMOJI: Final = re.compile(r"(:(\S*?)(?:(?:\-)(emoji|text))?:)")
 _NO_EMOJI_NAME: Final = re.compile(r"\d{0,2}")
 Row = tuple[str, str, str, str, str]
+
+
+def plain_width() -> int:
+    """The width plain output is laid out for: COLUMNS if it is a positive whole number (the
+    reader's terminal, as a shell exports it), else 80."""
+    columns = os.environ.get("COLUMNS", "")
+    return int(columns) if columns.isdigit() and int(columns) > 0 else PLAIN_WIDTH
 
 
 def positions_note(location: str) -> str:
@@ -46,9 +56,14 @@ def positions_note(location: str) -> str:
         where = "its stream entry id MS-SEQ packed into one number, MS·2^20 + SEQ"
     else:
         where = f"its byte offset in {claims}"
-    return (
-        f"@N      a record's position in the claims log: {where}\n"
-        "task #N a task's id: its index in the tasks log\n"
+    width = shutil.get_terminal_size((plain_width(), 24)).columns
+    lines = (
+        f"@N      a record's position in the claims log: {where}",
+        "task #N a task's id: its index in the tasks log",
+    )
+    return "".join(
+        textwrap.fill(line, width, subsequent_indent=" " * 8, break_on_hyphens=False) + "\n"
+        for line in lines
     )
 
 
@@ -92,15 +107,16 @@ def plain_story(story: TaskStory, name: str | None = None) -> str | None:
     if not all(_simple(text) for text in (title, *(cell for row in table for cell in row))):
         return None
     widths = [max(len(row[c]) for row in table) for c in range(len(HEADERS))]
-    if sum(widths) + 2 * (len(widths) - 1) > PLAIN_WIDTH:
-        return None  # rich would shrink the columns and wrap their cells
-    lines = [title]
+    width = plain_width()
+    if sum(widths) + 2 * (len(widths) - 1) > width or len(title) > width:
+        return None  # rich would shrink the columns and wrap their cells, or wrap the title
+    lines = [title.rstrip()]
     for row in table:
         cells = (
             cell.rjust(width) if c in RIGHT else cell.ljust(width)
             for c, (cell, width) in enumerate(zip(row, widths, strict=True))
         )
-        lines.append("  ".join(cells))
+        lines.append("  ".join(cells).rstrip())
     return "\n".join(lines)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -10,6 +11,12 @@ import pytest
 
 from supervisor.run.supervisor import Supervisor, SupervisorOptions
 from tests.helpers import redis_server_binary, running_redis_server
+
+#: the width the commands the tests run lay their output out for. Piped, a command fits the
+#: reader's width (COLUMNS, else 80: supervisor.width); the tests' tmp_path names are
+#: long, and most tests read whole lines, so they read at a width no line reaches.
+#: tests/test_width.py reads at 80, with and without COLUMNS.
+os.environ["COLUMNS"] = "400"
 
 
 @pytest.fixture(scope="session")

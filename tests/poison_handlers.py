@@ -109,3 +109,8 @@ def jumps_the_clock(payload: Any) -> Any:
         offset_ns = int(payload["jump_s"] * 1e9)
         time.time_ns = lambda: real() + offset_ns
     return payload
+
+
+def always_fails(payload: Any) -> Any:
+    """Raises on every payload: each task uses up its attempts and is dead."""
+    raise ValueError(f"always fails: {payload!r}")

@@ -51,6 +51,7 @@ LAYERS: list[tuple[str, ...]] = [
         "supervisor.report_text",
         "supervisor.story_text",
         "supervisor.task_history",
+        "supervisor.width",
     ),
     ("supervisor.run",),
     ("supervisor.tui",),

@@ -5,15 +5,22 @@ from __future__ import annotations
 
 import io
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from rich.console import Console
 
 from queue_worker.proof.explain import Step, TaskStory
-from supervisor.console import PLAIN_WIDTH
+from supervisor.console import PLAIN_WIDTH, plain_console
 from supervisor.report_text import render_story
 from supervisor.story_text import PLAIN_WIDTH as STORY_PLAIN_WIDTH
 from supervisor.story_text import plain_story
+
+
+@pytest.fixture(autouse=True)
+def piped_without_columns(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both layouts at the piped width, 80 (tests/conftest.py sets a wide COLUMNS)."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+
 
 KINDS = ("TASK", "CLAIM", "RENEW", "DONE", "FAIL", "OP")
 # one-column ASCII, the separator of worker labels, markup and emoji material (`[`, `:`),
@@ -63,7 +70,7 @@ stories = st.one_of(
 
 def _rich(story: TaskStory, name: str | None) -> str:
     out = io.StringIO()  # not a terminal: the plain console supervisor.console makes
-    console = Console(highlight=False, width=PLAIN_WIDTH, soft_wrap=True, file=out)
+    console = plain_console(out)
     assert not console.is_terminal
     console.print(render_story(story, plain=True, name=name))
     return out.getvalue()

@@ -10,13 +10,15 @@ import io
 import re
 import subprocess
 import sys
+from html import unescape
 from pathlib import Path
 
 import pytest
 from rich.console import Console
 
-from queue_worker.ops import KILL, PAUSE, RESUME, OpRecord
+from queue_worker.ops import DEATH, KILL, PAUSE, RESTART, RESUME, OpRecord
 from queue_worker.protocol.records import Claim, ClaimsRecord, Done, Renew
+from supervisor.timeline.labels import text_width
 from supervisor.timeline.model import DONE, HELD, LOST, STALE, TAKEN_OVER, build_model
 from supervisor.timeline.page import render_page
 from supervisor.timeline.svg import render_lanes
@@ -171,6 +173,103 @@ def test_the_text_view_draws_every_lane_and_the_takeover() -> None:
     assert "w1·1001" in out and "w2·1002" in out
     assert "takeover of task 0: claim @10" in out and "CLAIM @60" in out
     assert "!" in out  # the stale DONE
+
+
+def test_the_text_legend_names_every_character_the_lanes_draw() -> None:
+    ops = [
+        OpRecord(PAUSE, T0 + 100_000, "w1", A, 1001, 0, "demo", "SIGSTOP"),
+        OpRecord(RESUME, T0 + 2_200_000, "w1", A, 1001, 0, "demo", "SIGCONT"),
+        OpRecord(KILL, T0 + 2_600_000, "w2", None, 1002, None, "operator", "kill SIGKILL"),
+    ]
+    console = Console(file=io.StringIO(), width=80, color_system=None)
+    console.print(text_lanes(select(build_model(fenced_run(), [], ops)), width=64))
+    out = console.file.getvalue()  # type: ignore[attr-defined]
+    lanes = [line for line in out.splitlines() if line.startswith(("w1·", "w2·"))]
+    drawn = {c for line in lanes for c in line.split(maxsplit=1)[1]} - {" "}
+    legend = out.split("\n", len(lanes) + 1)[-1]
+    assert "0-9 a claim starts (its task id's last digit)" in legend
+    assert drawn & set("0123456789")  # the digits the legend explains are drawn
+    for char in drawn - set("0123456789"):
+        assert f"{char} " in legend, f"{char!r} is drawn but not in the legend"
+    assert all(len(line) <= 80 for line in out.splitlines())
+
+
+def lane_box(svg: str, worker: str) -> tuple[float, float]:
+    """The top and height of `worker`'s lane in the lanes' SVG."""
+    found = re.search(
+        rf'id="lane-{worker}"[^>]*><rect class="lane-bg[^"]*" x="0" y="([\d.]+)" '
+        rf'width="\d+" height="([\d.]+)"',
+        svg,
+    )
+    assert found is not None
+    return float(found[1]), float(found[2])
+
+
+def test_a_pause_is_shaded_on_the_paused_workers_lane_only() -> None:
+    ops = [
+        OpRecord(PAUSE, T0 + 100_000, "w1", A, 1001, 0, "demo", "SIGSTOP"),
+        OpRecord(RESUME, T0 + 2_200_000, "w1", A, 1001, 0, "demo", "SIGCONT"),
+    ]
+    svg = render_lanes(select(build_model(fenced_run(), [], ops)))
+    (group,) = re.findall(r'<g class="op pause">.*?</g>', svg, re.S)
+    rects = re.findall(r'<rect class="(\w+)" x="[\d.]+" y="([\d.]+)" width="[\d.]+" '
+                       r'height="([\d.]+)"', group)  # fmt: skip
+    assert {cls for cls, _, _ in rects} == {"band", "window"}
+    top, tall = lane_box(svg, "w1-1001-aaaa")
+    other_top, _ = lane_box(svg, "w2-1002-bbbb")
+    assert other_top >= top + tall  # (the lanes do not overlap: B's is below A's)
+    for _, y, height in rects:
+        assert top <= float(y) and float(y) + float(height) <= top + tall
+
+
+def crowded_run() -> tuple[list[tuple[int, ClaimsRecord]], list[OpRecord]]:
+    """A is killed holding two tasks claimed 10 ms apart; B takes both over 10 ms apart:
+    two takeover labels at one place, and a kill, a death and a restart at one moment."""
+    records: list[tuple[int, ClaimsRecord]] = [
+        (0, Claim(0, A, T0, LEASE)),
+        (10, Claim(1, A, T0 + 10_000, LEASE)),
+        (20, Claim(0, B, T0 + 1_100_000, LEASE)),
+        (30, Claim(1, B, T0 + 1_110_000, LEASE)),
+        (40, Done(0, B, T0 + 1_200_000, 20)),
+        (50, Done(1, B, T0 + 1_300_000, 30)),
+        (60, Done(0, A, T0 + 1_400_000, 0)),  # stale: A's token @0 is fenced off
+    ]
+    kill = T0 + 500_000
+    ops = [
+        OpRecord(KILL, kill, "w1", A, 1001, 0, "operator", "kill SIGKILL"),
+        OpRecord(DEATH, kill, "w1", A, 1001, 0, "supervisor", "killed by SIGKILL"),
+        OpRecord(RESTART, kill, "w1", A, 1001, None, "supervisor", ""),
+    ]
+    return records, ops
+
+
+def label_spans(svg: str) -> list[tuple[float, float, float, str]]:
+    """Each worded label of the plot: (y, left, right, text), its width estimated as the
+    page lays it out (supervisor.timeline.labels)."""
+    sizes = {"arrow-label": 11.0, "refused": 10.5, "": 10.0}
+    spans = []
+    label = re.compile(
+        r'<text (?:class="(arrow-label|refused)" )?x="([\d.-]+)"( text-anchor="end")? '
+        r'y="([\d.-]+)"[^>]*>([^<]+)</text>'
+    )
+    for m in label.finditer(svg):
+        cls, x, end, y, text = m.groups()
+        width = text_width(unescape(text), sizes[cls or ""])
+        left = float(x) - width if end or cls == "refused" else float(x)
+        spans.append((float(y), left, left + width, unescape(text)))
+    return spans
+
+
+def test_labels_on_a_lane_do_not_overlap() -> None:
+    records, ops = crowded_run()
+    svg = render_lanes(select(build_model(records, [], ops)))
+    plot = svg[svg.index('<g class="plot"') :]
+    spans = label_spans(plot)
+    assert {"task 0: @0 → @20", "kill"} <= {text for *_, text in spans}  # worded, not dropped
+    for i, (y, left, right, text) in enumerate(spans):
+        for y2, left2, right2, text2 in spans[i + 1 :]:
+            if abs(y - y2) < 10:  # on one line
+                assert right <= left2 or right2 <= left, (text, text2)
 
 
 def qw(*args: str) -> subprocess.CompletedProcess[str]:

@@ -53,7 +53,8 @@ class Tmux:
         self.socket_path: str | None = None
 
     def start(self, cwd: Path) -> None:
-        env = {k: v for k, v in os.environ.items() if k != "TMUX"}  # works inside tmux too
+        # works inside tmux too; the pane's size is its own (not the tests' COLUMNS)
+        env = {k: v for k, v in os.environ.items() if k not in ("TMUX", "COLUMNS", "LINES")}
         self.run(
             "-f",
             "/dev/null",  # no user config: the default keys and terminal

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Annotated, Final
 
 import typer
 
+from logstore.location import is_redis_url
 from queue_worker.compaction.settled import DEFAULT_RETENTION_BYTES, DEFAULT_RETENTION_S, Retention
 from queue_worker.partition_layout import MAX_PARTITIONS
 from queue_worker.worker.config import DEFAULT_DRAIN_TIMEOUT_S, DEFAULT_LEASE_S
@@ -38,6 +39,7 @@ from supervisor.options import (
     LogOption,
     bad,
     fail,
+    fail_os,
     host_name_option,
     location_of,
     one_of,
@@ -46,6 +48,7 @@ from supervisor.options import (
     whole,
 )
 from supervisor.timeline import cli as timeline_cli
+from supervisor.width import echo
 
 if TYPE_CHECKING:
     from supervisor.http_api import StatsServer
@@ -71,6 +74,20 @@ app = typer.Typer(
 
 
 # -- qw up -------------------------------------------------------------------------------------
+
+
+def _start_fresh(directory: Path, location: str) -> None:
+    """`--fresh`: the queue in `directory` removed (said on stderr), or one line why not."""
+    if is_redis_url(location):
+        fail(f"--fresh removes a data directory's queue, not one on {shown(location)}")
+    from supervisor.run.fresh import FreshRefused, start_fresh
+
+    try:
+        echo(start_fresh(directory), err=True)
+    except FreshRefused as e:
+        fail(str(e))
+    except OSError as e:
+        fail_os(e, "remove it for --fresh")
 
 
 @app.command(
@@ -232,6 +249,15 @@ def up(
             "one joins, dies or leaves.",
         ),
     ] = False,
+    fresh: Annotated[
+        bool,
+        typer.Option(
+            "--fresh",
+            help="Start on an empty queue: remove the one in --dir first (the tasks a "
+            "stopped run left pending with it). Only qw's own files are removed, and only "
+            "when no qw up runs on the directory.",
+        ),
+    ] = False,
 ) -> None:
     """Start worker processes on a data directory and watch them.
 
@@ -246,6 +272,8 @@ def up(
     """
     location = location_of(directory, log)
     check_pick(location, pick)  # before anything is created
+    if fresh:
+        _start_fresh(directory, location)
     from supervisor.run.forked import warm_server
 
     warm_server(location, workers)  # the fork server folds the queue while we make ready
@@ -377,9 +405,9 @@ def _run(supervisor: Supervisor, server: StatsServer | None, *, tui: bool) -> in
     elif code == EXIT_NO_WORKERS:
         typer.echo(f"qw: every worker died and none will be restarted ({counts})", err=True)
     elif left is not None:  # the workers stopped, but the queue is not drained
-        typer.echo(f"qw: stopped with {left} ({counts})")
+        echo(f"qw: stopped with {left} ({counts})")
     else:
-        typer.echo(f"qw: drained ({counts})")
+        echo(f"qw: drained ({counts})")
     return code
 
 

@@ -27,6 +27,7 @@ from supervisor.options import (
     location_of,
     real,
 )
+from supervisor.width import echo
 
 EXIT_UNSAFE: Final = 1  # compaction refused to run: nothing was removed
 
@@ -143,7 +144,7 @@ def _recover(location: str, on_redis: bool) -> None:
     if on_redis:
         fail(f"{shown(location)}: --recover is for a data directory's fold.checkpoint")
     try:
-        typer.echo(recover_checkpoint(Path(location)))
+        echo(recover_checkpoint(Path(location)))
     except CheckpointRefused as e:
         fail(str(e), EXIT_UNSAFE)
     except OSError as e:  # a read-only mount, files it may not write: nothing was changed
@@ -168,16 +169,14 @@ def _compact_one(location: str, retention: Retention, label: str) -> None:
         count = len(removed)
         if on_redis:  # one trim per topic at most, of however many entries
             what = "trimmed" if count else "not trimmed"
-            typer.echo(
-                f"{label}{topic}: {what}, the stream starts at position {done.starts[topic]}"
-            )
+            echo(f"{label}{topic}: {what}, the stream starts at position {done.starts[topic]}")
         else:
-            typer.echo(
+            echo(
                 f"{label}{topic}: {count} segment{'s' * (count != 1)} removed, "
                 f"the log starts at position {done.starts[topic]}"
             )
     estimate = " (Redis's estimate: MEMORY USAGE)" if on_redis else ""
-    typer.echo(f"{label}freed {done.freed_bytes} bytes{estimate}")
+    echo(f"{label}freed {done.freed_bytes} bytes{estimate}")
 
 
 __all__ = [

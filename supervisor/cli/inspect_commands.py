@@ -29,6 +29,7 @@ from supervisor.options import (
     require_logs,
     whole,
 )
+from supervisor.width import echo
 
 # The monitor, the supervisor, the report and the run files are imported by the commands
 # that use them: importing them here would make every `qw` command (and `qw --help`) pay
@@ -105,11 +106,11 @@ def tail(
                 recent.append(printer.line(entry))
                 position = entry.next
             for line in recent:
-                typer.echo(line)
+                echo(line)
             while follow:
                 topic_log.wait(position, 1.0)
                 for entry in topic_log.iter_from(position):
-                    typer.echo(printer.line(entry))
+                    echo(printer.line(entry))
                     position = entry.next
     except KeyboardInterrupt:
         return  # Ctrl-C ends --follow: that is how it is meant to stop

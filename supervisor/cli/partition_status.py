@@ -34,6 +34,7 @@ from queue_worker.worker.stats_file import read_stats
 from supervisor.cli.queue_counts import Held, QueueCounts, sum_counts
 from supervisor.cli.supervisor_lines import supervisor_lines
 from supervisor.options import fail
+from supervisor.width import echo
 
 #: held tasks named one per line (--json lists them all)
 MAX_HELD_SHOWN = 10
@@ -68,17 +69,17 @@ def status(directory: Path, location: str, manifest: Manifest, as_json: bool) ->
             json.dumps(_json(location, manifest, parts, supervisors, disk, now_us), indent=2)
         )
         return
-    typer.echo(f"qw on {shown(location)} · {manifest.count} partitions")
+    echo(f"qw on {shown(location)} · {manifest.count} partitions")
     if disk is not None:
-        typer.echo(f"disk         {disk}")
+        echo(f"disk         {disk}")
     for line in supervisor_lines(supervisors):  # (one line for a qw up's partitions)
-        typer.echo(line)
+        echo(line)
     rows = [
         [f"p{p.partition}", *_counts(p.queue), f"{_alive(p, is_running)} running"] for p in parts
     ]
     rows.append(["total", *_counts(total), f"{len(running)} running"])
     for line in _table(["partition", *_COUNTS, "workers"], rows):
-        typer.echo(line)
+        echo(line)
     here = {w["worker"] for w in running}
     held = [(p.partition, *h) for p in parts for h in p.held]
     from supervisor.run.end_state import held_text
@@ -86,11 +87,11 @@ def status(directory: Path, location: str, manifest: Manifest, as_json: bool) ->
     for k, task, lease, died in held[:MAX_HELD_SHOWN]:
         gone = None if lease.worker in here else "not running here"
         text = held_text(task, lease, died, now_us, gone=gone)
-        typer.echo(f"  held: {text.replace(f'task {task} ', f'task {k}:{task} ', 1)}")
+        echo(f"  held: {text.replace(f'task {task} ', f'task {k}:{task} ', 1)}")
     if len(held) > MAX_HELD_SHOWN:
-        typer.echo(f"  … and {len(held) - MAX_HELD_SHOWN} more held (qw status --json lists all)")
+        echo(f"  … and {len(held) - MAX_HELD_SHOWN} more held (qw status --json lists all)")
     if any(lease.expiry <= now_us for _, _, lease, _ in held):
-        typer.echo("  (expired: by this machine's clock; a live worker may take the task over)")
+        echo("  (expired: by this machine's clock; a live worker may take the task over)")
 
 
 def _read(directory: Path, location: str, manifest: Manifest) -> list[PartitionStatus]:

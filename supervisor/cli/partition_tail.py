@@ -14,11 +14,10 @@ import heapq
 from collections import deque
 from typing import Final
 
-import typer
-
 from logstore import Log, LogError
 from supervisor.options import fail
 from supervisor.partitioned.names import tagged
+from supervisor.width import echo
 
 #: how long --follow waits on each partition in a round (at most a second a round)
 FOLLOW_WAIT_S: Final = 1.0
@@ -78,14 +77,14 @@ def _print(logs: list[tuple[int, Log]], topic: str, lines: int, follow: bool) ->
     for line in heapq.merge(*(read_on(i) for i in range(len(logs)))):
         recent.append(line)
     for _, _, text in recent:
-        typer.echo(text)
+        echo(text)
     while follow:
         new: list[tuple[int, int, str]] = []
         for i, (_, log) in enumerate(logs):
             if log.wait(positions[i], FOLLOW_WAIT_S / max(1, len(logs))):
                 new.extend(read_on(i))
         for _, _, text in sorted(new):
-            typer.echo(text)
+            echo(text)
 
 
 __all__ = ["tail"]

@@ -18,6 +18,7 @@ import typer
 from logstore import LogError
 from queue_worker.partition_layout import MAX_PARTITIONS, Manifest, read_manifest, slot_partitions
 from supervisor.options import fail, shown
+from supervisor.width import echo, fit_parts, output_width
 
 if TYPE_CHECKING:  # the supervisor is imported by `up` only (enqueue and report skip it)
     from supervisor.http_api import StatsServer
@@ -118,9 +119,9 @@ def up(
     if sup.log_failure is not None:
         typer.echo(f"qw: error: stopped on a log: {sup.log_failure} ({counts})", err=True)
     elif q.pending or q.held:
-        typer.echo(f"qw: stopped with {q.pending} pending, {q.held} held ({counts})")
+        echo(f"qw: stopped with {q.pending} pending, {q.held} held ({counts})")
     else:
-        typer.echo(f"qw: drained ({counts})")
+        echo(f"qw: drained ({counts})")
     return code
 
 
@@ -297,19 +298,18 @@ def report(location: str, as_json: bool, timeline: Path | None = None) -> int | 
             part["held_expired"] = [h.task for h in r.held if h.lease.expiry <= now_us]
         typer.echo(json.dumps(body, indent=2))
     else:
-        typer.echo(
+        width = output_width()
+        lines = [
             f"qw report: {shown(location)} · queue {manifest.queue.hex()} · "
-            f"{manifest.count} partitions"
-        )
-        for k in range(manifest.count):
-            typer.echo(result.partition_line(k))
-        for line in result.accounting_errors():
-            typer.echo(line)
-        typer.echo(
+            f"{manifest.count} partitions",
+            *(result.partition_line(k) for k in range(manifest.count)),
+            *result.accounting_errors(),
             f"whole queue: published {result.tasks_published} · done {result.tasks_done} · "
-            f"completions {result.completions_accepted}"
-        )
-        typer.echo(result.verdict)
+            f"completions {result.completions_accepted}",
+        ]
+        for line in lines:
+            typer.echo(fit_parts(line, width))
+        echo(result.verdict)
     return result.exit_code
 
 

@@ -25,6 +25,7 @@ from supervisor.options import (
     location_of,
     require_logs,
 )
+from supervisor.width import echo
 
 #: `qw status`: held tasks named one per line (--json lists them all)
 MAX_HELD_SHOWN: Final = 10
@@ -86,22 +87,22 @@ def status(directory: Path, log: str | None, as_json: bool) -> None:
         }
         typer.echo(json.dumps(body, indent=2))
         return
-    typer.echo(f"qw on {shown(location)}")
+    echo(f"qw on {shown(location)}")
     if disk is not None:
-        typer.echo(f"disk         {disk}")
+        echo(f"disk         {disk}")
     for line in supervisor_lines(supervisors):
-        typer.echo(line)
-    typer.echo(f"workers      {len(running)} running, {len(snapshots) - len(running)} stopped")
+        echo(line)
+    echo(f"workers      {len(running)} running, {len(snapshots) - len(running)} stopped")
     for snap in running:
         task, state = snap["current_task"], snap["state"]
         doing = f"{state} task {task}" if task is not None else str(state)
         label = worker_label(snap["worker"]) if snap["worker"] is not None else snap["name"]
-        typer.echo(f"  {label}  {printable(doing)}  finished {snap['finished']}")
+        echo(f"  {label}  {printable(doing)}  finished {snap['finished']}")
         if snap["log_error"]:  # a full disk, a server out of reach: say it, and where
-            typer.echo(f"    log error: {printable(snap['log_error'])}")
+            echo(f"    log error: {printable(snap['log_error'])}")
     expired = sum(1 for _, lease, _ in held if lease.expiry <= now_us)
     expired_text = f" ({expired} expired)" if expired else ""
-    typer.echo(
+    echo(
         f"queue        published {queue.published}  pending {queue.pending}  "
         f"held {queue.held}{expired_text}  done {queue.done}  dead {queue.dead}  "
         f"failed attempts {queue.failed}"  # FAIL records: one task may fail several times
@@ -111,11 +112,11 @@ def status(directory: Path, log: str | None, as_json: bool) -> None:
     here = {snap["worker"] for snap in running}
     for task, lease, died in held[:MAX_HELD_SHOWN]:
         gone = None if lease.worker in here else "not running here"
-        typer.echo(f"  held: {held_text(task, lease, died, now_us, gone=gone)}")
+        echo(f"  held: {held_text(task, lease, died, now_us, gone=gone)}")
     if len(held) > MAX_HELD_SHOWN:
-        typer.echo(f"  … and {len(held) - MAX_HELD_SHOWN} more held (qw status --json lists all)")
+        echo(f"  … and {len(held) - MAX_HELD_SHOWN} more held (qw status --json lists all)")
     if expired:
-        typer.echo("  (expired: by this machine's clock; a live worker may take the task over)")
+        echo("  (expired: by this machine's clock; a live worker may take the task over)")
 
 
 def task(task_name: str, directory: Path, log: str | None, as_json: bool) -> None:
@@ -169,15 +170,15 @@ def task(task_name: str, directory: Path, log: str | None, as_json: bool) -> Non
             text = json.dumps(body, indent=2, default=repr)
         typer.echo(text)
         return
-    typer.echo(f"task {label}: {printable(story.state)}")
+    echo(f"task {label}: {printable(story.state)}")
     if accepted:
-        typer.echo(f"  result  {value_text(result, 80)}")
+        echo(f"  result  {value_text(result, 80)}")
     for step in story.steps:
         where = f"#{step.position}" if step.kind == "TASK" else f"@{step.position}"
         when = clock_text(step.at) if step.at else "?"
         extra = f"  {printable(step.why)}" if step.kind in ("TASK", "FAIL") else ""
         who = worker_label(step.worker) if step.worker is not None else ""
-        typer.echo(f"  {where:>8}  {when}  {step.kind:5}  {who:16}  {step.verdict}{extra}")
+        echo(f"  {where:>8}  {when}  {step.kind:5}  {who:16}  {step.verdict}{extra}")
 
 
 def why(task_name: str, directory: Path, log: str | None, as_json: bool) -> None:
@@ -271,12 +272,12 @@ def enqueue(
         fail(str(e))
     where = str(directory) if log is None else shown(log)
     if names is not None:  # a partitioned queue: tasks are named PARTITION:ID
-        typer.echo(partitioned_cli.enqueued_text(names, where))
+        echo(partitioned_cli.enqueued_text(names, where))
         return
     if len(ids) == 1:
-        typer.echo(f"enqueued task {ids[0]} on {where}")
+        echo(f"enqueued task {ids[0]} on {where}")
     else:
-        typer.echo(f"enqueued {len(ids)} tasks ({ids[0]}–{ids[-1]}) on {where}")
+        echo(f"enqueued {len(ids)} tasks ({ids[0]}–{ids[-1]}) on {where}")
 
 
 # -- what `qw report` and `qw why` share ------------------------------------------------------

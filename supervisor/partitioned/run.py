@@ -27,7 +27,8 @@ from typing import Protocol, TextIO
 from queue_worker.partition_layout import Manifest, partition_location, slot_partitions
 from supervisor.run.model import Event, QueueView, SupervisorSnapshot, sum_queues
 from supervisor.run.supervisor import Supervisor, SupervisorOptions, demo_payloads
-from supervisor.tui.progress import event_line, progress_line
+from supervisor.tui.progress import event_line, fitted, progress_line
+from supervisor.width import output_width
 
 #: seconds between status lines
 INTERVAL_S = 1.0
@@ -171,8 +172,9 @@ def run_partitioned_progress(
     while not done.is_set():
         if sup.wait(interval):
             done.set()
+        width = output_width()
         for event in sup.events():
-            out.write(event_line(event) + "\n")
+            out.write(fitted(event_line(event), width) + "\n")
         snap = sup.snapshot()
         line = progress_line(snap, time.time())
         if not snap.workers:  # members (MemberSupervisor): their count is in the note
@@ -181,7 +183,7 @@ def run_partitioned_progress(
             f"p{k} {q.done}/{q.published}" for k, q in enumerate(sup.partition_queues())
         )
         note = sup.status_note()
-        out.write(f"{line} · {parts}{' · ' + note if note else ''}\n")
+        out.write(fitted(f"{line} · {parts}{' · ' + note if note else ''}", width) + "\n")
         out.flush()
 
 

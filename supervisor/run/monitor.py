@@ -404,6 +404,27 @@ class Monitor:
         )
         return max(0, self._published - closed - len(held) - foreign_open), held
 
+    def open_below(self, first: int) -> tuple[int, int]:
+        """(pending, held) among the published tasks whose ids are below `first`: what was
+        left open before a run's own tasks (from `first` on) were enqueued."""
+        with self._lock:
+            state = self._state
+            first = min(first, self._published)
+            held = sum(1 for t, _ in state.held_tasks() if t < first and t not in self._foreign)
+            closed = state.done_count + state.dead_count - state.closed_from(first)
+            foreign = sum(
+                1
+                for t in self._foreign
+                if t < first and not state.is_closed(t) and state.holder(t) is None
+            )
+            return max(0, first - closed - held - foreign), held
+
+    @property
+    def published(self) -> int:
+        """Tasks read from the tasks log so far."""
+        with self._lock:
+            return self._published
+
     def held_leases(self) -> list[tuple[int, Lease, float | None]]:
         """The published tasks held now, by task id: (task, its lease, when the holder died
         if it was one of this supervisor's workers, wall-clock seconds). An expired lease

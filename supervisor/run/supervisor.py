@@ -24,8 +24,10 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections import deque
@@ -36,6 +38,7 @@ from pathlib import Path
 from typing import Final
 
 from logstore import LogError
+from logstore.location import is_redis_url
 from queue_worker.compaction.settled import Retention
 from queue_worker.names import worker_label
 from queue_worker.process import EXIT_CONFIG as WORKER_EXIT_CONFIG
@@ -154,6 +157,7 @@ class DemoPublisher(threading.Thread):
         self.location, self.fsync, self.rate = location, fsync, rate
         self.first_number = first_number  # payloads go on counting after the start tasks
         self.sent = 0
+        self.first_id: int | None = None  # the id of the first task it enqueued
         self._on_error = on_error
         self._stop_event = threading.Event()
 
@@ -170,7 +174,9 @@ class DemoPublisher(threading.Thread):
                 while not self._stop_event.wait(interval):
                     due = int(self.rate * (time.monotonic() - began)) - self.sent
                     if due > 0:
-                        queue.enqueue_many(demo_payloads(self.first_number + self.sent, due))
+                        ids = queue.enqueue_many(demo_payloads(self.first_number + self.sent, due))
+                        if self.first_id is None:
+                            self.first_id = ids[0]
                         self.sent += due
         except Exception as e:  # the demo stops; the workers and the dashboard go on
             self._on_error(f"the demo publisher stopped: {type(e).__name__}: {e}")
@@ -209,6 +215,10 @@ class Supervisor:
         self._next_refresh = 0.0  # when the logs are read next
         self._next_view = 0.0  # when the counts and stats files are refreshed next
         self._status_path = status_path(options.run_dir)
+        # the first id of this run's own start tasks; what lies below it an earlier run left
+        # (said once the watcher has read the logs: `_say_resumed`)
+        self._own_first: int | None = None
+        self._resume_said = False
         self._logs_dir = options.run_dir / "logs"
         # kills, pauses, deaths: the ops topic of the queue `start` opens (never a new one)
         self._ops = OpsRecorder(options.location, create=False)
@@ -240,6 +250,7 @@ class Supervisor:
         if opts.tasks:
             with Queue(opts.location, opts.fsync) as queue:
                 ids = queue.enqueue_many(demo_payloads(0, opts.tasks))
+            self._own_first = ids[0]
             self._event("info", f"enqueued {len(ids)} demo tasks ({ids[0]}–{ids[-1]})")
         with self._lock:
             # Slot 0 last: it saves the fold checkpoint at its exit, with filelock, which the
@@ -257,7 +268,10 @@ class Supervisor:
             self._publisher.start()
             self._event("info", f"publishing {opts.rate:g} demo tasks/s")
         elif not opts.tasks:  # say why an empty queue stays empty
-            self._event("info", "no demo tasks: qw enqueue adds yours (qw up --demo adds some)")
+            qw = qw_command()
+            self._event(
+                "info", f"no demo tasks: {qw} enqueue adds yours ({qw} up --demo adds some)"
+            )
         self._write_status()
         self._watcher.start()
 
@@ -352,6 +366,8 @@ class Supervisor:
                 for event in events:
                     self._add_event(event)
                 self._orphans.update(monitor.takeover_of, now=time.time())
+                if not self._resume_said and monitor.caught_up:
+                    self._say_resumed(monitor)
             if refresh:
                 self._queue = queue
             if self._stop_requests >= 2 and not self._forced:
@@ -646,6 +662,28 @@ class Supervisor:
             None,
         )
 
+    def _say_resumed(self, monitor: Monitor) -> None:
+        """Say, once, that the queue holds tasks an earlier run left unfinished: the next
+        `qw up` works them without being asked, and the first screen should say so."""
+        self._resume_said = True
+        first = monitor.published
+        for own in (self._own_first, self._publisher.first_id if self._publisher else None):
+            if own is not None:
+                first = min(first, own)
+        pending, held = monitor.open_below(first)
+        if pending + held:
+            held_text = f", {held} held" if held else ""
+            fresh = (  # (--fresh removes a data directory's queue: not a server's)
+                ""
+                if is_redis_url(self.options.location)
+                else f" ({qw_command()} up --fresh starts on an empty queue)"
+            )
+            self._event(
+                "info",
+                f"resuming {pending} pending{held_text} tasks from {self.location}, left by an "
+                f"earlier run{fresh}",
+            )
+
     def _refresh_stats(self) -> None:
         for slot in self._slots:
             if slot.alive:
@@ -838,9 +876,26 @@ def _holding(held: list[tuple[int, float]]) -> str:
     return f"holding task{'s' * (len(tasks) > 1)} {', '.join(map(str, tasks))}"
 
 
+def qw_command() -> str:
+    """How to call the qw that runs now: `qw` when that is the one on PATH (or qw runs as
+    `python -m`, which has no script to name), else the script's path (`.venv/bin/qw` after
+    `make up`), relative to the current directory when under it."""
+    script = Path(sys.argv[0])
+    if script.name != "qw":
+        return "qw"
+    on_path = shutil.which("qw")
+    if on_path is not None and Path(on_path).resolve() == script.resolve():
+        return "qw"
+    script = script.absolute()
+    try:
+        return str(script.relative_to(Path.cwd()))
+    except ValueError:
+        return str(script)
+
+
 def enqueue_hint(data_dir: Path, location: str) -> str:
     """The command that puts work on this queue, as the first screen suggests it."""
-    command = "qw enqueue --count 100"
+    command = f"{qw_command()} enqueue --count 100"
     if location != str(data_dir):  # a redis:// log (as shown: no password)
         return f"{command} --log {location}"
     if Path(data_dir).resolve() == Path(".qw").resolve():

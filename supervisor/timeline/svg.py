@@ -16,6 +16,7 @@ from typing import Final
 from queue_worker.names import worker_label
 from queue_worker.ops import DEATH, KILL, PAUSE, RESTART, SKEW
 from queue_worker.proof.report import clock_text, duration_text
+from supervisor.timeline.labels import LOWER, UPPER, LabelSpace, text_width
 from supervisor.timeline.model import (
     DEAD,
     DONE,
@@ -132,14 +133,22 @@ def render_lanes(view: View) -> str:
             f"{esc(lane.label)}{_title(lane.worker)}</text></g>"
         )
     out.append('<g class="plot" clip-path="url(#plot)">')
-    out += [_op(o, scale, rows, h) for o in view.ops if o.kind in (PAUSE, SKEW)]
+    out += [_op(o, scale, rows, h, LabelSpace()) for o in view.ops if o.kind in (PAUSE, SKEW)]
     out += [_bar(b, scale, y(b.worker)) for b in view.bars if b.worker in rows]
     worded = sum(1 for m in view.marks if m.kind == STALE) <= MAX_WORDED
-    out += [_mark(m, scale, y(m.worker), worded) for m in view.marks if m.worker in rows]
-    out += [_op(o, scale, rows, h) for o in view.ops if o.kind not in (PAUSE, SKEW)]
-    out += [
-        _arrow(a, scale, y) for a in view.arrows if a.from_worker in rows and a.to_worker in rows
+    space = LabelSpace()  # the takeovers' labels first: they carry the fencing tokens
+    arrows = [
+        _arrow(a, scale, y, rows, space)
+        for a in view.arrows
+        if a.from_worker in rows and a.to_worker in rows
     ]
+    out += [
+        _mark(m, scale, y(m.worker), worded, rows[m.worker], space)
+        for m in view.marks
+        if m.worker in rows
+    ]
+    out += [_op(o, scale, rows, h, space) for o in view.ops if o.kind not in (PAUSE, SKEW)]
+    out += arrows  # drawn last, over the rest
     out.append("</g></svg>")
     return "\n".join(out)
 
@@ -247,7 +256,7 @@ def _bar(b: Bar, scale: Scale, y: float) -> str:
     return "".join(parts)
 
 
-def _mark(m: Mark, scale: Scale, y: float, worded: bool) -> str:
+def _mark(m: Mark, scale: Scale, y: float, worded: bool, lane: int, space: LabelSpace) -> str:
     x = scale.x(m.at)
     record = "CLAIM" if m.kind == LOST else {STALE: "DONE", LEASE_LOST: "RENEW"}.get(m.kind, "FAIL")
     under = f" under claim @{m.claim}" if m.claim is not None else ""
@@ -262,20 +271,23 @@ def _mark(m: Mark, scale: Scale, y: float, worded: bool) -> str:
     elif m.kind == STALE:
         shape = f'<path d="M{x},{y - 9} l7,13 h-14 z"/><text x="{x}" y="{y + 3}">!</text>'
         # the fencing, said on the picture: this DONE carried an old token and was refused
-        shape += (
-            ""
-            if not worded
-            else (
-                f'<text class="refused" x="{x - 9}" y="{y - 5}">DONE @{m.position} refused: '
-                f"token @{m.claim}</text>"
-            )
+        words = f"DONE @{m.position} refused: token @{m.claim}"
+        line = (
+            space.place(lane, (UPPER, LOWER), x - 9, text_width(words, 10.5), end=True)
+            if worded
+            else None
         )
+        if line is not None:  # else another label is there: the title says it
+            shape += (
+                f'<text class="refused" x="{x - 9}" y="{y - 5 if line == UPPER else y + 13}">'
+                f"{words}</text>"
+            )
     else:
         shape = f'<path d="M{x - 4},{y - 4} l8,8 M{x + 4},{y - 4} l-8,8"/>'
     return f'<g class="mark {cls}" data-task="{m.task}">{title}{shape}</g>'
 
 
-def _op(o: OpMark, scale: Scale, rows: dict[str, int], h: int) -> str:
+def _op(o: OpMark, scale: Scale, rows: dict[str, int], h: int, space: LabelSpace) -> str:
     r = o.record
     who = r.name or "?"
     if r.worker:
@@ -296,9 +308,10 @@ def _op(o: OpMark, scale: Scale, rows: dict[str, int], h: int) -> str:
     if o.kind in (PAUSE, SKEW):
         x1 = scale.x(o.end) if o.end is not None else scale.right()
         top, tall = (lane_top, LANE_H) if lane_top is not None else (TOP, h - TOP - BOTTOM)
-        band = (  # a pause stops the world for that process: shaded across every lane
-            f'<rect class="band" x="{x}" y="{TOP}" width="{max(2.0, x1 - x):.1f}" '
-            f'height="{h - TOP - BOTTOM}"/>'
+        # A pause stops that process only: its lane is shaded; the others work on. Only a
+        # pause whose process has no lane here (its id unknown) is shaded across all.
+        band = (
+            f'<rect class="band" x="{x}" y="{top}" width="{max(2.0, x1 - x):.1f}" height="{tall}"/>'
         )
         if o.kind == SKEW:  # a skewed clock is the lane's own affair, labelled once
             band = f'<text class="skew-label" x="{x + 3}" y="{top + 9}">{esc(r.detail)}</text>'
@@ -314,12 +327,21 @@ def _op(o: OpMark, scale: Scale, rows: dict[str, int], h: int) -> str:
     line = f'<line x1="{x}" y1="{y0}" x2="{x}" y2="{y1}"/>'
     # Labels sit at the lane's foot (a takeover's label uses its head); a kill is usually
     # followed at once by the death it caused, so the kill reads leftwards, the rest right.
-    side = f'x="{x - 3}" text-anchor="end"' if o.kind == KILL else f'x="{x + 3}"'
-    text = f'<text {side} y="{y1 - 3}">{esc(label)}</text>'
+    end = o.kind == KILL
+    side = f'x="{x - 3}" text-anchor="end"' if end else f'x="{x + 3}"'
+    spot: str | None = LOWER
+    if o.lane in rows:  # a label too close to another one moves up, or is left out
+        at = x - 3 if end else x + 3
+        spot = space.place(rows[o.lane], (LOWER, UPPER), at, text_width(label, 10), end=end)
+    text = ""
+    if spot is not None:
+        text = f'<text {side} y="{y1 - 3 if spot == LOWER else y0 + 9}">{esc(label)}</text>'
     return f'<g class="{cls}">{title}{line}{text}</g>'
 
 
-def _arrow(a: Arrow, scale: Scale, y: Callable[[str], float]) -> str:
+def _arrow(
+    a: Arrow, scale: Scale, y: Callable[[str], float], rows: dict[str, int], space: LabelSpace
+) -> str:
     x0, y0 = scale.x(a.from_expiry), y(a.from_worker)
     x1, y1 = scale.x(a.to_at), y(a.to_worker)
     bend = max(18.0, abs(y1 - y0) / 2)
@@ -350,8 +372,15 @@ def _arrow(a: Arrow, scale: Scale, y: Callable[[str], float]) -> str:
         f"is fenced off: its DONE would be refused",
     )
     label = f"task {a.task}: @{a.from_claim} → @{a.to_claim}"
+    width, end = text_width(label, 11), bool(anchor)
+    text = ""
+    if y0 == y1:  # a hop above the lane: its own place, which also takes the upper line
+        space.place(rows[a.from_worker], (UPPER,), lx, width, end=end)
+        text = f'<text class="arrow-label" x="{lx:.1f}" y="{ly:.1f}"{anchor}>{esc(label)}</text>'
+    elif (line := space.place(rows[a.from_worker], (UPPER, LOWER), lx, width, end=end)) is not None:
+        ly = ly if line == UPPER else y0 + 14  # (else another takeover's is there: the title)
+        text = f'<text class="arrow-label" x="{lx:.1f}" y="{ly:.1f}"{anchor}>{esc(label)}</text>'
     return (
         f'<g class="takeover" id="takeover-{a.to_claim}" data-task="{a.task}">{title}'
-        f'<path class="arrow" d="{path}" marker-end="url(#arrowhead)"/>'
-        f'<text class="arrow-label" x="{lx:.1f}" y="{ly:.1f}"{anchor}>{esc(label)}</text></g>'
+        f'<path class="arrow" d="{path}" marker-end="url(#arrowhead)"/>{text}</g>'
     )

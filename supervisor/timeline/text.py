@@ -1,7 +1,7 @@
 """`qw timeline --text`: the same lanes drawn in the terminal with rich.
 
 Each lane is one row of cells, each cell a slice of the window: a claim's bar is drawn in
-its outcome's colour (the task's last digit inside it), a takeover's new bar starts with ↷,
+its outcome's colour, starting with the last digit of its task's id (a takeover's with ↷),
 its lapsed lease ends with ⌁, a lost claim is ·, a stale DONE !, a pause ░, a kill or a
 death ✕, a restart ↺. Pure: `render_lanes` returns a rich Table; `print_lanes` prints it.
 """
@@ -27,6 +27,33 @@ STYLE: Final = {
     TAKEN_OVER: "magenta",
     HELD: "blue",
 }
+
+
+#: what the lanes' characters mean, each kept whole on one line of the legend
+LEGEND: Final = (
+    "0-9 a claim starts (its task id's last digit)",
+    "━ claim: green done, yellow released, red dead, magenta taken over, blue held",
+    "↷ takeover",
+    "· lost claim",
+    "! stale DONE",
+    "⌁ lease lapsed",
+    "╌ worked past its lease",
+    "░ paused",
+    "✕ kill/death",
+    "↺ restart",
+)
+#: the columns beside the cells: the worker labels and the space after them
+LABEL_COLUMNS: Final = 16
+
+
+def _legend(width: int) -> str:
+    """The legend's items, as many on a line as fit in `width`, two spaces apart."""
+    lines = [""]
+    for item in LEGEND:
+        if lines[-1] and len(lines[-1]) + 2 + len(item) > width:
+            lines.append("")
+        lines[-1] += ("  " if lines[-1] else "") + item
+    return "\n".join(lines)
 
 
 def render_lanes(view: View, width: int = 100) -> RenderableType:
@@ -94,19 +121,16 @@ def render_lanes(view: View, width: int = 100) -> RenderableType:
                 style="magenta",
             )
         )
-    parts.append(
-        Text(
-            "━ claim (green done, yellow released, red dead, magenta taken over, blue held) "
-            "· lost claim  ! stale DONE  ⌁ lease lapsed  ╌ worked past its lease  "
-            "░ paused  ✕ kill/death  ↺ restart",
-            style="dim",
-        )
-    )
+    parts.append(Text(_legend(cells + LABEL_COLUMNS), style="dim"))
     parts += [Text(f"note: {n}", style="yellow") for n in view.notes]
     return Group(*parts)
 
 
 def print_lanes(view: View, console: Console | None = None) -> None:
-    console = console or Console(highlight=False)
-    width = max(20, console.width - 16)
+    """Print the lanes on `console` (stdout's: plain at the reader's width when piped)."""
+    if console is None:
+        from supervisor.console import stdout_console
+
+        console = stdout_console()
+    width = max(20, console.width - LABEL_COLUMNS)
     console.print(render_lanes(view, width))

@@ -80,8 +80,11 @@ FEED_LINES: Final = 10
 SPARK_SECONDS: Final = 60
 #: the widest the progress bar gets
 PROGRESS_WIDTH: Final = 72
-#: event lines a screen keeps however many workers there are
-FEED_MIN: Final = 3
+#: event lines a screen keeps however many workers there are (a kill's events: the death,
+#: the restart, the takeover, and those of the kills just before it)
+FEED_MIN: Final = 5
+#: …on a partitioned queue, whose partitions' section takes two lines more
+FEED_LEAST: Final = 3
 #: event lines given before the queue section grows to its tall form
 FEED_WANTED: Final = 8
 
@@ -175,26 +178,33 @@ class ScreenPlan:
     tall_queue: bool  # title, counts, progress, sparkline, log; else counts and progress
     feed: int  # event lines, below the events' title
     partition_lines: int = 0  # below the partitions' title (0: a queue without partitions)
+    progress: bool = True  # the progress bar's line below the counts (else beside them)
 
 
 def plan_screen(snapshot: SupervisorSnapshot, height: int) -> ScreenPlan:
-    """Share `height` lines out: minimums first, then worker rows, then events up to
-    FEED_WANTED, then the tall queue section, then the rest to the events."""
+    """Share `height` lines out: minimums first (FEED_MIN events, FEED_LEAST on a
+    partitioned queue; two orphan lines; the queue's counts), then worker rows (every slot
+    before a departed process's row), then the progress line, the partitions' lines,
+    events up to FEED_WANTED, the tall queue section, more orphan lines, and the rest to
+    the events."""
     rows = max(1, len(snapshot.workers) + len(snapshot.departed))
     orphans = len(snapshot.orphans)
-    # header 1, table heading 2, queue 2, events title 1, status 1, keys 1
-    room = height - 8 - FEED_MIN
-    orphan_lines = min(orphans, 2)
-    room -= (1 + orphan_lines) if orphans else 0
     partitions = len(snapshot.partitions)
+    feed_min = FEED_LEAST if partitions else FEED_MIN
+    # header 1, table heading 2, queue counts 1, events title 1, status 1, keys 1
+    room = height - 7 - feed_min
+    orphan_lines = min(orphans, 2)  # (two: the newest, and a line that sums up the rest)
+    room -= (1 + orphan_lines) if orphans else 0
     room -= 2 if partitions else 0  # the partitions' title and one line at least
     worker_rows = max(1, min(rows, room))
     room -= worker_rows
+    progress = room >= 1
+    room -= 1 if progress else 0
     partition_lines = min(1, partitions) + max(0, min(partitions - 1, room))
     room -= max(0, partition_lines - 1)
-    feed = FEED_MIN + max(0, min(room, FEED_WANTED - FEED_MIN))
-    room -= feed - FEED_MIN
-    tall_queue = room >= 3
+    feed = feed_min + max(0, min(room, FEED_WANTED - feed_min))
+    room -= feed - feed_min
+    tall_queue = progress and room >= 3
     room -= 3 if tall_queue else 0
     extra_orphans = max(0, min(orphans - orphan_lines, room))
     room -= extra_orphans
@@ -204,6 +214,7 @@ def plan_screen(snapshot: SupervisorSnapshot, height: int) -> ScreenPlan:
         tall_queue,
         feed + max(0, room),
         partition_lines,
+        progress,
     )
 
 
@@ -217,7 +228,8 @@ def _screen(
     parts: list[RenderableType] = [header(snapshot, now=now)]
     if view.help:
         # the lines of everything it covers: the table, the queue, the feed and its title
-        lines = 2 + plan.worker_rows + (5 if plan.tall_queue else 2) + 1 + plan.feed
+        lines = 2 + plan.worker_rows + (5 if plan.tall_queue else 1 + plan.progress)
+        lines += 1 + plan.feed
         lines += (1 + plan.orphan_lines) if plan.orphan_lines else 0
         lines += (1 + plan.partition_lines) if plan.partition_lines else 0
         parts.append(help_panel(snapshot, lines=lines))
@@ -246,7 +258,7 @@ def _screen(
                     lines=plan.partition_lines,
                 )
             )
-        parts.append(queue_panel(snapshot.queue, tall=plan.tall_queue))
+        parts.append(queue_panel(snapshot.queue, tall=plan.tall_queue, progress=plan.progress))
         parts.append(
             event_feed(
                 snapshot.events,
@@ -341,18 +353,26 @@ def header(snapshot: SupervisorSnapshot, *, now: float) -> Spread:
 
 
 def queue_panel(
-    queue: QueueView, *, tall: bool = True, spark_seconds: int = SPARK_SECONDS
+    queue: QueueView,
+    *,
+    tall: bool = True,
+    spark_seconds: int = SPARK_SECONDS,
+    progress: bool = True,
 ) -> QueueSection:
     """Counts and progress; when `tall`, a title, throughput with a sparkline of the last
-    minute, and the log size."""
-    return QueueSection(queue, tall=tall, spark_seconds=spark_seconds)
+    minute, and the log size. Without `progress` (a screen short of lines), one line: the
+    counts, the share closed and the rate."""
+    return QueueSection(queue, tall=tall, spark_seconds=spark_seconds, progress=progress)
 
 
 class QueueSection:
     """The queue's lines, laid out for the width they are given."""
 
-    def __init__(self, queue: QueueView, *, tall: bool, spark_seconds: int) -> None:
+    def __init__(
+        self, queue: QueueView, *, tall: bool, spark_seconds: int, progress: bool = True
+    ) -> None:
         self.queue, self.tall, self.spark_seconds = queue, tall, spark_seconds
+        self.progress = progress
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         queue, width = self.queue, options.max_width
@@ -375,6 +395,10 @@ class QueueSection:
             (rate, "bold"),
         )
         lines = [counts, progress]
+        if not self.progress:
+            counts.append(f" ·{percent}", style="dim")
+            counts.append(rate, style="bold")
+            lines = [counts]
         if self.tall:
             history = queue.throughput_history[-self.spark_seconds :]
             peak = max(history, default=0.0)

@@ -5,18 +5,23 @@
     12:00:06 takeover: task 17: w2·6975 → w3·6980, 1.2 s after w2·6975 died
 
 Each new event is printed on its own line before the status line, so a log file keeps the
-whole feed. `progress_line` is pure (a snapshot in, a line out); `run_progress` is the loop.
+whole feed. `progress_line` is pure (a snapshot in, a line out); `run_progress` is the loop,
+which fits each line to the reader's width (COLUMNS, else 80: `fitted`), a status line
+broken between its parts, an event between words, each continued under the clock.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Protocol, TextIO
+from typing import Final, Protocol, TextIO
 
 from supervisor.run.model import Event, Orphan, SupervisorSnapshot
+from supervisor.width import fit_parts, output_width
 
 #: seconds between status lines
 INTERVAL_S = 1.0
+#: the indent of a line continued under its clock ("12:00:05 ")
+HANG: Final = " " * 9
 
 
 class ProgressSource(Protocol):
@@ -74,15 +79,22 @@ def event_line(event: Event) -> str:
     return f"{_clock(event.at)} {event.kind}: {event.text}"
 
 
+def fitted(line: str, width: int) -> str:
+    """`line` in lines of at most `width` columns: a status line broken between its parts
+    (the next starting "· " under the clock), an event line between its words."""
+    return fit_parts(line, width, hang=len(HANG))
+
+
 def run_progress(source: ProgressSource, out: TextIO, interval: float = INTERVAL_S) -> None:
     """Print events and a status line every `interval` seconds until the supervisor ends."""
     seen = 0
     while True:
         finished = source.wait(interval)
         events, seen = source.events_since(seen)
+        width = output_width()
         for event in events:
-            out.write(event_line(event) + "\n")
-        out.write(progress_line(source.snapshot(), time.time()) + "\n")
+            out.write(fitted(event_line(event), width) + "\n")
+        out.write(fitted(progress_line(source.snapshot(), time.time()), width) + "\n")
         out.flush()
         if finished:
             return

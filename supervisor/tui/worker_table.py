@@ -80,8 +80,9 @@ def worker_table(
     max_rows: int | None = None,
 ) -> TextGrid:
     """One row per worker slot, each departed worker's row beneath its slot's; at most
-    `max_rows` rows (a window that keeps the selected one, or else the first dead worker's,
-    in view, and says how many are hidden)."""
+    `max_rows` rows: when the slots fit, the departed rows that fit (the newest); else a
+    window that keeps the selected one, or else the first dead worker's, in view, and says
+    how many are hidden."""
     by_holder: dict[str, list[Orphan]] = {}
     for orphan in orphans:
         by_holder.setdefault(orphan.holder_id, []).append(orphan)
@@ -94,6 +95,11 @@ def worker_table(
         row = _cells(w, now, by_holder, selected=selected, departed=departed)
         return _with_partition(row, w) if partitioned else row
 
+    if max_rows is not None and len(workers) <= max_rows < len(workers) + len(departed):
+        # Every slot fits, but not every departed row: the newest of those that fit, so
+        # that no row is given to "… more rows" (the orphans panel names the rest's tasks)
+        spare = max_rows - len(workers)
+        departed = departed[len(departed) - spare :] if spare else ()
     rows: list[tuple[list[Text], str | None]] = []
     chosen: int | None = None  # the row the window keeps in view
     death: int | None = None  # the first row of a dead worker: without a selection, kept
