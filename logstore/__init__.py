@@ -3,6 +3,8 @@
 The layer below the protocol: it knows nothing of tasks. `open_log` picks a backend from a
 location: a directory (the file log, one file per topic) or a ``redis://`` URL (a stream per
 topic).
+
+It imports nothing of `queue_worker` or `supervisor` (tests/test_layers.py).
 """
 
 from __future__ import annotations

@@ -13,6 +13,9 @@ Every error the package raises on purpose is a `QwError` (those that are also a
 The names are loaded when first used (PEP 562), so that importing one module of the
 package (`queue_worker.protocol.state`, say, for the fold alone) loads only what that module needs:
 never the producer, nor the worker.
+
+The package's layers, lowest first, are drawn in docs/architecture.md and held by
+tests/test_layers.py; it imports nothing of `supervisor`.
 """
 
 from __future__ import annotations

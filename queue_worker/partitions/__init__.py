@@ -1,5 +1,8 @@
-"""A partitioned queue: P sub-queues, each with its own topics and total order, their
-layout, membership, and the whole queue's report.
+"""A partitioned queue: P sub-queues, each with its own topics and total order; creating
+and finding one, enqueueing into it, membership (which worker processes work which
+partitions), and the whole queue's report. The manifest's layout itself is
+`queue_worker.partition_layout`, below the topics.
 
-It may import every other sub-package of `queue_worker` and `logstore`; never `supervisor`.
+It may import everything else of `queue_worker` but its face, and `logstore`; never
+`supervisor` (tests/test_layers.py).
 """

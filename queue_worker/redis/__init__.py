@@ -1,8 +1,9 @@
-"""A Redis queue with server verdicts: the fold's rules run beside the claims stream in Lua,
-batches of claims, the worker that claims through them (`server_worker`), and what
-compaction does to the server's state.
+"""A Redis queue with server verdicts: the fold's rules run beside the claims stream in Lua
+(`lua/`, package data), claims made in batches, and `ServerVerdictWorker`, whose tasks the
+server picks and whose claims the server settles; it runs the same attempt as the file
+worker (`queue_worker.worker.attempt`).
 
-It may import `logstore` (its Redis backend too), `queue_worker.protocol`,
-`queue_worker.history` and the worker's shared pieces; never `queue_worker.proof`'s report
-nor `supervisor`.
+It may import `logstore` (its Redis backend too), `queue_worker.protocol`, the topics,
+`queue_worker.history` and `queue_worker.worker`; never the proof, compaction,
+partitions nor `supervisor` (tests/test_layers.py).
 """

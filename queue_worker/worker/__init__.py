@@ -1,9 +1,9 @@
-"""One worker process: catching up on the topics, picking a task, claiming it, keeping its
-lease while the handler runs, and publishing what it has done. `loop.Worker` folds the
-claims log itself; `attempt` runs one attempt for it and for the server-verdict worker
-(`queue_worker.redis.server_worker`); `opening.open_worker` chooses between them.
+"""One worker on the file log's protocol (docs/protocol.md §4): catch up on the topics,
+pick a task, claim it and settle the claim by folding (`loop.py`); then the attempt both
+workers run (`attempt.py`: the handler, the lease keeper, the time limits, DONE or FAIL)
+and what they share (`base.py`, stats, the recorder, the publisher).
 
-It may import `logstore`, `queue_worker.protocol` and `queue_worker.history` (to start from
-a fold checkpoint); the Redis server-verdict path is imported only on a Redis queue with
-server verdicts. Never `queue_worker.proof` nor `supervisor`.
+It may import `logstore`, `queue_worker.protocol`, the topics, `queue_worker.history` and
+the producer's encoding; never `queue_worker.redis` (the server-verdict worker stands
+above this package and uses its attempt), the proof, nor `supervisor` (tests/test_layers.py).
 """

@@ -7,6 +7,10 @@
 
 Each narrates what happened with log positions and exits 0 only when it showed what it
 claims (1 with why, otherwise). The modules are imported when their command runs.
+
+They may import `logstore`, `queue_worker`, the shared modules at the root of
+`supervisor`, `supervisor.run` and `supervisor.timeline`; never `supervisor.cli`
+(tests/test_layers.py).
 """
 
 from __future__ import annotations

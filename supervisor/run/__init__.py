@@ -1,6 +1,7 @@
 """The running `qw up`: the supervisor and its worker slots, the fork server, the monitor
-that folds the queue for the screens, pausing and signals.
+that folds the queue for the screens, pausing, signals and the run's files.
 
-It may import `logstore` and `queue_worker`; of `supervisor`, only `supervisor.tui`'s
-progress line. Never `supervisor.cli`.
+It may import `logstore`, `queue_worker` and the shared modules at the root of
+`supervisor` (console, options, width, the report's texts); never the screens
+(`supervisor.tui`) nor the commands (`supervisor.cli`) (tests/test_layers.py).
 """
