@@ -15,7 +15,7 @@ REPO = Path(__file__).resolve().parents[2]
 QW = [sys.executable, "-m", "supervisor.cli.app"]
 #: qw with its workers started as plain subprocesses (tests/qw_run.py)
 QW_EXEC_WORKERS = [sys.executable, "-m", "tests.qw_run", "--exec-workers", "--"]
-ENV = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "100"}
+ENV = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "400"}
 
 
 class Verdict(enum.Enum):
