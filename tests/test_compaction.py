@@ -475,13 +475,16 @@ def _reader(directory: str, stop: Any, out: Any, back: bool) -> None:
     claims_log = FileLog.open(Path(directory) / "claims.log", read_only=True)
     position, seen, compacted = claims_log.start, 0, 0
     try:
-        while not stop.is_set() or claims_log.read(position, 1):
+        while True:
+            stopping = stop.is_set()  # (before the read: what the read finds then is all)
             try:
                 entries = claims_log.read(position, 256)
             except PositionCompactedError as e:
                 compacted += 1
                 position = e.start
                 continue
+            if stopping and not entries:
+                break
             for entry in entries:
                 assert entry.position >= position
                 msgpack.unpackb(entry.data)  # whole records only
