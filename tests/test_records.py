@@ -16,9 +16,11 @@ from queue_worker.protocol.records import (
     CLAIM,
     DONE,
     FAIL,
+    NO_KWARGS,
     RENEW,
     SCHEMA,
     TASK,
+    TASK_BY_NAME,
     Claim,
     ClaimsRecord,
     Done,
@@ -91,7 +93,23 @@ fails = st.builds(
     error=st.text(max_size=50),
     retry_at=st.none() | ints,
 )
-tasks = st.builds(TaskRecord, payload=msgpack_values, enqueued_at=ints)
+payload_tasks = st.builds(
+    TaskRecord,
+    payload=msgpack_values,
+    enqueued_at=ints,
+    function=st.none(),
+    args=st.just(()),
+    kwargs=st.just(NO_KWARGS),
+)
+named_tasks = st.builds(
+    TaskRecord,
+    payload=st.none(),
+    enqueued_at=ints,
+    function=st.text(max_size=20),
+    args=st.lists(msgpack_values, max_size=4),
+    kwargs=st.dictionaries(st.text(max_size=10), msgpack_values, max_size=4),
+)
+tasks = payload_tasks | named_tasks
 claims_records: st.SearchStrategy[ClaimsRecord] = st.one_of(claims, renews, dones, fails)
 records: st.SearchStrategy[Record] = st.one_of(claims_records, tasks)
 
@@ -334,8 +352,14 @@ WRONG: dict[str, dict[int, st.SearchStrategy[Any]]] = {
     DONE: {2: not_ints, 3: not_strs, 4: not_ints, 5: not_ints},
     FAIL: {2: not_ints, 3: not_strs, 4: not_ints, 5: not_ints, 6: not_strs, 7: not_ints_nor_none},
     TASK: {3: not_ints},
+    TASK_BY_NAME: {
+        2: not_ints,
+        3: not_strs,
+        4: st.one_of(ints, st.text(max_size=3), st.none(), st.just({})),  # (not an array)
+        5: st.one_of(ints, st.text(max_size=3), st.lists(ints, max_size=2), st.just({1: 2})),
+    },
 }
-FIELD_COUNTS = {CLAIM: 6, RENEW: 7, DONE: 7, FAIL: 8, TASK: 4}
+FIELD_COUNTS = {CLAIM: 6, RENEW: 7, DONE: 7, FAIL: 8, TASK: 4, TASK_BY_NAME: 6}
 
 
 @FAST

@@ -470,13 +470,13 @@ class ClaimState:
         lease = st.holder
         self.failed_count += 1  # (not on the hot path: apply_all sends every FAIL here)
         if r.retry_at is None:
-            self._close(r.task, dead_error=r.error)
+            self._close(r.task, dead_error=r.message)
             self.dead_count += 1
             return Outcome(Verdict.DEAD, position, r.task, r.worker, lease)
         st.holder = None
         self._held -= 1
         st.retry_at = r.retry_at
-        st.last_error = r.error
+        st.last_error = r.message
         return Outcome(Verdict.RELEASED, position, r.task, r.worker, lease, retry_at=r.retry_at)
 
     def _close(self, task: int, dead_error: str | None) -> None:

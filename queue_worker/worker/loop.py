@@ -78,6 +78,7 @@ from queue_worker.protocol.records import (
     encode,
     error_field,
     error_text,
+    with_traceback,
 )
 from queue_worker.protocol.state import Outcome, Verdict
 from queue_worker.worker.config import WorkerConfig, default_host
@@ -85,10 +86,11 @@ from queue_worker.worker.handlers import (
     HandlerOutcome,
     TaskContext,
     attempts_used_up,
+    failure_traceback,
     handler_from_function,
-    load_handler,
+    load_handlers,
     retry_at,
-    run_handler,
+    run_task,
 )
 from queue_worker.worker.inherited import StartingFold, begin_folds
 from queue_worker.worker.lease import FATAL_LOG_ERRORS, LeaseKeeper, RenewalThread
@@ -212,7 +214,7 @@ class Worker:
         shared = config.host is not None or is_redis_url(config.location)
         self.worker_id = new_worker_id(config.name, host if shared else None)
         self.handler = (
-            load_handler(config.handler) if handler is None else handler_from_function(handler)
+            load_handlers(config.handler) if handler is None else handler_from_function(handler)
         )
         self._clock = clock
         self._rng = rng if rng is not None else random.Random()
@@ -593,6 +595,8 @@ class Worker:
         error: str,
         *,
         permanent: bool = False,
+        traceback: str | None = None,
+        max_attempts: int | None = None,
     ) -> Fail:
         """The FAIL of a failed attempt (an exception or a time-out): when the task may be
         retried, by this worker's backoff, or that it is dead (attempts used up, or
@@ -600,14 +604,15 @@ class Worker:
         retry = retry_at(
             at,
             attempt,
-            max_attempts=self.config.max_attempts,
+            max_attempts=self.config.max_attempts if max_attempts is None else max_attempts,
             backoff_s=self.config.backoff_s,
             backoff_max_s=self.config.backoff_max_s,
             rng=self._rng,
             permanent=permanent,
         )
         # (error_field: whatever the error says, the FAIL is bounded and encodes)
-        return Fail(task, self.worker_id, at, claim_position, error_field(error), retry)
+        error = with_traceback(error_field(error), traceback)
+        return Fail(task, self.worker_id, at, claim_position, error, retry)
 
     def _fail_timed_out(self, task: int, claim_position: int, attempt: int, error: str) -> None:
         """The attempt outran its time limit (the watchdog's thread calls this, then ends
@@ -670,7 +675,7 @@ class Worker:
             record = self._load(task)
         except RecordDecodeError as e:  # it will not decode next time either: fail for good
             return HandlerOutcome(error=f"RecordDecodeError: {e}", exception=e, permanent=True)
-        return run_handler(self.handler, record.payload, ctx)
+        return run_task(self.handler, record, ctx, self._time_limits)
 
     def _finish(
         self,
@@ -700,7 +705,14 @@ class Worker:
         if not recorded:
             assert outcome.error is not None
             fail = self._attempt_failed(
-                task, claim_position, at, attempt, outcome.error, permanent=outcome.permanent
+                task,
+                claim_position,
+                at,
+                attempt,
+                outcome.error,
+                permanent=outcome.permanent,
+                traceback=failure_traceback(outcome.exception),
+                max_attempts=self.handler.in_hand_max_attempts,
             )
             settled = self._append_and_settle(fail, ahead)
         if settled is None:

@@ -73,7 +73,7 @@ app = typer.Typer(
 
 
 @app.command(
-    epilog="\b\nExamples:\n  qw up --workers 8\n  qw up --demo\n"
+    epilog="\b\nExamples:\n  qw up --workers 8\n  qw up --app myjobs\n  qw up --demo\n"
     "  qw up --tasks 200 --exit-when-drained --no-tui\n  qw up --http 8080"
 )
 def up(
@@ -87,8 +87,22 @@ def up(
         ),
     ] = 4,
     handler: Annotated[
-        str, typer.Option(help="The task handler, module:function.", metavar="MODULE:FUNCTION")
+        str,
+        typer.Option(
+            help="The handler of payload tasks, module:function (one function).",
+            metavar="MODULE:FUNCTION",
+        ),
     ] = DEMO_HANDLER,
+    app_module: Annotated[
+        str | None,
+        typer.Option(
+            "--app",
+            help="Run every task the module's queue registered (@queue.task). The module "
+            "is imported from the current directory, as `python -c 'import MODULE'` would; "
+            "MODULE:NAME names the queue when the module has several.",
+            metavar="MODULE",
+        ),
+    ] = None,
     work_ms: Annotated[
         int,
         typer.Option(
@@ -257,6 +271,10 @@ def up(
         bad(option, value, f"no {option} with --exit-when-drained (the queue would never drain)")
     if rate is None:  # demo traffic only when asked: without it, the workers work the queue
         rate = default_demo_rate(workers, work_ms) if demo else 0.0
+    if app_module is not None:
+        if handler != DEMO_HANDLER:
+            bad("--app", app_module, "either --app or --handler, not both")
+        handler = _app_handler(app_module)
     _check_handler(handler)
     server_address = _parse_http(http)
     options = SupervisorOptions(
@@ -304,14 +322,49 @@ def up(
     raise typer.Exit(_run(supervisor, server, tui=sys.stdout.isatty() and not no_tui))
 
 
-def _check_handler(spec: str) -> None:
-    from queue_worker.worker.handlers import HandlerLoadError, load_handler
+def _app_handler(text: str) -> str:
+    """`--app MODULE[:NAME]` as the handler spec of the workers: "MODULE:NAME", the module's
+    one Queue (`queue_worker.worker.handlers.load_handler` runs what it registered)."""
+    import importlib
 
+    from queue_worker.producer import Queue
+
+    _cwd_on_path()
+    module_name, _, name = text.partition(":")
+    if not module_name:
+        bad("--app", text, "a module name (MODULE or MODULE:QUEUE)")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as e:  # ImportError, or whatever the module raised
+        bad(
+            "--app",
+            text,
+            f"a module importable from the current directory {os.getcwd()} "
+            f"(importing it raised {type(e).__name__}: {e})",
+        )
+    if name:
+        if not isinstance(getattr(module, name, None), Queue):
+            bad("--app", text, f"a Queue named {name!r} in module {module_name!r}")
+        return text
+    queues = sorted(n for n, v in vars(module).items() if isinstance(v, Queue))
+    if len(queues) != 1:
+        found = f"found {', '.join(queues)}" if queues else "found none"
+        bad("--app", text, f"a module with one Queue ({found}); MODULE:NAME names one")
+    return f"{module_name}:{queues[0]}"
+
+
+def _cwd_on_path() -> None:
     # The worker runs `python -m`, which puts the working directory on sys.path: so here.
     if "" not in sys.path and os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
+
+
+def _check_handler(spec: str) -> None:
+    from queue_worker.worker.handlers import HandlerLoadError, load_handlers
+
+    _cwd_on_path()
     try:
-        load_handler(spec)
+        load_handlers(spec)
     except HandlerLoadError as e:
         raise typer.BadParameter(str(e), param_hint="'--handler'") from None
 

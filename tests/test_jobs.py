@@ -1,0 +1,264 @@
+"""Tasks by name, results that wait, tracebacks, inline mode and async tasks: unit tests of
+the registry and the encoding, and real `qw up --app` runs on files and on Redis."""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from queue_worker import Queue, RecordEncodeError
+from queue_worker.protocol.records import TaskRecord
+from queue_worker.results import TaskFailed
+from queue_worker.worker.handlers import NamedHandlers, TaskContext, run_task
+from tests.helpers import running_redis_server
+
+QW = [sys.executable, "-m", "supervisor.cli.app"]
+
+APP = """
+import asyncio
+import os
+
+from queue_worker import Queue
+
+queue = Queue(os.environ["QW_TEST_QUEUE"])
+
+
+@queue.task
+def add(a, b):
+    return a + b
+
+
+@queue.task(max_attempts=2)
+def always_fails(x):
+    raise ValueError(f"always fails: {x}")
+
+
+@queue.task(name="aadd")
+async def add_later(a, b, *, pause=0.0):
+    await asyncio.sleep(pause)
+    return a + b
+"""
+
+
+def qw(
+    *args: str, cwd: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*QW, *args], cwd=cwd, capture_output=True, text=True, timeout=120, env=env, check=False
+    )
+
+
+def producer(location: str) -> tuple[Queue, Any, Any, Any, Any]:
+    """A producer's own queue with the app's names (the names matter, not the module)."""
+    queue = Queue(location)
+
+    @queue.task
+    def add(a: int, b: int) -> int:
+        raise AssertionError("runs in a worker")
+
+    @queue.task
+    def always_fails(x: int) -> None:
+        raise AssertionError("runs in a worker")
+
+    @queue.task
+    def aadd(a: int, b: int, *, pause: float = 0.0) -> int:
+        raise AssertionError("runs in a worker")
+
+    @queue.task
+    def mystery() -> None:
+        raise AssertionError("no worker has it")
+
+    return queue, add, always_fails, aadd, mystery
+
+
+@pytest.fixture
+def app_dir(tmp_path: Path) -> Path:
+    (tmp_path / "myjobs.py").write_text(APP)
+    return tmp_path
+
+
+def run_app(app_dir: Path, location: str) -> Iterator[subprocess.Popen[str]]:
+    import os
+
+    env = {**os.environ, "QW_TEST_QUEUE": location}
+    with (app_dir / "up.out").open("w") as out:
+        proc = subprocess.Popen(
+            [*QW, "up", "--no-tui", "--app", "myjobs", "--workers", "2", "--backoff", "0.01",
+             "--dir", str(app_dir / ".qw")] if not location.startswith("redis")
+            else [*QW, "up", "--no-tui", "--app", "myjobs", "--workers", "2", "--backoff",
+                  "0.01", "--log", location],
+            cwd=app_dir, stdout=out, stderr=subprocess.STDOUT, text=True, env=env,
+        )  # fmt: skip
+    try:
+        yield proc
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(60)
+
+
+def check_app_run(app_dir: Path, location: str) -> None:
+    queue, add, always_fails, aadd, mystery = producer(location)
+    with queue:
+        for _ in run_app(app_dir, location):
+            handle = add.enqueue(1, 2)
+            assert handle.result(timeout=60) == 3
+            assert handle.state() == "done"
+            assert aadd.enqueue(2, 3, pause=0.01).result(timeout=60) == 5
+            failing = always_fails.enqueue(7)
+            with pytest.raises(TaskFailed) as failed:
+                failing.result(timeout=60)
+            assert failed.value.error == "ValueError: always fails: 7"
+            assert failed.value.traceback is not None
+            assert 'raise ValueError(f"always fails: {x}")' in failed.value.traceback
+            assert failing.state() == "dead"
+            with pytest.raises(TaskFailed, match="names function 'mystery', which this worker"):
+                mystery.enqueue().result(timeout=60)
+            payload_task = queue.handle(queue.enqueue({"x": 1}))
+            with pytest.raises(TaskFailed, match="is a payload task"):
+                payload_task.result(timeout=60)
+
+
+def test_qw_up_app_runs_the_tasks_by_name_and_results_wait(app_dir: Path) -> None:
+    check_app_run(app_dir, str(app_dir / ".qw"))
+    shown = qw("task", "2", "--dir", ".qw", cwd=app_dir)  # the dead one: its traceback
+    assert shown.returncode == 0, shown.stderr
+    assert "Traceback (most recent call last):" in shown.stdout
+
+
+@pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs redis-server")
+def test_qw_up_app_on_redis(app_dir: Path, tmp_path: Path) -> None:
+    binary = shutil.which("redis-server")
+    assert binary is not None
+    with running_redis_server(binary, tmp_path) as url:
+        check_app_run(app_dir, f"{url}/0")
+
+
+def test_result_times_out_while_no_worker_runs(tmp_path: Path) -> None:
+    queue, add, *_ = producer(str(tmp_path / ".qw"))
+    with queue:
+        handle = add.enqueue(1, 2)
+        assert handle.state() == "pending"
+        with pytest.raises(TimeoutError, match=r"task 0 is still pending after 0\.2 s"):
+            handle.result(timeout=0.2)
+
+
+def test_qw_up_app_refuses_a_module_it_cannot_import(tmp_path: Path) -> None:
+    done = qw("up", "--no-tui", "--app", "nosuchmodule", cwd=tmp_path)
+    assert done.returncode == 2
+    assert "importable from the current directory" in done.stderr
+    assert not (tmp_path / ".qw").exists()
+    (tmp_path / "empty.py").write_text("x = 1\n")
+    done = qw("up", "--no-tui", "--app", "empty", cwd=tmp_path)
+    assert done.returncode == 2
+    assert "a module with one Queue (found none)" in done.stderr
+
+
+# -- the registry and the encoding -------------------------------------------------------------
+
+
+def test_a_name_is_registered_once(tmp_path: Path) -> None:
+    queue = Queue(tmp_path / ".qw", immediate=True)
+
+    @queue.task
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    assert add(1, 2) == 3  # called, it runs here
+    assert list(queue.registered) == ["add"]
+    with pytest.raises(ValueError, match="task name 'add' is registered already"):
+        queue.task(name="add")(lambda: None)
+    with pytest.raises(ValueError, match="max_attempts is 0; expected an integer >= 1"):
+        queue.task(max_attempts=0)(lambda: None)
+
+
+def test_arguments_msgpack_cannot_encode_are_refused_and_nothing_is_written(
+    tmp_path: Path,
+) -> None:
+    queue, add, *_ = producer(str(tmp_path / ".qw"))
+    with queue:
+        end = queue.log.end()
+        with pytest.raises(RecordEncodeError, match=r"call add\(1, b=\{1, 2\}\) cannot be"):
+            add.enqueue(1, b={1, 2})
+        with pytest.raises(ValueError, match=r"add.enqueue\(delay=…\): delay= is not supported"):
+            add.enqueue(1, 2, delay=30)
+        assert queue.log.end() == end
+
+
+def test_a_task_names_its_function_and_carries_its_arguments(tmp_path: Path) -> None:
+    from queue_worker.protocol.records import decode_task
+
+    queue, add, *_ = producer(str(tmp_path / ".qw"))
+    with queue:
+        add.enqueue(1, b=2)
+        record = decode_task(queue.log.read(queue.log.start, 1)[0].data)
+    assert isinstance(record, TaskRecord)
+    assert record == TaskRecord(None, record.enqueued_at, "add", [1], {"b": 2})
+
+
+def ctx(attempt: int = 1) -> TaskContext:
+    return TaskContext(task_id=4, attempt=attempt, cancelled=threading.Event(), worker_id="w")
+
+
+def test_run_task_passes_ctx_and_honours_the_task_s_max_attempts(tmp_path: Path) -> None:
+    queue = Queue(tmp_path / ".qw", immediate=True)
+
+    @queue.task(max_attempts=2)
+    def which(n: int, *, ctx: TaskContext) -> int:
+        if n < 0:
+            raise ValueError("negative")
+        return ctx.attempt * n
+
+    handlers = NamedHandlers("app", queue.handlers("app"))
+    call = TaskRecord(None, 0, "which", [5], {})
+    assert run_task(handlers, call, ctx(attempt=2)).result == 10
+    first = run_task(handlers, call._replace(args=[-1]), ctx(attempt=1))
+    assert first.error == "ValueError: negative" and not first.permanent
+    assert handlers.in_hand_max_attempts == 2
+    assert run_task(handlers, call._replace(args=[-1]), ctx(attempt=2)).permanent
+    used_up = run_task(handlers, call, ctx(attempt=3))  # two workers died running it
+    assert used_up.permanent and used_up.error == "attempts used up: run 2 times (max_attempts 2)"
+
+
+# -- inline mode -----------------------------------------------------------------------------
+
+
+def test_immediate_mode_runs_at_enqueue_and_writes_nothing(tmp_path: Path) -> None:
+    queue = Queue(tmp_path / ".qw", immediate=True)
+
+    @queue.task
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    @queue.task
+    def broken() -> None:
+        raise KeyError("gone")
+
+    @queue.task
+    def unrecordable() -> object:
+        return object()
+
+    @queue.task
+    async def aadd(a: int, b: int) -> int:
+        return a + b
+
+    handle = add.enqueue(1, 2)
+    assert (handle.id, handle.state(), handle.result(timeout=1)) == (0, "done", 3)
+    assert aadd.enqueue(2, 3).result() == 5
+    failed = broken.enqueue()
+    assert failed.state() == "dead"
+    with pytest.raises(TaskFailed, match="task 2 is dead: KeyError: 'gone'") as info:
+        failed.result()
+    assert info.value.traceback is not None and 'raise KeyError("gone")' in info.value.traceback
+    with pytest.raises(TaskFailed, match="result cannot be recorded: cannot encode as msgpack"):
+        unrecordable.enqueue().result()
+    with pytest.raises(RecordEncodeError, match="call add"):
+        add.enqueue(object(), 1)
+    assert not (tmp_path / ".qw").exists()
