@@ -14,9 +14,8 @@ from typing import Any
 
 import pytest
 
-from queue_worker import Queue, RecordEncodeError
+from queue_worker import Queue, RecordEncodeError, TaskFailed
 from queue_worker.protocol.records import TaskRecord
-from queue_worker.results import TaskFailed
 from queue_worker.worker.handlers import NamedHandlers, TaskContext, run_task
 from tests.helpers import running_redis_server
 
@@ -131,6 +130,10 @@ def test_qw_up_app_runs_the_tasks_by_name_and_results_wait(app_dir: Path) -> Non
     shown = qw("task", "2", "--dir", ".qw", cwd=app_dir)  # the dead one: its traceback
     assert shown.returncode == 0, shown.stderr
     assert "Traceback (most recent call last):" in shown.stdout
+    assert "call always_fails(7)" in shown.stdout  # the task names its call
+    why = qw("why", "2", "--dir", ".qw", cwd=app_dir)
+    assert why.returncode == 0, why.stderr
+    assert "the last failure's traceback:" in why.stdout
 
 
 @pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs redis-server")
