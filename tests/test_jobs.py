@@ -24,6 +24,7 @@ QW = [sys.executable, "-m", "supervisor.cli.app"]
 APP = """
 import asyncio
 import os
+import time
 
 from queue_worker import Queue
 
@@ -38,6 +39,11 @@ def add(a, b):
 @queue.task(max_attempts=2)
 def always_fails(x):
     raise ValueError(f"always fails: {x}")
+
+
+@queue.task(max_attempts=1, timeout=0.5)
+def sleeps(seconds):
+    time.sleep(seconds)
 
 
 @queue.task(name="aadd")
@@ -55,7 +61,7 @@ def qw(
     )
 
 
-def producer(location: str) -> tuple[Queue, Any, Any, Any, Any]:
+def producer(location: str) -> tuple[Queue, Any, Any, Any, Any, Any]:
     """A producer's own queue with the app's names (the names matter, not the module)."""
     queue = Queue(location)
 
@@ -75,7 +81,11 @@ def producer(location: str) -> tuple[Queue, Any, Any, Any, Any]:
     def mystery() -> None:
         raise AssertionError("no worker has it")
 
-    return queue, add, always_fails, aadd, mystery
+    @queue.task
+    def sleeps(seconds: float) -> None:
+        raise AssertionError("runs in a worker")
+
+    return queue, add, always_fails, aadd, mystery, sleeps
 
 
 @pytest.fixture
@@ -104,7 +114,7 @@ def run_app(app_dir: Path, location: str) -> Iterator[subprocess.Popen[str]]:
 
 
 def check_app_run(app_dir: Path, location: str) -> None:
-    queue, add, always_fails, aadd, mystery = producer(location)
+    queue, add, always_fails, aadd, mystery, sleeps = producer(location)
     with queue:
         for _ in run_app(app_dir, location):
             handle = add.enqueue(1, 2)
@@ -120,6 +130,9 @@ def check_app_run(app_dir: Path, location: str) -> None:
             assert failing.state() == "dead"
             with pytest.raises(TaskFailed, match="names function 'mystery', which this worker"):
                 mystery.enqueue().result(timeout=60)
+            # its own timeout and max_attempts: one attempt, ended by the watchdog
+            with pytest.raises(TaskFailed, match=r"is dead: timed out after 0\.5 s$"):
+                sleeps.enqueue(600).result(timeout=60)
             payload_task = queue.handle(queue.enqueue({"x": 1}))
             with pytest.raises(TaskFailed, match="is a payload task"):
                 payload_task.result(timeout=60)
@@ -265,3 +278,49 @@ def test_immediate_mode_runs_at_enqueue_and_writes_nothing(tmp_path: Path) -> No
     with pytest.raises(RecordEncodeError, match="call add"):
         add.enqueue(object(), 1)
     assert not (tmp_path / ".qw").exists()
+
+
+def test_an_async_task_is_cancelled_when_the_lease_is_lost() -> None:
+    import asyncio
+
+    from queue_worker.worker.async_tasks import run_coroutine
+    from queue_worker.worker.handlers import TaskCancelled
+
+    seen: list[str] = []
+
+    async def waits_for_ever() -> None:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            seen.append("cancelled")
+            raise
+
+    lost = ctx()
+    lost.cancelled.set()  # the lease keeper's doing, from its thread
+    with pytest.raises(TaskCancelled, match="task 4: the lease was lost"):
+        run_coroutine(waits_for_ever(), lost)
+    assert seen == ["cancelled"]
+
+
+def test_a_result_removed_by_compaction_is_said_to_be(app_dir: Path) -> None:
+    import os
+
+    from queue_worker import ResultRemovedError
+
+    location = str(app_dir / ".qw")
+    queue, add, *_ = producer(location)
+    with queue:
+        handles = [add.enqueue(n, 1) for n in range(300)]
+    env = {**os.environ, "QW_TEST_QUEUE": location}
+    up = qw("up", "--no-tui", "--app", "myjobs", "--workers", "2", "--exit-when-drained",
+            "--segment-bytes", "4096", cwd=app_dir, env=env)  # fmt: skip
+    assert up.returncode == 0, up.stderr
+    compact = qw("compact", "--retention", "0", cwd=app_dir)
+    assert compact.returncode == 0, compact.stderr
+    assert "segments removed" in compact.stdout
+    with Queue(location) as later:  # a reader that comes after the compaction
+        assert later.handle(handles[-1].id).result(timeout=10) == 300
+        first = later.handle(handles[0].id)
+        assert first.state() == "done"
+        with pytest.raises(ResultRemovedError, match="task 0 is done, but its result was"):
+            first.result(timeout=10)

@@ -618,7 +618,10 @@ class Worker:
         """The attempt outran its time limit (the watchdog's thread calls this, then ends
         the process): append its FAIL, durably, under our claim, which still holds the task.
         Like an exception's FAIL, it says when to retry, or that the task is dead."""
-        fail = self._attempt_failed(task, claim_position, self._clock(), attempt, error)
+        max_attempts = self.handler.in_hand_max_attempts  # (the task's own, if it has one)
+        fail = self._attempt_failed(
+            task, claim_position, self._clock(), attempt, error, max_attempts=max_attempts
+        )
         self.claims_log.append(encode(fail), durable=True)
         print(f"qw worker {worker_label(self.worker_id)}: task {task} {error}", file=sys.stderr)
         self.record.timed_out(task, error)
