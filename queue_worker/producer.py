@@ -33,13 +33,14 @@ import os
 import reprlib
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import datetime
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, overload
 
 from logstore import Durability, Log, LogError, PositionCompactedError, is_redis_url
 from queue_worker.errors import QwError
-from queue_worker.protocol.clock import Clock, now_us
+from queue_worker.protocol.clock import Clock, now_us, seconds_to_us
 from queue_worker.protocol.records import (
     Done,
     RecordEncodeError,
@@ -190,12 +191,28 @@ class Queue:
         return {name: f.handler() for name, f in self._registered.items()}
 
     def enqueue_call(
-        self, name: str, args: Sequence[Any] = (), kwargs: Mapping[str, Any] | None = None
+        self,
+        name: str,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        *,
+        delay: float | None = None,
+        eta: datetime | None = None,
+        priority: int = 0,
     ) -> TaskHandle:
-        """Append a task calling the function registered as `name`; its handle. Raises
-        RecordEncodeError, naming the call, when msgpack cannot encode an argument: then
-        nothing is written."""
-        record = TaskRecord(None, self._clock(), name, list(args), dict(kwargs or {}))
+        """Append a task calling the function registered as `name`; its handle (the options:
+        `TaskFunction.enqueue`). Raises RecordEncodeError, naming the call, when msgpack
+        cannot encode an argument, ValueError for a bad option: then nothing is written."""
+        at = self._clock()
+        not_before = _not_before(at, delay, eta)
+        if isinstance(priority, bool) or not isinstance(priority, int):
+            raise ValueError(f"priority is {priority!r}; expected an integer")
+        if (not_before or priority) and is_redis_url(str(self._location)):
+            raise ValueError(
+                "delay=, eta= and priority= are not supported on a Redis queue by this "
+                "version of qw (its server picks the tasks); expected a data directory"
+            )
+        record = TaskRecord(None, at, name, list(args), dict(kwargs or {}), not_before, priority)
         try:
             data = encode(record)
         except RecordEncodeError as e:
@@ -203,7 +220,7 @@ class Queue:
         if self.immediate:
             return self._run_now(record)
         task_id = self._append([data])[0]
-        self._reader().want(task_id)
+        self._reader().want(task_id, not_before)
         from queue_worker.results import TaskHandle
 
         return TaskHandle(self, task_id)
@@ -347,6 +364,21 @@ def check_payloads(payloads: Sequence[Any]) -> None:
     enqueued (a producer over several logs checks them all before it appends anything)."""
     for index, payload in enumerate(payloads):
         _encode_payload(index, payload, 0)
+
+
+def _not_before(at: int, delay: float | None, eta: datetime | None) -> int:
+    """A task's `not_before` (µs; 0: at once) from `delay` seconds after `at` or `eta`."""
+    if delay is not None and eta is not None:
+        raise ValueError(f"delay={delay!r} and eta={eta!r}; expected one of them, not both")
+    if delay is not None:
+        if isinstance(delay, bool) or not isinstance(delay, int | float) or not delay >= 0:
+            raise ValueError(f"delay is {delay!r}; expected a number of seconds >= 0")
+        return at + seconds_to_us(delay) if delay else 0
+    if eta is not None:
+        if not isinstance(eta, datetime) or eta.utcoffset() is None:
+            raise ValueError(f"eta is {eta!r}; expected an aware datetime (with a time zone)")
+        return max(round(eta.timestamp() * 1_000_000), 1)
+    return 0
 
 
 def _call_text(record: TaskRecord) -> str:

@@ -8,7 +8,8 @@ results of the tasks its queue asked about; `result(timeout=)` waits for the nex
 with the log's own wait (inotify on a file log, a blocking XREAD on Redis): no polling.
 
 The words of `TaskHandle.state()`: ``pending`` (not held: never claimed yet, or waiting for
-its retry time), ``held`` (a claim holds it), ``done``, ``dead``.
+its retry time), ``scheduled`` (enqueued here with a delay that has not ended), ``held`` (a
+claim holds it), ``done``, ``dead``.
 """
 
 from __future__ import annotations
@@ -79,6 +80,7 @@ class ResultReader:
         self._wanted: set[int] = set()
         self._results: dict[int, Any] = {}
         self._errors: dict[int, str] = {}  # a dead task's error and traceback
+        self._not_before: dict[int, int] = {}  # the delayed tasks this program enqueued
         self._state = ClaimState()
         self._position = 0
         self._from_prefix = False  # the fold starts from a compacted prefix
@@ -104,8 +106,11 @@ class ResultReader:
                 self._state = ClaimState.restore(compacted[0].state)
                 self._position, self._from_prefix = compacted[1], True
 
-    def want(self, task: int) -> None:
-        """Keep `task`'s result from now on (re-reading the log if it may be behind us)."""
+    def want(self, task: int, not_before: int = 0) -> None:
+        """Keep `task`'s result from now on (re-reading the log if it may be behind us).
+        `not_before`: its delay's end, when this program enqueued it (µs; 0: none)."""
+        if not_before:
+            self._not_before[task] = not_before
         if task in self._wanted:
             return
         self._wanted.add(task)
@@ -147,7 +152,10 @@ class ResultReader:
             return "done"
         if self._state.is_dead(task):
             return "dead"
-        return "held" if self._state.holder(task) is not None else "pending"
+        if self._state.holder(task) is not None:
+            return "held"
+        not_before = self._not_before.get(task, 0)
+        return "scheduled" if not_before > time.time_ns() // 1000 else "pending"
 
     def result(self, task: int, timeout: float | None) -> Any:
         self.want(task)

@@ -36,8 +36,10 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 #: keyword arguments of `enqueue` that are options of the task, not arguments of the
-#: function: refused until this version supports them (never passed on as arguments)
-OPTIONS: Final = ("delay", "eta", "priority", "key", "after")
+#: function (never passed on to it): these it takes ...
+OPTIONS: Final = ("delay", "eta", "priority")
+#: ... and these it refuses, until this version supports them
+NOT_YET: Final = ("key", "after")
 
 
 class TaskFunction(Generic[P, R]):
@@ -71,14 +73,20 @@ class TaskFunction(Generic[P, R]):
         return self.function(*args, **kwargs)
 
     def enqueue(self, *args: Any, **kwargs: Any) -> TaskHandle:
-        """Append a task calling this function with these arguments; its handle."""
-        for option in OPTIONS:
+        """Append a task calling this function with these arguments; its handle.
+
+        Options (keywords the function never sees): `delay` (seconds from now, >= 0) or
+        `eta` (an aware datetime): no worker tries it before then; `priority` (an integer,
+        0 by default): the due tasks of a higher one are tried first (see
+        queue_worker.worker.pick)."""
+        for option in NOT_YET:
             if option in kwargs:
                 raise ValueError(
                     f"{self.name}.enqueue({option}=…): {option}= is not supported by this "
                     "version of qw; expected the function's own arguments only"
                 )
-        return self.queue.enqueue_call(self.name, args, kwargs)
+        options = {k: kwargs.pop(k) for k in OPTIONS if k in kwargs}
+        return self.queue.enqueue_call(self.name, args, kwargs, **options)
 
     def handler(self) -> Handler:
         """How a worker runs it."""

@@ -324,3 +324,60 @@ def test_a_result_removed_by_compaction_is_said_to_be(app_dir: Path) -> None:
         assert first.state() == "done"
         with pytest.raises(ResultRemovedError, match="task 0 is done, but its result was"):
             first.result(timeout=10)
+
+
+# -- delays and priorities -------------------------------------------------------------------
+
+
+def test_priorities_and_delays_choose_what_a_worker_tries(app_dir: Path) -> None:
+    import os
+
+    from queue_worker.proof.log_reading import read_claims
+    from queue_worker.protocol.records import Claim, Done
+
+    location = str(app_dir / ".qw")
+    queue, add, *_ = producer(location)
+    with queue:
+        late = add.enqueue(100, 0, delay=1.0)
+        assert late.state() == "scheduled"
+        plain = [add.enqueue(n, 0).id for n in range(3)]
+        urgent = add.enqueue(50, 0, priority=5).id
+        last = add.enqueue(-1, 0, priority=-1).id
+        env = {**os.environ, "QW_TEST_QUEUE": location}
+        up = qw("up", "--no-tui", "--app", "myjobs", "--workers", "1", "--exit-when-drained",
+                cwd=app_dir, env=env)  # fmt: skip
+        assert up.returncode == 0, up.stderr
+        assert late.result(timeout=10) == 100
+    records = [r for _, r in read_claims(location)]
+    done_order = [r.task for r in records if isinstance(r, Done) and r.task != late.id]
+    # one worker: the higher priority first, the lower last; the delayed one once due (no
+    # claim of it before its time, whenever the worker came to it)
+    assert done_order == [urgent, *plain, last]
+    not_before = late_not_before(location, late.id)
+    claims = [r for r in records if isinstance(r, Claim) and r.task == late.id]
+    assert claims and all(c.at >= not_before for c in claims)
+
+
+def late_not_before(location: str, task: int) -> int:
+    from queue_worker.proof.log_reading import read_task
+
+    record = read_task(location, task)
+    assert isinstance(record, TaskRecord) and record.not_before > 0
+    return record.not_before
+
+
+def test_bad_delays_and_priorities_are_refused_and_nothing_is_written(tmp_path: Path) -> None:
+    from datetime import datetime
+
+    queue, add, *_ = producer(str(tmp_path / ".qw"))
+    with queue:
+        end = queue.log.end()
+        with pytest.raises(ValueError, match=r"delay is -1; expected a number of seconds >= 0"):
+            add.enqueue(1, 2, delay=-1)
+        with pytest.raises(ValueError, match="expected an aware datetime"):
+            add.enqueue(1, 2, eta=datetime(2030, 1, 1))
+        with pytest.raises(ValueError, match="priority is 'high'; expected an integer"):
+            add.enqueue(1, 2, priority="high")
+        with pytest.raises(ValueError, match="key= is not supported"):
+            add.enqueue(1, 2, key="k")
+        assert queue.log.end() == end

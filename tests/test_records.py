@@ -21,6 +21,7 @@ from queue_worker.protocol.records import (
     SCHEMA,
     TASK,
     TASK_BY_NAME,
+    TASK_SCHEDULED,
     Claim,
     ClaimsRecord,
     Done,
@@ -100,6 +101,8 @@ payload_tasks = st.builds(
     function=st.none(),
     args=st.just(()),
     kwargs=st.just(NO_KWARGS),
+    not_before=st.just(0),
+    priority=st.just(0),
 )
 named_tasks = st.builds(
     TaskRecord,
@@ -108,8 +111,20 @@ named_tasks = st.builds(
     function=st.text(max_size=20),
     args=st.lists(msgpack_values, max_size=4),
     kwargs=st.dictionaries(st.text(max_size=10), msgpack_values, max_size=4),
+    not_before=st.just(0),
+    priority=st.just(0),
 )
-tasks = payload_tasks | named_tasks
+scheduled_tasks = st.builds(
+    TaskRecord,
+    payload=st.none(),
+    enqueued_at=ints,
+    function=st.text(max_size=20),
+    args=st.lists(msgpack_values, max_size=2),
+    kwargs=st.dictionaries(st.text(max_size=10), msgpack_values, max_size=2),
+    not_before=ints.filter(bool),
+    priority=ints,
+)
+tasks = payload_tasks | named_tasks | scheduled_tasks
 claims_records: st.SearchStrategy[ClaimsRecord] = st.one_of(claims, renews, dones, fails)
 records: st.SearchStrategy[Record] = st.one_of(claims_records, tasks)
 
@@ -358,8 +373,9 @@ WRONG: dict[str, dict[int, st.SearchStrategy[Any]]] = {
         4: st.one_of(ints, st.text(max_size=3), st.none(), st.just({})),  # (not an array)
         5: st.one_of(ints, st.text(max_size=3), st.lists(ints, max_size=2), st.just({1: 2})),
     },
+    TASK_SCHEDULED: {2: not_ints, 3: not_strs, 6: not_ints, 7: not_ints},
 }
-FIELD_COUNTS = {CLAIM: 6, RENEW: 7, DONE: 7, FAIL: 8, TASK: 4, TASK_BY_NAME: 6}
+FIELD_COUNTS = {CLAIM: 6, RENEW: 7, DONE: 7, FAIL: 8, TASK: 4, TASK_BY_NAME: 6, TASK_SCHEDULED: 8}
 
 
 @FAST

@@ -18,7 +18,7 @@ map::
 
     "tasks":  {"log": LOG, "next_position": int, "first": int|nil, "last": int|nil,
                "base": int, "settled": int, "positions": bytes, "foreign": [task],
-               "unreadable": [[task, why]]}
+               "unreadable": [[task, why]], "scheduled": [[task, not_before, priority]]}
     "claims": {"log": LOG, "next_position": int, "malformed": int, "last_malformed": str|nil,
                "state": {"position", "done_count", "dead_count", "unknown_count",
                          "watermark": int, "closed_above": [task], "dead": [[task, error]],
@@ -511,6 +511,7 @@ def _tasks_plain(index: TaskIndexSnapshot, log: dict[str, Any]) -> dict[str, Any
         "positions": _positions_bytes(index.positions),
         "foreign": list(index.foreign),
         "unreadable": [list(item) for item in index.unreadable],
+        "scheduled": [list(item) for item in index.scheduled],
     }
 
 
@@ -890,7 +891,21 @@ def _tasks_from(plain: dict[str, Any]) -> TaskIndexSnapshot:
         positions,
         tuple(_int_item(t) for t in _list(plain, "foreign")),
         tuple((_int_item(t), _str_item(why)) for t, why in _pairs(plain, "unreadable")),
+        _scheduled(plain),
     )
+
+
+def _scheduled(plain: dict[str, Any]) -> tuple[tuple[int, int, int], ...]:
+    """The index's tasks with a delay or a priority (none in a checkpoint saved before)."""
+    if "scheduled" not in plain:
+        return ()
+    found = []
+    for item in _list(plain, "scheduled"):
+        if not isinstance(item, list) or len(item) != 3:
+            expected = "expected [task, not_before, priority]"
+            raise CheckpointRefused(f"scheduled task {item!r}; {expected}")
+        found.append((_int_item(item[0]), _int_item(item[1]), _int_item(item[2])))
+    return tuple(found)
 
 
 def _claims_from(plain: dict[str, Any]) -> ClaimsFollower:

@@ -17,6 +17,7 @@ a one-letter type code; the rest are the type's fields in the order of the datac
     FAIL   [1, "F", task, worker, at, claim, error, retry_at]
     TASK   [1, "T", payload, enqueued_at]
     TASK   [1, "N", enqueued_at, function, args, kwargs]     (a task by name)
+    TASK   [1, "S", enqueued_at, function, args, kwargs, not_before, priority]
 
 A FAIL's error is one line, "Type: message"; when the handler raised, a newline and its
 traceback (the last lines, at most MAX_TRACEBACK_CHARS) follow (`Fail.message`,
@@ -24,7 +25,10 @@ traceback (the last lines, at most MAX_TRACEBACK_CHARS) follow (`Fail.message`,
 alike. A task by name (its own type code: a reader that does not know it refuses the task
 as of an unknown type, rather than run it as a payload) carries its function's registered
 name (`Queue.task`), its positional arguments (an array) and its keyword arguments (a map
-keyed by strings); a worker runs it only if that name is one it registered.
+keyed by strings); a worker runs it only if that name is one it registered. A task by name
+with a delay or a priority is of a third type ("S"): `not_before` (µs, the producer's
+clock; 0: at once) and `priority` (an integer, higher first; 0 by default) choose what a
+worker tries (`queue_worker.worker.pick`), never who wins.
 
 Times are integer microseconds since the Unix epoch (the writer's wall clock). `claim` is the
 log position of the CLAIM that the record acts under: the fencing token. A task id is an
@@ -61,6 +65,7 @@ RENEW: Final = "R"
 DONE: Final = "D"
 FAIL: Final = "F"
 TASK_BY_NAME: Final = "N"
+TASK_SCHEDULED: Final = "S"
 
 
 #: the largest task id: a tasks log of 2^63 records is beyond any disk, and every id up to
@@ -93,6 +98,8 @@ class TaskRecord(NamedTuple):
     function: str | None = None  # a task by name: the function's registered name
     args: Sequence[Any] = ()
     kwargs: Mapping[str, Any] = NO_KWARGS
+    not_before: int = 0  # µs: a worker tries it no earlier (0: at once)
+    priority: int = 0  # higher first
 
 
 class Claim(NamedTuple):
@@ -382,6 +389,10 @@ def encode(record: Record) -> bytes:
         if not isinstance(t.kwargs, Mapping) or not all(type(k) is str for k in t.kwargs):
             raise RecordEncodeError(f"kwargs are {_quote(t.kwargs)}; expected a map keyed by str")
         items = [SCHEMA, TASK_BY_NAME, t.enqueued_at, t.function, list(t.args), dict(t.kwargs)]
+        if t.not_before or t.priority:
+            _fields((t.not_before, "not_before", int), (t.priority, "priority", int))
+            items[1] = TASK_SCHEDULED
+            items += [t.not_before, t.priority]
         return _pack(items, free_form=True)
     raise TypeError(f"cannot encode {_quote(record)}: not a qw record")
 
@@ -406,7 +417,15 @@ def _str(value: Any, field: str) -> str:
     return value
 
 
-_FIELD_COUNTS: Final = {CLAIM: 6, RENEW: 7, DONE: 7, FAIL: 8, TASK: 4, TASK_BY_NAME: 6}
+_FIELD_COUNTS: Final = {
+    CLAIM: 6,
+    RENEW: 7,
+    DONE: 7,
+    FAIL: 8,
+    TASK: 4,
+    TASK_BY_NAME: 6,
+    TASK_SCHEDULED: 8,
+}
 
 
 def _unpack(data: bytes) -> Any:
@@ -516,9 +535,9 @@ def _decode_checked(items: Any) -> Record:
             _str(items[6], "error"),
             None if retry_at is None else _int(retry_at, "retry_at"),
         )
-    if code == TASK_BY_NAME:
+    if code in (TASK_BY_NAME, TASK_SCHEDULED):
         return _task_by_name(items)
-    return _NEW(TaskRecord, (items[2], _int(items[3], "enqueued_at"), None, (), NO_KWARGS))
+    return _NEW(TaskRecord, (items[2], _int(items[3], "enqueued_at"), None, (), NO_KWARGS, 0, 0))
 
 
 def _task_by_name(items: list[Any]) -> TaskRecord:
@@ -529,7 +548,10 @@ def _task_by_name(items: list[Any]) -> TaskRecord:
         raise RecordDecodeError(f"field 'args' is {_quote(args)}; expected an array")
     if type(kwargs) is not dict or not all(type(k) is str for k in kwargs):
         raise RecordDecodeError(f"field 'kwargs' is {_quote(kwargs)}; expected a map keyed by str")
-    return _NEW(TaskRecord, (None, enqueued_at, function, args, kwargs))
+    if items[1] == TASK_SCHEDULED:
+        not_before, priority = _int(items[6], "not_before"), _int(items[7], "priority")
+        return _NEW(TaskRecord, (None, enqueued_at, function, args, kwargs, not_before, priority))
+    return _NEW(TaskRecord, (None, enqueued_at, function, args, kwargs, 0, 0))
 
 
 def decode_claims(data: bytes) -> ClaimsRecord:
@@ -632,7 +654,7 @@ def decode_task(data: bytes) -> TaskRecord | Unknown:
     if type(items) is list and len(items) >= 4 and items[1] == TASK:
         version, enqueued_at = items[0], items[3]
         if type(version) is int and version >= 1 and type(enqueued_at) is int:
-            return _NEW(TaskRecord, (items[2], enqueued_at, None, (), NO_KWARGS))
+            return _NEW(TaskRecord, (items[2], enqueued_at, None, (), NO_KWARGS, 0, 0))
     record = _decode_checked(items)
     if not isinstance(record, TaskRecord) and not isinstance(record, Unknown):
         raise RecordDecodeError(f"a {type(record).__name__} record in the tasks topic")
