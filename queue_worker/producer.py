@@ -43,8 +43,10 @@ from queue_worker.errors import QwError
 from queue_worker.protocol.clock import Clock, now_us, seconds_to_us
 from queue_worker.protocol.records import (
     Done,
+    RecordDecodeError,
     RecordEncodeError,
     TaskRecord,
+    decode_task,
     encode,
     with_traceback,
 )
@@ -86,6 +88,9 @@ class Queue:
         #: immediate mode: each task's end, by id ("done", result) or ("dead", error)
         self._ran: list[tuple[str, Any]] = []
         self._owns_log = False
+        #: the first task of each key seen so far, and where that look has read to
+        self._keys: dict[str, int] = {}
+        self._keys_at: tuple[int, int] | None = None
         if immediate:
             return
         self._owns_log = tasks_log is None
@@ -199,6 +204,7 @@ class Queue:
         delay: float | None = None,
         eta: datetime | None = None,
         priority: int = 0,
+        key: str | None = None,
     ) -> TaskHandle:
         """Append a task calling the function registered as `name`; its handle (the options:
         `TaskFunction.enqueue`). Raises RecordEncodeError, naming the call, when msgpack
@@ -207,23 +213,54 @@ class Queue:
         not_before = _not_before(at, delay, eta)
         if isinstance(priority, bool) or not isinstance(priority, int):
             raise ValueError(f"priority is {priority!r}; expected an integer")
-        if (not_before or priority) and is_redis_url(str(self._location)):
+        if key is not None and not isinstance(key, str):
+            raise ValueError(f"key is {key!r}; expected a string")
+        if (not_before or priority or key is not None) and is_redis_url(str(self._location)):
             raise ValueError(
-                "delay=, eta= and priority= are not supported on a Redis queue by this "
-                "version of qw (its server picks the tasks); expected a data directory"
+                "delay=, eta=, priority= and key= are not supported on a Redis queue by "
+                "this version of qw (its server picks the tasks); expected a data directory"
             )
-        record = TaskRecord(None, at, name, list(args), dict(kwargs or {}), not_before, priority)
+        call = (None, at, name, list(args), dict(kwargs or {}))
+        record = TaskRecord(*call, not_before, priority, key)
         try:
             data = encode(record)
         except RecordEncodeError as e:
             raise RecordEncodeError(f"{_call_text(record)} cannot be enqueued: {e}") from e
         if self.immediate:
             return self._run_now(record)
+        if key is not None:
+            first = self._first_of_key(key)
+            if first is not None:  # enqueued before: that task is the task
+                return self.handle(first)
         task_id = self._append([data])[0]
+        if key is not None:  # another producer's, appended before ours, is the task
+            first = self._first_of_key(key)
+            if first is not None and first != task_id:
+                return self.handle(first)
         self._reader().want(task_id, not_before)
         from queue_worker.results import TaskHandle
 
         return TaskHandle(self, task_id)
+
+    def _first_of_key(self, key: str) -> int | None:
+        """The first task of `key` in the tasks log (None: none yet): the tasks with keys
+        are indexed as far as the log goes, from where this producer's counting starts."""
+        if self._keys_at is None:
+            self._keys_at = self._count_from()
+        index, position = self._keys_at
+        while entries := self.log.read(position, READ_BATCH):
+            for entry in entries:
+                if entry.data.startswith(_OPTIONS_PREFIX):
+                    try:
+                        record = decode_task(entry.data)
+                    except RecordDecodeError:
+                        record = None
+                    if isinstance(record, TaskRecord) and record.key is not None:
+                        self._keys.setdefault(record.key, index)
+                index += 1
+            position = entries[-1].next
+        self._keys_at = index, position
+        return self._keys.get(key)
 
     def handle(self, task_id: int) -> TaskHandle:
         """The handle of task `task_id` (one enqueued elsewhere, say)."""
@@ -269,7 +306,11 @@ class Queue:
             run_task,
         )
 
+        if record.key is not None and record.key in self._keys:
+            return TaskHandle(self, self._keys[record.key])
         task_id = len(self._ran)
+        if record.key is not None:
+            self._keys[record.key] = task_id
         handlers = NamedHandlers(f"{self._location}", self.handlers(""))
         ctx = TaskContext(task_id, 1, threading.Event(), "immediate")
         outcome = run_task(handlers, record, ctx)
@@ -364,6 +405,10 @@ def check_payloads(payloads: Sequence[Any]) -> None:
     enqueued (a producer over several logs checks them all before it appends anything)."""
     for index, payload in enumerate(payloads):
         _encode_payload(index, payload, 0)
+
+
+#: how a task with options (type "S") begins on the wire: the only records with a key
+_OPTIONS_PREFIX = b"\x97\x01\xa1S"
 
 
 def _not_before(at: int, delay: float | None, eta: datetime | None) -> int:

@@ -164,7 +164,12 @@ class ResultReader:
             self.catch_up()
             if self._state.is_done(task):
                 if task in self._results:
-                    return self._results[task]
+                    result = self._results[task]
+                    first = _resolved_to(result)
+                    if first is None:
+                        return result
+                    left = None if deadline is None else deadline - time.monotonic()
+                    return self.result(first, left)  # a later task of a key: the first's
                 raise ResultRemovedError(
                     f"task {task} is done, but its result was removed by compaction "
                     "(settled history: qw compact keeps only the fold of it)"
@@ -181,3 +186,13 @@ class ResultReader:
         if self._log is not None:
             self._log.close()
             self._log = None
+
+
+def _resolved_to(result: Any) -> int | None:
+    """The task a result says this one resolved to (a later task of a key), or None."""
+    from queue_worker.worker.handlers import RESOLVED_TO
+
+    if type(result) is dict and len(result) == 1:
+        first = result.get(RESOLVED_TO)
+        return first if type(first) is int else None
+    return None

@@ -37,9 +37,9 @@ R = TypeVar("R")
 
 #: keyword arguments of `enqueue` that are options of the task, not arguments of the
 #: function (never passed on to it): these it takes ...
-OPTIONS: Final = ("delay", "eta", "priority")
+OPTIONS: Final = ("delay", "eta", "priority", "key")
 #: ... and these it refuses, until this version supports them
-NOT_YET: Final = ("key", "after")
+NOT_YET: Final = ("after",)
 
 
 class TaskFunction(Generic[P, R]):
@@ -78,7 +78,9 @@ class TaskFunction(Generic[P, R]):
         Options (keywords the function never sees): `delay` (seconds from now, >= 0) or
         `eta` (an aware datetime): no worker tries it before then; `priority` (an integer,
         0 by default): the due tasks of a higher one are tried first (see
-        queue_worker.worker.pick)."""
+        queue_worker.worker.pick); `key` (a string): of the tasks with one key, the first
+        in the tasks log is the task, and enqueueing another returns its handle (an
+        idempotent enqueue, for producers that retry)."""
         for option in NOT_YET:
             if option in kwargs:
                 raise ValueError(

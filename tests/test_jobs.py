@@ -46,6 +46,14 @@ def sleeps(seconds):
     time.sleep(seconds)
 
 
+@queue.task
+def note(path):
+    with open(path, "a") as out:
+        out.write("ran\\n")
+    with open(path) as done:
+        return len(done.readlines())
+
+
 @queue.task(name="aadd")
 async def add_later(a, b, *, pause=0.0):
     await asyncio.sleep(pause)
@@ -203,8 +211,6 @@ def test_arguments_msgpack_cannot_encode_are_refused_and_nothing_is_written(
         end = queue.log.end()
         with pytest.raises(RecordEncodeError, match=r"call add\(1, b=\{1, 2\}\) cannot be"):
             add.enqueue(1, b={1, 2})
-        with pytest.raises(ValueError, match=r"add.enqueue\(delay=…\): delay= is not supported"):
-            add.enqueue(1, 2, delay=30)
         assert queue.log.end() == end
 
 
@@ -378,6 +384,41 @@ def test_bad_delays_and_priorities_are_refused_and_nothing_is_written(tmp_path: 
             add.enqueue(1, 2, eta=datetime(2030, 1, 1))
         with pytest.raises(ValueError, match="priority is 'high'; expected an integer"):
             add.enqueue(1, 2, priority="high")
-        with pytest.raises(ValueError, match="key= is not supported"):
-            add.enqueue(1, 2, key="k")
+        with pytest.raises(ValueError, match="after= is not supported"):
+            add.enqueue(1, 2, after=[])
+        with pytest.raises(ValueError, match="key is 5; expected a string"):
+            add.enqueue(1, 2, key=5)
         assert queue.log.end() == end
+
+
+def test_the_first_task_of_a_key_is_the_task_and_later_ones_resolve_to_it(app_dir: Path) -> None:
+    import os
+
+    from queue_worker.protocol.records import encode
+
+    location = str(app_dir / ".qw")
+    ran = app_dir / "ran.txt"
+    queue = Queue(location)
+
+    @queue.task
+    def note(path: str) -> int:
+        raise AssertionError("runs in a worker")
+
+    with queue:
+        first = note.enqueue(str(ran), key="tick-1")
+        again = note.enqueue(str(ran), key="tick-1")  # a producer that retries
+        assert again.id == first.id
+        # another producer raced us: its record of the same key lands after ours
+        raced = queue.enqueue_call("note", [str(ran)], key="tick-2")
+        late = TaskRecord(None, 0, "note", [str(ran)], {}, key="tick-2")
+        queue.log.append(encode(late), durable=True)
+        later_id = raced.id + 1
+        env = {**os.environ, "QW_TEST_QUEUE": location}
+        up = qw("up", "--no-tui", "--app", "myjobs", "--workers", "2", "--exit-when-drained",
+                cwd=app_dir, env=env)  # fmt: skip
+        assert up.returncode == 0, up.stderr
+        assert first.result(timeout=10) in (1, 2)
+        assert raced.result(timeout=10) in (1, 2)
+        # the later task of tick-2 is done without running: its result is the first's
+        assert queue.handle(later_id).result(timeout=10) == raced.result(timeout=10)
+    assert ran.read_text() == "ran\nran\n"  # two keys, two runs: never the duplicate

@@ -18,7 +18,8 @@ map::
 
     "tasks":  {"log": LOG, "next_position": int, "first": int|nil, "last": int|nil,
                "base": int, "settled": int, "positions": bytes, "foreign": [task],
-               "unreadable": [[task, why]], "scheduled": [[task, not_before, priority]]}
+               "unreadable": [[task, why]], "scheduled": [[task, not_before, priority]],
+               "keys": [[key, task]], "duplicates": [[task, first]]}
     "claims": {"log": LOG, "next_position": int, "malformed": int, "last_malformed": str|nil,
                "state": {"position", "done_count", "dead_count", "unknown_count",
                          "watermark": int, "closed_above": [task], "dead": [[task, error]],
@@ -512,6 +513,8 @@ def _tasks_plain(index: TaskIndexSnapshot, log: dict[str, Any]) -> dict[str, Any
         "foreign": list(index.foreign),
         "unreadable": [list(item) for item in index.unreadable],
         "scheduled": [list(item) for item in index.scheduled],
+        "keys": [list(item) for item in index.keys],
+        "duplicates": [list(item) for item in index.duplicates],
     }
 
 
@@ -892,6 +895,12 @@ def _tasks_from(plain: dict[str, Any]) -> TaskIndexSnapshot:
         tuple(_int_item(t) for t in _list(plain, "foreign")),
         tuple((_int_item(t), _str_item(why)) for t, why in _pairs(plain, "unreadable")),
         _scheduled(plain),
+        tuple((_str_item(k), _int_item(t)) for k, t in _pairs(plain, "keys"))
+        if "keys" in plain
+        else (),
+        tuple((_int_item(t), _int_item(f)) for t, f in _pairs(plain, "duplicates"))
+        if "duplicates" in plain
+        else (),
     )
 
 

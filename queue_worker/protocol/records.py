@@ -17,7 +17,7 @@ a one-letter type code; the rest are the type's fields in the order of the datac
     FAIL   [1, "F", task, worker, at, claim, error, retry_at]
     TASK   [1, "T", payload, enqueued_at]
     TASK   [1, "N", enqueued_at, function, args, kwargs]     (a task by name)
-    TASK   [1, "S", enqueued_at, function, args, kwargs, not_before, priority]
+    TASK   [1, "S", enqueued_at, function, args, kwargs, options]
 
 A FAIL's error is one line, "Type: message"; when the handler raised, a newline and its
 traceback (the last lines, at most MAX_TRACEBACK_CHARS) follow (`Fail.message`,
@@ -26,9 +26,11 @@ alike. A task by name (its own type code: a reader that does not know it refuses
 as of an unknown type, rather than run it as a payload) carries its function's registered
 name (`Queue.task`), its positional arguments (an array) and its keyword arguments (a map
 keyed by strings); a worker runs it only if that name is one it registered. A task by name
-with a delay or a priority is of a third type ("S"): `not_before` (µs, the producer's
-clock; 0: at once) and `priority` (an integer, higher first; 0 by default) choose what a
-worker tries (`queue_worker.worker.pick`), never who wins.
+with options is of a third type ("S"), `options` a map of those it has (a key this version
+does not know is ignored): "not_before" (µs, the producer's clock) and "priority" (an
+integer, higher first) choose what a worker tries (`queue_worker.worker.pick`), never who
+wins; "key" (a string): of the tasks with one key, the first in the tasks topic is the task,
+and a later one resolves to it (its worker records it done without running it).
 
 Times are integer microseconds since the Unix epoch (the writer's wall clock). `claim` is the
 log position of the CLAIM that the record acts under: the fencing token. A task id is an
@@ -100,6 +102,10 @@ class TaskRecord(NamedTuple):
     kwargs: Mapping[str, Any] = NO_KWARGS
     not_before: int = 0  # µs: a worker tries it no earlier (0: at once)
     priority: int = 0  # higher first
+    key: str | None = None  # the first task with a key is the task; later ones resolve to it
+    #: not on the wire: the earlier task of the same key this one resolves to, as the
+    #: worker's task index found it (`TaskIndex.load`)
+    resolves_to: int | None = None
 
 
 class Claim(NamedTuple):
@@ -389,10 +395,19 @@ def encode(record: Record) -> bytes:
         if not isinstance(t.kwargs, Mapping) or not all(type(k) is str for k in t.kwargs):
             raise RecordEncodeError(f"kwargs are {_quote(t.kwargs)}; expected a map keyed by str")
         items = [SCHEMA, TASK_BY_NAME, t.enqueued_at, t.function, list(t.args), dict(t.kwargs)]
-        if t.not_before or t.priority:
-            _fields((t.not_before, "not_before", int), (t.priority, "priority", int))
+        options: dict[str, Any] = {}
+        if t.not_before:
+            _fields((t.not_before, "not_before", int))
+            options["not_before"] = t.not_before
+        if t.priority:
+            _fields((t.priority, "priority", int))
+            options["priority"] = t.priority
+        if t.key is not None:
+            _fields((t.key, "key", str))
+            options["key"] = t.key
+        if options:
             items[1] = TASK_SCHEDULED
-            items += [t.not_before, t.priority]
+            items.append(options)
         return _pack(items, free_form=True)
     raise TypeError(f"cannot encode {_quote(record)}: not a qw record")
 
@@ -424,7 +439,7 @@ _FIELD_COUNTS: Final = {
     FAIL: 8,
     TASK: 4,
     TASK_BY_NAME: 6,
-    TASK_SCHEDULED: 8,
+    TASK_SCHEDULED: 7,
 }
 
 
@@ -537,7 +552,8 @@ def _decode_checked(items: Any) -> Record:
         )
     if code in (TASK_BY_NAME, TASK_SCHEDULED):
         return _task_by_name(items)
-    return _NEW(TaskRecord, (items[2], _int(items[3], "enqueued_at"), None, (), NO_KWARGS, 0, 0))
+    enqueued_at = _int(items[3], "enqueued_at")
+    return _NEW(TaskRecord, (items[2], enqueued_at, None, (), NO_KWARGS, 0, 0, None, None))
 
 
 def _task_by_name(items: list[Any]) -> TaskRecord:
@@ -549,9 +565,16 @@ def _task_by_name(items: list[Any]) -> TaskRecord:
     if type(kwargs) is not dict or not all(type(k) is str for k in kwargs):
         raise RecordDecodeError(f"field 'kwargs' is {_quote(kwargs)}; expected a map keyed by str")
     if items[1] == TASK_SCHEDULED:
-        not_before, priority = _int(items[6], "not_before"), _int(items[7], "priority")
-        return _NEW(TaskRecord, (None, enqueued_at, function, args, kwargs, not_before, priority))
-    return _NEW(TaskRecord, (None, enqueued_at, function, args, kwargs, 0, 0))
+        options = items[6]
+        if type(options) is not dict:
+            raise RecordDecodeError(f"field 'options' is {_quote(options)}; expected a map")
+        not_before = _int(options.get("not_before", 0), "not_before")
+        priority = _int(options.get("priority", 0), "priority")
+        key = options.get("key")
+        key = None if key is None else _str(key, "key")
+        fields = (None, enqueued_at, function, args, kwargs, not_before, priority, key, None)
+        return _NEW(TaskRecord, fields)
+    return _NEW(TaskRecord, (None, enqueued_at, function, args, kwargs, 0, 0, None, None))
 
 
 def decode_claims(data: bytes) -> ClaimsRecord:
@@ -654,7 +677,7 @@ def decode_task(data: bytes) -> TaskRecord | Unknown:
     if type(items) is list and len(items) >= 4 and items[1] == TASK:
         version, enqueued_at = items[0], items[3]
         if type(version) is int and version >= 1 and type(enqueued_at) is int:
-            return _NEW(TaskRecord, (items[2], enqueued_at, None, (), NO_KWARGS, 0, 0))
+            return _NEW(TaskRecord, (items[2], enqueued_at, None, (), NO_KWARGS, 0, 0, None, None))
     record = _decode_checked(items)
     if not isinstance(record, TaskRecord) and not isinstance(record, Unknown):
         raise RecordDecodeError(f"a {type(record).__name__} record in the tasks topic")

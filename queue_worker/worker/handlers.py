@@ -322,6 +322,8 @@ def run_task(
     have is refused for good (a dead FAIL naming it): never imported, never guessed."""
     if isinstance(handler, NamedHandlers):
         handler.in_hand_max_attempts = None
+    if record.resolves_to is not None:  # a later task of a key: the first one is the task
+        return _new(HandlerOutcome, (resolved_result(record.resolves_to), None, None, False))
     if record.function is None:
         if isinstance(handler, Handler):
             return run_handler(handler, record.payload, ctx)
@@ -358,6 +360,15 @@ def run_task(
         permanent = own is not None and ctx.attempt >= own
         return HandlerOutcome(error=error_text(e), exception=e, permanent=permanent)
     return _new(HandlerOutcome, (result, None, None, False))
+
+
+#: the result of a later task of a key, recorded without running it: {RESOLVED_TO: first}
+RESOLVED_TO: Final = "qw:resolved_to"
+
+
+def resolved_result(first: int) -> dict[str, int]:
+    """The DONE's result of a task that resolves to task `first` (same key, earlier)."""
+    return {RESOLVED_TO: first}
 
 
 def _target(handler: Handler | NamedHandlers, name: str) -> Handler | None:

@@ -483,6 +483,9 @@ class TaskIndexSnapshot(NamedTuple):
     unreadable: tuple[tuple[int, str], ...]
     #: (task, not_before, priority) of each task with a delay or a priority (type "S")
     scheduled: tuple[tuple[int, int, int], ...] = ()
+    #: (key, task) of the first task of each key, and (task, first) of each later one
+    keys: tuple[tuple[str, int], ...] = ()
+    duplicates: tuple[tuple[int, int], ...] = ()
 
     @property
     def known(self) -> int:
@@ -513,6 +516,10 @@ class TaskIndex:
         #: task id -> (not_before, priority) of a task with a delay or a priority: what the
         #: pick reads (`queue_worker.worker.pick.Scheduled`); every other task has (0, 0)
         self.scheduled: dict[int, tuple[int, int]] = {}
+        #: key -> the first task of that key (for ever: a key resolves to its first task
+        #: however long ago it ran), and task -> the first task of its key, for the later ones
+        self.keys: dict[str, int] = {}
+        self.duplicates: dict[int, int] = {}
         # The bytes of small TASK records this worker is likely to run (`keep_payloads`),
         # so that winning one does not cost a read of the log (a tenth of a no-op task).
         self._kept: OrderedDict[int, bytes] = OrderedDict()
@@ -579,8 +586,13 @@ class TaskIndex:
             return
         if isinstance(record, Unknown):
             self.foreign.add(task)
-        elif record.not_before or record.priority:
-            self.scheduled[task] = (record.not_before, record.priority)
+        else:
+            if record.not_before or record.priority:
+                self.scheduled[task] = (record.not_before, record.priority)
+            if record.key is not None:
+                first = self.keys.setdefault(record.key, task)
+                if first != task:
+                    self.duplicates[task] = first
 
     def settle_below(self, watermark: int) -> None:
         """Every task below `watermark` is settled (the claims fold's watermark: done or
@@ -601,6 +613,8 @@ class TaskIndex:
             self.unreadable = {t: why for t, why in self.unreadable.items() if t >= watermark}
         if self.scheduled:
             self.scheduled = {t: s for t, s in self.scheduled.items() if t >= watermark}
+        if self.duplicates:
+            self.duplicates = {t: f for t, f in self.duplicates.items() if t >= watermark}
 
     def snapshot(self) -> TaskIndexSnapshot:
         """The index as values that do not change with it: `TaskIndex.restore` of it gives
@@ -615,6 +629,8 @@ class TaskIndex:
             tuple(self.foreign),
             tuple(self.unreadable.items()),
             tuple((t, nb, p) for t, (nb, p) in self.scheduled.items()),
+            tuple(self.keys.items()),
+            tuple(self.duplicates.items()),
         )
 
     @classmethod
@@ -646,6 +662,8 @@ class TaskIndex:
         index.foreign = set(snap.foreign)
         index.unreadable = dict(snap.unreadable)
         index.scheduled = {t: (not_before, priority) for t, not_before, priority in snap.scheduled}
+        index.keys = dict(snap.keys)
+        index.duplicates = dict(snap.duplicates)
         ids = [*index.foreign, *index.unreadable]
         # an unreadable record is never also foreign (`_index` stops at the decode error)
         if len(set(ids)) != len(snap.foreign) + len(snap.unreadable):
@@ -705,4 +723,5 @@ class TaskIndex:
         record = decode_task(data)
         if not isinstance(record, TaskRecord):
             raise RecordDecodeError(f"task {task} is a record of unknown type {record.code!r}")
-        return record
+        first = self.duplicates.get(task)
+        return record if first is None else record._replace(resolves_to=first)
