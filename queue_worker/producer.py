@@ -91,6 +91,7 @@ class Queue:
         #: the first task of each key seen so far, and where that look has read to
         self._keys: dict[str, int] = {}
         self._keys_at: tuple[int, int] | None = None
+        self._retried: set[int] = set()  # the dead tasks a task in the log retries
         if immediate:
             return
         self._owns_log = tasks_log is None
@@ -205,6 +206,7 @@ class Queue:
         eta: datetime | None = None,
         priority: int = 0,
         key: str | None = None,
+        retry_of: int | None = None,
     ) -> TaskHandle:
         """Append a task calling the function registered as `name`; its handle (the options:
         `TaskFunction.enqueue`). Raises RecordEncodeError, naming the call, when msgpack
@@ -221,7 +223,7 @@ class Queue:
                 "this version of qw (its server picks the tasks); expected a data directory"
             )
         call = (None, at, name, list(args), dict(kwargs or {}))
-        record = TaskRecord(*call, not_before, priority, key)
+        record = TaskRecord(*call, not_before, priority, key, retry_of)
         try:
             data = encode(record)
         except RecordEncodeError as e:
@@ -257,10 +259,54 @@ class Queue:
                         record = None
                     if isinstance(record, TaskRecord) and record.key is not None:
                         self._keys.setdefault(record.key, index)
+                    if isinstance(record, TaskRecord) and record.retry_of is not None:
+                        self._retried.add(record.retry_of)
                 index += 1
             position = entries[-1].next
         self._keys_at = index, position
         return self._keys.get(key)
+
+    def retry(self, task_id: int) -> TaskHandle:
+        """Enqueue a dead task again: a new task with the same call (linked to the dead one
+        by `retry_of`) or the same payload; its handle. ValueError when the task is not dead
+        or its record cannot be read."""
+        from queue_worker.proof.log_reading import read_task
+
+        if self.immediate:
+            raise QwError("an immediate queue has no dead tasks to retry in its logs")
+        state = self._reader().state(task_id)
+        if state != "dead":
+            raise ValueError(f"task {task_id} is {state}; expected a dead task")
+        record = read_task(self._location, task_id)
+        if not isinstance(record, TaskRecord):
+            why = "it is not in the tasks log" if record is None else record
+            raise ValueError(f"task {task_id} cannot be retried: {why}")
+        if record.function is None:
+            return self.handle(self.enqueue(record.payload))
+        args, kwargs = record.args, record.kwargs
+        return self.enqueue_call(
+            record.function, args, kwargs, priority=record.priority, retry_of=task_id
+        )
+
+    def dead_not_retried(self) -> tuple[list[int], list[int]]:
+        """The dead tasks by name that no task in the tasks log retries yet, and the dead
+        payload tasks (a payload task carries no link to the task it retries, so whether
+        one was retried is not in the log): `qw retry --dead`."""
+        from queue_worker.proof.log_reading import read_task
+
+        if self.immediate:
+            return [], []
+        self._first_of_key("")  # (reads the tasks log's options as far as it goes)
+        by_name, payloads = [], []
+        for task in sorted(self._reader().dead_tasks()):
+            if task in self._retried:
+                continue
+            record = read_task(self._location, task)
+            if isinstance(record, TaskRecord) and record.function is None:
+                payloads.append(task)
+            else:
+                by_name.append(task)
+        return by_name, payloads
 
     def handle(self, task_id: int) -> TaskHandle:
         """The handle of task `task_id` (one enqueued elsewhere, say)."""

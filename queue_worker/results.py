@@ -143,6 +143,10 @@ class ResultReader:
                     self._errors[record.task] = record.error  # (the fold keeps one line)
             self._position = entries[-1].next
 
+    def dead_tasks(self) -> list[int]:
+        self.catch_up()
+        return list(self._state.dead_tasks())
+
     def state(self, task: int) -> str:
         self.catch_up()
         return self._word(task)

@@ -422,3 +422,29 @@ def test_the_first_task_of_a_key_is_the_task_and_later_ones_resolve_to_it(app_di
         # the later task of tick-2 is done without running: its result is the first's
         assert queue.handle(later_id).result(timeout=10) == raced.result(timeout=10)
     assert ran.read_text() == "ran\nran\n"  # two keys, two runs: never the duplicate
+
+
+def test_qw_retry_enqueues_a_dead_task_again_linked_to_it(app_dir: Path) -> None:
+    import os
+
+    from queue_worker.proof.log_reading import read_task
+
+    location = str(app_dir / ".qw")
+    queue, add, always_fails, *_ = producer(location)
+    with queue:
+        done, failing = add.enqueue(1, 2), always_fails.enqueue(7)
+    env = {**os.environ, "QW_TEST_QUEUE": location}
+    up = ("up", "--no-tui", "--app", "myjobs", "--workers", "1", "--exit-when-drained",
+          "--backoff", "0.01")  # fmt: skip
+    assert qw(*up, cwd=app_dir, env=env).returncode == 0
+    refused = qw("retry", str(done.id), cwd=app_dir)
+    assert refused.returncode == 2
+    assert refused.stderr.strip() == "qw: error: task 0 is done; expected a dead task"
+    retried = qw("retry", "--dead", cwd=app_dir)
+    assert retried.returncode == 0, retried.stderr
+    assert retried.stdout.strip() == f"task {failing.id} retried as task 2"
+    record = read_task(location, 2)
+    assert isinstance(record, TaskRecord)
+    assert (record.function, record.args, record.retry_of) == ("always_fails", [7], failing.id)
+    again = qw("retry", "--dead", cwd=app_dir)  # the retry is pending: nothing to retry
+    assert again.stdout.strip() == "no dead task to retry"

@@ -104,6 +104,7 @@ payload_tasks = st.builds(
     not_before=st.just(0),
     priority=st.just(0),
     key=st.none(),
+    retry_of=st.none(),
     resolves_to=st.none(),
 )
 named_tasks = st.builds(
@@ -116,6 +117,7 @@ named_tasks = st.builds(
     not_before=st.just(0),
     priority=st.just(0),
     key=st.none(),
+    retry_of=st.none(),
     resolves_to=st.none(),
 )
 scheduled_tasks = st.builds(
@@ -128,8 +130,9 @@ scheduled_tasks = st.builds(
     not_before=ints,
     priority=ints,
     key=st.none() | st.text(max_size=10),
+    retry_of=st.none() | st.integers(min_value=0, max_value=2**63 - 1),
     resolves_to=st.none(),
-).filter(lambda t: bool(t.not_before or t.priority or t.key is not None))
+).filter(lambda t: bool(t.not_before or t.priority or t.key is not None or t.retry_of is not None))
 tasks = payload_tasks | named_tasks | scheduled_tasks
 claims_records: st.SearchStrategy[ClaimsRecord] = st.one_of(claims, renews, dones, fails)
 records: st.SearchStrategy[Record] = st.one_of(claims_records, tasks)

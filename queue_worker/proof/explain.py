@@ -326,7 +326,8 @@ def call_text(record: TaskRecord) -> str:
         return f"payload {value_text(record.payload, 60)}"
     args = [value_text(a, 30) for a in record.args]
     args += [f"{printable(k)}={value_text(v, 30)}" for k, v in record.kwargs.items()]
-    return f"call {printable(record.function)}({', '.join(args)})"
+    text = f"call {printable(record.function)}({', '.join(args)})"
+    return text if record.retry_of is None else f"{text}, a retry of task {record.retry_of}"
 
 
 def explain_task(

@@ -30,7 +30,8 @@ with options is of a third type ("S"), `options` a map of those it has (a key th
 does not know is ignored): "not_before" (µs, the producer's clock) and "priority" (an
 integer, higher first) choose what a worker tries (`queue_worker.worker.pick`), never who
 wins; "key" (a string): of the tasks with one key, the first in the tasks topic is the task,
-and a later one resolves to it (its worker records it done without running it).
+and a later one resolves to it (its worker records it done without running it);
+"retry_of" (a task id): the dead task this one retries (`qw retry`).
 
 Times are integer microseconds since the Unix epoch (the writer's wall clock). `claim` is the
 log position of the CLAIM that the record acts under: the fencing token. A task id is an
@@ -103,6 +104,7 @@ class TaskRecord(NamedTuple):
     not_before: int = 0  # µs: a worker tries it no earlier (0: at once)
     priority: int = 0  # higher first
     key: str | None = None  # the first task with a key is the task; later ones resolve to it
+    retry_of: int | None = None  # the dead task this one retries (`qw retry`)
     #: not on the wire: the earlier task of the same key this one resolves to, as the
     #: worker's task index found it (`TaskIndex.load`)
     resolves_to: int | None = None
@@ -405,6 +407,9 @@ def encode(record: Record) -> bytes:
         if t.key is not None:
             _fields((t.key, "key", str))
             options["key"] = t.key
+        if t.retry_of is not None:
+            _fields((t.retry_of, "retry_of", int))
+            options["retry_of"] = t.retry_of
         if options:
             items[1] = TASK_SCHEDULED
             items.append(options)
@@ -553,7 +558,7 @@ def _decode_checked(items: Any) -> Record:
     if code in (TASK_BY_NAME, TASK_SCHEDULED):
         return _task_by_name(items)
     enqueued_at = _int(items[3], "enqueued_at")
-    return _NEW(TaskRecord, (items[2], enqueued_at, None, (), NO_KWARGS, 0, 0, None, None))
+    return _NEW(TaskRecord, (items[2], enqueued_at, None, (), NO_KWARGS, 0, 0, None, None, None))
 
 
 def _task_by_name(items: list[Any]) -> TaskRecord:
@@ -572,9 +577,11 @@ def _task_by_name(items: list[Any]) -> TaskRecord:
         priority = _int(options.get("priority", 0), "priority")
         key = options.get("key")
         key = None if key is None else _str(key, "key")
-        fields = (None, enqueued_at, function, args, kwargs, not_before, priority, key, None)
-        return _NEW(TaskRecord, fields)
-    return _NEW(TaskRecord, (None, enqueued_at, function, args, kwargs, 0, 0, None, None))
+        retry_of = options.get("retry_of")
+        retry_of = None if retry_of is None else _int(retry_of, "retry_of")
+        call = (None, enqueued_at, function, args, kwargs)
+        return _NEW(TaskRecord, (*call, not_before, priority, key, retry_of, None))
+    return _NEW(TaskRecord, (None, enqueued_at, function, args, kwargs, 0, 0, None, None, None))
 
 
 def decode_claims(data: bytes) -> ClaimsRecord:
@@ -677,7 +684,9 @@ def decode_task(data: bytes) -> TaskRecord | Unknown:
     if type(items) is list and len(items) >= 4 and items[1] == TASK:
         version, enqueued_at = items[0], items[3]
         if type(version) is int and version >= 1 and type(enqueued_at) is int:
-            return _NEW(TaskRecord, (items[2], enqueued_at, None, (), NO_KWARGS, 0, 0, None, None))
+            return _NEW(
+                TaskRecord, (items[2], enqueued_at, None, (), NO_KWARGS, 0, 0, None, None, None)
+            )
     record = _decode_checked(items)
     if not isinstance(record, TaskRecord) and not isinstance(record, Unknown):
         raise RecordDecodeError(f"a {type(record).__name__} record in the tasks topic")

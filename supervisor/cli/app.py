@@ -24,7 +24,7 @@ from queue_worker.partitions.layout import MAX_PARTITIONS
 from queue_worker.worker.config import DEFAULT_DRAIN_TIMEOUT_S, DEFAULT_LEASE_S
 from supervisor.cli import compact as compact_cli
 from supervisor.cli import inspect_commands as inspect_cli
-from supervisor.cli import option_parsers, small_commands
+from supervisor.cli import option_parsers, retry_cli, small_commands
 from supervisor.cli import report_commands as report_cli
 from supervisor.cli.help_format import WholeHelpGroup
 from supervisor.cli.options import (
@@ -478,6 +478,7 @@ inspect_cli.register(app)
 report_cli.register(app)
 compact_cli.register(app)
 timeline_cli.register(app)
+retry_cli.register(app)
 
 
 # -- the entry point ---------------------------------------------------------------------------
