@@ -54,6 +54,7 @@ from queue_worker.worker.topics import READ_BATCH, TASKS_TOPIC, open_topic
 
 # (loaded when first used: `qw enqueue` of payloads needs neither the fold nor the handlers)
 if TYPE_CHECKING:
+    from queue_worker.periodic import Schedule
     from queue_worker.results import ResultReader, TaskHandle
     from queue_worker.tasks import TaskFunction
     from queue_worker.worker.handlers import Handler
@@ -80,6 +81,7 @@ class Queue:
         module docstring); nothing is opened."""
         durability = Durability.parse(fsync)
         self._registered: dict[str, TaskFunction[Any, Any]] = {}
+        self._schedules: list[Schedule] = []
         self.immediate = immediate
         self._clock = clock
         self._location = location if is_redis_url(str(location)) else Path(location)
@@ -186,6 +188,36 @@ class Queue:
             return registered
 
         return register if function is None else register(function)
+
+    def periodic(
+        self,
+        *,
+        every: float | None = None,
+        cron: str | None = None,
+        name: str | None = None,
+        max_attempts: int | None = None,
+        timeout: float | None = None,
+    ) -> Callable[[Callable[..., Any]], TaskFunction[Any, Any]]:
+        """Register a function of no arguments (or only `ctx`) as a task that `qw up --app`
+        enqueues every `every` seconds, or by the `cron` expression (queue_worker.periodic):
+        each tick once, however many supervisors run."""
+        from queue_worker.periodic import Schedule
+
+        def register(function: Callable[..., Any]) -> TaskFunction[Any, Any]:
+            task_name = name if name is not None else getattr(function, "__name__", "")
+            schedule = Schedule(task_name, every, cron)  # (ValueError before registering)
+            registered = self.task(name=task_name, max_attempts=max_attempts, timeout=timeout)(
+                function
+            )
+            self._schedules.append(schedule)
+            return registered
+
+        return register
+
+    @property
+    def schedules(self) -> list[Schedule]:
+        """The periodic tasks' schedules (`periodic`)."""
+        return list(self._schedules)
 
     @property
     def registered(self) -> Mapping[str, TaskFunction[Any, Any]]:

@@ -448,3 +448,83 @@ def test_qw_retry_enqueues_a_dead_task_again_linked_to_it(app_dir: Path) -> None
     assert (record.function, record.args, record.retry_of) == ("always_fails", [7], failing.id)
     again = qw("retry", "--dead", cwd=app_dir)  # the retry is pending: nothing to retry
     assert again.stdout.strip() == "no dead task to retry"
+
+
+# -- periodic tasks --------------------------------------------------------------------------
+
+PERIODIC_APP = """
+from queue_worker import Queue
+
+queue = Queue(".qw")
+
+
+@queue.periodic(every=0.2)
+def tick():
+    with open("ticks.txt", "a") as out:
+        out.write("t\\n")
+"""
+
+
+def test_two_supervisors_on_one_queue_run_each_tick_once(tmp_path: Path) -> None:
+    from queue_worker.proof.log_reading import read_claims
+    from queue_worker.protocol.records import Done, decode_task
+    from queue_worker.protocol.state import ClaimState, Verdict
+    from queue_worker.worker.handlers import RESOLVED_TO
+    from queue_worker.worker.topics import TASKS_TOPIC, open_topic
+    from tests.helpers import wait_until
+
+    (tmp_path / "pjobs.py").write_text(PERIODIC_APP)
+    ticks = tmp_path / "ticks.txt"
+    ups = [
+        subprocess.Popen(
+            [*QW, "up", "--no-tui", "--app", "pjobs", "--workers", "1"],
+            cwd=tmp_path,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for _ in range(2)
+    ]
+    try:
+        wait_until(lambda: ticks.exists() and len(ticks.read_text().splitlines()) >= 5, 60,
+                   "five ticks run")  # fmt: skip
+    finally:
+        for up in ups:
+            up.send_signal(signal.SIGINT)
+        for up in ups:
+            up.wait(60)
+    keys: dict[int, str] = {}
+    with open_topic(str(tmp_path / ".qw"), TASKS_TOPIC, read_only=True) as log:
+        for task, entry in enumerate(log.iter_from(log.start)):
+            task_record = decode_task(entry.data)
+            assert isinstance(task_record, TaskRecord) and task_record.key is not None
+            keys[task] = task_record.key
+    state, ran = ClaimState(), list[str]()
+    for position, record in read_claims(str(tmp_path / ".qw")):
+        outcome = state.apply(record, position)
+        if isinstance(record, Done) and outcome.verdict is Verdict.DONE:
+            resolved = isinstance(record.result, dict) and RESOLVED_TO in record.result
+            if not resolved:
+                ran.append(keys[record.task])
+    assert len(ran) == len(set(ran))  # no tick ran twice
+    assert len(ran) == len(ticks.read_text().splitlines())
+
+
+def test_a_periodic_task_s_schedule_is_checked_when_it_is_registered(tmp_path: Path) -> None:
+    pytest.importorskip("croniter")
+    from datetime import datetime, timezone
+
+    from queue_worker.periodic import Schedule
+
+    queue = Queue(tmp_path / ".qw", immediate=True)
+    with pytest.raises(ValueError, match=r"cron is 'every minute'; expected a cron expression"):
+        queue.periodic(cron="every minute")(lambda: None)
+    with pytest.raises(ValueError, match="expected every= or cron=, one of them"):
+        queue.periodic(every=5, cron="* * * * *")(lambda: None)
+    with pytest.raises(ValueError, match="every is 0; expected a number of seconds > 0"):
+        queue.periodic(every=0)(lambda: None)
+    assert queue.registered == {} and queue.schedules == []
+    at = datetime(2026, 12, 2, 6, 3, 20, tzinfo=timezone.utc)
+    at_us = int(at.timestamp()) * 1_000_000
+    five = Schedule("t", cron="*/5 * * * *").next_after(at_us)
+    assert datetime.fromtimestamp(five / 1_000_000, timezone.utc) == at.replace(minute=5, second=0)
+    assert Schedule("t", every_s=60).next_after(at_us) == (at_us // 60_000_000 + 1) * 60_000_000

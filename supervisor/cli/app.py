@@ -47,6 +47,7 @@ from supervisor.partitioned import cli as partitioned_cli
 from supervisor.timeline import cli as timeline_cli
 
 if TYPE_CHECKING:
+    from queue_worker.periodic import Ticker
     from supervisor.http_api import StatsServer
     from supervisor.run.supervisor import Supervisor
 
@@ -97,9 +98,10 @@ def up(
         str | None,
         typer.Option(
             "--app",
-            help="Run every task the module's queue registered (@queue.task). The module "
-            "is imported from the current directory, as `python -c 'import MODULE'` would; "
-            "MODULE:NAME names the queue when the module has several.",
+            help="Run every task the module's queue registered (@queue.task), and enqueue "
+            "its periodic tasks' ticks (@queue.periodic; not with --exit-when-drained). The "
+            "module is imported from the current directory, as `python -c 'import MODULE'` "
+            "would; MODULE:NAME names the queue when the module has several.",
             metavar="MODULE",
         ),
     ] = None,
@@ -276,6 +278,7 @@ def up(
             bad("--app", app_module, "either --app or --handler, not both")
         handler = _app_handler(app_module)
     _check_handler(handler)
+    ticker = None if app_module is None or exit_when_drained else _ticker(handler, location)
     server_address = _parse_http(http)
     options = SupervisorOptions(
         data_dir=directory,
@@ -319,7 +322,15 @@ def up(
         except OSError as e:
             bad("--http", http, f"an address this machine can listen on ({e.strerror})")
         supervisor.http_address = server.address
-    raise typer.Exit(_run(supervisor, server, tui=sys.stdout.isatty() and not no_tui))
+    if ticker is not None:
+        ticker.start()
+    try:
+        code = _run(supervisor, server, tui=sys.stdout.isatty() and not no_tui)
+    finally:
+        if ticker is not None:
+            ticker.stop()
+            ticker.queue.close()
+    raise typer.Exit(code)
 
 
 def _app_handler(text: str) -> str:
@@ -351,6 +362,25 @@ def _app_handler(text: str) -> str:
         found = f"found {', '.join(queues)}" if queues else "found none"
         bad("--app", text, f"a module with one Queue ({found}); MODULE:NAME names one")
     return f"{module_name}:{queues[0]}"
+
+
+def _ticker(spec: str, location: str) -> Ticker | None:
+    """What enqueues the ticks of the app's periodic tasks into the queue `qw up` works
+    (None: it has none)."""
+    import importlib
+
+    from queue_worker.periodic import Ticker
+    from queue_worker.producer import Queue
+
+    module_name, _, name = spec.partition(":")
+    app_queue = getattr(importlib.import_module(module_name), name)
+    if not app_queue.schedules:
+        return None
+    from logstore import is_redis_url
+
+    if is_redis_url(location):
+        bad("--app", spec, "periodic tasks on a data directory (not on Redis in this version)")
+    return Ticker(Queue(location), app_queue.schedules)
 
 
 def _cwd_on_path() -> None:
