@@ -41,7 +41,7 @@ from queue_worker.protocol.records import (
 
 FAST = settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
-KNOWN_CODES = (CLAIM, RENEW, DONE, FAIL, TASK)
+KNOWN_CODES = (CLAIM, RENEW, DONE, FAIL, TASK, TASK_BY_NAME, TASK_SCHEDULED)
 
 # -- strategies --------------------------------------------------------------------------
 
