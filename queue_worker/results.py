@@ -83,7 +83,7 @@ class ResultReader:
         self._not_before: dict[int, int] = {}  # the delayed tasks this program enqueued
         self._state = ClaimState()
         self._position = 0
-        self._from_prefix = False  # the fold starts from a compacted prefix
+        self._stale = False  # a task wanted since needs the log read again (`want`)
 
     def _opened(self) -> Log:
         if self._log is None:
@@ -95,7 +95,8 @@ class ResultReader:
         """Fold from the log's start (or from the compacted prefix's fold)."""
         log = self._log
         assert log is not None
-        self._state, self._position, self._from_prefix = ClaimState(), log.start, False
+        self._state, self._position = ClaimState(), log.start
+        self._stale = False
         self._results.clear()
         self._errors.clear()
         if log.start != log.origin:
@@ -104,7 +105,7 @@ class ResultReader:
             compacted = compacted_prefix(self._location)
             if compacted is not None:
                 self._state = ClaimState.restore(compacted[0].state)
-                self._position, self._from_prefix = compacted[1], True
+                self._position = compacted[1]
 
     def want(self, task: int, not_before: int = 0) -> None:
         """Keep `task`'s result from now on (re-reading the log if it may be behind us).
@@ -115,10 +116,12 @@ class ResultReader:
             return
         self._wanted.add(task)
         if self._log is not None and self._state.is_done(task):
-            self._restart()  # its DONE was read before we wanted it: read again
+            self._stale = True  # its DONE was read before we wanted it: read again, once
 
     def catch_up(self) -> None:
         log = self._opened()
+        if self._stale:  # (one read again for every handle made since)
+            self._restart()
         while True:
             try:
                 entries = log.read(self._position, READ_BATCH)
