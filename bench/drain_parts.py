@@ -105,7 +105,7 @@ PARTS: dict[str, list[tuple[Any, str]]] = {
         (_Running, "__exit__"),
     ],
     "handler (no-op) and its context": [
-        (worker_module, "run_handler"),
+        (worker_module, "run_task"),
         (worker_module, "TaskContext"),
     ],
     "stats events and publish calls": [
