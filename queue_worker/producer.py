@@ -320,6 +320,30 @@ class Queue:
             record.function, args, kwargs, priority=record.priority, retry_of=task_id
         )
 
+    def cancel(self, task_id: int) -> None:
+        """Cancel a pending or held task: a CANCEL record in the claims log makes it dead
+        (protocol rule 6). A pending one never runs; a held one's holder has its next
+        renewal refused, so its handler sees `ctx.cancelled`. Its handle's `result()` raises
+        TaskFailed ("cancelled by …"). ValueError for a task that has ended."""
+        import os
+        import socket
+
+        if self.immediate:
+            raise QwError("an immediate queue runs each task at enqueue: none is left to cancel")
+        if is_redis_url(str(self._location)):
+            raise ValueError(
+                "cancel is not supported on a Redis queue by this version of qw (its server "
+                "folds the claims); expected a data directory"
+            )
+        if not 0 <= task_id < self._known_tasks():
+            raise ValueError(f"task {task_id} is not in the tasks log; expected a task id")
+        self._reader().cancel(task_id, f"qw-cancel@{socket.gethostname()}-{os.getpid()}")
+
+    def _known_tasks(self) -> int:
+        self._first_of_key("")  # (reads the tasks log as far as it goes, counting)
+        assert self._keys_at is not None
+        return self._keys_at[0]
+
     def dead_not_retried(self) -> tuple[list[int], list[int]]:
         """The dead tasks by name that no task in the tasks log retries yet, and the dead
         payload tasks (a payload task carries no link to the task it retries, so whether

@@ -9,7 +9,7 @@ with the log's own wait (inotify on a file log, a blocking XREAD on Redis): no p
 
 The words of `TaskHandle.state()`: ``pending`` (not held: never claimed yet, or waiting for
 its retry time), ``scheduled`` (enqueued here with a delay that has not ended), ``held`` (a
-claim holds it), ``done``, ``dead``.
+claim holds it), ``done``, ``dead``, ``cancelled`` (a CANCEL made it dead: `Queue.cancel`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,14 @@ from typing import TYPE_CHECKING, Any, Final
 
 from logstore import Durability, Log, PositionCompactedError
 from queue_worker.errors import QwError
-from queue_worker.protocol.records import Done, Fail, RecordDecodeError, error_traceback
+from queue_worker.protocol.records import (
+    Cancel,
+    Done,
+    Fail,
+    RecordDecodeError,
+    encode,
+    error_traceback,
+)
 from queue_worker.protocol.state import ClaimState, Verdict
 from queue_worker.worker.topics import CLAIMS_TOPIC, READ_BATCH, decode_claims_entry, open_topic
 
@@ -81,6 +88,7 @@ class ResultReader:
         self._results: dict[int, Any] = {}
         self._errors: dict[int, str] = {}  # a dead task's error and traceback
         self._not_before: dict[int, int] = {}  # the delayed tasks this program enqueued
+        self._cancelled: set[int] = set()  # the wanted tasks a CANCEL made dead
         self._state = ClaimState()
         self._position = 0
         self._stale = False  # a task wanted since needs the log read again (`want`)
@@ -99,6 +107,7 @@ class ResultReader:
         self._stale = False
         self._results.clear()
         self._errors.clear()
+        self._cancelled.clear()
         if log.start != log.origin:
             from queue_worker.proof.log_reading import compacted_prefix
 
@@ -144,7 +153,19 @@ class ResultReader:
                     self._results[record.task] = record.result
                 elif verdict is Verdict.DEAD and isinstance(record, Fail):
                     self._errors[record.task] = record.error  # (the fold keeps one line)
+                    if type(record) is Cancel:
+                        self._cancelled.add(record.task)
             self._position = entries[-1].next
+
+    def cancel(self, task: int, by: str) -> None:
+        """Append a CANCEL of `task` (durably), after checking that it is open."""
+        self.want(task)
+        word = self.state(task)
+        if word in ("done", "dead", "cancelled"):
+            raise ValueError(f"task {task} is {word}; expected a pending or held task")
+        at = time.time_ns() // 1000
+        record = Cancel(task, by, at, -1, f"cancelled by {by}", None)
+        self._opened().append(encode(record), durable=True)
 
     def dead_tasks(self) -> list[int]:
         self.catch_up()
@@ -158,7 +179,7 @@ class ResultReader:
         if self._state.is_done(task):
             return "done"
         if self._state.is_dead(task):
-            return "dead"
+            return "cancelled" if task in self._cancelled else "dead"
         if self._state.holder(task) is not None:
             return "held"
         not_before = self._not_before.get(task, 0)

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +53,15 @@ def note(path):
         out.write("ran\\n")
     with open(path) as done:
         return len(done.readlines())
+
+
+@queue.task
+def waits(path, *, ctx):
+    try:
+        ctx.sleep(600)
+    except Exception:
+        open(path, "w").close()  # it saw the cancellation
+        raise
 
 
 @queue.task(name="aadd")
@@ -532,3 +542,44 @@ def test_a_periodic_task_s_schedule_is_checked_when_it_is_registered(tmp_path: P
     five = Schedule("t", cron="*/5 * * * *").next_after(at_us)
     assert datetime.fromtimestamp(five / 1_000_000, timezone.utc) == at.replace(minute=5, second=0)
     assert Schedule("t", every_s=60).next_after(at_us) == (at_us // 60_000_000 + 1) * 60_000_000
+
+
+# -- cancel ----------------------------------------------------------------------------------
+
+
+def is_held(handle: Any) -> bool:
+    return bool(handle.state() == "held")
+
+
+def test_cancel_makes_a_pending_or_a_held_task_dead(app_dir: Path) -> None:
+    from tests.helpers import wait_until
+
+    location = str(app_dir / ".qw")
+    queue = Queue(location)
+
+    @queue.task
+    def waits(path: str, *, ctx: TaskContext) -> None:
+        raise AssertionError("runs in a worker")
+
+    stopped = app_dir / "stopped"
+    with queue:
+        later = waits.enqueue(str(stopped), delay=600)  # pending: no worker tries it yet
+        queue.cancel(later.id)
+        assert later.state() == "cancelled"
+        with pytest.raises(TaskFailed, match=r"task 0 is dead: cancelled by qw-cancel@"):
+            later.result(timeout=10)
+        with pytest.raises(ValueError, match="task 0 is cancelled; expected a pending or held"):
+            queue.cancel(later.id)
+        for _ in run_app(app_dir, location):
+            held = waits.enqueue(str(stopped))
+            wait_until(partial(is_held, held), 60, "the task held")
+            done = qw("cancel", str(held.id), cwd=app_dir)
+            assert done.returncode == 0, done.stderr
+            assert done.stdout.strip() == f"task {held.id} cancelled"
+            with pytest.raises(TaskFailed, match="cancelled by"):
+                held.result(timeout=60)
+            wait_until(stopped.exists, 60, "the handler to see ctx.cancelled")
+    assert "cancelled: cancelled by qw-cancel@" in qw("task", "0", cwd=app_dir).stdout
+    gone = qw("cancel", "99", cwd=app_dir)
+    assert gone.returncode == 2
+    assert gone.stderr.strip() == "qw: error: task 99 is not in the tasks log; expected a task id"

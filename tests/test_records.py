@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from queue_worker.protocol.records import (
+    CANCEL,
     CLAIM,
     DONE,
     FAIL,
@@ -41,7 +42,7 @@ from queue_worker.protocol.records import (
 
 FAST = settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
-KNOWN_CODES = (CLAIM, RENEW, DONE, FAIL, TASK, TASK_BY_NAME, TASK_SCHEDULED)
+KNOWN_CODES = (CLAIM, RENEW, DONE, FAIL, TASK, TASK_BY_NAME, TASK_SCHEDULED, CANCEL)
 
 # -- strategies --------------------------------------------------------------------------
 

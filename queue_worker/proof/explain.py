@@ -20,6 +20,7 @@ from queue_worker.names import printable, worker_label
 from queue_worker.protocol.clock_jumps import ClockWatch
 from queue_worker.protocol.ops import DEATH, OpRecord, held_by
 from queue_worker.protocol.records import (
+    Cancel,
     Claim,
     ClaimsRecord,
     Done,
@@ -283,7 +284,10 @@ class _Teller:
 
     def _fail(self, r: Fail, o: Outcome) -> Step:
         v = o.verdict
-        if v is Verdict.DEAD:
+        if v is Verdict.DEAD and type(r) is Cancel:
+            self.closed_at = o.position
+            why = f"cancelled: {printable(r.message)}"
+        elif v is Verdict.DEAD:
             self.closed_at = o.position
             why = f"dead: attempts used up; last error: {printable(r.message)}"
         elif v is Verdict.RELEASED:

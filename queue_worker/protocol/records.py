@@ -15,6 +15,7 @@ a one-letter type code; the rest are the type's fields in the order of the datac
     RENEW  [1, "R", task, worker, at, claim, lease]
     DONE   [1, "D", task, worker, at, claim, result]
     FAIL   [1, "F", task, worker, at, claim, error, retry_at]
+    CANCEL [1, "V", task, by, at, error]     (a dead FAIL from no holder: `qw cancel`)
     TASK   [1, "T", payload, enqueued_at]
     TASK   [1, "N", enqueued_at, function, args, kwargs]     (a task by name)
     TASK   [1, "S", enqueued_at, function, args, kwargs, options]
@@ -69,6 +70,7 @@ DONE: Final = "D"
 FAIL: Final = "F"
 TASK_BY_NAME: Final = "N"
 TASK_SCHEDULED: Final = "S"
+CANCEL: Final = "V"
 
 
 #: the largest task id: a tasks log of 2^63 records is beyond any disk, and every id up to
@@ -154,6 +156,15 @@ class Fail(NamedTuple):
     @property
     def dead(self) -> bool:
         return self.retry_at is None
+
+
+class Cancel(Fail):
+    """CANCEL: task t is cancelled (`qw cancel`): a FAIL that makes it dead whoever holds it
+    (`worker` is who cancelled it; `claim` is -1 and `retry_at` None). Every reader that
+    reads it as a FAIL reads a dead one; the fold accepts it from anyone while the task is
+    open (protocol rule 6), and then refuses its holder's RENEW, DONE and FAIL."""
+
+    __slots__ = ()
 
 
 class Unknown(NamedTuple):
@@ -377,6 +388,12 @@ def encode(record: Record) -> bytes:
             and type(d.result) in _SCALARS
         )
         return _pack(items, free_form=type(d.result) not in _SCALARS, scalars=scalars)
+    if type(record) is Cancel:
+        x: Any = record
+        _fields((x.task, "task", int), (x.worker, "worker", str), (x.at, "at", int))
+        _fields((x.error, "error", str))
+        items = [SCHEMA, CANCEL, x.task, x.worker, x.at, x.error]
+        return _pack(items, free_form=False, scalars=True)
     if isinstance(record, Fail):
         f: Any = record
         _fields((f.task, "task", int), (f.worker, "worker", str), (f.at, "at", int))
@@ -439,6 +456,7 @@ def _str(value: Any, field: str) -> str:
 
 _FIELD_COUNTS: Final = {
     CLAIM: 6,
+    CANCEL: 6,
     RENEW: 7,
     DONE: 7,
     FAIL: 8,
@@ -545,6 +563,9 @@ def _decode_checked(items: Any) -> Record:
             _int(items[5], "claim"),
             _int(items[6], "lease"),
         )
+    if code == CANCEL:
+        task, by, at = _task(items[2]), _str(items[3], "worker"), _int(items[4], "at")
+        return Cancel(task, by, at, -1, _str(items[5], "error"), None)
     if code == FAIL:
         retry_at = items[7]
         return Fail(

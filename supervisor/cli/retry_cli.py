@@ -1,5 +1,5 @@
 """`qw retry ID` and `qw retry --dead`: a dead task enqueued again, as a new task with the
-same call (linked to the dead one: `retry_of`) or the same payload."""
+same call (linked to the dead one: `retry_of`) or the same payload; `qw cancel ID`."""
 
 from __future__ import annotations
 
@@ -12,6 +12,27 @@ from supervisor.cli.options import DEFAULT_DIR, DirOption, LogOption, bad, fail,
 
 def register(app: typer.Typer) -> None:
     app.command(epilog="\b\nExamples:\n  qw retry 17\n  qw retry --dead")(retry)
+    app.command(epilog="\b\nExamples:\n  qw cancel 17")(cancel)
+
+
+def cancel(
+    task: Annotated[int, typer.Argument(metavar="ID", help="The pending or held task.")],
+    directory: DirOption = DEFAULT_DIR,
+    log: LogOption = None,
+) -> None:
+    """Cancel a task: a CANCEL record makes it dead. A pending task never runs; a held
+    one's next renewal is refused, so its handler sees ctx.cancelled."""
+    from logstore import LogError
+    from queue_worker.producer import Queue
+
+    if task < 0:
+        bad("ID", task, "a task id >= 0")
+    try:
+        with Queue(location_of(directory, log)) as queue:
+            queue.cancel(task)
+    except (ValueError, LogError) as e:
+        fail(str(e))
+    typer.echo(f"task {task} cancelled")
 
 
 def retry(
