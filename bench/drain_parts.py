@@ -106,7 +106,7 @@ PARTS: dict[str, list[tuple[Any, str]]] = {
         (_Running, "__exit__"),
     ],
     "handler (no-op) and its context": [
-        (attempt_module, "run_handler"),
+        (attempt_module, "run_task"),
         (attempt_module, "TaskContext"),
     ],
     "stats events and publish calls": [

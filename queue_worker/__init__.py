@@ -2,10 +2,18 @@
 
 The package's face, for code that enqueues tasks or writes handlers::
 
-    from queue_worker import Queue, TaskContext, time_limit
+    from queue_worker import Queue, TaskFailed
 
-    with Queue(".qw") as queue:
-        queue.enqueue({"n": 1})
+    queue = Queue(".qw")
+
+    @queue.task
+    def add(a, b):
+        return a + b
+
+    add.enqueue(1, 2).result(timeout=10)   # 3, once `qw up --app myjobs` runs
+
+`TaskFailed` is what `result()` raises for a dead or cancelled task, with its error and
+traceback; `ResultRemovedError`, for a result compaction removed.
 
 Every error the package raises on purpose is a `QwError` (those that are also a
 `logstore.LogError` or a `ValueError` keep that base too).
@@ -30,6 +38,10 @@ if TYPE_CHECKING:
     from queue_worker.producer import Queue
     from queue_worker.proof.report import ReportInputError
     from queue_worker.protocol.records import RecordDecodeError, RecordEncodeError, TaskIdRangeError
+    from queue_worker.results import ResultRemovedError as ResultRemovedError
+    from queue_worker.results import TaskFailed as TaskFailed
+    from queue_worker.results import TaskHandle
+    from queue_worker.tasks import TaskFunction
     from queue_worker.topics import SettleError
     from queue_worker.worker.handlers import (
         HandlerLoadError,
@@ -39,12 +51,17 @@ if TYPE_CHECKING:
     )
 
 __all__ = [
-    # enqueueing
+    # enqueueing, and waiting for results
     "Queue",
+    "TaskFunction",
+    "TaskHandle",
     # writing a handler
     "TaskContext",
     "time_limit",
     "TaskCancelled",
+    # waiting for a result: a dead or cancelled task, a result compaction removed
+    "TaskFailed",
+    "ResultRemovedError",
     # errors: the root, and every error under it
     "QwError",
     "RecordDecodeError",
@@ -60,6 +77,10 @@ __all__ = [
 #: where each name of the face is defined (loaded on first use)
 _HOMES: Final = {
     "Queue": "queue_worker.producer",
+    "TaskFunction": "queue_worker.tasks",
+    "TaskHandle": "queue_worker.results",
+    "TaskFailed": "queue_worker.results",
+    "ResultRemovedError": "queue_worker.results",
     "TaskContext": "queue_worker.worker.handlers",
     "time_limit": "queue_worker.worker.handlers",
     "TaskCancelled": "queue_worker.worker.handlers",

@@ -12,3 +12,8 @@ can import it without loading more.
 
 class QwError(Exception):
     """The root of the errors queue_worker raises."""
+
+
+class TaskCancelled(QwError):
+    """Raised by a handler that stops because its worker lost the lease (here, not with the
+    handlers, so that the code that runs an `async def` task can raise it too)."""

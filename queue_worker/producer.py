@@ -1,4 +1,19 @@
-"""Enqueueing tasks: `Queue(location).enqueue(payload) -> task id`.
+"""Enqueueing tasks: functions by name (`@queue.task`, `f.enqueue(...)`: queue_worker.tasks)
+and their results (`handle.result(timeout=)`: queue_worker.results); or payloads for one
+handler, `Queue(location).enqueue(payload) -> task id`.
+
+    queue = Queue(".qw")
+
+    @queue.task
+    def add(a, b):
+        return a + b
+
+    print(add.enqueue(1, 2).result(timeout=10))   # once `qw up --app myjobs` runs
+
+Inline mode, for tests of code that enqueues: `Queue(".qw", immediate=True)` runs each task
+at enqueue, in the calling process, once (no retries, no time limit), with the encoding
+checks and errors of a real enqueue; its handles answer as others do. Nothing is opened or
+written at the location.
 
 A task's id is its index in the tasks log (0, 1, 2, …): stable, short, and the same for
 every reader, because the log's order is. An append returns only a *position*, so the
@@ -16,15 +31,33 @@ from __future__ import annotations
 
 import os
 import reprlib
-from collections.abc import Iterable, Sequence
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import datetime
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any, overload
 
 from logstore import Durability, Log, LogError, PositionCompactedError, is_redis_url
-from queue_worker.protocol.clock import Clock, now_us
-from queue_worker.protocol.records import RecordEncodeError, TaskRecord, encode
+from queue_worker.errors import QwError
+from queue_worker.protocol.clock import Clock, now_us, seconds_to_us
+from queue_worker.protocol.records import (
+    Done,
+    RecordDecodeError,
+    RecordEncodeError,
+    TaskRecord,
+    decode_task,
+    encode,
+    with_traceback,
+)
 from queue_worker.topics import READ_BATCH, TASKS_TOPIC, open_topic
+
+# (loaded when first used: `qw enqueue` of payloads needs neither the fold nor the handlers)
+if TYPE_CHECKING:
+    from queue_worker.periodic import Schedule
+    from queue_worker.results import ResultReader, TaskHandle
+    from queue_worker.tasks import TaskFunction
+    from queue_worker.worker.handlers import Handler
 
 #: a tasks log shorter than this is counted from its start (~30,000 tasks: ~20 ms, about
 #: what loading the checkpoint's modules costs `qw enqueue`, which needs none of the fold's)
@@ -39,18 +72,34 @@ class Queue:
         location: str | Path,
         fsync: str = "commit",
         *,
+        immediate: bool = False,
         tasks_log: Log | None = None,
         clock: Clock = now_us,
     ) -> None:
         """Open the tasks log at `location` (a data directory or a redis:// URL), or use
-        `tasks_log` when given (tests)."""
+        `tasks_log` when given (tests). `immediate`: run each task at enqueue, here (the
+        module docstring); nothing is opened."""
         durability = Durability.parse(fsync)
+        self._registered: dict[str, TaskFunction[Any, Any]] = {}
+        self._schedules: list[Schedule] = []
+        self.immediate = immediate
+        self._clock = clock
+        self._location = location if is_redis_url(str(location)) else Path(location)
+        self._durability = durability
+        self._results: ResultReader | None = None
+        #: immediate mode: each task's end, by id ("done", result) or ("dead", error)
+        self._ran: list[tuple[str, Any]] = []
+        self._owns_log = False
+        #: the first task of each key seen so far, and where that look has read to
+        self._keys: dict[str, int] = {}
+        self._keys_at: tuple[int, int] | None = None
+        self._retried: set[int] = set()  # the dead tasks a task in the log retries
+        if immediate:
+            return
         self._owns_log = tasks_log is None
         self.log = (
             tasks_log if tasks_log is not None else open_topic(location, TASKS_TOPIC, durability)
         )
-        self._clock = clock
-        self._location = location if is_redis_url(str(location)) else Path(location)
         try:  # ids are counted: a log that lost records would hand out ids already given
             self.log.verify_history()
         except BaseException:
@@ -96,6 +145,291 @@ class Queue:
         except OSError:
             return True
 
+    # -- tasks by name ---------------------------------------------------------------------
+
+    @overload
+    def task(self, function: Callable[..., Any], /) -> TaskFunction[Any, Any]: ...
+
+    @overload
+    def task(
+        self,
+        function: None = None,
+        /,
+        *,
+        name: str | None = None,
+        max_attempts: int | None = None,
+        timeout: float | None = None,
+    ) -> Callable[[Callable[..., Any]], TaskFunction[Any, Any]]: ...
+
+    def task(
+        self,
+        function: Callable[..., Any] | None = None,
+        /,
+        *,
+        name: str | None = None,
+        max_attempts: int | None = None,
+        timeout: float | None = None,
+    ) -> TaskFunction[Any, Any] | Callable[[Callable[..., Any]], TaskFunction[Any, Any]]:
+        """Register a function (``@queue.task`` or ``@queue.task(max_attempts=5,
+        timeout=30)``) under its name, or `name`: see queue_worker.tasks. `max_attempts`
+        and `timeout` (seconds) override the worker's --max-attempts and --task-timeout."""
+
+        from queue_worker.tasks import TaskFunction
+
+        def register(function: Callable[..., Any]) -> TaskFunction[Any, Any]:
+            task_name = name if name is not None else getattr(function, "__name__", "")
+            if task_name in self._registered:
+                raise ValueError(
+                    f"task name {task_name!r} is registered already on this queue; "
+                    "expected one function per name (name= chooses another)"
+                )
+            registered = TaskFunction(self, function, task_name, max_attempts, timeout)
+            self._registered[task_name] = registered
+            return registered
+
+        return register if function is None else register(function)
+
+    def periodic(
+        self,
+        *,
+        every: float | None = None,
+        cron: str | None = None,
+        name: str | None = None,
+        max_attempts: int | None = None,
+        timeout: float | None = None,
+    ) -> Callable[[Callable[..., Any]], TaskFunction[Any, Any]]:
+        """Register a function of no arguments (or only `ctx`) as a task that `qw up --app`
+        enqueues every `every` seconds, or by the `cron` expression (queue_worker.periodic):
+        each tick once, however many supervisors run."""
+        from queue_worker.periodic import Schedule
+
+        def register(function: Callable[..., Any]) -> TaskFunction[Any, Any]:
+            task_name = name if name is not None else getattr(function, "__name__", "")
+            schedule = Schedule(task_name, every, cron)  # (ValueError before registering)
+            registered = self.task(name=task_name, max_attempts=max_attempts, timeout=timeout)(
+                function
+            )
+            self._schedules.append(schedule)
+            return registered
+
+        return register
+
+    @property
+    def schedules(self) -> list[Schedule]:
+        """The periodic tasks' schedules (`periodic`)."""
+        return list(self._schedules)
+
+    @property
+    def registered(self) -> Mapping[str, TaskFunction[Any, Any]]:
+        """The functions registered with this queue, by name."""
+        return dict(self._registered)
+
+    def handlers(self, spec: str) -> Mapping[str, Handler]:
+        """How a worker runs each registered function (`qw up --app`)."""
+        return {name: f.handler() for name, f in self._registered.items()}
+
+    def enqueue_call(
+        self,
+        name: str,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        *,
+        delay: float | None = None,
+        eta: datetime | None = None,
+        priority: int = 0,
+        key: str | None = None,
+        retry_of: int | None = None,
+    ) -> TaskHandle:
+        """Append a task calling the function registered as `name`; its handle (the options:
+        `TaskFunction.enqueue`). Raises RecordEncodeError, naming the call, when msgpack
+        cannot encode an argument, ValueError for a bad option: then nothing is written."""
+        at = self._clock()
+        not_before = _not_before(at, delay, eta)
+        if isinstance(priority, bool) or not isinstance(priority, int):
+            raise ValueError(f"priority is {priority!r}; expected an integer")
+        if key is not None and not isinstance(key, str):
+            raise ValueError(f"key is {key!r}; expected a string")
+        if (not_before or priority or key is not None) and is_redis_url(str(self._location)):
+            raise ValueError(
+                "delay=, eta=, priority= and key= are not supported on a Redis queue by "
+                "this version of qw (its server picks the tasks); expected a data directory"
+            )
+        call = (None, at, name, list(args), dict(kwargs or {}))
+        record = TaskRecord(*call, not_before, priority, key, retry_of)
+        try:
+            data = encode(record)
+        except RecordEncodeError as e:
+            raise RecordEncodeError(f"{_call_text(record)} cannot be enqueued: {e}") from e
+        if self.immediate:
+            return self._run_now(record)
+        if key is not None:
+            first = self._first_of_key(key)
+            if first is not None:  # enqueued before: that task is the task
+                return self.handle(first)
+        task_id = self._append([data])[0]
+        if key is not None:  # another producer's, appended before ours, is the task
+            first = self._first_of_key(key)
+            if first is not None and first != task_id:
+                return self.handle(first)
+        self._reader().want(task_id, not_before)
+        from queue_worker.results import TaskHandle
+
+        return TaskHandle(self, task_id)
+
+    def _first_of_key(self, key: str) -> int | None:
+        """The first task of `key` in the tasks log (None: none yet): the tasks with keys
+        are indexed as far as the log goes, from where this producer's counting starts."""
+        if self._keys_at is None:
+            self._keys_at = self._count_from()
+        index, position = self._keys_at
+        while entries := self.log.read(position, READ_BATCH):
+            for entry in entries:
+                if entry.data.startswith(_OPTIONS_PREFIX):
+                    try:
+                        record = decode_task(entry.data)
+                    except RecordDecodeError:
+                        record = None
+                    if isinstance(record, TaskRecord) and record.key is not None:
+                        self._keys.setdefault(record.key, index)
+                    if isinstance(record, TaskRecord) and record.retry_of is not None:
+                        self._retried.add(record.retry_of)
+                index += 1
+            position = entries[-1].next
+        self._keys_at = index, position
+        return self._keys.get(key)
+
+    def retry(self, task_id: int) -> TaskHandle:
+        """Enqueue a dead task again: a new task with the same call (linked to the dead one
+        by `retry_of`) or the same payload; its handle. ValueError when the task is not dead
+        or its record cannot be read."""
+        from queue_worker.proof.log_reading import read_task
+
+        if self.immediate:
+            raise QwError("an immediate queue has no dead tasks to retry in its logs")
+        state = self._reader().state(task_id)
+        if state != "dead":
+            raise ValueError(f"task {task_id} is {state}; expected a dead task")
+        record = read_task(self._location, task_id)
+        if not isinstance(record, TaskRecord):
+            why = "it is not in the tasks log" if record is None else record
+            raise ValueError(f"task {task_id} cannot be retried: {why}")
+        if record.function is None:
+            return self.handle(self.enqueue(record.payload))
+        args, kwargs = record.args, record.kwargs
+        return self.enqueue_call(
+            record.function, args, kwargs, priority=record.priority, retry_of=task_id
+        )
+
+    def cancel(self, task_id: int) -> None:
+        """Cancel a pending or held task: a CANCEL record in the claims log makes it dead
+        (protocol rule 6). A pending one never runs; a held one's holder has its next
+        renewal refused, so its handler sees `ctx.cancelled`. Its handle's `result()` raises
+        TaskFailed ("cancelled by …"). ValueError for a task that has ended."""
+        import os
+        import socket
+
+        if self.immediate:
+            raise QwError("an immediate queue runs each task at enqueue: none is left to cancel")
+        if is_redis_url(str(self._location)):
+            raise ValueError(
+                "cancel is not supported on a Redis queue by this version of qw (its server "
+                "folds the claims); expected a data directory"
+            )
+        if not 0 <= task_id < self._known_tasks():
+            raise ValueError(f"task {task_id} is not in the tasks log; expected a task id")
+        self._reader().cancel(task_id, f"qw-cancel@{socket.gethostname()}-{os.getpid()}")
+
+    def _known_tasks(self) -> int:
+        self._first_of_key("")  # (reads the tasks log as far as it goes, counting)
+        assert self._keys_at is not None
+        return self._keys_at[0]
+
+    def dead_not_retried(self) -> tuple[list[int], list[int]]:
+        """The dead tasks by name that no task in the tasks log retries yet, and the dead
+        payload tasks (a payload task carries no link to the task it retries, so whether
+        one was retried is not in the log): `qw retry --dead`."""
+        from queue_worker.proof.log_reading import read_task
+
+        if self.immediate:
+            return [], []
+        self._first_of_key("")  # (reads the tasks log's options as far as it goes)
+        by_name, payloads = [], []
+        for task in sorted(self._reader().dead_tasks()):
+            if task in self._retried:
+                continue
+            record = read_task(self._location, task)
+            if isinstance(record, TaskRecord) and record.function is None:
+                payloads.append(task)
+            else:
+                by_name.append(task)
+        return by_name, payloads
+
+    def handle(self, task_id: int) -> TaskHandle:
+        """The handle of task `task_id` (one enqueued elsewhere, say)."""
+        from queue_worker.results import TaskHandle
+
+        if not self.immediate:
+            self._reader().want(task_id)
+        return TaskHandle(self, task_id)
+
+    def state(self, task_id: int) -> str:
+        """``pending``, ``held``, ``done`` or ``dead`` (queue_worker.results)."""
+        if self.immediate:
+            return self._ran[task_id][0] if 0 <= task_id < len(self._ran) else "pending"
+        return self._reader().state(task_id)
+
+    def result(self, task_id: int, timeout: float | None = None) -> Any:
+        """Task `task_id`'s result, waiting at most `timeout` seconds (TaskHandle.result)."""
+        if self.immediate:
+            if not 0 <= task_id < len(self._ran):
+                raise TimeoutError(f"task {task_id} was never enqueued on this immediate queue")
+            end, value = self._ran[task_id]
+            if end == "dead":
+                from queue_worker.results import TaskFailed
+
+                raise TaskFailed(task_id, value)
+            return value
+        return self._reader().result(task_id, timeout)
+
+    def _reader(self) -> ResultReader:
+        if self._results is None:
+            from queue_worker.results import ResultReader
+
+            self._results = ResultReader(self._location, self._durability)
+        return self._results
+
+    def _run_now(self, record: TaskRecord) -> TaskHandle:
+        """Immediate mode: run the task here, once, as a worker would."""
+        from queue_worker.results import TaskHandle
+        from queue_worker.worker.handlers import (
+            NamedHandlers,
+            TaskContext,
+            failure_traceback,
+            run_task,
+        )
+
+        if record.key is not None and record.key in self._keys:
+            return TaskHandle(self, self._keys[record.key])
+        task_id = len(self._ran)
+        if record.key is not None:
+            self._keys[record.key] = task_id
+        handlers = NamedHandlers(f"{self._location}", self.handlers(""))
+        ctx = TaskContext(task_id, 1, threading.Event(), "immediate")
+        outcome = run_task(handlers, record, ctx)
+        if outcome.error is None:
+            try:  # the result must encode, as a worker's DONE must
+                encode(Done(task_id, "immediate", self._clock(), 0, outcome.result))
+            except RecordEncodeError as e:
+                self._ran.append(("dead", f"result cannot be recorded: {e}"))
+            else:
+                self._ran.append(("done", outcome.result))
+        else:
+            traceback = failure_traceback(outcome.exception)
+            self._ran.append(("dead", with_traceback(outcome.error, traceback)))
+        return TaskHandle(self, task_id)
+
+    # -- payload tasks ---------------------------------------------------------------------
+
     def enqueue(self, payload: Any) -> int:
         """Append one task; return its id."""
         return self.enqueue_many([payload])[0]
@@ -106,8 +440,15 @@ class Queue:
         Raises RecordEncodeError, naming the value, if a payload cannot be encoded: then
         nothing is written.
         """
+        if self.immediate:
+            raise QwError(
+                "an immediate queue runs tasks by name only (@queue.task); "
+                "expected f.enqueue(...), not a payload"
+            )
         at = self._clock()
-        records = [_encode_payload(i, payload, at) for i, payload in enumerate(payloads)]
+        return self._append([_encode_payload(i, payload, at) for i, payload in enumerate(payloads)])
+
+    def _append(self, records: list[bytes]) -> list[int]:
         if not records:
             return []
         positions = self.log.append_many(records, durable=True)
@@ -137,6 +478,9 @@ class Queue:
             at = entries[-1].next
 
     def close(self) -> None:
+        if self._results is not None:
+            self._results.close()
+            self._results = None
         if self._owns_log:
             self.log.close()
 
@@ -163,6 +507,32 @@ def check_payloads(payloads: Sequence[Any]) -> None:
     enqueued (a producer over several logs checks them all before it appends anything)."""
     for index, payload in enumerate(payloads):
         _encode_payload(index, payload, 0)
+
+
+#: how a task with options (type "S") begins on the wire: the only records with a key
+_OPTIONS_PREFIX = b"\x97\x01\xa1S"
+
+
+def _not_before(at: int, delay: float | None, eta: datetime | None) -> int:
+    """A task's `not_before` (µs; 0: at once) from `delay` seconds after `at` or `eta`."""
+    if delay is not None and eta is not None:
+        raise ValueError(f"delay={delay!r} and eta={eta!r}; expected one of them, not both")
+    if delay is not None:
+        if isinstance(delay, bool) or not isinstance(delay, int | float) or not delay >= 0:
+            raise ValueError(f"delay is {delay!r}; expected a number of seconds >= 0")
+        return at + seconds_to_us(delay) if delay else 0
+    if eta is not None:
+        if not isinstance(eta, datetime) or eta.utcoffset() is None:
+            raise ValueError(f"eta is {eta!r}; expected an aware datetime (with a time zone)")
+        return max(round(eta.timestamp() * 1_000_000), 1)
+    return 0
+
+
+def _call_text(record: TaskRecord) -> str:
+    """``resize('a.png', width=400)``, quoted bounded, for an error naming a call."""
+    args = [_QUOTE.repr(a) for a in record.args]
+    args += [f"{k}={_QUOTE.repr(v)}" for k, v in record.kwargs.items()]
+    return f"call {record.function}({', '.join(args)})"
 
 
 def _encode_payload(index: int, payload: Any, enqueued_at: int) -> bytes:

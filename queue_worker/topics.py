@@ -449,6 +449,9 @@ _SERVER_TIME: Final = operator.itemgetter(3)
 
 #: the first bytes of a TASK record of this schema: msgpack [1, "T", payload, enqueued_at]
 _TASK_PREFIX: Final = b"\x94\x01\xa1T"
+#: ... and of a task by name (type "N"): neither is decoded to be indexed (a task with a
+#: delay or a priority, type "S", is: the pick reads its time and priority)
+_TASK_PREFIXES: Final = (_TASK_PREFIX, b"\x96\x01\xa1N")
 
 #: TaskIndex: settled positions are dropped from the front of the array once at least this
 #: many, and at least half the array, are settled: each drop moves the live part once, so
@@ -474,6 +477,11 @@ class TaskIndexSnapshot(NamedTuple):
     positions: array[int]  # task id - base -> log position of its record
     foreign: tuple[int, ...]
     unreadable: tuple[tuple[int, str], ...]
+    #: (task, not_before, priority) of each task with a delay or a priority (type "S")
+    scheduled: tuple[tuple[int, int, int], ...] = ()
+    #: (key, task) of the first task of each key, and (task, first) of each later one
+    keys: tuple[tuple[str, int], ...] = ()
+    duplicates: tuple[tuple[int, int], ...] = ()
 
     @property
     def known(self) -> int:
@@ -501,6 +509,13 @@ class TaskIndex:
         self._last: int | None = None  # the last task's position
         self.foreign: set[int] = set()  # a record type from a newer writer: not ours to run
         self.unreadable: dict[int, str] = {}  # task id -> why its record does not decode
+        #: task id -> (not_before, priority) of a task with a delay or a priority: what the
+        #: pick reads (`queue_worker.worker.pick.Scheduled`); every other task has (0, 0)
+        self.scheduled: dict[int, tuple[int, int]] = {}
+        #: key -> the first task of that key (for ever: a key resolves to its first task
+        #: however long ago it ran), and task -> the first task of its key, for the later ones
+        self.keys: dict[str, int] = {}
+        self.duplicates: dict[int, int] = {}
         # The bytes of small TASK records this worker is likely to run (`keep_payloads`),
         # so that winning one does not cost a read of the log (a tenth of a no-op task).
         self._kept: OrderedDict[int, bytes] = OrderedDict()
@@ -547,7 +562,7 @@ class TaskIndex:
             self._base += 1
             return
         self._positions.append(entry.position)
-        if entry.data.startswith(_TASK_PREFIX):
+        if entry.data.startswith(_TASK_PREFIXES):
             # A TASK as this version writes it: its payload is decoded only when the task is
             # won (`load`), not by every worker for every task (a quarter of a drain's CPU
             # at 8 workers, measured). A malformed one still fails for good at `load`.
@@ -567,6 +582,13 @@ class TaskIndex:
             return
         if isinstance(record, Unknown):
             self.foreign.add(task)
+        else:
+            if record.not_before or record.priority:
+                self.scheduled[task] = (record.not_before, record.priority)
+            if record.key is not None:
+                first = self.keys.setdefault(record.key, task)
+                if first != task:
+                    self.duplicates[task] = first
 
     def settle_below(self, watermark: int) -> None:
         """Every task below `watermark` is settled (the claims fold's watermark: done or
@@ -585,6 +607,10 @@ class TaskIndex:
             self.foreign = {t for t in self.foreign if t >= watermark}
         if self.unreadable:
             self.unreadable = {t: why for t, why in self.unreadable.items() if t >= watermark}
+        if self.scheduled:
+            self.scheduled = {t: s for t, s in self.scheduled.items() if t >= watermark}
+        if self.duplicates:
+            self.duplicates = {t: f for t, f in self.duplicates.items() if t >= watermark}
 
     def snapshot(self) -> TaskIndexSnapshot:
         """The index as values that do not change with it: `TaskIndex.restore` of it gives
@@ -598,6 +624,9 @@ class TaskIndex:
             array("q", self._positions),
             tuple(self.foreign),
             tuple(self.unreadable.items()),
+            tuple((t, nb, p) for t, (nb, p) in self.scheduled.items()),
+            tuple(self.keys.items()),
+            tuple(self.duplicates.items()),
         )
 
     @classmethod
@@ -628,6 +657,9 @@ class TaskIndex:
         index._first, index._last = snap.first, snap.last
         index.foreign = set(snap.foreign)
         index.unreadable = dict(snap.unreadable)
+        index.scheduled = {t: (not_before, priority) for t, not_before, priority in snap.scheduled}
+        index.keys = dict(snap.keys)
+        index.duplicates = dict(snap.duplicates)
         ids = [*index.foreign, *index.unreadable]
         # an unreadable record is never also foreign (`_index` stops at the decode error)
         if len(set(ids)) != len(snap.foreign) + len(snap.unreadable):
@@ -687,4 +719,5 @@ class TaskIndex:
         record = decode_task(data)
         if not isinstance(record, TaskRecord):
             raise RecordDecodeError(f"task {task} is a record of unknown type {record.code!r}")
-        return record
+        first = self.duplicates.get(task)
+        return record if first is None else record._replace(resolves_to=first)

@@ -43,6 +43,8 @@ def test_every_package_error_is_a_qw_error_and_keeps_its_other_base() -> None:
         "CheckpointRefused",
         "SettleError",
         "TaskCancelled",
+        "TaskFailed",
+        "ResultRemovedError",
         "HandlerLoadError",
         "ReportInputError",
     }

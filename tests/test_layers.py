@@ -2,7 +2,8 @@
 
 Each layer may import the layers below it and itself, never one above: the rule is checked
 for every `import` and `from … import` in the product code, at the top of a module or inside
-a function (a local import is still an arrow a reader follows). Names imported from a
+a function (a local import is still an arrow a reader follows); an import under
+`if TYPE_CHECKING:` names a type for the checker and is not counted. Names imported from a
 package's face (`from logstore import LogError`) count as imports of the module the face
 took them from.
 """
@@ -36,12 +37,18 @@ LAYERS: list[tuple[str, ...]] = [
     ("queue_worker.protocol",),
     ("queue_worker.topics", "queue_worker.ops", "queue_worker.partition_layout"),
     ("queue_worker.history",),
-    ("queue_worker.producer",),
     ("queue_worker.worker",),
     ("queue_worker.redis",),
     ("queue_worker.opening", "queue_worker.process", "queue_worker.fleet"),
     ("queue_worker.proof",),
     ("queue_worker.compaction",),
+    # the face's objects: enqueueing, tasks by name, their results, periodic tasks
+    (
+        "queue_worker.producer",
+        "queue_worker.tasks",
+        "queue_worker.results",
+        "queue_worker.periodic",
+    ),
     ("queue_worker.partitions",),
     ("queue_worker",),
     # supervisor: shared text and options, the running supervisor, its screens, the commands
@@ -96,8 +103,25 @@ def _face_homes(package: str) -> dict[str, str]:
     return homes
 
 
+def _is_type_checking(node: ast.AST) -> bool:
+    test = node.test if isinstance(node, ast.If) else None
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _nodes(tree: ast.AST) -> Iterator[ast.AST]:
+    """Every node, but not inside `if TYPE_CHECKING:` (names for the type checker only)."""
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        yield node
+        if not _is_type_checking(node):
+            stack.extend(ast.iter_child_nodes(node))
+
+
 def _imports(path: Path) -> Iterator[tuple[int, str]]:
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in _nodes(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 yield node.lineno, alias.name

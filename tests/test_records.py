@@ -13,12 +13,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from queue_worker.protocol.records import (
+    CANCEL,
     CLAIM,
     DONE,
     FAIL,
+    NO_KWARGS,
     RENEW,
     SCHEMA,
     TASK,
+    TASK_BY_NAME,
+    TASK_SCHEDULED,
     Claim,
     ClaimsRecord,
     Done,
@@ -38,7 +42,7 @@ from queue_worker.protocol.records import (
 
 FAST = settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
-KNOWN_CODES = (CLAIM, RENEW, DONE, FAIL, TASK)
+KNOWN_CODES = (CLAIM, RENEW, DONE, FAIL, TASK, TASK_BY_NAME, TASK_SCHEDULED, CANCEL)
 
 # -- strategies --------------------------------------------------------------------------
 
@@ -91,7 +95,46 @@ fails = st.builds(
     error=st.text(max_size=50),
     retry_at=st.none() | ints,
 )
-tasks = st.builds(TaskRecord, payload=msgpack_values, enqueued_at=ints)
+payload_tasks = st.builds(
+    TaskRecord,
+    payload=msgpack_values,
+    enqueued_at=ints,
+    function=st.none(),
+    args=st.just(()),
+    kwargs=st.just(NO_KWARGS),
+    not_before=st.just(0),
+    priority=st.just(0),
+    key=st.none(),
+    retry_of=st.none(),
+    resolves_to=st.none(),
+)
+named_tasks = st.builds(
+    TaskRecord,
+    payload=st.none(),
+    enqueued_at=ints,
+    function=st.text(max_size=20),
+    args=st.lists(msgpack_values, max_size=4),
+    kwargs=st.dictionaries(st.text(max_size=10), msgpack_values, max_size=4),
+    not_before=st.just(0),
+    priority=st.just(0),
+    key=st.none(),
+    retry_of=st.none(),
+    resolves_to=st.none(),
+)
+scheduled_tasks = st.builds(
+    TaskRecord,
+    payload=st.none(),
+    enqueued_at=ints,
+    function=st.text(max_size=20),
+    args=st.lists(msgpack_values, max_size=2),
+    kwargs=st.dictionaries(st.text(max_size=10), msgpack_values, max_size=2),
+    not_before=ints,
+    priority=ints,
+    key=st.none() | st.text(max_size=10),
+    retry_of=st.none() | st.integers(min_value=0, max_value=2**63 - 1),
+    resolves_to=st.none(),
+).filter(lambda t: bool(t.not_before or t.priority or t.key is not None or t.retry_of is not None))
+tasks = payload_tasks | named_tasks | scheduled_tasks
 claims_records: st.SearchStrategy[ClaimsRecord] = st.one_of(claims, renews, dones, fails)
 records: st.SearchStrategy[Record] = st.one_of(claims_records, tasks)
 
@@ -334,8 +377,15 @@ WRONG: dict[str, dict[int, st.SearchStrategy[Any]]] = {
     DONE: {2: not_ints, 3: not_strs, 4: not_ints, 5: not_ints},
     FAIL: {2: not_ints, 3: not_strs, 4: not_ints, 5: not_ints, 6: not_strs, 7: not_ints_nor_none},
     TASK: {3: not_ints},
+    TASK_BY_NAME: {
+        2: not_ints,
+        3: not_strs,
+        4: st.one_of(ints, st.text(max_size=3), st.none(), st.just({})),  # (not an array)
+        5: st.one_of(ints, st.text(max_size=3), st.lists(ints, max_size=2), st.just({1: 2})),
+    },
+    TASK_SCHEDULED: {2: not_ints, 3: not_strs, 6: st.one_of(ints, st.text(max_size=3))},
 }
-FIELD_COUNTS = {CLAIM: 6, RENEW: 7, DONE: 7, FAIL: 8, TASK: 4}
+FIELD_COUNTS = {CLAIM: 6, RENEW: 7, DONE: 7, FAIL: 8, TASK: 4, TASK_BY_NAME: 6, TASK_SCHEDULED: 7}
 
 
 @FAST

@@ -18,7 +18,8 @@ map::
 
     "tasks":  {"log": LOG, "next_position": int, "first": int|nil, "last": int|nil,
                "base": int, "settled": int, "positions": bytes, "foreign": [task],
-               "unreadable": [[task, why]]}
+               "unreadable": [[task, why]], "scheduled": [[task, not_before, priority]],
+               "keys": [[key, task]], "duplicates": [[task, first]]}
     "claims": {"log": LOG, "next_position": int, "malformed": int, "last_malformed": str|nil,
                "state": {"position", "done_count", "dead_count", "unknown_count",
                          "watermark": int, "closed_above": [task], "dead": [[task, error]],
@@ -511,6 +512,9 @@ def _tasks_plain(index: TaskIndexSnapshot, log: dict[str, Any]) -> dict[str, Any
         "positions": _positions_bytes(index.positions),
         "foreign": list(index.foreign),
         "unreadable": [list(item) for item in index.unreadable],
+        "scheduled": [list(item) for item in index.scheduled],
+        "keys": [list(item) for item in index.keys],
+        "duplicates": [list(item) for item in index.duplicates],
     }
 
 
@@ -890,7 +894,27 @@ def _tasks_from(plain: dict[str, Any]) -> TaskIndexSnapshot:
         positions,
         tuple(_int_item(t) for t in _list(plain, "foreign")),
         tuple((_int_item(t), _str_item(why)) for t, why in _pairs(plain, "unreadable")),
+        _scheduled(plain),
+        tuple((_str_item(k), _int_item(t)) for k, t in _pairs(plain, "keys"))
+        if "keys" in plain
+        else (),
+        tuple((_int_item(t), _int_item(f)) for t, f in _pairs(plain, "duplicates"))
+        if "duplicates" in plain
+        else (),
     )
+
+
+def _scheduled(plain: dict[str, Any]) -> tuple[tuple[int, int, int], ...]:
+    """The index's tasks with a delay or a priority (none in a checkpoint saved before)."""
+    if "scheduled" not in plain:
+        return ()
+    found = []
+    for item in _list(plain, "scheduled"):
+        if not isinstance(item, list) or len(item) != 3:
+            expected = "expected [task, not_before, priority]"
+            raise CheckpointRefused(f"scheduled task {item!r}; {expected}")
+        found.append((_int_item(item[0]), _int_item(item[1]), _int_item(item[2])))
+    return tuple(found)
 
 
 def _claims_from(plain: dict[str, Any]) -> ClaimsFollower:

@@ -20,6 +20,7 @@ from queue_worker.names import printable, worker_label
 from queue_worker.ops import DEATH, OpRecord, held_by
 from queue_worker.protocol.clock_jumps import ClockWatch
 from queue_worker.protocol.records import (
+    Cancel,
     Claim,
     ClaimsRecord,
     Done,
@@ -46,6 +47,7 @@ class Step(NamedTuple):
     verdict: str  # the Verdict's word ("won", "lost: held", …); "published" for TASK
     why: str
     claim: int | None = None  # the claim a RENEW/DONE/FAIL acted under
+    traceback: str | None = None  # a FAIL's: the handler's traceback, when it raised
 
 
 class TaskStory(NamedTuple):
@@ -69,6 +71,7 @@ class TaskStory(NamedTuple):
                     "verdict": s.verdict,
                     "why": s.why,
                     "claim": s.claim,
+                    "traceback": s.traceback,
                 }
                 for s in self.steps
             ],
@@ -281,16 +284,21 @@ class _Teller:
 
     def _fail(self, r: Fail, o: Outcome) -> Step:
         v = o.verdict
-        if v is Verdict.DEAD:
+        if v is Verdict.DEAD and type(r) is Cancel:
             self.closed_at = o.position
-            why = f"dead: attempts used up; last error: {printable(r.error)}"
+            why = f"cancelled: {printable(r.message)}"
+        elif v is Verdict.DEAD:
+            self.closed_at = o.position
+            why = f"dead: attempts used up; last error: {printable(r.message)}"
         elif v is Verdict.RELEASED:
             assert r.retry_at is not None
             self.released = True
-            why = f"released after error: {printable(r.error)}; retry at {clock_text(r.retry_at)}"
+            when = clock_text(r.retry_at)
+            why = f"released after error: {printable(r.message)}; retry at {when}"
         else:
             why = f"stale fail: claim @{r.claim} is not the holder; {self._refused(o)}"
-        return self._step("FAIL", r, o, why)
+        step = self._step("FAIL", r, o, why)
+        return step if r.traceback is None else step._replace(traceback=r.traceback)
 
     def final_state(self, published: bool, now_us: int | None) -> str:
         if self.state.is_done(self.task):
@@ -313,6 +321,17 @@ class _Teller:
         if self.released:
             return "waiting for its retry time"
         return "never claimed" if published else "not published"
+
+
+def call_text(record: TaskRecord) -> str:
+    """What a TASK asks for: "payload {…}" (JSON, as everywhere else), or "call add(1, 2)"
+    for a task by name."""
+    if record.function is None:
+        return f"payload {value_text(record.payload, 60)}"
+    args = [value_text(a, 30) for a in record.args]
+    args += [f"{printable(k)}={value_text(v, 30)}" for k, v in record.kwargs.items()]
+    text = f"call {printable(record.function)}({', '.join(args)})"
+    return text if record.retry_of is None else f"{text}, a retry of task {record.retry_of}"
 
 
 def explain_task(
@@ -372,8 +391,8 @@ def _story(
             where = next((i for i, s in enumerate(steps) if s.at > op.at), len(steps))
             steps.insert(where, cited)
     if isinstance(task_record, TaskRecord):
-        payload = value_text(task_record.payload, 60)  # JSON, as everywhere else
-        first = Step(task, "TASK", None, task_record.enqueued_at, "published", f"payload {payload}")
+        what = call_text(task_record)
+        first = Step(task, "TASK", None, task_record.enqueued_at, "published", what)
         steps.insert(0, first)
     elif task_record is not None:
         why = f"unreadable: {printable(task_record)}"

@@ -1,6 +1,7 @@
 """The records of the two topics, and their msgpack encoding.
 
-tasks topic   TASK   a unit of work: its payload (any msgpack value) and when it was enqueued
+tasks topic   TASK   a unit of work: its payload (any msgpack value) and when it was enqueued;
+                     or, for a task by name, the function's name and its arguments
 claims topic  CLAIM  worker w asks for task t at time `at`, for `lease` microseconds
               RENEW  the holder of claim c extends its lease to `at` + `lease`
               DONE   the holder of claim c finished task t; `result` is the handler's value
@@ -14,7 +15,24 @@ a one-letter type code; the rest are the type's fields in the order of the datac
     RENEW  [1, "R", task, worker, at, claim, lease]
     DONE   [1, "D", task, worker, at, claim, result]
     FAIL   [1, "F", task, worker, at, claim, error, retry_at]
+    CANCEL [1, "V", task, by, at, error]     (a dead FAIL from no holder: `qw cancel`)
     TASK   [1, "T", payload, enqueued_at]
+    TASK   [1, "N", enqueued_at, function, args, kwargs]     (a task by name)
+    TASK   [1, "S", enqueued_at, function, args, kwargs, options]
+
+A FAIL's error is one line, "Type: message"; when the handler raised, a newline and its
+traceback (the last lines, at most MAX_TRACEBACK_CHARS) follow (`Fail.message`,
+`Fail.traceback`): in the error field, so that every reader, of any version, folds the FAIL
+alike. A task by name (its own type code: a reader that does not know it refuses the task
+as of an unknown type, rather than run it as a payload) carries its function's registered
+name (`Queue.task`), its positional arguments (an array) and its keyword arguments (a map
+keyed by strings); a worker runs it only if that name is one it registered. A task by name
+with options is of a third type ("S"), `options` a map of those it has (a key this version
+does not know is ignored): "not_before" (µs, the producer's clock) and "priority" (an
+integer, higher first) choose what a worker tries (`queue_worker.worker.pick`), never who
+wins; "key" (a string): of the tasks with one key, the first in the tasks topic is the task,
+and a later one resolves to it (its worker records it done without running it);
+"retry_of" (a task id): the dead task this one retries (`qw retry`).
 
 Times are integer microseconds since the Unix epoch (the writer's wall clock). `claim` is the
 log position of the CLAIM that the record acts under: the fencing token. A task id is an
@@ -34,7 +52,9 @@ from __future__ import annotations
 
 import operator
 import reprlib
-from collections.abc import Callable, Iterable, Sequence
+import traceback as _traceback
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from types import MappingProxyType, TracebackType
 from typing import Any, Final, NamedTuple, cast
 
 import msgpack
@@ -48,6 +68,9 @@ CLAIM: Final = "C"
 RENEW: Final = "R"
 DONE: Final = "D"
 FAIL: Final = "F"
+TASK_BY_NAME: Final = "N"
+TASK_SCHEDULED: Final = "S"
+CANCEL: Final = "V"
 
 
 #: the largest task id: a tasks log of 2^63 records is beyond any disk, and every id up to
@@ -67,12 +90,26 @@ class RecordEncodeError(ValueError, QwError):
     """A value (a payload or a result) that msgpack cannot encode."""
 
 
+#: the keyword arguments of a task that has none (read-only: shared by every such record)
+NO_KWARGS: Final[Mapping[str, Any]] = MappingProxyType({})
+
+
 # Records are NamedTuples, not frozen dataclasses: every reader builds one per record it
 # reads (each worker reads every record), and a frozen dataclass builds itself through
 # object.__setattr__, about 4x slower (measured).
 class TaskRecord(NamedTuple):
     payload: Any
     enqueued_at: int
+    function: str | None = None  # a task by name: the function's registered name
+    args: Sequence[Any] = ()
+    kwargs: Mapping[str, Any] = NO_KWARGS
+    not_before: int = 0  # µs: a worker tries it no earlier (0: at once)
+    priority: int = 0  # higher first
+    key: str | None = None  # the first task with a key is the task; later ones resolve to it
+    retry_of: int | None = None  # the dead task this one retries (`qw retry`)
+    #: not on the wire: the earlier task of the same key this one resolves to, as the
+    #: worker's task index found it (`TaskIndex.load`)
+    resolves_to: int | None = None
 
 
 class Claim(NamedTuple):
@@ -107,8 +144,27 @@ class Fail(NamedTuple):
     retry_at: int | None  # None: the task is dead
 
     @property
+    def message(self) -> str:
+        """The error's first line: "Type: message" (what is shown where one line goes)."""
+        return self.error.partition("\n")[0]
+
+    @property
+    def traceback(self) -> str | None:
+        """The handler's traceback, when the error carries one (after its first line)."""
+        return error_traceback(self.error)
+
+    @property
     def dead(self) -> bool:
         return self.retry_at is None
+
+
+class Cancel(Fail):
+    """CANCEL: task t is cancelled (`qw cancel`): a FAIL that makes it dead whoever holds it
+    (`worker` is who cancelled it; `claim` is -1 and `retry_at` None). Every reader that
+    reads it as a FAIL reads a dead one; the fold accepts it from anyone while the task is
+    open (protocol rule 6), and then refuses its holder's RENEW, DONE and FAIL."""
+
+    __slots__ = ()
 
 
 class Unknown(NamedTuple):
@@ -157,6 +213,38 @@ def error_text(exc: BaseException) -> str:
     except Exception as e:  # its __str__ is the handler's code
         message = f"(its message cannot be read: str() raised {type(e).__name__})"
     return error_field(f"{name}: {message}" if message else name)
+
+
+#: the longest traceback a FAIL record carries: its last lines (the frames nearest the error)
+MAX_TRACEBACK_CHARS: Final = 2000
+
+
+def traceback_text(exc: BaseException, tb: TracebackType | None) -> str:
+    """The traceback of `exc` from frame `tb` on, as a FAIL carries it: its last lines, at
+    most MAX_TRACEBACK_CHARS, encodable (as `error_field`). Never raises."""
+    try:
+        lines = _traceback.format_exception(type(exc), exc, tb)
+    except Exception as e:  # an exception's own __str__ may raise
+        return f"(the traceback cannot be formatted: {type(e).__name__})"
+    text = "".join(lines).rstrip("\n")
+    if not text.isascii():
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    if len(text) > MAX_TRACEBACK_CHARS:
+        cut = text[len(text) - MAX_TRACEBACK_CHARS + 2 :]
+        newline = cut.find("\n")
+        text = "…\n" + (cut[newline + 1 :] if newline >= 0 else cut)
+    return text
+
+
+def with_traceback(error: str, traceback: str | None) -> str:
+    """A FAIL's error field: `error` (one line) and, when there is one, the traceback."""
+    return error if not traceback else f"{error}\n{traceback}"
+
+
+def error_traceback(error: str) -> str | None:
+    """The traceback a FAIL's error field carries after its first line, or None."""
+    _, newline, rest = error.partition("\n")
+    return rest if newline else None
 
 
 def _pack(items: list[Any], *, free_form: bool, scalars: bool = False) -> bytes:
@@ -300,6 +388,12 @@ def encode(record: Record) -> bytes:
             and type(d.result) in _SCALARS
         )
         return _pack(items, free_form=type(d.result) not in _SCALARS, scalars=scalars)
+    if type(record) is Cancel:
+        x: Any = record
+        _fields((x.task, "task", int), (x.worker, "worker", str), (x.at, "at", int))
+        _fields((x.error, "error", str))
+        items = [SCHEMA, CANCEL, x.task, x.worker, x.at, x.error]
+        return _pack(items, free_form=False, scalars=True)
     if isinstance(record, Fail):
         f: Any = record
         _fields((f.task, "task", int), (f.worker, "worker", str), (f.at, "at", int))
@@ -311,8 +405,32 @@ def encode(record: Record) -> bytes:
     if isinstance(record, TaskRecord):
         t: Any = record
         payload = t.payload
-        items = [SCHEMA, TASK, payload, t.enqueued_at]
-        return _pack(items, free_form=type(payload) not in _SCALARS)
+        if t.function is None:
+            items = [SCHEMA, TASK, payload, t.enqueued_at]
+            return _pack(items, free_form=type(payload) not in _SCALARS)
+        _fields((t.enqueued_at, "enqueued_at", int), (t.function, "function", str))
+        if not isinstance(t.args, Sequence) or isinstance(t.args, str | bytes):
+            raise RecordEncodeError(f"args are {_quote(t.args)}; expected a sequence")
+        if not isinstance(t.kwargs, Mapping) or not all(type(k) is str for k in t.kwargs):
+            raise RecordEncodeError(f"kwargs are {_quote(t.kwargs)}; expected a map keyed by str")
+        items = [SCHEMA, TASK_BY_NAME, t.enqueued_at, t.function, list(t.args), dict(t.kwargs)]
+        options: dict[str, Any] = {}
+        if t.not_before:
+            _fields((t.not_before, "not_before", int))
+            options["not_before"] = t.not_before
+        if t.priority:
+            _fields((t.priority, "priority", int))
+            options["priority"] = t.priority
+        if t.key is not None:
+            _fields((t.key, "key", str))
+            options["key"] = t.key
+        if t.retry_of is not None:
+            _fields((t.retry_of, "retry_of", int))
+            options["retry_of"] = t.retry_of
+        if options:
+            items[1] = TASK_SCHEDULED
+            items.append(options)
+        return _pack(items, free_form=True)
     raise TypeError(f"cannot encode {_quote(record)}: not a qw record")
 
 
@@ -336,7 +454,16 @@ def _str(value: Any, field: str) -> str:
     return value
 
 
-_FIELD_COUNTS: Final = {CLAIM: 6, RENEW: 7, DONE: 7, FAIL: 8, TASK: 4}
+_FIELD_COUNTS: Final = {
+    CLAIM: 6,
+    CANCEL: 6,
+    RENEW: 7,
+    DONE: 7,
+    FAIL: 8,
+    TASK: 4,
+    TASK_BY_NAME: 6,
+    TASK_SCHEDULED: 7,
+}
 
 
 def _unpack(data: bytes) -> Any:
@@ -436,6 +563,9 @@ def _decode_checked(items: Any) -> Record:
             _int(items[5], "claim"),
             _int(items[6], "lease"),
         )
+    if code == CANCEL:
+        task, by, at = _task(items[2]), _str(items[3], "worker"), _int(items[4], "at")
+        return Cancel(task, by, at, -1, _str(items[5], "error"), None)
     if code == FAIL:
         retry_at = items[7]
         return Fail(
@@ -446,7 +576,33 @@ def _decode_checked(items: Any) -> Record:
             _str(items[6], "error"),
             None if retry_at is None else _int(retry_at, "retry_at"),
         )
-    return TaskRecord(items[2], _int(items[3], "enqueued_at"))
+    if code in (TASK_BY_NAME, TASK_SCHEDULED):
+        return _task_by_name(items)
+    enqueued_at = _int(items[3], "enqueued_at")
+    return _NEW(TaskRecord, (items[2], enqueued_at, None, (), NO_KWARGS, 0, 0, None, None, None))
+
+
+def _task_by_name(items: list[Any]) -> TaskRecord:
+    """A task by name's fields, checked."""
+    enqueued_at, function = _int(items[2], "enqueued_at"), _str(items[3], "function")
+    args, kwargs = items[4], items[5]
+    if type(args) is not list:
+        raise RecordDecodeError(f"field 'args' is {_quote(args)}; expected an array")
+    if type(kwargs) is not dict or not all(type(k) is str for k in kwargs):
+        raise RecordDecodeError(f"field 'kwargs' is {_quote(kwargs)}; expected a map keyed by str")
+    if items[1] == TASK_SCHEDULED:
+        options = items[6]
+        if type(options) is not dict:
+            raise RecordDecodeError(f"field 'options' is {_quote(options)}; expected a map")
+        not_before = _int(options.get("not_before", 0), "not_before")
+        priority = _int(options.get("priority", 0), "priority")
+        key = options.get("key")
+        key = None if key is None else _str(key, "key")
+        retry_of = options.get("retry_of")
+        retry_of = None if retry_of is None else _int(retry_of, "retry_of")
+        call = (None, enqueued_at, function, args, kwargs)
+        return _NEW(TaskRecord, (*call, not_before, priority, key, retry_of, None))
+    return _NEW(TaskRecord, (None, enqueued_at, function, args, kwargs, 0, 0, None, None, None))
 
 
 def decode_claims(data: bytes) -> ClaimsRecord:
@@ -549,7 +705,9 @@ def decode_task(data: bytes) -> TaskRecord | Unknown:
     if type(items) is list and len(items) >= 4 and items[1] == TASK:
         version, enqueued_at = items[0], items[3]
         if type(version) is int and version >= 1 and type(enqueued_at) is int:
-            return _NEW(TaskRecord, (items[2], enqueued_at))
+            return _NEW(
+                TaskRecord, (items[2], enqueued_at, None, (), NO_KWARGS, 0, 0, None, None, None)
+            )
     record = _decode_checked(items)
     if not isinstance(record, TaskRecord) and not isinstance(record, Unknown):
         raise RecordDecodeError(f"a {type(record).__name__} record in the tasks topic")

@@ -38,6 +38,7 @@ from typing import Final, NamedTuple
 
 from queue_worker.protocol.records import (
     MAX_TASK_ID,
+    Cancel,
     Claim,
     ClaimsRecord,
     Done,
@@ -464,20 +465,35 @@ class ClaimState:
         return _new(Outcome, (Verdict.DONE, position, r.task, r.worker, lease, None, None))
 
     def _fail(self, r: Fail, position: int) -> Outcome:
+        if type(r) is Cancel:
+            return self._cancel(r, position)
         st = self._holder_of(r.task, r.claim, r.worker)
         if st is None:
             return Outcome(Verdict.STALE_FAIL, position, r.task, r.worker, self._current(r.task))
         lease = st.holder
         self.failed_count += 1  # (not on the hot path: apply_all sends every FAIL here)
         if r.retry_at is None:
-            self._close(r.task, dead_error=r.error)
+            self._close(r.task, dead_error=r.message)
             self.dead_count += 1
             return Outcome(Verdict.DEAD, position, r.task, r.worker, lease)
         st.holder = None
         self._held -= 1
         st.retry_at = r.retry_at
-        st.last_error = r.error
+        st.last_error = r.message
         return Outcome(Verdict.RELEASED, position, r.task, r.worker, lease, retry_at=r.retry_at)
+
+    def _cancel(self, r: Cancel, position: int) -> Outcome:
+        """Rule 6: a CANCEL of an open task makes it dead, held or not (its holder's records
+        are refused from now on); of a closed one, it changes nothing."""
+        task = r.task
+        if self.is_closed(task):
+            return Outcome(Verdict.STALE_FAIL, position, task, r.worker, None)
+        lease = self._current(task)
+        if task not in self._open:  # never claimed: open it to close it
+            self._open[task] = TaskState(None, 0)
+        self._close(task, dead_error=r.message)
+        self.dead_count += 1
+        return Outcome(Verdict.DEAD, position, task, r.worker, lease)
 
     def _close(self, task: int, dead_error: str | None) -> None:
         st = self._open.pop(task)

@@ -207,7 +207,7 @@ def record_args(record: Claim | Renew | Done | Fail) -> list[bytes | int | str]:
     elif isinstance(record, Done):
         kind = "D"
     else:
-        kind, error = "F", record.error
+        kind, error = "F", record.message
         if record.retry_at is not None:
             retry = _exact(record.retry_at - record.at, "backoff")
     return [kind, record.task, record.worker, lease, claim, retry, error]

@@ -39,6 +39,7 @@ from queue_worker.protocol.records import (
     TaskRecord,
     encode,
     error_field,
+    with_traceback,
 )
 from queue_worker.protocol.state import Verdict
 from queue_worker.topics import ClaimsFollower, Settled, TaskIndex
@@ -46,10 +47,12 @@ from queue_worker.worker.config import WorkerConfig
 from queue_worker.worker.handlers import (
     Handler,
     HandlerOutcome,
+    NamedHandlers,
     TaskContext,
     attempts_used_up,
+    failure_traceback,
     retry_at,
-    run_handler,
+    run_task,
 )
 from queue_worker.worker.lease import FATAL_LOG_ERRORS, LeaseKeeper, RenewalThread
 from queue_worker.worker.recorder import StatsRecorder
@@ -137,7 +140,7 @@ class AttemptRunner:
         config: WorkerConfig,
         *,
         worker_id: str,
-        handler: Handler,
+        handler: Handler | NamedHandlers,
         claiming: Claiming,
         claims_log: Log,
         clock: Clock,
@@ -275,7 +278,7 @@ class AttemptRunner:
             record = self._claiming.load_task(task)
         except RecordDecodeError as e:  # it will not decode next time either: fail for good
             return HandlerOutcome(error=f"RecordDecodeError: {e}", exception=e, permanent=True)
-        return run_handler(self.handler, record.payload, ctx)
+        return run_task(self.handler, record, ctx, self.time_limits)
 
     def _attempt_failed(
         self,
@@ -286,6 +289,8 @@ class AttemptRunner:
         error: str,
         *,
         permanent: bool = False,
+        traceback: str | None = None,
+        max_attempts: int | None = None,
     ) -> Fail:
         """The FAIL of a failed attempt (an exception or a time-out): when the task may be
         retried, by this worker's backoff, or that it is dead (attempts used up, or
@@ -293,20 +298,24 @@ class AttemptRunner:
         retry = retry_at(
             at,
             attempt,
-            max_attempts=self.config.max_attempts,
+            max_attempts=self.config.max_attempts if max_attempts is None else max_attempts,
             backoff_s=self.config.backoff_s,
             backoff_max_s=self.config.backoff_max_s,
             rng=self._rng,
             permanent=permanent,
         )
         # (error_field: whatever the error says, the FAIL is bounded and encodes)
-        return Fail(task, self.worker_id, at, claim_position, error_field(error), retry)
+        error = with_traceback(error_field(error), traceback)
+        return Fail(task, self.worker_id, at, claim_position, error, retry)
 
     def _fail_timed_out(self, task: int, claim_position: int, attempt: int, error: str) -> None:
         """The attempt outran its time limit (the watchdog's thread calls this, then ends
         the process): append its FAIL, durably, under our claim, which still holds the task.
         Like an exception's FAIL, it says when to retry, or that the task is dead."""
-        fail = self._attempt_failed(task, claim_position, self._clock(), attempt, error)
+        max_attempts = self.handler.in_hand_max_attempts  # (the task's own, if it has one)
+        fail = self._attempt_failed(
+            task, claim_position, self._clock(), attempt, error, max_attempts=max_attempts
+        )
         self._claims_log.append(encode(fail), durable=True)
         print(f"qw worker {worker_label(self.worker_id)}: task {task} {error}", file=sys.stderr)
         self._record.timed_out(task, error)
@@ -363,7 +372,14 @@ class AttemptRunner:
         if not recorded:
             assert outcome.error is not None
             fail = self._attempt_failed(
-                task, claim_position, at, attempt, outcome.error, permanent=outcome.permanent
+                task,
+                claim_position,
+                at,
+                attempt,
+                outcome.error,
+                permanent=outcome.permanent,
+                traceback=failure_traceback(outcome.exception),
+                max_attempts=self.handler.in_hand_max_attempts,
             )
             settled = claiming.append_and_settle(fail, ahead)
         if settled is None:

@@ -37,7 +37,12 @@ from queue_worker.protocol.records import Claim, Done, Fail, TaskRecord, error_t
 from queue_worker.topics import ClaimsFollower, Settled, TaskIndex, open_topics
 from queue_worker.worker.attempt import AttemptRunner, StepKind, StepResult
 from queue_worker.worker.config import WorkerConfig, default_host
-from queue_worker.worker.handlers import Handler, handler_from_function, load_handler
+from queue_worker.worker.handlers import (
+    Handler,
+    NamedHandlers,
+    handler_from_function,
+    load_handlers,
+)
 from queue_worker.worker.inherited import begin_folds
 from queue_worker.worker.lease import FATAL_LOG_ERRORS
 from queue_worker.worker.recorder import StatsRecorder
@@ -69,13 +74,16 @@ def new_worker_id(name: str, host: str | None = None) -> str:
     return f"{name}{at_host}-{os.getpid()}-{secrets.token_hex(2)}"
 
 
-def worker_handler(config: WorkerConfig, handler: Callable[..., Any] | Handler | None) -> Handler:
+def worker_handler(
+    config: WorkerConfig, handler: Callable[..., Any] | Handler | NamedHandlers | None
+) -> Handler | NamedHandlers:
     """The handler a worker runs: `handler` (a function, for tests and embedding), else the
-    one `config.handler` names (HandlerLoadError, a ValueError, when it cannot be loaded)."""
-    if isinstance(handler, Handler):
+    one `config.handler` names, or every function the queue it names registered
+    (`qw up --app`); HandlerLoadError, a ValueError, when it cannot be loaded."""
+    if isinstance(handler, Handler | NamedHandlers):
         return handler
     if handler is None:
-        return load_handler(config.handler)
+        return load_handlers(config.handler)
     return handler_from_function(handler)
 
 
@@ -93,7 +101,7 @@ class WorkerOptions(TypedDict, total=False):
     tasks_log: Log | None
     claims_log: Log | None
     rng: random.Random | None
-    handler: Callable[..., Any] | Handler | None
+    handler: Callable[..., Any] | Handler | NamedHandlers | None
     claim_ahead: bool
     own_logs: bool
 
@@ -110,7 +118,7 @@ class WorkerBase(abc.ABC):
         tasks_log: Log | None = None,
         claims_log: Log | None = None,
         rng: random.Random | None = None,
-        handler: Callable[..., Any] | Handler | None = None,
+        handler: Callable[..., Any] | Handler | NamedHandlers | None = None,
         claim_ahead: bool = True,
         own_logs: bool = False,
     ) -> None:

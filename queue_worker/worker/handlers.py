@@ -1,18 +1,30 @@
 """Task handlers: loading one by its "module:function" name, calling it, and what a failure
 means for the retry schedule.
 
-A handler is a function of the task's payload::
+Two kinds of task, and of handler:
+
+- a task by name (`Queue.task`, `f.enqueue(*args, **kwargs)`) names its function: a worker
+  started with `qw up --app myjobs` runs it only when module `myjobs`'s queue registered
+  that name (`NamedHandlers`), and refuses any other (a dead FAIL naming the function):
+  it never imports a path read from the log. The function is called with the task's
+  arguments, and with `ctx=` when it has a keyword parameter named ctx;
+- a payload task (`Queue.enqueue(payload)`) is run by the one handler of `--handler`:
+
+A handler of payloads is a function of the task's payload::
 
     def resize(payload): ...                     # the payload only
     def resize(payload, ctx): ...                # and a TaskContext (any second parameter)
     def resize(payload, *, ctx): ...             # or a keyword parameter named ctx
 
-Its return value (anything msgpack can encode) is carried by the DONE record.
+Its return value (anything msgpack can encode) is carried by the DONE record. A coroutine
+function (`async def`) runs on the worker's event loop, one task at a time
+(`queue_worker.worker.async_tasks`), and is cancelled when the lease is lost.
 
 Attempts and failures. Every winning claim of a task is one attempt (the fold counts them:
 `ClaimState.attempts`), however it ends, and `max_attempts` bounds them all alike:
 
-- an exception fails the attempt: the FAIL record carries "Type: message", and the task may
+- an exception fails the attempt: the FAIL record carries "Type: message" and the handler's
+  traceback (its last lines, bounded: `records.traceback_text`), and the task may
   be retried after a backoff (`retry_at`) while attempts remain; the FAIL of attempt
   `max_attempts` is dead;
 - a time limit (`--task-timeout`, or `@time_limit(seconds)` on the handler) fails the
@@ -42,17 +54,14 @@ import importlib
 import inspect
 import random
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal, NamedTuple, TypeVar
+from typing import Any, Final, Literal, NamedTuple, Protocol, TypeVar
 
 from queue_worker.errors import QwError
+from queue_worker.errors import TaskCancelled as TaskCancelled
 from queue_worker.protocol.clock import seconds_to_us
-from queue_worker.protocol.records import error_field, error_text
-
-
-class TaskCancelled(QwError):
-    """Raised by a handler that stops because its worker lost the lease."""
+from queue_worker.protocol.records import TaskRecord, error_field, error_text, traceback_text
 
 
 class HandlerLoadError(ValueError, QwError):
@@ -125,6 +134,14 @@ class Handler:
     function: Callable[..., Any]
     ctx_mode: CtxMode
     time_limit_s: float | None = None  # its own time limit (`@time_limit`), if any
+    #: a function by name (`Queue.task`): its registered name and its own max_attempts
+    name: str | None = None
+    max_attempts: int | None = None
+
+    @property
+    def in_hand_max_attempts(self) -> int | None:
+        """The max_attempts the worker's FAIL goes by (None: the worker's own)."""
+        return self.max_attempts
 
     def __call__(self, payload: Any, ctx: TaskContext) -> Any:
         if self.ctx_mode == "positional":
@@ -134,8 +151,48 @@ class Handler:
         return self.function(payload)
 
 
+@dataclass
+class NamedHandlers:
+    """The functions one queue registered (`Queue.task`), by name: what `qw up --app` runs."""
+
+    spec: str
+    handlers: Mapping[str, Handler]
+    time_limit_s: None = None  # (each function has its own: `Handler.time_limit_s`)
+    #: the max_attempts of the task in hand's function (None: the worker's), which the
+    #: worker's FAIL of a failed attempt goes by (`run_task` sets it at each task)
+    in_hand_max_attempts: int | None = None
+
+    def names_text(self) -> str:
+        return ", ".join(sorted(self.handlers)) or "none"
+
+
+class Registry(Protocol):
+    """What `load_handler` asks of a queue object it finds (`queue_worker.producer.Queue`)."""
+
+    def handlers(self, spec: str) -> Mapping[str, Handler]: ...
+
+
+def load_handlers(spec: str) -> Handler | NamedHandlers:
+    """What a worker runs: `load_handler(spec)`, or, when `spec` names a queue
+    ("myjobs:queue", as `qw up --app myjobs` finds it), every function it registered."""
+    target = _import_target(spec)
+    if isinstance(target, NamedHandlers):
+        return target
+    return _handler_of(spec, target)
+
+
 def load_handler(spec: str) -> Handler:
     """Import "module:function" (the function may be a dotted path: "module:Class.method")."""
+    target = _import_target(spec)
+    if isinstance(target, NamedHandlers):
+        raise HandlerLoadError(
+            f"handler {spec!r} is a queue, not a function; expected qw up --app for a queue"
+        )
+    return _handler_of(spec, target)
+
+
+def _import_target(spec: str) -> Any:
+    """What "module:attribute" names: a function, or a queue's NamedHandlers."""
     module_name, sep, attr_path = spec.partition(":")
     if not (sep and module_name and attr_path):
         raise HandlerLoadError(f"handler {spec!r} is malformed; expected 'module:function'")
@@ -154,6 +211,19 @@ def load_handler(spec: str) -> Handler:
                 f"handler {spec!r}: {module_name!r} has no attribute {attr_path!r}; "
                 "expected a function of that name"
             ) from None
+    if hasattr(target, "handlers") and hasattr(target, "task"):  # a Queue: its functions
+        registry: Registry = target
+        named = NamedHandlers(spec, registry.handlers(spec))
+        if not named.handlers:
+            raise HandlerLoadError(
+                f"handler {spec!r} is a queue that registered no task; "
+                "expected functions decorated with @queue.task"
+            )
+        return named
+    return target
+
+
+def _handler_of(spec: str, target: Any) -> Handler:
     if not callable(target):
         raise HandlerLoadError(
             f"handler {spec!r} is a {type(target).__name__}, not callable; "
@@ -224,9 +294,103 @@ def run_handler(handler: Handler, payload: Any, ctx: TaskContext) -> HandlerOutc
     """Call the handler; an exception becomes a failed outcome (never propagates)."""
     try:
         result = handler(payload, ctx)
+        if inspect.iscoroutine(result):
+            result = _awaited(result, ctx)
     except Exception as e:  # any handler failure is the task's failure, not the worker's
         return HandlerOutcome(error=error_text(e), exception=e)
     return _new(HandlerOutcome, (result, None, None, False))  # result, error, exception, permanent
+
+
+class RunningLimit(Protocol):
+    """The watchdog's hold on the task in hand (`TimeLimits.limit_running`)."""
+
+    def limit_running(self, limit_s: float) -> None: ...
+
+
+def run_task(
+    handler: Handler | NamedHandlers,
+    record: TaskRecord,
+    ctx: TaskContext,
+    limits: RunningLimit | None = None,
+) -> HandlerOutcome:
+    """Run the task `record`: a payload task by the one handler, a task by name by the
+    function registered under its name, with the function's own time limit (`limits`: the
+    watchdog that enforces it) and max_attempts. A task whose function this worker does not
+    have is refused for good (a dead FAIL naming it): never imported, never guessed."""
+    if isinstance(handler, NamedHandlers):
+        handler.in_hand_max_attempts = None
+    if record.resolves_to is not None:  # a later task of a key: the first one is the task
+        return _new(HandlerOutcome, (resolved_result(record.resolves_to), None, None, False))
+    if record.function is None:
+        if isinstance(handler, Handler):
+            return run_handler(handler, record.payload, ctx)
+        return _refused(
+            f"task {ctx.task_id} is a payload task (it names no function), and this worker "
+            f"runs only the functions {handler.spec} registered ({handler.names_text()}); "
+            "payload tasks need qw up --handler MODULE:FUNCTION"
+        )
+    target = _target(handler, record.function)
+    if target is None:
+        has = handler.names_text() if isinstance(handler, NamedHandlers) else handler.spec
+        return _refused(
+            f"task {ctx.task_id} names function {record.function!r}, which this worker does "
+            f"not have (it runs: {has}); expected a function registered by the app's queue"
+        )
+    own = target.max_attempts
+    if isinstance(handler, NamedHandlers):
+        handler.in_hand_max_attempts = own
+    if own is not None and ctx.attempt > own:  # the earlier attempts' workers died
+        runs = ctx.attempt - 1
+        return _refused(
+            f"attempts used up: run {runs} time{'s' * (runs != 1)} (max_attempts {own})"
+        )
+    if target.time_limit_s is not None and limits is not None:
+        limits.limit_running(target.time_limit_s)
+    try:
+        if target.ctx_mode == "keyword":
+            result = target.function(*record.args, **record.kwargs, ctx=ctx)
+        else:
+            result = target.function(*record.args, **record.kwargs)
+        if inspect.iscoroutine(result):
+            result = _awaited(result, ctx)
+    except Exception as e:  # any handler failure is the task's failure, not the worker's
+        permanent = own is not None and ctx.attempt >= own
+        return HandlerOutcome(error=error_text(e), exception=e, permanent=permanent)
+    return _new(HandlerOutcome, (result, None, None, False))
+
+
+#: the result of a later task of a key, recorded without running it: {RESOLVED_TO: first}
+RESOLVED_TO: Final = "qw:resolved_to"
+
+
+def resolved_result(first: int) -> dict[str, int]:
+    """The DONE's result of a task that resolves to task `first` (same key, earlier)."""
+    return {RESOLVED_TO: first}
+
+
+def _target(handler: Handler | NamedHandlers, name: str) -> Handler | None:
+    if isinstance(handler, NamedHandlers):
+        return handler.handlers.get(name)
+    return handler if handler.name == name else None
+
+
+def _refused(error: str) -> HandlerOutcome:
+    return HandlerOutcome(error=error_field(error), permanent=True)
+
+
+def _awaited(coroutine: Any, ctx: TaskContext) -> Any:
+    from queue_worker.worker.async_tasks import run_coroutine  # (async tasks only)
+
+    return run_coroutine(coroutine, ctx)
+
+
+def failure_traceback(exc: BaseException | None) -> str | None:
+    """The traceback a failed attempt's FAIL carries: the handler's, from its own frame on
+    (not the worker's call of it), bounded; None when no handler raised."""
+    tb = None if exc is None else exc.__traceback__
+    if exc is None or tb is None or tb.tb_frame.f_code.co_filename != __file__:
+        return None  # (raised by the worker's code: a result it could not record, say)
+    return traceback_text(exc, tb.tb_next)
 
 
 #: a NamedTuple built with every field given: tuple.__new__ is one C call, where the
@@ -305,3 +469,21 @@ def demo(payload: Any, ctx: TaskContext) -> dict[str, Any]:
     if isinstance(payload, dict) and payload.get("fail") is True:
         raise DemoFailure(f"task {ctx.task_id} asked to fail (attempt {ctx.attempt})")
     return {"task": ctx.task_id, "worked_ms": work_ms}
+
+
+def named_handler(
+    name: str,
+    function: Callable[..., Any],
+    *,
+    max_attempts: int | None = None,
+    timeout_s: float | None = None,
+) -> Handler:
+    """The handler of a function registered by name: called with the task's arguments, and
+    with `ctx=` when it has a keyword-only parameter named ctx."""
+    try:
+        ctx = inspect.signature(function).parameters.get("ctx")
+    except (TypeError, ValueError):  # some builtins have no signature
+        ctx = None
+    mode: CtxMode = "keyword" if ctx is not None and ctx.kind is ctx.KEYWORD_ONLY else "none"
+    limit = timeout_s if timeout_s is not None else _time_limit_of(name, function)
+    return Handler(name, function, mode, limit, name, max_attempts)

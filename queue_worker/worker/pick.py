@@ -33,6 +33,15 @@ not by the heir  a worker leaves the lapsed tasks of its own slot's predecessor 
         backlog, the default lease and work, tests/test_takeover_processes.py): 90 of 90
         kill -9s taken over by a survivor, 1-399 ms after the lease lapsed (median ~120 ms).
 
+Delays and priorities (a task by name enqueued with `delay=`/`eta=` or `priority=`: its
+record's `not_before` and `priority`, which the task index keeps, `TaskIndex.scheduled`):
+
+not yet due   a task whose `not_before` is after the fold's clock is not tried; an idle
+        worker wakes at the earliest such time (`recheck_at`).
+priority      the due, claimable tasks of a priority above 0 are tried before all others,
+        the highest first, a lapsed lease's first within a priority, then the lowest id;
+        those below 0 only when no other task is claimable.
+
 A worker keeps what these need from one pick to the next in one `Picker`.
 
 On a Redis queue with server verdicts the server picks instead (queue_worker.redis.server_claim:
@@ -50,7 +59,7 @@ from __future__ import annotations
 import random
 import time
 from collections import deque
-from collections.abc import Callable, Container
+from collections.abc import Callable, Container, Mapping
 from typing import Final
 
 from queue_worker.protocol.state import ClaimState
@@ -353,6 +362,58 @@ def pick_task(
     return pick_spread(state, now, known, slot, slots, rng, excluded, own_from)
 
 
+class Unscheduled:
+    """`excluded`, the tasks not yet due, and those of a priority other than 0
+    (`pick_scheduled` orders those): what the strategies leave alone."""
+
+    __slots__ = ("excluded", "now", "scheduled")
+
+    def __init__(
+        self, excluded: Container[int], scheduled: Mapping[int, tuple[int, int]], now: int
+    ) -> None:
+        self.excluded = excluded
+        self.scheduled = scheduled
+        self.now = now
+
+    def __contains__(self, task: object) -> bool:
+        found = self.scheduled.get(task) if isinstance(task, int) else None
+        if found is not None and (found[0] > self.now or found[1] != 0):
+            return True
+        return task in self.excluded
+
+
+def pick_scheduled(
+    state: ClaimState,
+    scheduled: Mapping[int, tuple[int, int]],
+    now: int,
+    excluded: Container[int],
+) -> tuple[int | None, list[int], int | None]:
+    """Among the tasks with a delay or a priority: the one to try before any other (a due,
+    claimable task of priority > 0: the highest, a lapsed lease's first, the lowest id), the
+    due claimable ones of priority < 0 in the order to try them when nothing else is
+    claimable, and the earliest `not_before` still ahead of `now` (None: none). (A due task
+    of priority 0 is the strategies' to pick, as any other.)"""
+    best: tuple[int, int, int] | None = None
+    later: list[tuple[int, int]] = []
+    due_at: int | None = None
+    for task, (not_before, priority) in scheduled.items():
+        if not_before > now:
+            if not state.is_closed(task):
+                due_at = not_before if due_at is None else min(due_at, not_before)
+            continue
+        if task in excluded or not state.is_claimable(task, now):
+            continue
+        if priority > 0:
+            lapsed = 0 if state.holder(task) is not None else 1  # (a lapsed lease first)
+            key = (-priority, lapsed, task)
+            if best is None or key < best:
+                best = key
+        elif priority < 0:
+            later.append((-priority, task))
+    later.sort()
+    return (None if best is None else best[2]), [t for _, t in later], due_at
+
+
 class Picker:
     """One worker's pick: its strategy, with what it keeps from one pick to the next.
 
@@ -383,6 +444,7 @@ class Picker:
         self.own_from = 0  # spread: every id of our slot below this is closed
         # orphans first; a predecessor's lapsed tasks are left to the others for one lease
         self._orphans = Orphans(worker_id, lease_us, heir_rule=slots > 1)
+        self._due_at: int | None = None  # the earliest not_before still ahead (fold clock)
 
     @property
     def fresh_runs(self) -> int:
@@ -408,7 +470,15 @@ class Picker:
                 own += self.slots
             self.own_from = own
         tasks.forget_kept_below(max(state.watermark, self.own_from))
-        return pick_task(
+        scheduled = tasks.scheduled
+        self._due_at = None
+        later: list[int] = []
+        if scheduled:
+            first, later, self._due_at = pick_scheduled(state, scheduled, fold_now, excluded)
+            if first is not None:
+                return first
+            excluded = Unscheduled(excluded, scheduled, fold_now)
+        picked = pick_task(
             self.strategy,
             state,
             fold_now,
@@ -420,6 +490,7 @@ class Picker:
             own_from=self.own_from,
             orphans=self._orphans,
         )
+        return picked if picked is not None or not later else later[0]
 
     def recheck_at(self, fold_time: Callable[[int], int]) -> int | None:
         """When (fold clock) a task the last pick held back becomes ours to take: a fresh
@@ -431,6 +502,9 @@ class Picker:
         heir = self._orphans.recheck_at
         if heir is not None:
             recheck = heir if recheck is None else min(recheck, heir)
+        due = self._due_at
+        if due is not None:
+            recheck = due if recheck is None else min(recheck, due)
         return recheck
 
     def next_is_anothers(self, known: int) -> bool:

@@ -111,6 +111,17 @@ class TimeLimits:
             return nullcontext()
         return _Running(self, limit_s, on_expiry)
 
+    def limit_running(self, limit_s: float) -> None:
+        """The task in hand's own limit, known once its record is read (a function
+        registered with `timeout=`): it replaces the one the task was armed with, from the
+        same start. (No task armed: nothing watches, a worker with no limit and no drain
+        timeout.)"""
+        with self._cond:
+            run = self._running
+            if run is not None:
+                run.limit_s = limit_s
+                self._cond.notify_all()
+
     def _deadline(self, run: _Running) -> tuple[float, bool]:
         """When `run` must end, and whether the drain timeout (not its own limit) ends it."""
         deadline = math.inf if run.limit_s is None else run.started + run.limit_s

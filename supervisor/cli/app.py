@@ -25,7 +25,7 @@ from queue_worker.partition_layout import MAX_PARTITIONS
 from queue_worker.worker.config import DEFAULT_DRAIN_TIMEOUT_S, DEFAULT_LEASE_S
 from supervisor.cli import compact as compact_cli
 from supervisor.cli import inspect_commands as inspect_cli
-from supervisor.cli import option_parsers, small_commands
+from supervisor.cli import option_parsers, retry_cli, small_commands
 from supervisor.cli import partitioned_commands as partitioned_cli
 from supervisor.cli import report_commands as report_cli
 from supervisor.cli.help_format import WholeHelpGroup
@@ -51,6 +51,7 @@ from supervisor.timeline import cli as timeline_cli
 from supervisor.width import echo
 
 if TYPE_CHECKING:
+    from queue_worker.periodic import Ticker
     from supervisor.http_api import StatsServer
     from supervisor.run.supervisor import Supervisor
 
@@ -91,7 +92,7 @@ def _start_fresh(directory: Path, location: str) -> None:
 
 
 @app.command(
-    epilog="\b\nExamples:\n  qw up --workers 8\n  qw up --demo\n"
+    epilog="\b\nExamples:\n  qw up --workers 8\n  qw up --app myjobs\n  qw up --demo\n"
     "  qw up --tasks 200 --exit-when-drained --no-tui\n  qw up --http 8080"
 )
 def up(
@@ -105,8 +106,23 @@ def up(
         ),
     ] = 4,
     handler: Annotated[
-        str, typer.Option(help="The task handler, module:function.", metavar="MODULE:FUNCTION")
+        str,
+        typer.Option(
+            help="The handler of payload tasks, module:function (one function).",
+            metavar="MODULE:FUNCTION",
+        ),
     ] = DEMO_HANDLER,
+    app_module: Annotated[
+        str | None,
+        typer.Option(
+            "--app",
+            help="Run every task the module's queue registered (@queue.task), and enqueue "
+            "its periodic tasks' ticks (@queue.periodic; not with --exit-when-drained). The "
+            "module is imported from the current directory, as `python -c 'import MODULE'` "
+            "would; MODULE:NAME names the queue when the module has several.",
+            metavar="MODULE",
+        ),
+    ] = None,
     work_ms: Annotated[
         int,
         typer.Option(
@@ -289,7 +305,12 @@ def up(
         bad(option, value, f"no {option} with --exit-when-drained (the queue would never drain)")
     if rate is None:  # demo traffic only when asked: without it, the workers work the queue
         rate = default_demo_rate(workers, work_ms) if demo else 0.0
+    if app_module is not None:
+        if handler != DEMO_HANDLER:
+            bad("--app", app_module, "either --app or --handler, not both")
+        handler = _app_handler(app_module)
     _check_handler(handler)
+    ticker = None if app_module is None or exit_when_drained else _ticker(handler, location)
     server_address = _parse_http(http)
     options = SupervisorOptions(
         data_dir=directory,
@@ -333,17 +354,79 @@ def up(
         except OSError as e:
             bad("--http", http, f"an address this machine can listen on ({e.strerror})")
         supervisor.http_address = server.address
-    raise typer.Exit(_run(supervisor, server, tui=sys.stdout.isatty() and not no_tui))
+    if ticker is not None:
+        ticker.start()
+    try:
+        code = _run(supervisor, server, tui=sys.stdout.isatty() and not no_tui)
+    finally:
+        if ticker is not None:
+            ticker.stop()
+            ticker.queue.close()
+    raise typer.Exit(code)
 
 
-def _check_handler(spec: str) -> None:
-    from queue_worker.worker.handlers import HandlerLoadError, load_handler
+def _app_handler(text: str) -> str:
+    """`--app MODULE[:NAME]` as the handler spec of the workers: "MODULE:NAME", the module's
+    one Queue (`queue_worker.worker.handlers.load_handler` runs what it registered)."""
+    import importlib
 
+    from queue_worker.producer import Queue
+
+    _cwd_on_path()
+    module_name, _, name = text.partition(":")
+    if not module_name:
+        bad("--app", text, "a module name (MODULE or MODULE:QUEUE)")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as e:  # ImportError, or whatever the module raised
+        bad(
+            "--app",
+            text,
+            f"a module importable from the current directory {os.getcwd()} "
+            f"(importing it raised {type(e).__name__}: {e})",
+        )
+    if name:
+        if not isinstance(getattr(module, name, None), Queue):
+            bad("--app", text, f"a Queue named {name!r} in module {module_name!r}")
+        return text
+    queues = sorted(n for n, v in vars(module).items() if isinstance(v, Queue))
+    if len(queues) != 1:
+        found = f"found {', '.join(queues)}" if queues else "found none"
+        bad("--app", text, f"a module with one Queue ({found}); MODULE:NAME names one")
+    return f"{module_name}:{queues[0]}"
+
+
+def _ticker(spec: str, location: str) -> Ticker | None:
+    """What enqueues the ticks of the app's periodic tasks into the queue `qw up` works
+    (None: it has none)."""
+    import importlib
+
+    from queue_worker.periodic import Ticker
+    from queue_worker.producer import Queue
+
+    module_name, _, name = spec.partition(":")
+    app_queue = getattr(importlib.import_module(module_name), name)
+    if not app_queue.schedules:
+        return None
+    from logstore import is_redis_url
+
+    if is_redis_url(location):
+        bad("--app", spec, "periodic tasks on a data directory (not on Redis in this version)")
+    return Ticker(Queue(location), app_queue.schedules)
+
+
+def _cwd_on_path() -> None:
     # The worker runs `python -m`, which puts the working directory on sys.path: so here.
     if "" not in sys.path and os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
+
+
+def _check_handler(spec: str) -> None:
+    from queue_worker.worker.handlers import HandlerLoadError, load_handlers
+
+    _cwd_on_path()
     try:
-        load_handler(spec)
+        load_handlers(spec)
     except HandlerLoadError as e:
         raise typer.BadParameter(str(e), param_hint="'--handler'") from None
 
@@ -457,6 +540,7 @@ inspect_cli.register(app)
 report_cli.register(app)
 compact_cli.register(app)
 timeline_cli.register(app)
+retry_cli.register(app)
 
 
 # -- the entry point ---------------------------------------------------------------------------

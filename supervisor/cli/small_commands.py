@@ -179,6 +179,8 @@ def task(task_name: str, directory: Path, log: str | None, as_json: bool) -> Non
         extra = f"  {printable(step.why)}" if step.kind in ("TASK", "FAIL") else ""
         who = worker_label(step.worker) if step.worker is not None else ""
         echo(f"  {where:>8}  {when}  {step.kind:5}  {who:16}  {step.verdict}{extra}")
+        if step.traceback is not None:
+            echo(traceback_block(step.traceback))
 
 
 def why(task_name: str, directory: Path, log: str | None, as_json: bool) -> None:
@@ -227,14 +229,22 @@ def why(task_name: str, directory: Path, log: str | None, as_json: bool) -> None
     else:
         typer.echo(positions_note(location))
         text = plain_story(story, name=shown_task) if plain_wanted() else None
+        tracebacks = [s.traceback for s in story.steps if s.traceback is not None]
         if text is not None:  # what rich would print, without importing it (~60 ms)
             typer.echo(text)
-            return
-        from supervisor.console import stdout_console
-        from supervisor.report_text import render_story
+        else:
+            from supervisor.console import stdout_console
+            from supervisor.report_text import render_story
 
-        console = stdout_console()
-        console.print(render_story(story, plain=not console.is_terminal, name=shown_task))
+            console = stdout_console()
+            console.print(render_story(story, plain=not console.is_terminal, name=shown_task))
+        if tracebacks:  # the last failure's, as the handler raised it
+            typer.echo(f"the last failure's traceback:\n{traceback_block(tracebacks[-1])}")
+
+
+def traceback_block(traceback: str) -> str:
+    """A FAIL's traceback, indented under its record, each line printable."""
+    return "\n".join(f"            | {printable(line)}" for line in traceback.splitlines())
 
 
 def enqueue(
