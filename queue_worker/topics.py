@@ -30,9 +30,11 @@ that knows it.
 
 from __future__ import annotations
 
+import bisect
 import gc
 import itertools
 import operator
+import sys
 import time
 from array import array
 from collections import OrderedDict
@@ -62,6 +64,7 @@ from queue_worker.protocol.topic_names import TASKS_TOPIC as TASKS_TOPIC
 from queue_worker.protocol.topic_names import TOPICS as TOPICS
 
 if TYPE_CHECKING:  # the fold is imported where a follower is made: not by a producer
+    from logstore.file.framing import SpanLoop
     from logstore.file.log import FileLog
     from logstore.file.reads import SpanRead
     from queue_worker.protocol.state import ClaimState, Outcome
@@ -248,6 +251,7 @@ class ClaimsFollower:
         self.next_position = start  # where the next unread record is
         self.malformed = 0
         self.last_malformed: str | None = None
+        self._span: SpanLoop | None = None  # a file log's span loop, made at its first use
 
     @property
     def last_position(self) -> int | None:
@@ -425,7 +429,71 @@ class ClaimsFollower:
         if len(positions) != len(records):
             raise ValueError(f"{log.name}: {len(positions)} positions for {len(records)} records")
         mine: list[tuple[int, ClaimsRecord | None]] = list(zip(positions, records, strict=True))
+        if not read and _is_file_log(log):
+            return self._settle_span(cast("FileLog", log), mine, data)
         return self.settle_batch(log, mine, read=read)
+
+    def _settle_span(
+        self,
+        log: FileLog,
+        mine: list[tuple[int, ClaimsRecord | None]],
+        data: Sequence[bytes],
+        timeout: float = SETTLE_TIMEOUT_S,
+    ) -> list[Settled]:
+        """`settle_batch` of the records we have just appended (`data`) to a file log, read
+        as `catch_up` reads it: the others' records decoded where the frames lie
+        (`FileLog.read_span`), with no Entry each, and folded in runs (`ClaimState.apply_all`);
+        ours one by one, for their verdicts. The same fold, to the same position (up to and
+        including our last record), the same errors."""
+        if self._span is None:
+            self._span = claims_span.loop()
+        loop, state = self._span, self.state
+        settled: list[Settled] = []
+        index = 0
+        deadline = time.monotonic() + timeout
+        while True:
+            found = log.read_span(self.next_position, READ_BATCH, loop)
+            records, positions = found.items, found.positions
+            if not records:
+                position = mine[index][0]
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise SettleError(
+                        f"{log.name}: the record at position {position} did not become "
+                        f"readable within {timeout}s"
+                    )
+                log.wait(self.next_position, remaining)
+                continue
+            if None in records:  # rare: a malformed record, which the entries' fold names
+                return settled + self.settle_batch(log, mine[index:], timeout)
+            begin = 0
+            while index < len(mine):
+                position, record = mine[index]
+                at = bisect.bisect_left(positions, position, begin)
+                if at == len(positions):
+                    break  # ours is further on: fold these, read on
+                if begin < at:
+                    state.apply_all(records[begin:at], positions[begin:at])
+                    self.next_position = positions[at]
+                if positions[at] != position:
+                    raise SettleError(f"{log.name}: no record at position {position}")
+                after = positions[at + 1] if at + 1 < len(positions) else found.next
+                entry = _new(Entry, (position, after, data[index], None))
+                outcome, folded = self.apply(entry, record if record is not None else records[at])
+                settled.append(_new(Settled, (outcome, folded, entry)))
+                index += 1
+                begin = at + 1
+            if index == len(mine):
+                return settled  # (the records read after our last are left for later)
+            if begin < len(records):
+                state.apply_all(records[begin:], positions[begin:])
+            self.next_position = found.next
+
+
+def _is_file_log(log: Log) -> bool:
+    """Whether `log` is a file log (imported only once one is open: see catch_up)."""
+    module = sys.modules.get("logstore.file.log")
+    return module is not None and isinstance(log, module.FileLog)
 
 
 def _chain_read(

@@ -174,6 +174,41 @@ def test_settle_batch_gives_our_records_the_verdicts_of_the_full_fold(
     assert follower.next_position == settled[-1].entry.next
 
 
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("read_batch", [topics.READ_BATCH, 7])
+@pytest.mark.parametrize("junk", [False, True])
+def test_append_and_settle_on_a_file_log_gives_the_verdicts_of_the_full_fold(
+    tmp_path: Path, seed: int, read_batch: int, junk: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Our batch appended and settled on a file log (read as the catch-up reads it, junk
+    read the entries' way), after others' records the follower has not read: our records
+    get the verdicts of the full fold, the follower stops right after our last, and each
+    settled entry is the one the log holds."""
+    monkeypatch.setattr(topics, "READ_BATCH", read_batch)
+    rng = random.Random(seed)
+    wire = [(data, record) for data, record in random_log(seed, 160) if junk or record]
+    with FileLog.open(tmp_path / "claims.log") as log:
+        append_in_batches(log, [data for data, _ in wire[:60]], rng)
+        follower = ClaimsFollower(log.start)
+        follower.catch_up(log)
+        append_in_batches(log, [data for data, _ in wire[60:]], rng)
+        mine: list[ClaimsRecord] = [Done(3, "me-9-ff", T0, 0, None), Claim(4, "me-9-ff", T0, 0)]
+        data = [encode(record) for record in mine]
+        settled = follower.append_and_settle(log, mine, data, durable=False)
+        log.append_many([data for data, _ in wire[:30]])  # after ours: left unread
+        reference, outcomes = one_at_a_time(log, last=settled[-1].entry.position)
+        ours = [s.entry.position for s in settled]
+        assert [s.entry for s in settled] == [log.read(p, 1)[0] for p in ours]
+    assert [s.outcome for s in settled] == [outcomes[p] for p in ours]
+    assert [s.record for s in settled] == mine
+    assert comparable(follower.state.snapshot()) == comparable(reference.state.snapshot())
+    assert (follower.malformed, follower.last_malformed) == (
+        reference.malformed,
+        reference.last_malformed,
+    )
+    assert follower.next_position == settled[-1].entry.next == reference.next_position
+
+
 @pytest.mark.parametrize("stamped", ["all", "some"])
 def test_entries_on_a_servers_clock_are_folded_on_it(stamped: str) -> None:
     """A backend that stamps records (Redis) has the fold judge `at` by its clock: entries

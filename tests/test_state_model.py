@@ -500,6 +500,35 @@ def test_apply_all_folds_a_claim_and_its_done_as_apply_does(
     assert list(batched.held_tasks()) == list(one_by_one.held_tasks())
 
 
+# make test holds the fold to the reference model in TestFoldAgainstReference and the invariants
+@pytest.mark.slow
+@SETTINGS
+@given(logs_with_pairs(), st.data())
+def test_apply_all_reports_the_verdicts_apply_gives_the_uncommon_records(
+    log: list[ClaimsRecord], data: st.DataObject
+) -> None:
+    """`others` gets every record `apply` does not judge WON (a first CLAIM) or DONE (its
+    holder's DONE), with the very outcome `apply` gives it, in log order, however the log
+    is cut into calls (the supervisor's monitor makes its events of them)."""
+    _, outcomes = fold(log)
+    common = {Verdict.WON, Verdict.DONE}
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(log)), max_size=4)))
+    batched = ClaimState()
+    others: list[tuple[ClaimsRecord, Outcome]] = []
+    for start, end in zip([0, *cuts], [*cuts, len(log)], strict=True):
+        batched.apply_all(log[start:end], range(start, end), others)
+    reported = {outcome.position: (record, outcome) for record, outcome in others}
+    assert [o.position for _, o in others] == sorted(reported)  # in log order, once each
+    for position, outcome in enumerate(outcomes):
+        if outcome.verdict not in common:
+            assert reported.pop(position) == (log[position], outcome)
+    # what is left was judged WON or DONE by `apply` too (apply_all's own way of a case it
+    # does not inline, which reports it all the same)
+    for position, (record, outcome) in reported.items():
+        assert (log[position], outcomes[position]) == (record, outcome)
+        assert outcome.verdict in common
+
+
 def test_a_claim_held_back_is_folded_when_the_positions_run_out() -> None:
     """zip(strict=True) raises after the last pair: the winning CLAIM held back for its DONE
     is in the state all the same, as `apply` would have left it."""

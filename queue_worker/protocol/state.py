@@ -295,9 +295,17 @@ class ClaimState:
         self.unknown_count += 1
         return Outcome(Verdict.UNKNOWN, position)
 
-    def apply_all(self, records: Sequence[ClaimsRecord], positions: Sequence[int]) -> None:
+    def apply_all(
+        self,
+        records: Sequence[ClaimsRecord],
+        positions: Sequence[int],
+        others: list[tuple[ClaimsRecord, Outcome]] | None = None,
+    ) -> None:
         """`apply` each record at its position, in order, without building the outcomes:
         what a reader that only catches up needs (every worker folds every record).
+        `others`, when given, receives each record that went through `apply` with its
+        outcome (every verdict but WON for a first CLAIM and DONE for its holder's DONE):
+        for a reader that reports the uncommon verdicts (the supervisor's monitor).
 
         The two commonest cases are `_claim` and `_done` inlined, with exactly their effect
         on the state: a CLAIM of a task nobody has claimed yet (it wins), and a DONE from the
@@ -378,7 +386,9 @@ class ClaimState:
                 if last is not None:
                     self._won(last, last_position)
                     last = None
-                self.apply(record, position)
+                outcome = self.apply(record, position)
+                if others is not None:
+                    others.append((record, outcome))
         finally:
             while pending:
                 self._won_oldest(pending)

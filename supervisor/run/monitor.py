@@ -31,12 +31,14 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, cast
 
 from logstore import Entry, IdentityError, Log, PositionCompactedError
 from logstore.base import Durability
+from logstore.file.log import FileLog
 from logstore.location import log_file
 from queue_worker.names import worker_label
+from queue_worker.protocol import claims_span
 from queue_worker.protocol.clock_jumps import ClockWatch
 from queue_worker.protocol.records import (
     Claim,
@@ -69,6 +71,8 @@ _NOTED: Final = frozenset(
 )
 
 _DATA: Final = operator.itemgetter(2)  # an Entry's bytes
+#: the records `_fold_common` folds a batch of in one go
+_COMMON: Final = frozenset({Claim, Done})
 
 #: records read from each log by one `poll` (catching up on a long log takes several polls)
 POLL_BATCH: Final = 20_000
@@ -126,6 +130,7 @@ class Monitor:
         # The workers' own fold (same decoding, same server clock, same malformed records).
         self._follower = ClaimsFollower(self._claims.start)
         self._state: ClaimState = self._follower.state
+        self._span = claims_span.loop()  # a file log's records, decoded where they lie
         # Records before this position are history: folded, never turned into events.
         self._events_from = self._claims.end()
         self._published = 0
@@ -263,6 +268,55 @@ class Monitor:
         return len(entries)
 
     def _read_claims(self) -> tuple[list[Event], int]:
+        if isinstance(self._claims, FileLog):
+            found = self._claims.read_span(self._follower.next_position, self._batch, self._span)
+            records = found.items
+            if None not in records and _COMMON.issuperset(map(type, records)):
+                events = self._fold_common(cast("list[Claim | Done]", records), found.positions)
+                self._follower.next_position = found.next
+                self._records += len(records)
+                return events, len(records)
+            # a malformed record, a FAIL or a RENEW: read again as entries, one by one
+        return self._read_entries()
+
+    def _fold_common(self, records: list[Claim | Done], positions: list[int]) -> list[Event]:
+        """Fold a batch of CLAIMs and DONEs (a drain's log is nothing else) as a worker's
+        catch-up does (`ClaimState.apply_all`: no verdict built for a winning CLAIM or its
+        holder's DONE), and make events of the records it has to judge one by one: a
+        takeover, a stale DONE. Every record still goes past the clock watch, and every
+        accepted DONE into its second's count."""
+        others: list[tuple[ClaimsRecord, Outcome]] = []
+        self._state.apply_all(records, positions, others)
+        events: list[Event] = []
+        events_from = self._events_from
+        if positions and positions[-1] >= events_from:
+            see = self._clock.see
+            for position, record in zip(positions, records, strict=True):
+                if position >= events_from and (jump := see(position, record)) is not None:
+                    text = f"task {jump.task}: {jump.text}"
+                    events.append(Event(time.time(), "clock", text, jump.task))
+        history_from, done_per_second = self._history_from, self._done_per_second
+        done_per_second.update(
+            second
+            for record in records
+            if type(record) is Done and (second := record.at // MICROS) >= history_from
+        )
+        for judged, outcome in others:
+            verdict = outcome.verdict
+            if type(judged) is Done and verdict is not Verdict.DONE:  # counted above: not
+                second = judged.at // MICROS  # accepted after all
+                if second >= history_from:
+                    done_per_second[second] -= 1
+            if verdict in _NOTED:
+                self._remember_takeover(judged, outcome)
+                if outcome.position >= events_from:
+                    event = self._event(judged, outcome, 0)  # (0: no DEAD without a FAIL)
+                    if event is not None:
+                        events.append(event)
+        return events
+
+    def _read_entries(self) -> tuple[list[Event], int]:
+        """Read and fold the next records as entries, each by itself (any log, any record)."""
         entries = self._claims.read(self._follower.next_position, self._batch)
         events: list[Event] = []
         follower, state, events_from = self._follower, self._state, self._events_from
