@@ -160,14 +160,7 @@ def _write_timeline(location: str, out: Path) -> None:
 
 
 def why_command(
-    task_name: Annotated[
-        str,
-        typer.Argument(
-            parser=option_parsers.TASK_NAME,
-            metavar="ID",
-            help="The task id (its index in the tasks log); PARTITION:ID on a partitioned queue.",
-        ),
-    ],
+    task_name: option_parsers.TaskArgument,
     directory: DirOption = DEFAULT_DIR,
     log: LogOption = None,
     as_json: JsonOption = False,
