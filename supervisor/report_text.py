@@ -354,10 +354,13 @@ def render_checks(r: Report, plain: bool) -> list[RenderableType]:
 
 def render_story(story: TaskStory, plain: bool = False, name: str | None = None) -> RenderableType:
     title, rows = story_rows(story, name)  # (supervisor.story_text lays them out plain)
-    table = _table(title, plain, "position", "time", "record", "worker", "why")
+    # The title above the table, not as its title: a table's title wraps to the table's
+    # width, and the state of a task reads better whole, wrapped only by the terminal.
+    table = _table("", plain, "position", "time", "record", "worker", "why")
+    table.title = None
     for column in table.columns[2:]:
         column.justify = "left"
     table.columns[4].overflow = "fold"
     for row in rows:
         table.add_row(*row)
-    return table
+    return Group(Text(title, style="" if plain else "bold"), table)

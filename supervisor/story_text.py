@@ -107,11 +107,9 @@ def plain_story(story: TaskStory, name: str | None = None) -> str | None:
     if not all(_simple(text) for text in (title, *(cell for row in table for cell in row))):
         return None
     widths = [max(len(row[c]) for row in table) for c in range(len(HEADERS))]
-    table_width = sum(widths) + 2 * (len(widths) - 1)
-    if table_width > plain_width() or len(title) > table_width:
-        # rich would shrink the columns and wrap their cells, or wrap the title to the
-        # table's width
-        return None
+    width = plain_width()
+    if sum(widths) + 2 * (len(widths) - 1) > width or len(title) > width:
+        return None  # rich would shrink the columns and wrap their cells, or wrap the title
     lines = [title.rstrip()]
     for row in table:
         cells = (
