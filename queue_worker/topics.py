@@ -281,15 +281,13 @@ class ClaimsFollower:
 
     def catch_up(self, log: Log) -> int:
         """Fold every record now in the log; return how many were folded."""
-        from logstore.file.log import FileLog  # (imported by open_log for a file log)
-
         count = 0
         with gc_paused():  # the read's entries too (see gc_paused)
-            if isinstance(log, FileLog):
+            if _is_file_log(log):
                 # records and positions straight from the frames: no entries (claims_span)
-                loop = claims_span.loop()
-                while found := log.read_span(self.next_position, READ_BATCH, loop):
-                    self._fold_span(log, found)
+                file_log, loop = cast("FileLog", log), self._span_loop()
+                while found := file_log.read_span(self.next_position, READ_BATCH, loop):
+                    self._fold_span(file_log, found)
                     count += len(found)
                 return count
             while entries := log.read(self.next_position, READ_BATCH):
@@ -433,6 +431,12 @@ class ClaimsFollower:
             return self._settle_span(cast("FileLog", log), mine, data)
         return self.settle_batch(log, mine, read=read)
 
+    def _span_loop(self) -> SpanLoop:
+        """The span loop a file log's reads decode claims records with, made once."""
+        if self._span is None:
+            self._span = claims_span.loop()
+        return self._span
+
     def _settle_span(
         self,
         log: FileLog,
@@ -445,9 +449,7 @@ class ClaimsFollower:
         (`FileLog.read_span`), with no Entry each, and folded in runs (`ClaimState.apply_all`);
         ours one by one, for their verdicts. The same fold, to the same position (up to and
         including our last record), the same errors."""
-        if self._span is None:
-            self._span = claims_span.loop()
-        loop, state = self._span, self.state
+        loop, state = self._span_loop(), self.state
         settled: list[Settled] = []
         index = 0
         deadline = time.monotonic() + timeout
