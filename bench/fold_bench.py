@@ -63,10 +63,10 @@ from bench.long_bench import extend
 from bench.queue_bench import QwDrain, qw_drain
 from logstore import Entry, Log, open_log
 from logstore.file.log import FileLog
-from queue_worker.protocol import cdecode, claims_span
+from queue_worker.protocol import cdecode
 from queue_worker.protocol.records import decode_claims, decode_claims_all
 from queue_worker.protocol.state import ClaimSnapshot, ClaimState
-from queue_worker.topics import CLAIMS_TOPIC, READ_BATCH, ClaimsFollower, gc_paused
+from queue_worker.topics import CLAIMS_TOPIC, READ_BATCH, ClaimsFollower, claims_decoder, gc_paused
 
 TARGET_REPLAY = 1_000_000  # records/s
 #: the fold as the install built it (one path: the table keeps its column)
@@ -134,8 +134,8 @@ def stage_times(claims: Log) -> dict[str, float]:
         spans: list[tuple[list[Any], list[int]]] = []
         position = claims.start
         if isinstance(claims, FileLog):
-            loop = claims_span.loop()
-            while found := claims.read_span(position, READ_BATCH, loop):
+            decoder = claims_decoder()
+            while found := claims.read_span(position, READ_BATCH, decoder):
                 spans.append((found.items, found.positions))
                 position = found.next
             decode = time.process_time()

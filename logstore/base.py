@@ -16,9 +16,9 @@ record has a larger position, and `Entry.next` is the position to read from afte
 import enum
 import zlib
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from types import TracebackType
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 
 class LogError(Exception):
@@ -111,6 +111,39 @@ class Entry(NamedTuple):
     server_time_us: int | None = None
 
 
+#: (items, positions, pos, batch_start, ready): a framed backend's span loop, which walks the
+#: frames of a buffer and makes each payload an item where it lies (`logstore.file.framing`)
+SpanResult = tuple[list[Any], list[int], int, int, int]
+SpanLoop = Callable[[bytes, int, int, int, int], SpanResult]
+
+
+class SpanDecoder(NamedTuple):
+    """How a reader that decodes every record it reads wants them decoded (`Log.read_span`).
+
+    `entries` makes a batch of entries, as `read` returns them, into one item each (on the
+    server's clock where the entries carry one); any backend can use it. `frames`, when
+    given, makes the same items straight from a framed backend's bytes (the file log's), with
+    no Entry built and no payload copied. The two give equal items for the same records."""
+
+    entries: Callable[[list[Entry]], list[Any]]
+    frames: SpanLoop | None = None
+
+
+class SpanRead:
+    """What `Log.read_span` found: the items, their positions, and the position after the
+    last one (where the next read starts; `position` itself when none was found)."""
+
+    __slots__ = ("items", "next", "positions")
+
+    def __init__(self, items: list[Any], positions: list[int], next: int) -> None:
+        self.items = items
+        self.positions = positions
+        self.next = next
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+
 class Log(ABC):
     """An append-only log of opaque byte records (one topic, one partition).
 
@@ -120,6 +153,12 @@ class Log(ABC):
 
     #: a short name for messages: a file path, a redis URL and stream key, "memory:…"
     name: str
+    #: whether every read checks each record it returns whole (the file log's checksums):
+    #: what a reader has read needs no `check` again
+    reads_check_records: bool = False
+    #: who decides the claims: "client" (every reader folds the log) or "server" (a server
+    #: decides each claim as it appends it: Redis with server verdicts)
+    verdicts: str = "client"
 
     @abstractmethod
     def append(self, data: bytes, *, durable: bool = False) -> int:
@@ -182,6 +221,28 @@ class Log(ABC):
     @abstractmethod
     def close(self) -> None:
         """Release the handle's resources. Idempotent."""
+
+    def read_span(self, position: int, max_records: int, decoder: SpanDecoder) -> SpanRead:
+        """`read`, with the records decoded by `decoder` as they are read: the items and
+        their positions (for a reader that folds every record). This default decodes the
+        entries `read` returns; the file log decodes its frames where they lie."""
+        entries = self.read(position, max_records)
+        if not entries:
+            return SpanRead([], [], position)
+        return SpanRead(decoder.entries(entries), [e.position for e in entries], entries[-1].next)
+
+    def local_bytes(self) -> int | None:
+        """The bytes of the log's first stored piece on this machine's disk (the file log's
+        first segment), or None for a log read over a network: for a reader deciding whether
+        reading it from the start is cheap."""
+        return None
+
+    def drop_before(self, position: int) -> int:
+        """Remove records before `position` (a record's position) in whatever units the
+        backend removes: the file log, each sealed segment that ends at or before it; Redis,
+        every stream entry before it. The caller has made sure nothing needs them. Returns
+        a position that every removed record is before and every kept one at or after."""
+        raise NotImplementedError(f"{self.name}: this log cannot remove records")
 
     def iter_from(self, position: int, batch: int = 4096) -> Iterator[Entry]:
         """Every complete record from `position` to the current end, in order."""

@@ -136,14 +136,10 @@ class Queue:
         """Whether the tasks log is long enough for the checkpoint to pay: a file log whose
         first segment holds COUNT_FROM_START_BYTES, a compacted one, or a log elsewhere (a
         count over the network)."""
-        from logstore.file.log import FileLog  # (imported by open_topic for a file log)
-
-        if not isinstance(self.log, FileLog) or self.log.start != self.log.origin:
+        size = self.log.local_bytes()
+        if size is None or self.log.start != self.log.origin:
             return True  # (compacted: the checkpoint is the count's only start anyway)
-        try:
-            return os.path.getsize(self.log.path) >= COUNT_FROM_START_BYTES
-        except OSError:
-            return True
+        return size >= COUNT_FROM_START_BYTES
 
     # -- tasks by name ---------------------------------------------------------------------
 
@@ -325,7 +321,6 @@ class Queue:
         (protocol rule 6). A pending one never runs; a held one's holder has its next
         renewal refused, so its handler sees `ctx.cancelled`. Its handle's `result()` raises
         TaskFailed ("cancelled by …"). ValueError for a task that has ended."""
-        import os
         import socket
 
         if self.immediate:

@@ -31,10 +31,10 @@ that knows it.
 from __future__ import annotations
 
 import bisect
+import functools
 import gc
 import itertools
 import operator
-import sys
 import time
 from array import array
 from collections import OrderedDict
@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final, NamedTuple, cast
 
 from logstore import Durability, Entry, IdentityError, Log, LogError, open_log
+from logstore.base import SpanDecoder, SpanRead
 from logstore.location import shown
 from queue_worker.errors import QwError
 from queue_worker.partition_layout import PartitionError, read_manifest
@@ -64,9 +65,6 @@ from queue_worker.protocol.topic_names import TASKS_TOPIC as TASKS_TOPIC
 from queue_worker.protocol.topic_names import TOPICS as TOPICS
 
 if TYPE_CHECKING:  # the fold is imported where a follower is made: not by a producer
-    from logstore.file.framing import SpanLoop
-    from logstore.file.log import FileLog
-    from logstore.file.reads import SpanRead
     from queue_worker.protocol.state import ClaimState, Outcome
 
 
@@ -185,6 +183,29 @@ def decode_claims_entry(entry: Entry) -> ClaimsRecord:
     return record
 
 
+def claims_entries(entries: list[Entry]) -> list[ClaimsRecord | None]:
+    """The records of a read's entries as a follower folds them: None for a malformed one
+    (which the fold decodes again, to say what is wrong), each on the server's clock where
+    the backend stamps one."""
+    records, _, stamped = decode_claims_entries(entries)
+    if not stamped:
+        return records
+    return [
+        record
+        if record is None or entry.server_time_us is None
+        # (a record decoded as None stays None; the fold names it)
+        else on_server_clock(record, entry.server_time_us)
+        for record, entry in zip(records, entries, strict=True)
+    ]
+
+
+@functools.cache
+def claims_decoder() -> SpanDecoder:
+    """How a fold reader's reads decode the claims log (`Log.read_span`): a file log's frames
+    where they lie (`claims_span`: in C when built), any other log's entries. Made once."""
+    return SpanDecoder(claims_entries, claims_span.loop())
+
+
 def read_through(log: Log, start: int, position: int, timeout: float) -> Iterator[Entry]:
     """The entries from `start` up to and including the one at `position`.
 
@@ -251,7 +272,6 @@ class ClaimsFollower:
         self.next_position = start  # where the next unread record is
         self.malformed = 0
         self.last_malformed: str | None = None
-        self._span: SpanLoop | None = None  # a file log's span loop, made at its first use
 
     @property
     def last_position(self) -> int | None:
@@ -282,22 +302,17 @@ class ClaimsFollower:
     def catch_up(self, log: Log) -> int:
         """Fold every record now in the log; return how many were folded."""
         count = 0
-        with gc_paused():  # the read's entries too (see gc_paused)
-            if _is_file_log(log):
-                # records and positions straight from the frames: no entries (claims_span)
-                file_log, loop = cast("FileLog", log), self._span_loop()
-                while found := file_log.read_span(self.next_position, READ_BATCH, loop):
-                    self._fold_span(file_log, found)
-                    count += len(found)
-                return count
-            while entries := log.read(self.next_position, READ_BATCH):
-                self.fold_entries(entries)
-                count += len(entries)
+        decoder = claims_decoder()
+        with gc_paused():  # the read's records too (see gc_paused)
+            # records and positions as the log decodes them (a file log: straight from its
+            # frames, no entries; claims_span)
+            while found := log.read_span(self.next_position, READ_BATCH, decoder):
+                self._fold_span(log, found)
+                count += len(found)
         return count
 
-    def _fold_span(self, log: FileLog, found: SpanRead) -> None:
-        """Fold what a span read found (records, None for a malformed one; no server time:
-        a file log has none)."""
+    def _fold_span(self, log: Log, found: SpanRead) -> None:
+        """Fold what a span read found (records, None for a malformed one)."""
         records: list[ClaimsRecord | None] = found.items
         if None in records:
             # rare: fold the same records read as entries, which say what is wrong
@@ -427,34 +442,29 @@ class ClaimsFollower:
         if len(positions) != len(records):
             raise ValueError(f"{log.name}: {len(positions)} positions for {len(records)} records")
         mine: list[tuple[int, ClaimsRecord | None]] = list(zip(positions, records, strict=True))
-        if not read and _is_file_log(log):
-            return self._settle_span(cast("FileLog", log), mine, data)
+        if not read:  # (a backend that stamps records reads them in the append: Redis)
+            return self._settle_span(log, mine, data)
         return self.settle_batch(log, mine, read=read)
-
-    def _span_loop(self) -> SpanLoop:
-        """The span loop a file log's reads decode claims records with, made once."""
-        if self._span is None:
-            self._span = claims_span.loop()
-        return self._span
 
     def _settle_span(
         self,
-        log: FileLog,
+        log: Log,
         mine: list[tuple[int, ClaimsRecord | None]],
         data: Sequence[bytes],
         timeout: float = SETTLE_TIMEOUT_S,
     ) -> list[Settled]:
-        """`settle_batch` of the records we have just appended (`data`) to a file log, read
-        as `catch_up` reads it: the others' records decoded where the frames lie
-        (`FileLog.read_span`), with no Entry each, and folded in runs (`ClaimState.apply_all`);
+        """`settle_batch` of the records we have just appended (`data`) to a log whose append
+        read nothing back (a file log's), read as `catch_up` reads it: the others' records
+        decoded as the log decodes them (`Log.read_span`: a file log's where its frames lie,
+        no Entry each), and folded in runs (`ClaimState.apply_all`);
         ours one by one, for their verdicts. The same fold, to the same position (up to and
         including our last record), the same errors."""
-        loop, state = self._span_loop(), self.state
+        decoder, state = claims_decoder(), self.state
         settled: list[Settled] = []
         index = 0
         deadline = time.monotonic() + timeout
         while True:
-            found = log.read_span(self.next_position, READ_BATCH, loop)
+            found = log.read_span(self.next_position, READ_BATCH, decoder)
             records, positions = found.items, found.positions
             if not records:
                 position = mine[index][0]
@@ -490,12 +500,6 @@ class ClaimsFollower:
             if begin < len(records):
                 state.apply_all(records[begin:], positions[begin:])
             self.next_position = found.next
-
-
-def _is_file_log(log: Log) -> bool:
-    """Whether `log` is a file log (imported only once one is open: see catch_up)."""
-    module = sys.modules.get("logstore.file.log")
-    return module is not None and isinstance(log, module.FileLog)
 
 
 def _chain_read(

@@ -21,9 +21,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from logstore import Durability
-from logstore.base import CorruptLogError
+from logstore.base import CorruptLogError, SpanDecoder, SpanLoop
 from logstore.file import framing
-from logstore.file.framing import SpanLoop
 from logstore.file.log import FileLog
 from queue_worker import topics
 from queue_worker.proof import log_reading
@@ -284,6 +283,10 @@ def read_all_entries(log: FileLog, limit: int) -> tuple[list[Any], list[int], in
     return decoded, positions, position, None
 
 
+def _no_entries(entries: list[Any]) -> list[Any]:
+    raise AssertionError("a file log decodes its frames, not entries")
+
+
 def read_all_spans(
     log: FileLog, limit: int, loop: SpanLoop
 ) -> tuple[list[Any], list[int], int, str | None]:
@@ -291,7 +294,7 @@ def read_all_spans(
     positions: list[int] = []
     position = log.start
     try:
-        while found := log.read_span(position, limit, loop):
+        while found := log.read_span(position, limit, SpanDecoder(_no_entries, loop)):
             assert len(found.positions) == len(found.items) <= limit
             decoded += found.items
             positions += found.positions

@@ -72,7 +72,7 @@ from collections.abc import Callable, Sequence
 from itertools import repeat
 from typing import Any, NamedTuple
 
-from logstore.base import CorruptLogError, Entry, ForeignFileError
+from logstore.base import CorruptLogError, Entry, ForeignFileError, SpanLoop
 
 Buffer = bytes | bytearray | memoryview
 #: (starts, datas, pos, batch_start, ready), as _decode_loop returns them
@@ -81,9 +81,6 @@ Loop = Callable[[bytes, int, int, int], LoopResult]
 #: (entries, pos, batch_start, ready), as _decode_entries returns them
 EntriesResult = tuple[list[Entry], int, int, int]
 EntriesLoop = Callable[[bytes, int, int, int, int, type[Entry]], EntriesResult]
-#: (items, positions, pos, batch_start, ready): a span loop (decode_span)
-SpanResult = tuple[list[Any], list[int], int, int, int]
-SpanLoop = Callable[[bytes, int, int, int, int], SpanResult]
 #: (end, open_batch, last_batch), as _walk_frames returns them
 WalkLoop = Callable[[Buffer, int, int, int, int, bool], tuple[int, int, int]]
 

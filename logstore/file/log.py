@@ -116,9 +116,12 @@ from logstore.base import (
     LogError,
     PositionCompactedError,
     RecordTooLargeError,
+    SpanDecoder,
+    SpanLoop,
+    SpanRead,
 )
 from logstore.file import framing
-from logstore.file.framing import FILE_HEADER_SIZE, FRAME_HEADER_SIZE, MAX_RECORD, SpanLoop, Stop
+from logstore.file.framing import FILE_HEADER_SIZE, FRAME_HEADER_SIZE, MAX_RECORD, Stop
 from logstore.file.reads import (
     BIG_READ,
     NO_SEGMENT,
@@ -126,7 +129,6 @@ from logstore.file.reads import (
     SCAN_CHUNK,
     ZERO_HEADER,
     FileReads,
-    SpanRead,
 )
 from logstore.file.segments import (
     DEFAULT_SEGMENT_BYTES,
@@ -247,6 +249,8 @@ def zeros_ahead(held: int) -> int:
 
 class FileLog(FileReads, Log):
     """An append-only file of framed records; see the module docstring. Use `FileLog.open`."""
+
+    reads_check_records = True  # every frame a read returns has had its checksum checked
 
     def __init__(
         self,
@@ -980,6 +984,16 @@ class FileLog(FileReads, Log):
         """(base, end) of each segment that is no longer appended to, oldest first."""
         return [(base, after) for base, after in self.segments() if after != _NO_SEGMENT]
 
+    def local_bytes(self) -> int | None:
+        try:
+            return os.path.getsize(self.path)
+        except OSError:
+            return None
+
+    def drop_before(self, position: int) -> int:
+        dropped = self.drop_segments(position)
+        return dropped[-1][1] if dropped else self.start
+
     def drop_segments(self, upto: int) -> list[tuple[int, int]]:
         """Remove every sealed segment that ends at or before position `upto`, oldest first,
         and return their (base, end). Compaction's last step (`queue_worker.compaction.files`):
@@ -1114,12 +1128,16 @@ class FileLog(FileReads, Log):
             finally:
                 self._lock.release()
 
-    def read_span(self, position: int, max_records: int, loop: SpanLoop) -> SpanRead:
-        """`read`, with each record's payload made into an item by `loop` as the frames are
-        walked (see `framing.decode_span`): the items and their positions, with no `Entry`
-        and no payload copy. For a reader that folds every record (a claims follower); the
-        same reads, checks and errors as `read` (segments included: a span never crosses a
-        segment's end, `read`'s way of going on in the next segment applies)."""
+    def read_span(self, position: int, max_records: int, decoder: SpanDecoder) -> SpanRead:
+        """`read`, with each record's payload made into an item by `decoder.frames` as the
+        frames are walked (see `framing.decode_span`): the items and their positions, with
+        no `Entry` and no payload copy. For a reader that folds every record (a claims
+        follower); the same reads, checks and errors as `read` (segments included: a span
+        never crosses a segment's end, `read`'s way of going on in the next segment
+        applies)."""
+        loop = decoder.frames
+        if loop is None:
+            return super().read_span(position, max_records, decoder)
         self._check_read(position)
         if max_records <= 0:
             return SpanRead([], [], position)

@@ -15,9 +15,9 @@ import os
 import sys
 from typing import Any
 
-from logstore.base import CorruptLogError, Entry
+from logstore.base import CorruptLogError, Entry, SpanLoop, SpanRead
 from logstore.file import framing
-from logstore.file.framing import FRAME_HEADER_SIZE, SpanLoop, Stop
+from logstore.file.framing import FRAME_HEADER_SIZE, Stop
 from logstore.file.segments import list_bases, segment_path
 from logstore.file.shared_state import ACTIVE_WORD, COMMITTED_WORD, LOAD, SYNCED
 
@@ -38,21 +38,6 @@ _NO_LIMIT = sys.maxsize
 ZERO_HEADER = bytes(FRAME_HEADER_SIZE)
 #: "no next segment known": beyond every position
 NO_SEGMENT = 1 << 62
-
-
-class SpanRead:
-    """What `FileLog.read_span` found: the items, their positions, and the position after
-    the last one (where the next read starts; `position` itself when none was found)."""
-
-    __slots__ = ("items", "next", "positions")
-
-    def __init__(self, items: list[Any], positions: list[int], next: int) -> None:
-        self.items = items
-        self.positions = positions
-        self.next = next
-
-    def __len__(self) -> int:
-        return len(self.items)
 
 
 def _pread(fd: int, pos: int, want: int, buf: memoryview) -> memoryview:

@@ -740,6 +740,13 @@ class RedisLog(Log):
             raise PositionCompactedError(self.name, position, self.start)
         return self._entries(raw)
 
+    def drop_before(self, position: int) -> int:
+        """``XTRIM <key> MINID <position's id>``: exact (not ``~``), so the stream starts
+        at that record."""
+        minid = format_id(*unpack_position(position))
+        self._call("trim", lambda: self._client.xtrim(self.key, minid=minid, approximate=False))
+        return position
+
     def check(self, start: int | None = None) -> int:
         """Log.check's look for damage (what `read` would refuse: an entry without a 'd'
         field, a sequence number it cannot pack), made on the server in batches of

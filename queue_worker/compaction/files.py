@@ -28,7 +28,7 @@ import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Final, NamedTuple
+from typing import Final, NamedTuple, cast
 
 from logstore import Log, LogError
 from logstore.file.log import FileLog
@@ -92,9 +92,10 @@ def compact(directory: Path, retention: Retention, *, now: float | None = None) 
     now = time.time() if now is None else now
     with checkpoint_lock(directory):
         stop_at("locked")
-        tasks_log, claims_log = open_topics(directory)
+        # (a data directory's topics are file logs: `open_topics`)
+        opened = open_topics(directory)
+        tasks_log, claims_log = cast("tuple[FileLog, FileLog]", opened)
         try:
-            assert isinstance(tasks_log, FileLog) and isinstance(claims_log, FileLog)
             # (segments the checkpoint lists already, a killed compaction's, are not planned
             # again: they are removed below)
             listed = {

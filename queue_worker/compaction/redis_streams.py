@@ -41,7 +41,7 @@ from __future__ import annotations
 import time
 import zlib
 from collections.abc import Callable, Iterator
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 from logstore.redis.log import RedisLog
 from logstore.redis.trim import stream_bytes, stream_length, trim
@@ -94,9 +94,9 @@ def compact_redis(url: str, retention: Retention, *, now: float | None = None) -
 
 def _compact_locked(url: str, retention: Retention, now: float) -> Compacted:
     stop_at("locked")
-    tasks_log, claims_log = open_topics(url)
+    # (a redis:// location's topics are streams: `open_topics`)
+    tasks_log, claims_log = cast("tuple[RedisLog, RedisLog]", open_topics(url))
     try:
-        assert isinstance(tasks_log, RedisLog) and isinstance(claims_log, RedisLog)
         logs = ((CLAIMS_TOPIC, claims_log), (TASKS_TOPIC, tasks_log))
         for _, log in logs:  # a checkpoint of a stream that lost entries would bury the loss
             log.verify_history()

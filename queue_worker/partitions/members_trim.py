@@ -19,7 +19,7 @@ members alive, the same clock (`trim_members` checks the first before it removes
 and removes nothing when it would differ).
 
 How: on the file log the topic is written in small segments (`MEMBERS_SEGMENT_BYTES`), and
-the sealed segments that end at or before the cut are removed (`FileLog.drop_segments`;
+the sealed segments that end at or before the cut are removed (`Log.drop_before`;
 a reader whose position was in one gets PositionCompactedError and reads again from the
 start: `MemberView.catch_up`). On Redis the stream is trimmed to the cut's entry id
 (``XTRIM MINID``): a reader before it reads on from the first entry kept. Any member
@@ -104,11 +104,8 @@ def trim_members(log: Log) -> int:
     whole, rest = _view(entries), _view(kept)
     if whole.alive() != rest.alive() or whole.now != rest.now:
         return 0  # (keep_from keeps every record the view needs: a bug, kept safe)
-    drop_segments = getattr(log, "drop_segments", None)
-    if drop_segments is not None:  # the file log: whole sealed segments
-        dropped = drop_segments(cut)
-        return sum(1 for e in entries if any(base <= e.position < end for base, end in dropped))
-    return _trim_stream(log, cut, len(entries) - len(kept))
+    kept_from = log.drop_before(cut)
+    return sum(1 for e in entries if e.position < kept_from)
 
 
 def trim_members_at(location: str | Path) -> int:
@@ -120,17 +117,6 @@ def trim_members_at(location: str | Path) -> int:
         return trim_members(log)
     finally:
         log.close()
-
-
-def _trim_stream(log: Log, cut: int, before: int) -> int:
-    """Redis: ``XTRIM <key> MINID <the cut's id>`` (exact, not ``~``: the cut is where the
-    view's records start)."""
-    from logstore.redis.log import RedisLog, format_id, unpack_position
-
-    if not isinstance(log, RedisLog) or before == 0:
-        return 0
-    minid = format_id(*unpack_position(cut))
-    return int(log._client.xtrim(log.key, minid=minid, approximate=False))
 
 
 __all__ = ["TRIM_EVERY", "keep_from", "read_all", "trim_members", "trim_members_at"]

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, cast
 
-from logstore import Log, is_redis_url, open_log
+from logstore import Entry, Log, is_redis_url, open_log
+from logstore.base import SpanDecoder
 from queue_worker.errors import QwError
 from queue_worker.partition_layout import one_partition_text
 from queue_worker.protocol.records import (
@@ -27,15 +28,16 @@ from queue_worker.topics import (
     MALFORMED,
     READ_BATCH,
     TASKS_TOPIC,
+    claims_decoder,
+    claims_entries,
     decode_claims_entry,
     open_topic,
     open_topics,
 )
 
 if TYPE_CHECKING:
-    from logstore import Entry
-    from logstore.file.framing import SpanLoop, SpanResult
-    from logstore.file.log import Verified
+    from logstore.base import SpanLoop, SpanResult
+    from logstore.file.log import FileLog, Verified
     from queue_worker.history.checkpoint import Location
     from queue_worker.history.prefix import Prefix
     from queue_worker.protocol.records import ClaimsRecord
@@ -126,16 +128,13 @@ def verify_logs(
     Nothing for a Redis location (no files). Raises CorruptLogError."""
     if is_redis_url(str(location)):
         return {}
-    from logstore.file.log import FileLog
-
     verified: dict[str, Verified] = {}
     for topic, start in ((TASKS_TOPIC, tasks_from), (CLAIMS_TOPIC, claims_from)):
         log = _open_existing(location, topic)
         if log is None:
             continue
-        with log:
-            if isinstance(log, FileLog):
-                verified[topic] = log.verify(start)
+        with log:  # (a data directory's topics are file logs: `open_topic`)
+            verified[topic] = cast("FileLog", log).verify(start)
     return verified
 
 
@@ -170,26 +169,19 @@ def read_task(location: str | Path, task: int) -> TaskRecord | str | None:
 
 def _nth(log: Log, start: int, n: int) -> Entry | None:
     """The record `n` records after the one at `start` (0: that one), or None when the log
-    holds fewer. A file log's records before it are walked where they lie, none copied
-    (reading them as entries, a batch at a time, was a fifth of `qw why 0` on a queue of
-    3,000 tasks)."""
-    from logstore.file.log import FileLog  # (imported by open_log for a file log)
-
+    holds fewer. The records before it are read as the log decodes them, as placeholders
+    (a file log's walked where they lie, none copied: reading them as entries, a batch at a
+    time, was a fifth of `qw why 0` on a queue of 3,000 tasks)."""
     position = start
-    if isinstance(log, FileLog):
-        loop = task_frames_loop(b"", None)  # (every payload begins with b"": each is None)
-        while n > 0:
-            found = log.read_span(position, min(n, READ_BATCH), loop)
-            if not found.items:
-                return None
-            n -= len(found.items)
-            position = found.next
-        entries = log.read(position, 1)
-        return entries[0] if entries else None
-    for index, entry in enumerate(log.iter_from(position)):
-        if index == n:
-            return entry
-    return None
+    decoder = task_decoder(b"", None)  # (every payload begins with b"": each is None)
+    while n > 0:
+        found = log.read_span(position, min(n, READ_BATCH), decoder)
+        if not found.items:
+            return None
+        n -= len(found.items)
+        position = found.next
+    entries = log.read(position, 1)
+    return entries[0] if entries else None
 
 
 def read_claims(
@@ -238,21 +230,14 @@ def read_claims_batches(
             compacted = compacted_prefix(location)
             start = None if compacted is None else compacted[1]
         position = log.start if start is None else start
-        from logstore.file.log import FileLog  # (imported by open_log for a file log)
-
-        if isinstance(log, FileLog):
-            loop, without = _span_loop(task)
-            while found := log.read_span(position, READ_BATCH, loop):
-                records, positions = without(found.items, found.positions, OTHER_TASK)
-                if None in records:  # rare: a malformed record, said as read_claims does
-                    yield _decoded(log.read(position, len(found.items)))
-                elif records:
-                    yield records, positions
-                position = found.next
-            return
-        while entries := log.read(position, READ_BATCH):  # on the server's clock (Redis)
-            yield _decoded(entries)
-            position = entries[-1].next
+        decoder, without = _claims_decoder(task)
+        while found := log.read_span(position, READ_BATCH, decoder):
+            records, positions = without(found.items, found.positions, OTHER_TASK)
+            if None in records:  # rare: a malformed record, said as read_claims does
+                yield _decoded(log.read(position, len(found.items)))
+            elif records:
+                yield records, positions
+            position = found.next
 
 
 def without_py(items: list[Any], positions: list[int], other: Any) -> tuple[list[Any], list[int]]:
@@ -262,15 +247,15 @@ def without_py(items: list[Any], positions: list[int], other: Any) -> tuple[list
     return [items[i] for i in kept], [positions[i] for i in kept]
 
 
-def _span_loop(task: int | None) -> tuple[SpanLoop, Without]:
-    """The span loop of `read_claims_batches` and what leaves OTHER_TASK out of its reads: a
+def _claims_decoder(task: int | None) -> tuple[SpanDecoder, Without]:
+    """The decoder of `read_claims_batches` and what leaves OTHER_TASK out of its reads: a
     claims follower's (nothing to leave out), or with `task` (and the C decoder built), one
-    that passes over the other tasks' records, and its `without`."""
-    from queue_worker.protocol import claims_span, records
+    whose frames loop passes over the other tasks' records, and its `without`."""
+    from queue_worker.protocol import records
 
     module = records._c_module()
     if task is None or module is None or not 0 <= task <= MAX_TASK_ID:
-        return claims_span.loop(), _as_read
+        return claims_decoder(), _as_read
     frames = module.decode_claims_frames
     claim, done, fallback, other = records.Claim, records.Done, records._claims_or_none, OTHER_TASK
 
@@ -280,7 +265,7 @@ def _span_loop(task: int | None) -> tuple[SpanLoop, Without]:
         )
         return found
 
-    return own, module.without
+    return SpanDecoder(claims_entries, own), module.without
 
 
 def _as_read(items: list[Any], positions: list[int], other: Any) -> tuple[list[Any], list[int]]:
@@ -305,10 +290,20 @@ def task_frames_py(
     return items, [start + base for start in starts], pos, batch_start, ready
 
 
+def task_decoder(prefix: bytes, known: Any) -> SpanDecoder:
+    """A decoder (`Log.read_span`) for a counter of a tasks log's records: each one whose
+    payload begins with `prefix` is `known` (a file log's not copied); any other is its
+    payload."""
+
+    def entries(found: list[Entry]) -> list[Any]:
+        return [known if e.data.startswith(prefix) else e.data for e in found]
+
+    return SpanDecoder(entries, task_frames_loop(prefix, known))
+
+
 def task_frames_loop(prefix: bytes, known: Any) -> SpanLoop:
-    """A span loop (`FileLog.read_span`) for a counter of a tasks log's records: each one
-    whose payload begins with `prefix` is `known`, not copied; any other is its payload
-    (`task_frames_py`, in C when the claims decoder is built)."""
+    """`task_decoder`'s span loop for a file log's frames (`task_frames_py`, in C when the
+    claims decoder is built)."""
     from queue_worker.protocol import records
 
     module = records._c_module()

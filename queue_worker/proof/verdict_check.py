@@ -14,7 +14,7 @@ script) is a disagreement too: the server's state no longer describes the log.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Final
+from typing import Final, cast
 
 from logstore.location import is_redis_url
 from logstore.redis.log import RedisLog
@@ -61,8 +61,8 @@ def check_location(location: str | Path) -> list[str]:
     # A trimmed stream: the server's state still describes the tasks whose records went;
     # the fold starts from the checkpoint's fold of them, as the report's does.
     compacted = compacted_prefix(location)
-    with open_topic(location, CLAIMS_TOPIC, read_only=True) as log:
-        assert isinstance(log, RedisLog)
+    with open_topic(location, CLAIMS_TOPIC, read_only=True) as opened:
+        log = cast("RedisLog", opened)  # (a redis:// location's topic is a stream)
         if compacted is None:
             return check_log(log)
         return check_log(log, compacted[0].state, compacted[1])

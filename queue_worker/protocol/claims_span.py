@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from logstore.base import SpanLoop, SpanResult
 from logstore.file import framing
-from logstore.file.framing import SpanLoop, SpanResult
 from queue_worker.protocol import records
 from queue_worker.protocol.records import Claim, Done
 

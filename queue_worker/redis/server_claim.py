@@ -233,7 +233,7 @@ class ServerVerdictLog(Log):
 def wants_server_verdicts(log: Log) -> bool:
     """Does this claims log's queue use server verdicts (recorded in the queue when it was
     created: ``server`` by default, ``?verdicts=client`` otherwise; logstore.redis.verdict_mode)?"""
-    return isinstance(log, RedisLog) and log.verdicts == "server"
+    return log.verdicts == "server"
 
 
 __all__ = ["MoreClaim", "NextTask", "ServerClaims", "ServerVerdictLog", "wants_server_verdicts"]

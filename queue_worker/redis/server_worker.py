@@ -25,10 +25,9 @@ import contextlib
 import math
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from logstore import Entry, Log, LogError, RecordTooLargeError
-from logstore.redis.log import RedisLog
 from queue_worker.protocol.records import (
     Claim,
     Done,
@@ -51,6 +50,8 @@ from queue_worker.worker.settings import server_pick_refusal
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
+
+    from logstore.redis.log import RedisLog
 
 
 class ServerVerdictWorker(WorkerBase):
@@ -75,15 +76,15 @@ class ServerVerdictWorker(WorkerBase):
 
     def _appending_log(self, tasks_log: Log, claims_log: Log) -> Log:
         """The claims log through the server's rules (`ServerClaims.verdict_log`)."""
-        if not isinstance(tasks_log, RedisLog) or not wants_server_verdicts(claims_log):
+        if not wants_server_verdicts(claims_log):
             for log in self._owned_logs:
                 log.close()
             raise ValueError(
                 f"{claims_log.name}: not a Redis queue with server verdicts; open its worker "
                 "with queue_worker.opening.open_worker"
             )
-        assert isinstance(claims_log, RedisLog)
-        self._server = ServerClaims(claims_log, tasks_log)
+        # (a queue with server verdicts is a Redis queue: `wants_server_verdicts`)
+        self._server = ServerClaims(cast("RedisLog", claims_log), cast("RedisLog", tasks_log))
         return self._server.verdict_log
 
     def _catch_up(self) -> None:

@@ -74,7 +74,7 @@ class Worker(WorkerBase):
         **options: Unpack[WorkerOptions],
     ) -> None:
         super().__init__(config, **options)
-        if getattr(self.claims_log, "verdicts", None) == "server":
+        if self.claims_log.verdicts == "server":
             # Our appends would bypass the rules that judge this queue's claims, and the
             # queue would be refused from then on (logstore.redis.verdict_mode).
             self.close()

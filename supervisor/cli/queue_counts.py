@@ -35,8 +35,7 @@ from typing import TYPE_CHECKING, Final, NamedTuple
 
 if TYPE_CHECKING:
     from logstore import Entry, Log
-    from logstore.file.framing import SpanLoop
-    from logstore.file.log import FileLog
+    from logstore.base import SpanDecoder
     from queue_worker.protocol.state import Lease
     from queue_worker.topics import ClaimsFollower
 
@@ -99,8 +98,7 @@ class _Reading:
         self.done_seconds: Counter[int] = Counter()  # DONEs by their record's second
         # a DONE before this (µs) cannot be in the throughput's window (`_read_span`)
         self.since = (int(time.time()) - THROUGHPUT_WINDOW) * MICROS
-        self.loop: SpanLoop | None = None
-        self.tasks_loop: SpanLoop | None = None
+        self.tasks_decoder: SpanDecoder | None = None
         self._begin()
 
     def _begin(self) -> None:
@@ -117,16 +115,15 @@ class _Reading:
         self.foreign = set(index.foreign)
 
     def counts(self) -> tuple[QueueCounts, Held]:
-        from logstore.file.log import FileLog  # (imported by open_log for a file log)
         from queue_worker.topics import check_tasks_cover
 
         starts = (self.tasks_pos, self.follower.next_position)
         for log, start in zip((self.tasks, self.claims), starts, strict=True):
-            # A file log's reads below check every frame they return (checksums too: a new
+            # A file log's reads below check every record they return (checksums too: a new
             # handle trusts nothing) and raise at damage, as its check() would, so it is not
             # walked twice; and what a checkpoint
             # covers, it checksummed whole (`_begin`): the rest is checked from there.
-            if not isinstance(log, FileLog):
+            if not log.reads_check_records:
                 log.check(start)
         # to the end: a read stops short at the end of a segment, so only an empty one says
         # that nothing more is there (`Log.read`); a full batch is not the test
@@ -135,8 +132,8 @@ class _Reading:
         while self._read_tasks():  # after the claims: every task they name is in
             pass
         for log, end in ((self.tasks, self.tasks_pos), (self.claims, self.follower.next_position)):
-            if isinstance(log, FileLog):  # what the reads cannot see: every segment's
-                log.check(end)  # length, and what follows the last record (protocol §5)
+            log.check(end)  # what the reads cannot see (a file log: every segment's length,
+            # and what follows the last record: protocol §5)
         state = self.follower.state
         check_tasks_cover(self.tasks, self.published, self.claims, state)
         published, foreign = self.published, self.foreign
@@ -164,31 +161,16 @@ class _Reading:
         return counts, [(task, lease, None) for task, lease in held]
 
     def _read_tasks(self) -> int:
-        from logstore.file.log import FileLog  # (imported by open_log for a file log)
+        """Count the tasks log's next records, read as the log decodes them (a file log's
+        frames walked where they lie, as for the claims): a TASK of this schema, which the
+        count only needs to see, is None (no payload copied); any other record is its
+        payload."""
+        from queue_worker.proof.log_reading import task_decoder
         from queue_worker.topics import _TASK_PREFIX
 
-        if isinstance(self.tasks, FileLog):
-            return self._read_task_span(self.tasks)
-        entries = self.tasks.read(self.tasks_pos, BATCH)
-        if entries:
-            for index, entry in enumerate(entries, self.published):
-                if not entry.data.startswith(_TASK_PREFIX) and _is_foreign(entry.data):
-                    self.foreign.add(index)
-            self.published += len(entries)
-            self.tasks_pos = entries[-1].next
-            self.records += len(entries)
-        return len(entries)
-
-    def _read_task_span(self, log: "FileLog") -> int:
-        """`_read_tasks` of a file log, its frames walked where they lie (`FileLog.read_span`,
-        as for the claims): a TASK of this schema, which the count only needs to see, is
-        None (no payload copied, no Entry built); any other record is its payload."""
-        from queue_worker.proof.log_reading import task_frames_loop
-        from queue_worker.topics import _TASK_PREFIX
-
-        if self.tasks_loop is None:
-            self.tasks_loop = task_frames_loop(_TASK_PREFIX, None)
-        found = log.read_span(self.tasks_pos, BATCH, self.tasks_loop)
+        if self.tasks_decoder is None:
+            self.tasks_decoder = task_decoder(_TASK_PREFIX, None)
+        found = self.tasks.read_span(self.tasks_pos, BATCH, self.tasks_decoder)
         payloads, count = found.items, len(found.items)
         if payloads.count(None) != count:
             for index, data in enumerate(payloads, self.published):
@@ -200,27 +182,19 @@ class _Reading:
         return count
 
     def _read_claims(self) -> int:
-        from logstore.file.log import FileLog  # (imported by open_log for a file log)
-
-        if isinstance(self.claims, FileLog):
-            return self._read_span(self.claims)
-        return self._read_entries()
-
-    def _read_span(self, log: "FileLog") -> int:
-        """Read a file log's next records where its frames lie (`FileLog.read_span`, as a
-        worker's catch-up reads them) and fold them: a run of records whose verdicts are not
-        counted in one `ClaimState.apply_all` (its exact effect, without building them), each
-        other record by itself. The counted ones: every DONE recent enough to be in the
-        throughput's window (the window is of seconds before `counts` ends, so after `since`,
-        taken before the logs were read). (The FAILs accepted the fold counts itself.)"""
-        from queue_worker.protocol import claims_span
+        """Read the claims log's next records as the log decodes them (`Log.read_span`, as
+        a worker's catch-up reads them) and fold them: a run of records whose verdicts are
+        not counted in one `ClaimState.apply_all` (its exact effect, without building them),
+        each other record by itself. The counted ones: every DONE recent enough to be in the
+        throughput's window (the window is of seconds before `counts` ends, so after
+        `since`, taken before the logs were read). (The FAILs accepted the fold counts
+        itself.)"""
         from queue_worker.protocol.records import Done
         from queue_worker.protocol.state import Verdict
+        from queue_worker.topics import claims_decoder
 
-        if self.loop is None:
-            self.loop = claims_span.loop()
         follower: ClaimsFollower = self.follower
-        found = log.read_span(follower.next_position, BATCH, self.loop)
+        found = self.claims.read_span(follower.next_position, BATCH, claims_decoder())
         records, positions = found.items, found.positions
         if None in records:  # rare: a malformed record, which the fold decodes and counts
             return self._read_entries()

@@ -27,7 +27,7 @@ def verdicts_at(location: str) -> str | None:
         location = partition_location(location, 0, manifest.count)
     log = open_topic(location, CLAIMS_TOPIC, read_only=True)
     try:
-        return str(getattr(log, "verdicts", "client"))
+        return log.verdicts
     finally:
         log.close()
 

@@ -35,10 +35,8 @@ from typing import Final, cast
 
 from logstore import Entry, IdentityError, Log, PositionCompactedError
 from logstore.base import Durability
-from logstore.file.log import FileLog
 from logstore.location import log_file
 from queue_worker.names import worker_label
-from queue_worker.protocol import claims_span
 from queue_worker.protocol.clock_jumps import ClockWatch
 from queue_worker.protocol.records import (
     Claim,
@@ -57,6 +55,7 @@ from queue_worker.topics import (
     TASKS_TOPIC,
     ClaimsFollower,
     check_tasks_cover,
+    claims_decoder,
     open_topics,
 )
 from supervisor.run.fold_begin import begin_from_checkpoint
@@ -130,7 +129,7 @@ class Monitor:
         # The workers' own fold (same decoding, same server clock, same malformed records).
         self._follower = ClaimsFollower(self._claims.start)
         self._state: ClaimState = self._follower.state
-        self._span = claims_span.loop()  # a file log's records, decoded where they lie
+        self._decoder = claims_decoder()  # a file log's records, decoded where they lie
         # Records before this position are history: folded, never turned into events.
         self._events_from = self._claims.end()
         self._published = 0
@@ -268,15 +267,14 @@ class Monitor:
         return len(entries)
 
     def _read_claims(self) -> tuple[list[Event], int]:
-        if isinstance(self._claims, FileLog):
-            found = self._claims.read_span(self._follower.next_position, self._batch, self._span)
-            records = found.items
-            if None not in records and _COMMON.issuperset(map(type, records)):
-                events = self._fold_common(cast("list[Claim | Done]", records), found.positions)
-                self._follower.next_position = found.next
-                self._records += len(records)
-                return events, len(records)
-            # a malformed record, a FAIL or a RENEW: read again as entries, one by one
+        found = self._claims.read_span(self._follower.next_position, self._batch, self._decoder)
+        records = found.items
+        if None not in records and _COMMON.issuperset(map(type, records)):
+            events = self._fold_common(cast("list[Claim | Done]", records), found.positions)
+            self._follower.next_position = found.next
+            self._records += len(records)
+            return events, len(records)
+        # a malformed record, a FAIL or a RENEW: read again as entries, one by one
         return self._read_entries()
 
     def _fold_common(self, records: list[Claim | Done], positions: list[int]) -> list[Event]:
