@@ -305,3 +305,25 @@ def test_check_reads_to_the_end_and_checksum_follows_the_records(backend: Backen
     positions = [e.position for e in log.read(log.start)]
     # extending a checksum taken to a record boundary gives the same value
     assert log.checksum(positions[1], end, log.checksum(log.start, positions[1])) == full
+
+
+def test_read_span_decodes_what_read_returns(backend: Backend) -> None:
+    """`Log.read_span` with the claims decoder gives the records a decode of `read`'s entries
+    gives, at the same positions, and pages as `read` does: the file log from its frames,
+    every other backend through `SpanDecoder.entries`."""
+    from queue_worker.protocol.records import Claim, Done, encode
+    from queue_worker.topics import claims_decoder, claims_entries
+
+    log = backend.log
+    records = [encode(Claim(task, "w", 10 + task, 9)) for task in range(5)]
+    log.append_many([*records, b"\xc1", encode(Done(0, "w", 20, 48, 7))])
+    position, spans, items = log.start, [], []
+    while found := log.read_span(position, 3, claims_decoder()):
+        assert len(found) <= 3
+        spans += found.positions
+        items += found.items
+        position = found.next
+    entries = list(log.iter_from(log.start))
+    assert spans == [e.position for e in entries]
+    assert items == claims_entries(entries)
+    assert items[5] is None and items[6] is not None  # the malformed one, then a DONE
