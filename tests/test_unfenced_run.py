@@ -1,0 +1,125 @@
+"""A real run with a real stale DONE, judged under qw's rules and the original's.
+
+A real worker process wins a task, is frozen (SIGSTOP) past its lease while its handler
+(one that ignores cancellation: supervisor.demos.pause.stubborn) works; a second worker
+takes the task over and completes it; the frozen one is resumed (SIGCONT) and writes its
+DONE. qw's fold refuses that DONE as stale; the original's rules accept it: the task would
+have been completed twice. The scenario is the one `qw demo pause` runs (run_scenario).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from queue_worker.names import worker_label
+from queue_worker.proof.report import read_claims
+from queue_worker.proof.unfenced import UnfencedVerdict, compare
+from queue_worker.protocol.state import Verdict
+from supervisor.demos.fleet import DemoFailed
+from supervisor.demos.pause import PauseOptions, PauseRun, run_scenario
+
+
+def qw(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "supervisor.cli.app", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+@pytest.fixture(scope="module")
+def paused_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, PauseRun]:
+    data_dir = tmp_path_factory.mktemp("unfenced") / "qw"
+    data_dir.mkdir()
+    try:
+        run = run_scenario(data_dir, PauseOptions(lease_s=0.5, work_ms=1500, taker_work_ms=100))
+    except DemoFailed as e:
+        pytest.fail(str(e))
+    return data_dir, run
+
+
+def test_the_stale_done_is_refused_by_qw_and_a_second_completion_without_fencing(
+    paused_run: tuple[Path, PauseRun],
+) -> None:
+    data_dir, run = paused_run
+    assert run.stale_done.verdict is Verdict.STALE_DONE  # qw's fold, as the log settled it
+    assert run.stale_done.outcome.worker == run.victim
+    c = compare(read_claims(data_dir))
+    stale = [d for d in c.differences if d.position == run.stale_done.position]
+    assert len(stale) == 1, c.differences
+    (d,) = stale
+    assert d.qw.verdict is Verdict.STALE_DONE
+    # the taker's DONE came first: the original's rules accept the frozen worker's again
+    assert run.taker_done.position < run.stale_done.position
+    assert d.unfenced.verdict is UnfencedVerdict.DONE_AGAIN
+    both = (run.taker_done.position, run.stale_done.position)
+    assert c.completed_twice == {run.task: both}
+    # only that DONE differs: the takeover came after the frozen worker's lease, renewed
+    # or not, so both rule sets let it win
+    assert [x.position for x in c.differences] == [run.stale_done.position]
+
+
+def test_qw_report_rules_unfenced_says_it_in_words(paused_run: tuple[Path, PauseRun]) -> None:
+    data_dir, run = paused_run
+    plain = qw("report", "--dir", str(data_dir))
+    result = qw("report", "--dir", str(data_dir), "--rules", "unfenced")
+    assert result.returncode == plain.returncode == 1  # qw's verdict: worked twice
+    assert result.stdout.startswith(plain.stdout)  # qw's report as it is, then the comparison
+    victim, stale = worker_label(run.victim), run.stale_done.position
+    line = (
+        f"task {run.task}: {victim}'s DONE @{stale} — refused as stale under qw's rules "
+        f"(its token @{run.victim_claim.position} no longer holds the task; the task was "
+        f"already done @{run.taker_done.position}); accepted again under unfenced rules, so "
+        f"task {run.task} would have been completed twice "
+        f"(@{run.taker_done.position} and @{stale})"
+    )
+    assert line in result.stdout.splitlines(), result.stdout
+    assert f"completed more than once: task {run.task}" in result.stdout
+
+
+def test_qw_report_rules_unfenced_json(paused_run: tuple[Path, PauseRun]) -> None:
+    data_dir, run = paused_run
+    result = qw("report", "--dir", str(data_dir), "--rules", "unfenced", "--json")
+    body = json.loads(result.stdout)
+    assert body["rules"] == "unfenced"
+    (d,) = body["unfenced"]["differences"]
+    assert (d["position"], d["qw"], d["unfenced"]) == (
+        run.stale_done.position,
+        "stale done",
+        "done again",
+    )
+    assert body["unfenced"]["completed_twice"] == {
+        str(run.task): [run.taker_done.position, run.stale_done.position]
+    }
+    assert "unfenced" not in json.loads(qw("report", "--dir", str(data_dir), "--json").stdout)
+
+
+def test_qw_timeline_rules_unfenced(paused_run: tuple[Path, PauseRun], tmp_path: Path) -> None:
+    data_dir, run = paused_run
+    text = qw("timeline", "--dir", str(data_dir), "--rules", "unfenced", "--text")
+    assert text.returncode == 0, text.stderr
+    assert f"@{run.stale_done.position}" in text.stdout
+    assert f"task {run.task} would have been completed twice" in text.stdout
+    out = tmp_path / "t.html"
+    page = qw("timeline", "--dir", str(data_dir), "--rules", "unfenced", "--out", str(out))
+    assert page.returncode == 0, page.stderr
+    html = out.read_text()
+    assert 'class="unfenced-accepted"' in html and 'class="completed-twice"' in html
+    plain = tmp_path / "plain.html"
+    qw("timeline", "--dir", str(data_dir), "--out", str(plain))
+    assert "unfenced-accepted" not in plain.read_text()
+
+
+@pytest.mark.parametrize("command", ["report", "timeline"])
+def test_a_bad_rules_value_is_one_line_and_exit_2(command: str, tmp_path: Path) -> None:
+    result = qw(command, "--dir", str(tmp_path), "--rules", "fenced")
+    assert result.returncode == 2
+    (line,) = result.stderr.strip().splitlines()
+    assert "'fenced'" in line and "qw, unfenced" in line and "--rules" in line
+    assert list(tmp_path.iterdir()) == []
