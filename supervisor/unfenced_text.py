@@ -8,6 +8,7 @@ the original's rules (queue_worker.proof.unfenced) decide and what follows from 
 
 from __future__ import annotations
 
+import textwrap
 from typing import Any, Final
 
 from queue_worker.names import worker_label
@@ -132,6 +133,15 @@ def summary_text(c: Comparison) -> str:
 def comparison_lines(c: Comparison) -> list[str]:
     """The title, each difference, and the summary."""
     return [UNFENCED_TITLE, *(difference_text(d) for d in c.differences), summary_text(c)]
+
+
+def wrapped_lines(c: Comparison, width: int) -> list[str]:
+    """`comparison_lines` wrapped to `width` columns, each difference's lines after its
+    first indented under it."""
+    return [
+        textwrap.fill(line, width, subsequent_indent="  " if i else "", break_on_hyphens=False)
+        for i, line in enumerate(comparison_lines(c))
+    ]
 
 
 def comparison_json(c: Comparison) -> dict[str, Any]:

@@ -185,9 +185,14 @@ def _comparison(location: str, at: int | None) -> Comparison:
 
 
 def _unfenced_lines(location: str, at: int | None) -> list[str]:
-    from supervisor.unfenced_text import comparison_lines
+    """The comparison's lines, wrapped to the terminal (80 columns piped, or COLUMNS)."""
+    import shutil
 
-    return comparison_lines(_comparison(location, at))
+    from supervisor.story_text import plain_width
+    from supervisor.unfenced_text import wrapped_lines
+
+    width = shutil.get_terminal_size((plain_width(), 24)).columns
+    return wrapped_lines(_comparison(location, at), width)
 
 
 def _unfenced_json(location: str, at: int | None) -> dict[str, Any]:
