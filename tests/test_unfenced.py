@@ -6,10 +6,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from queue_worker.proof.unfenced import RulesComparison, UnfencedState, UnfencedVerdict, compare
 from queue_worker.protocol.records import Cancel, Claim, ClaimsRecord, Done, Fail, Renew, Unknown
-from queue_worker.protocol.state import Verdict
+from queue_worker.protocol.state import ClaimState, Verdict
 from supervisor.unfenced_text import comparison_json, comparison_lines, difference_text
 
 S = 1_000_000  # one second, in the records' microseconds
@@ -182,3 +184,44 @@ def test_the_json_names_each_difference_and_the_tasks_completed_twice() -> None:
         "done again",
         "w0·15186",
     )
+
+
+# -- a property over generated logs ----------------------------------------------------------
+
+WORKERS = (A, B, "w2-15188-e5f6")
+
+
+@st.composite
+def logs(draw: st.DrawFn) -> list[ClaimsRecord]:
+    """CLAIM, RENEW and DONE records of two tasks by three workers, naming earlier positions
+    (or any position) as their claims, at times that mostly increase."""
+    records: list[ClaimsRecord] = []
+    at = 0
+    for position in range(draw(st.integers(1, 24))):
+        at += draw(st.integers(0, S))
+        task, worker = draw(st.integers(0, 1)), draw(st.sampled_from(WORKERS))
+        named = draw(st.integers(0, max(0, position - 1)))
+        kind = draw(st.sampled_from("CCRDD"))
+        if kind == "C":
+            records.append(claim(task, worker, at))
+        elif kind == "R":
+            records.append(Renew(task, worker, at, named, S))
+        else:
+            records.append(done(task, worker, at, named))
+    return records
+
+
+@settings(max_examples=150, deadline=None)
+@given(logs())
+def test_fencing_only_refuses_completions(records: list[ClaimsRecord]) -> None:
+    """Every DONE qw accepts, the original accepts too; and the comparison names exactly the
+    CLAIMs and DONEs whose verdicts differ."""
+    both, ours, theirs = RulesComparison(), ClaimState(), UnfencedState()
+    for position, record in enumerate(records):
+        difference = both.apply(record, position)
+        qw_outcome, unfenced_outcome = ours.apply(record, position), theirs.apply(record, position)
+        if qw_outcome.verdict is Verdict.DONE:
+            assert unfenced_outcome.verdict.accepted_done
+        differs = qw_outcome.verdict.value != unfenced_outcome.verdict.value
+        expected = differs and not isinstance(record, Renew)
+        assert (difference is not None) == expected

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from queue_worker.names import worker_label
+from queue_worker.partitions.queue import create_partitioned
 from queue_worker.proof.report import read_claims
 from queue_worker.proof.unfenced import UnfencedVerdict, compare
 from queue_worker.protocol.state import Verdict
@@ -130,6 +131,9 @@ def test_qw_timeline_rules_unfenced(paused_run: tuple[Path, PauseRun], tmp_path:
     plain = tmp_path / "plain.html"
     qw("timeline", "--dir", str(data_dir), "--out", str(plain))
     assert "unfenced-accepted" not in plain.read_text()
+    beside = tmp_path / "beside.html"  # `qw report --timeline` draws the same layer
+    qw("report", "--dir", str(data_dir), "--rules", "unfenced", "--timeline", str(beside))
+    assert 'class="completed-twice"' in beside.read_text()
 
 
 @pytest.mark.parametrize("command", ["report", "timeline"])
@@ -139,3 +143,15 @@ def test_a_bad_rules_value_is_one_line_and_exit_2(command: str, tmp_path: Path) 
     (line,) = result.stderr.strip().splitlines()
     assert "'fenced'" in line and "qw, unfenced" in line and "--rules" in line
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("command", ["report", "timeline"])
+def test_a_partitioned_queue_is_refused_in_one_line(command: str, tmp_path: Path) -> None:
+    data = tmp_path / "q"
+    create_partitioned(data, 2)
+    before = sorted(p.relative_to(data) for p in data.rglob("*"))
+    result = qw(command, "--dir", str(data), "--rules", "unfenced")
+    assert result.returncode == 2
+    (line,) = result.stderr.strip().splitlines()
+    assert "--rules unfenced" in line and "partitioned queue" in line
+    assert sorted(p.relative_to(data) for p in data.rglob("*")) == before

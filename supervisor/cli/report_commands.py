@@ -118,7 +118,7 @@ def report_command(
         lost = isinstance(e.__cause__, LostHistoryError)
         raise small_commands.report_fail(str(e), EXIT_LOST_HISTORY if lost else None) from None
     if timeline is not None:
-        _write_timeline(location, timeline)
+        _write_timeline(location, timeline, unfenced=rules == "unfenced")
     disagreements = _server_verdicts_disagree(location) if at is None else []
     if as_json:
         body = report.to_json()
@@ -201,13 +201,19 @@ def _unfenced_json(location: str, at: int | None) -> dict[str, Any]:
     return comparison_json(_comparison(location, at))
 
 
-def _write_timeline(location: str, out: Path) -> None:
-    """`--timeline`: the page, named on stderr (stdout may be the JSON)."""
+def _write_timeline(location: str, out: Path, *, unfenced: bool = False) -> None:
+    """`--timeline`: the page, named on stderr (stdout may be the JSON); with `--rules
+    unfenced`, with that layer (as `qw timeline --rules unfenced`)."""
     from queue_worker.proof.report import ReportInputError
     from supervisor.timeline.cli import write_timeline
 
     try:
-        write_timeline(location, out)
+        if unfenced:
+            from supervisor.timeline.unfenced import load_layer
+
+            write_timeline(location, out, unfenced=load_layer(location))
+        else:
+            write_timeline(location, out)
     except (ReportInputError, OSError) as e:
         raise small_commands.report_fail(f"--timeline {out}: {e}") from None
     typer.echo(f"qw: timeline: {out}", err=True)
