@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -24,6 +25,8 @@ from queue_worker.proof.unfenced import UnfencedVerdict, compare
 from queue_worker.protocol.state import Verdict
 from supervisor.demos.fleet import DemoFailed
 from supervisor.demos.pause import PauseOptions, PauseRun, run_scenario
+from supervisor.timeline.svg import LABEL_W, WIDTH
+from tests.test_timeline_browser import browse, chromium, external_references
 
 
 def qw(*args: str) -> subprocess.CompletedProcess[str]:
@@ -134,6 +137,28 @@ def test_qw_timeline_rules_unfenced(paused_run: tuple[Path, PauseRun], tmp_path:
     beside = tmp_path / "beside.html"  # `qw report --timeline` draws the same layer
     qw("report", "--dir", str(data_dir), "--rules", "unfenced", "--timeline", str(beside))
     assert 'class="completed-twice"' in beside.read_text()
+
+
+def test_the_layer_in_a_real_browser(paused_run: tuple[Path, PauseRun], tmp_path: Path) -> None:
+    browser = chromium()
+    data_dir, run = paused_run
+    page = tmp_path / "page.html"
+    made = qw("timeline", "--dir", str(data_dir), "--rules", "unfenced", "--out", str(page))
+    assert made.returncode == 0, made.stderr
+    assert external_references(page.read_text(encoding="utf-8")) == []
+    dumped = browse(browser, page, "--dump-dom")
+    assert dumped.returncode == 0, dumped.stderr[-2000:]
+    dom = dumped.stdout
+    ring = re.search(
+        rf'<g class="unfenced-accepted" data-position="{run.stale_done.position}">'
+        r'<title>([^<]*)</title><circle cx="([\d.]+)"',
+        dom,
+    )
+    assert ring is not None, dom[-3000:]
+    assert "would have been completed twice" in ring.group(1)
+    assert LABEL_W <= float(ring.group(2)) <= WIDTH  # on the plot, not off its edge
+    assert f'<g class="completed-twice" data-task="{run.task}">' in dom
+    assert "the same log under unfenced rules" in dom
 
 
 @pytest.mark.parametrize("command", ["report", "timeline"])
