@@ -77,6 +77,9 @@ def test_pause_shows_fencing_refuse_the_frozen_workers_done(tmp_path: Path) -> N
     assert "SIGSTOP" in out and "SIGCONT" in out
     assert "verdict 'stale done'" in out
     assert "qw report: exit 1: FAIL: a task was worked twice" in out
+    # and then the same run without fencing: that DONE accepted, the task completed twice
+    assert "qw report --rules unfenced: the same log under unfenced rules" in out
+    assert "so task 0 would have been completed twice" in " ".join(out.split())
 
 
 def test_skew_shows_a_fast_clock_stealing_and_a_slow_one_not(tmp_path: Path) -> None:

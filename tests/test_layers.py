@@ -58,6 +58,7 @@ LAYERS: list[tuple[str, ...]] = [
         "supervisor.report_text",
         "supervisor.story_text",
         "supervisor.task_history",
+        "supervisor.unfenced_text",
         "supervisor.width",
     ),
     ("supervisor.run",),

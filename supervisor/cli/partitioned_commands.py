@@ -245,6 +245,16 @@ def enqueued_text(names: list[str], where: str) -> str:
     return f"enqueued {len(names)} tasks ({spans}) on {where}"
 
 
+def refuse_rules(location: str, rules: str) -> None:
+    """One line and exit 2 for `qw report --rules` other than qw's on a partitioned queue
+    (the comparison reads one claims log)."""
+    if manifest_at(location, create=False) is not None:
+        fail(
+            f"--rules {rules}: {shown(location)} is a partitioned queue; give one "
+            "partition's location"
+        )
+
+
 def refuse_at(location: str) -> None:
     """One line and exit 2 for `qw report --at` on the whole of a partitioned queue: a
     claims position is one partition's."""

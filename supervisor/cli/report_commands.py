@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Annotated, Final
+from typing import TYPE_CHECKING, Annotated, Any, Final
 
 import typer
 
@@ -18,7 +18,10 @@ from logstore.location import is_redis_url, shown
 from supervisor.cli import option_parsers, small_commands
 from supervisor.cli import partitioned_commands as partitioned_cli
 from supervisor.demos import demo_app
-from supervisor.options import DirOption, LogOption, whole
+from supervisor.options import DirOption, LogOption, one_of, whole
+
+if TYPE_CHECKING:
+    from queue_worker.proof.unfenced import Comparison
 
 # What a command reads and prints with (the report, the rich tables) is imported when it
 # runs: `qw --help` and the other commands do not pay for it.
@@ -33,6 +36,19 @@ EXIT_VERDICTS_DISAGREE: Final = 3
 EXIT_LOST_HISTORY: Final = 3
 
 JsonOption = Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")]
+#: `--rules`: the choices (supervisor.unfenced_text.RULES, named here so that `qw --help`
+#: does not import it)
+RULES: Final = ("qw", "unfenced")
+RulesOption = Annotated[
+    str,
+    typer.Option(
+        "--rules",
+        parser=one_of(*RULES),
+        metavar="qw|unfenced",
+        help="unfenced: also judge the log by the original's rules (no fencing, owners are "
+        "names, no renewal) and name every record judged differently.",
+    ),
+]
 
 
 def register(app: typer.Typer) -> None:
@@ -66,6 +82,7 @@ def report_command(
             help="Also write the run's picture (as `qw timeline --out FILE`).",
         ),
     ] = None,
+    rules: RulesOption = "qw",
 ) -> None:
     """Replay both logs from the beginning and prove that no task was worked twice.
 
@@ -85,6 +102,8 @@ def report_command(
     from supervisor.report_text import render_report
 
     location = small_commands.report_location(directory, log)
+    if rules != "qw":
+        partitioned_cli.refuse_rules(location, rules)
     if at is None:
         code = partitioned_cli.report(location, as_json, timeline)
         if code is not None:  # a partitioned queue: every partition, and the whole
@@ -99,7 +118,7 @@ def report_command(
         lost = isinstance(e.__cause__, LostHistoryError)
         raise small_commands.report_fail(str(e), EXIT_LOST_HISTORY if lost else None) from None
     if timeline is not None:
-        _write_timeline(location, timeline)
+        _write_timeline(location, timeline, unfenced=rules == "unfenced")
     disagreements = _server_verdicts_disagree(location) if at is None else []
     if as_json:
         body = report.to_json()
@@ -107,10 +126,17 @@ def report_command(
         # by this machine's clock, for the reader (the report itself is a pure replay)
         now_us = time.time_ns() // 1000
         body["held_expired"] = [h.task for h in report.held if h.lease.expiry <= now_us]
+        if rules == "unfenced":
+            body["rules"] = "unfenced"
+            body["unfenced"] = _unfenced_json(location, at)
         typer.echo(json.dumps(body, indent=2))
     else:
         console = stdout_console()
         console.print(render_report(report, shown(location), plain=not console.is_terminal))
+        if rules == "unfenced":
+            typer.echo("")
+            for line in _unfenced_lines(location, at):
+                typer.echo(line)
     if disagreements:
         raise typer.Exit(EXIT_VERDICTS_DISAGREE)
     raise typer.Exit(report.exit_code)
@@ -147,13 +173,47 @@ def _server_verdicts_disagree(location: str, *, partitioned: bool = False) -> li
     return disagreements
 
 
-def _write_timeline(location: str, out: Path) -> None:
-    """`--timeline`: the page, named on stderr (stdout may be the JSON)."""
+def _comparison(location: str, at: int | None) -> Comparison:
+    """The log judged under both rule sets (queue_worker.proof.unfenced), as far as `at`."""
+    from queue_worker.proof.report import ReportInputError, read_claims
+    from queue_worker.proof.unfenced import compare
+
+    try:
+        return compare(read_claims(location, at))
+    except ReportInputError as e:
+        raise small_commands.report_fail(str(e)) from None
+
+
+def _unfenced_lines(location: str, at: int | None) -> list[str]:
+    """The comparison's lines, wrapped to the terminal (80 columns piped, or COLUMNS)."""
+    import shutil
+
+    from supervisor.story_text import plain_width
+    from supervisor.unfenced_text import wrapped_lines
+
+    width = shutil.get_terminal_size((plain_width(), 24)).columns
+    return wrapped_lines(_comparison(location, at), width)
+
+
+def _unfenced_json(location: str, at: int | None) -> dict[str, Any]:
+    from supervisor.unfenced_text import comparison_json
+
+    return comparison_json(_comparison(location, at))
+
+
+def _write_timeline(location: str, out: Path, *, unfenced: bool = False) -> None:
+    """`--timeline`: the page, named on stderr (stdout may be the JSON); with `--rules
+    unfenced`, with that layer (as `qw timeline --rules unfenced`)."""
     from queue_worker.proof.report import ReportInputError
     from supervisor.timeline.cli import write_timeline
 
     try:
-        write_timeline(location, out)
+        if unfenced:
+            from supervisor.timeline.unfenced import load_layer
+
+            write_timeline(location, out, unfenced=load_layer(location))
+        else:
+            write_timeline(location, out)
     except (ReportInputError, OSError) as e:
         raise small_commands.report_fail(f"--timeline {out}: {e}") from None
     typer.echo(f"qw: timeline: {out}", err=True)

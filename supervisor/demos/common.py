@@ -95,15 +95,23 @@ class Narrator:
         self._then.append(action)
 
 
-def write_demo_timeline(say: Narrator, location: Path, name: str, kept: bool) -> Path | None:
+def write_demo_timeline(
+    say: Narrator, location: Path, name: str, kept: bool, *, unfenced: bool = False
+) -> Path | None:
     """Write the run's `qw timeline` page and name it: in the data directory when that is
-    kept, else in the system's temporary directory (the data directory is removed)."""
+    kept, else in the system's temporary directory (the data directory is removed). With
+    `unfenced`, the page has the original's rules as a second layer (`--rules unfenced`)."""
     from queue_worker.proof.report import ReportInputError
     from supervisor.timeline.cli import write_timeline
 
     out = location / "timeline.html" if kept else Path(tempfile.gettempdir()) / f"qw-{name}.html"
     try:
-        write_timeline(str(location), out)
+        if unfenced:
+            from supervisor.timeline.unfenced import load_layer
+
+            write_timeline(str(location), out, unfenced=load_layer(str(location)))
+        else:
+            write_timeline(str(location), out)
     except (ReportInputError, OSError) as e:
         say.note(f"no timeline: {e}")
         return None

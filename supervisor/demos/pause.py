@@ -5,11 +5,14 @@ migration. Its lease lapses and another worker takes the task over. Then the fro
 wakes (SIGCONT) and its handler — one that, like most real code, never looks at the lease —
 completes and writes DONE. The fold refuses that DONE: it names a claim that no longer holds
 the task (the claim's log position is the fencing token). The task is counted done once,
-but its handler ran twice, and `qw report` says so (exit 1).
+but its handler ran twice, and `qw report` says so (exit 1). Last, the same log judged by
+the original design's rules, without fencing (`qw report --rules unfenced`): they accept
+that DONE, so the task would have been completed twice.
 """
 
 from __future__ import annotations
 
+import textwrap
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,11 +31,13 @@ from queue_worker.proof.report import (
     read_claims,
     read_task,
 )
+from queue_worker.proof.unfenced import compare
 from queue_worker.protocol.records import Claim, Done
 from queue_worker.protocol.state import Verdict
 from supervisor.demos.common import DemoResult, Narrator, data_dir, write_demo_timeline
 from supervisor.demos.fleet import ClaimsTail, DemoFailed, Fleet, Seen, WorkerProcess, wait_for
 from supervisor.report_text import render_story, worked_twice_lines
+from supervisor.unfenced_text import comparison_lines
 
 #: the handler the demo's workers run (see `stubborn`)
 STUBBORN_HANDLER = "supervisor.demos.pause:stubborn"
@@ -192,11 +197,18 @@ def run(console: Console, options: PauseOptions) -> DemoResult:
         say.say(f"qw report: exit {report.exit_code}: {report.verdict}")
         for line in worked_twice_lines(report):
             say.note(line)
-        write_demo_timeline(
-            say, location, "demo-pause", options.directory is not None or options.keep
-        )
+        comparison = compare(read_claims(location))
+        title, *lines = comparison_lines(comparison)
+        say.say(f"qw report --rules unfenced: {title}")
+        width = max(40, console.width - 6)
+        for line in lines:  # each wrapped under its note's indent, two more after its first
+            say.note("\n      ".join(textwrap.wrap(line, width, break_on_hyphens=False)))
+        kept = options.directory is not None or options.keep
+        write_demo_timeline(say, location, "demo-pause", kept, unfenced=True)
+        both = tuple(sorted((story.taker_done.position, story.stale_done.position)))
         shown = (
-            story.stale_done.verdict is Verdict.STALE_DONE
+            comparison.completed_twice == {story.task: both}
+            and story.stale_done.verdict is Verdict.STALE_DONE
             and [w.task for w in report.worked_twice] == [story.task]
             and report.exit_code == EXIT_WORKED_TWICE
             and report.completions_accepted == report.tasks_done
@@ -205,8 +217,8 @@ def run(console: Console, options: PauseOptions) -> DemoResult:
             return say.result(
                 DemoResult(
                     False,
-                    f"expected task {story.task} refused once and reported worked twice; "
-                    f"the report says: {report.verdict}",
+                    f"expected task {story.task} refused once, reported worked twice, and "
+                    f"completed twice without fencing; the report says: {report.verdict}",
                 )
             )
         return say.result(
@@ -215,6 +227,7 @@ def run(console: Console, options: PauseOptions) -> DemoResult:
                 f"task {story.task} was counted done once (DONE @{story.taker_done.position}) "
                 f"and the frozen worker's DONE @{story.stale_done.position} was refused; "
                 "the report names the task as worked twice: fencing stops a double "
-                "completion, not double work (handlers should honour ctx.cancelled)",
+                "completion, not double work (handlers should honour ctx.cancelled); "
+                "without fencing, the original's rules would have completed it twice",
             )
         )

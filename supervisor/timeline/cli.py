@@ -7,9 +7,18 @@ from typing import TYPE_CHECKING, Annotated, Final
 
 import typer
 
-from supervisor.options import DEFAULT_DIR, DirOption, LogOption, fail, location_of, shown
+from supervisor.options import (
+    DEFAULT_DIR,
+    DirOption,
+    LogOption,
+    fail,
+    location_of,
+    one_of,
+    shown,
+)
 
 if TYPE_CHECKING:
+    from supervisor.timeline.unfenced import Layer
     from supervisor.timeline.view import View
 
 # The model, the view and the page are imported when `qw timeline` runs, not by every `qw`.
@@ -30,15 +39,18 @@ def default_out(directory: Path, log: str | None) -> Path:
     return Path(DEFAULT_NAME) if log is not None else directory / DEFAULT_NAME
 
 
-def write_timeline(location: str, out: Path, view_of: View | None = None) -> View:
-    """Write the page of the whole run at `location` (or of `view_of`) to `out`."""
+def write_timeline(
+    location: str, out: Path, view_of: View | None = None, unfenced: Layer | None = None
+) -> View:
+    """Write the page of the whole run at `location` (or of `view_of`) to `out`; with
+    `unfenced`, the original's rules as a second layer."""
     from supervisor.timeline.load import load_model
     from supervisor.timeline.page import render_page
     from supervisor.timeline.view import select
 
     view = view_of if view_of is not None else select(load_model(location))
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(render_page(view, shown(location)), encoding="utf-8")
+    out.write_text(render_page(view, shown(location), unfenced), encoding="utf-8")
     return view
 
 
@@ -69,6 +81,16 @@ def timeline(
     text: Annotated[
         bool, typer.Option("--text", help="Draw the lanes in the terminal instead.")
     ] = False,
+    rules: Annotated[
+        str,
+        typer.Option(
+            "--rules",
+            parser=one_of("qw", "unfenced"),
+            metavar="qw|unfenced",
+            help="unfenced: add the original's rules as a second layer (the DONEs they "
+            "would accept that qw refused, the tasks they would complete twice).",
+        ),
+    ] = "qw",
 ) -> None:
     """Draw the run as a picture: one lane per worker process, each claim a bar from CLAIM to
     DONE with its lease, takeovers as arrows, kills and pauses as windows, and charts. On a
@@ -83,10 +105,17 @@ def timeline(
 
     location = location_of(directory, log)
     target = out if out is not None else default_out(directory, log)
+    if rules != "qw" and _has_partitions(location):
+        fail(f"--rules {rules}: {shown(location)} is a partitioned queue; give one partition's")
     if _partitioned(location, target, tasks, start, end, text=text):
         return
+    layer = None
     try:
         model = load_model(location)
+        if rules == "unfenced":
+            from supervisor.timeline.unfenced import load_layer
+
+            layer = load_layer(location)
     except ReportInputError as e:
         fail(str(e))
     try:
@@ -106,15 +135,30 @@ def timeline(
     if text:
         from supervisor.timeline.text import print_lanes
 
-        print_lanes(view)
+        if layer is None:
+            print_lanes(view)
+        else:
+            from supervisor.timeline.unfenced import text_lines
+
+            print_lanes(view, extra=text_lines(layer, view))
         return
     try:
-        write_timeline(location, target, view)
+        write_timeline(location, target, view, layer)
     except OSError as e:
         fail(f"cannot write {target}: {e.strerror or e}")
     for note in view.notes:
         typer.echo(f"qw: {note}", err=True)
     typer.echo(str(target))
+
+
+def _has_partitions(location: str) -> bool:
+    from logstore import LogError
+    from queue_worker.partition_layout import read_manifest
+
+    try:
+        return read_manifest(location) is not None
+    except (LogError, ValueError) as e:
+        fail(str(e))
 
 
 def _partitioned(

@@ -7,7 +7,7 @@ fetched from the network), so it opens offline in any browser and can be mailed 
 from __future__ import annotations
 
 from collections import Counter
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from queue_worker.ops import DEATH, KILL, PAUSE, RESTART, SKEW
 from queue_worker.proof.report import clock_text, duration_text
@@ -24,6 +24,9 @@ from supervisor.timeline.charts import (
 from supervisor.timeline.model import HELD, LOST, STALE, TAKEN_OVER
 from supervisor.timeline.svg import MARK_CLASS, OUTCOME_CLASS, esc, render_lanes
 from supervisor.timeline.view import View
+
+if TYPE_CHECKING:
+    from supervisor.timeline.unfenced import Layer
 
 CSS: Final = """
 body { font: 13px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif;
@@ -258,9 +261,16 @@ def page_head(location: str) -> str:
 <h1>qw timeline</h1>"""
 
 
-def render_page(view: View, location: str) -> str:
-    """The whole HTML page for `view` of the run at `location`."""
+def render_page(view: View, location: str, unfenced: Layer | None = None) -> str:
+    """The whole HTML page for `view` of the run at `location`; with `unfenced`, the
+    original's rules as a second layer (supervisor.timeline.unfenced)."""
     m = view.model
+    lanes, section, css = render_lanes(view), "", ""
+    if unfenced is not None:
+        from supervisor.timeline import unfenced as layer
+
+        lanes = render_lanes(view, layer.overlay(unfenced, view))
+        section, css = layer.section_html(unfenced, view), f"<style>{layer.CSS}</style>"
     span = (
         f"{clock_text(m.start)} – {clock_text(m.end)} ({duration_text(m.end - m.start)})"
         if not m.empty
@@ -277,11 +287,12 @@ def render_page(view: View, location: str) -> str:
         if (cls or shape) in shown_keys
     )
     return f"""{page_head(location)}
-<p class="sub">{esc(location)} · {esc(span)}{esc(shown)} · hover any shape for its record</p>
+{css}<p class="sub">{esc(location)} · {esc(span)}{esc(shown)} · hover any shape for its record</p>
 <ul class="facts">{_facts(view)}</ul>
 {f'<div class="notes">{notes}</div>' if notes else ""}
 <div class="legend">{legend}</div>
-<div class="figure">{render_lanes(view)}</div>
+<div class="figure">{lanes}</div>
+{section}
 <h2>The run over time</h2>
 <div class="charts">{_charts(view)}</div>
 <footer>Drawn by <code>qw timeline</code> from the claims, tasks and ops logs, folded with the

@@ -105,8 +105,12 @@ def height(view: View) -> int:
     return TOP + LANE_H * max(1, len(view.lanes)) + BOTTOM
 
 
-def render_lanes(view: View) -> str:
-    """The lanes figure: one `<svg>` element."""
+#: what a second layer draws over the lanes, given the time scale and each lane's middle
+Overlay = Callable[["Scale", Callable[[str], float]], list[str]]
+
+
+def render_lanes(view: View, overlay: Overlay | None = None) -> str:
+    """The lanes figure: one `<svg>` element; `overlay`'s shapes drawn last, over it."""
     # a margin of time on both sides: a mark on the first or last record is drawn whole
     pad = max(1, (view.end - view.start) // 60)
     scale = Scale(view.start - pad, view.end + pad, LABEL_W, WIDTH - LABEL_W - RIGHT_PAD)
@@ -149,6 +153,8 @@ def render_lanes(view: View) -> str:
     ]
     out += [_op(o, scale, rows, h, space) for o in view.ops if o.kind not in (PAUSE, SKEW)]
     out += arrows  # drawn last, over the rest
+    if overlay is not None:
+        out += overlay(scale, y)
     out.append("</g></svg>")
     return "\n".join(out)
 

@@ -8,6 +8,7 @@ death ✕, a restart ↺. Pure: `render_lanes` returns a rich Table; `print_lane
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Final
 
 from rich.console import Console, Group, RenderableType
@@ -56,8 +57,9 @@ def _legend(width: int) -> str:
     return "\n".join(lines)
 
 
-def render_lanes(view: View, width: int = 100) -> RenderableType:
-    """The lanes of `view` as a table `width` cells wide (plus the labels)."""
+def render_lanes(view: View, width: int = 100, extra: Sequence[str] = ()) -> RenderableType:
+    """The lanes of `view` as a table `width` cells wide (plus the labels), then the
+    `extra` lines (a second layer's: supervisor.timeline.unfenced)."""
     span = max(1, view.end - view.start)
     cells = max(10, width)
 
@@ -123,14 +125,15 @@ def render_lanes(view: View, width: int = 100) -> RenderableType:
         )
     parts.append(Text(_legend(cells + LABEL_COLUMNS), style="dim"))
     parts += [Text(f"note: {n}", style="yellow") for n in view.notes]
+    parts += [Text(line, style="green") for line in extra]
     return Group(*parts)
 
 
-def print_lanes(view: View, console: Console | None = None) -> None:
+def print_lanes(view: View, console: Console | None = None, extra: Sequence[str] = ()) -> None:
     """Print the lanes on `console` (stdout's: plain at the reader's width when piped)."""
     if console is None:
         from supervisor.console import stdout_console
 
         console = stdout_console()
     width = max(20, console.width - LABEL_COLUMNS)
-    console.print(render_lanes(view, width))
+    console.print(render_lanes(view, width, extra))
