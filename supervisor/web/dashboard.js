@@ -93,10 +93,37 @@
     }
   }
 
+  // Columns are dropped whole when the table is wider than the page, as in the terminal:
+  // the highest `drop` first; 0 is never dropped (slot, worker, state, task).
+  function fit(columns) {
+    const wrap = $("table").parentElement;
+    const hide = (gone) => {
+      for (const row of $("table").rows) {
+        columns.forEach((c, i) => {
+          if (row.cells[i]) row.cells[i].classList.toggle("gone", gone.has(i));
+        });
+      }
+    };
+    const gone = new Set();
+    hide(gone);
+    const order = columns.map((c, i) => [c.drop, i]).filter(([d]) => d > 0);
+    order.sort((a, b) => b[0] - a[0]);
+    for (const [, i] of order) {
+      if (wrap.scrollWidth <= wrap.clientWidth) break;
+      gone.add(i);
+      hide(gone);
+    }
+  }
+
+  let last = null;
+  window.addEventListener("resize", () => { if (last) fit(last.columns); });
+
   function render(frame) {
+    last = frame;
     put($("head-left"), frame.header.left);
     put($("head-right"), frame.header.right);
     table(frame);
+    fit(frame.columns);
     $("orphans").hidden = frame.orphans.lines.length === 0;
     put($("orphans-title"), frame.orphans.title);
     put($("orphan-lines"), items(frame.orphans.lines, ""));

@@ -92,7 +92,7 @@ def _rows(snap: SupervisorSnapshot, now: float) -> tuple[list[dict[str, str]], l
     """The worker table's columns, and its rows: each slot's, then its departed workers'
     (a dead process whose slot runs another, kept while its orphans wait)."""
     grid = worker_table(snap.workers[:1], now=now)  # the columns (a partition's, if any)
-    columns = [{"name": escape(c.name), "justify": c.justify} for c in grid.columns]
+    columns = [{"name": escape(c.name), "justify": c.justify, "drop": c.drop} for c in grid.columns]
     rows: list[Any] = []
     for w in snap.workers:
         gone = [d for d in snap.departed if d.slot == w.slot]
