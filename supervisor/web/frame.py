@@ -88,7 +88,7 @@ def dashboard_frame(snap: SupervisorSnapshot, *, now: float, control: bool) -> d
     }
 
 
-def _rows(snap: SupervisorSnapshot, now: float) -> tuple[list[dict[str, str]], list[Any]]:
+def _rows(snap: SupervisorSnapshot, now: float) -> tuple[list[dict[str, object]], list[Any]]:
     """The worker table's columns, and its rows: each slot's, then its departed workers'
     (a dead process whose slot runs another, kept while its orphans wait)."""
     grid = worker_table(snap.workers[:1], now=now)  # the columns (a partition's, if any)
