@@ -11,6 +11,9 @@
                  heldByLabel, leaseExpired by this machine's clock); 404 for an id that no
                  record names, 400 for one that is no task id (0 … 2^63 − 1)
     /metrics     the Prometheus text exposition format (version 0.0.4)
+    /            the live dashboard in a browser; /events its frames, /timeline the run
+                 so far; with --http-control, POST /control/kill and /control/pause
+                 (`supervisor.web.routes`)
 
 On a partitioned queue (`supervisor.partitioned.view`): /stats adds ``partitions`` (each
 partition's counts; ``queue`` is their sum) and ``orphans``, each worker has its
@@ -30,7 +33,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import asdict
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
@@ -38,12 +41,26 @@ from typing import Any, Protocol
 from logstore import LogError, space_problem
 from queue_worker.names import worker_label
 from queue_worker.protocol.records import MAX_TASK_ID
-from queue_worker.worker.snapshot import WorkerSnapshot
+from supervisor.http_metrics import PROMETHEUS_CONTENT_TYPE, metrics_text
 from supervisor.run.model import SupervisorSnapshot, WorkerView
 from supervisor.run.monitor import TaskInfo
 from supervisor.task_history import TaskHistory, read_task_history
+from supervisor.web.control import MAX_BODY as MAX_POST_BODY
+from supervisor.web.control import TOKEN_HEADER, ControlDesk
+from supervisor.web.routes import WebRoutes
 
-PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+__all__ = [
+    "PROMETHEUS_CONTENT_TYPE",
+    "StatsServer",
+    "StatsSource",
+    "is_loopback",
+    "metrics_text",
+    "parse_address",
+    "parse_task_id",
+    "stats_json",
+    "task_json",
+    "worker_json",
+]
 
 
 class StatsSource(Protocol):
@@ -197,147 +214,22 @@ def task_json(
     return body
 
 
-# -- /metrics --------------------------------------------------------------------------------
-
-
-def _label(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
-
-Sample = tuple[str, dict[str, str], float]  # (name suffix, labels, value)
-
-
-def _family(name: str, kind: str, help_text: str, samples: Iterable[Sample]) -> list[str]:
-    lines = [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
-    for suffix, labels, value in samples:
-        text = ",".join(f'{k}="{_label(v)}"' for k, v in labels.items())
-        lines.append(f"{name}{suffix}{{{text}}} {value}" if text else f"{name}{suffix} {value}")
-    return lines
-
-
-#: per-worker counters: (metric name, the count, help)
-_WORKER_COUNTERS: tuple[tuple[str, Callable[[WorkerSnapshot], int], str], ...] = (
-    ("qw_worker_attempts_total", lambda s: s.attempts, "CLAIM records appended."),
-    ("qw_worker_won_total", lambda s: s.won, "Claims won (takeovers included)."),
-    (
-        "qw_worker_lost_total",
-        lambda s: s.lost_total,
-        "Claims lost to another holder, done or backoff.",
-    ),
-    ("qw_worker_finished_total", lambda s: s.finished, "DONE records accepted."),
-    ("qw_worker_takeovers_total", lambda s: s.takeovers, "Wins over an expired holder."),
-    (
-        "qw_worker_stale_total",
-        lambda s: s.stale,
-        "DONE records refused: the lease had been lost.",
-    ),
-    ("qw_worker_failed_total", lambda s: s.failed, "FAIL records accepted."),
-    ("qw_worker_timeouts_total", lambda s: s.timeouts, "Leases that lapsed under this worker."),
-    ("qw_worker_renewals_total", lambda s: s.renewals, "Leases renewed."),
-)
-
-
-_STATES = ("published", "pending", "held", "done", "failed", "dead")
-
-
-def _who(w: WorkerView, **more: str) -> dict[str, str]:
-    """A worker's labels: its name, and its partition on a partitioned queue."""
-    labels = {"worker": w.name}
-    if w.partition is not None:
-        labels["partition"] = str(w.partition)
-    return {**labels, **more}
-
-
-def metrics_text(snap: SupervisorSnapshot) -> str:
-    q = snap.queue
-    lines = _family(
-        "qw_tasks",
-        "gauge",
-        "Tasks by state, from the supervisor's fold of the claims log.",
-        [("", {"state": state}, getattr(q, state)) for state in _STATES],
-    )
-    if snap.partitions:
-        lines += _family(
-            "qw_partition_tasks",
-            "gauge",
-            "Tasks by state in each partition of a partitioned queue.",
-            [
-                ("", {"partition": str(k), "state": state}, getattr(p, state))
-                for k, p in enumerate(snap.partitions)
-                for state in _STATES
-            ],
-        )
-        lines += _family(
-            "qw_orphans",
-            "gauge",
-            "Tasks whose holder died, waiting for their lease to lapse, per partition.",
-            [
-                (
-                    "",
-                    {"partition": str(k)},
-                    sum(1 for o in snap.orphans if o.partition == k and o.heir is None),
-                )
-                for k in range(len(snap.partitions))
-            ],
-        )
-    lines += _family(
-        "qw_throughput_tasks_per_second",
-        "gauge",
-        "Tasks done per second.",
-        [("", {}, q.throughput_now)],
-    )
-    lines += _family("qw_log_bytes", "gauge", "Bytes in both log files.", [("", {}, q.log_bytes)])
-    read = "Records read from both logs (after the fold checkpoint the monitor began from)."
-    lines += _family("qw_log_records", "gauge", read, [("", {}, q.record_count)])
-    workers = snap.workers
-    alive = [("", _who(w), 0 if w.ended else 1) for w in workers]
-    lines += _family("qw_worker_up", "gauge", "1 while the worker process runs.", alive)
-    for name, count, help_text in _WORKER_COUNTERS:
-        samples = [("", _who(w), count(w.stats)) for w in workers]
-        lines += _family(name, "counter", help_text, samples)
-    lines += _family(
-        "qw_worker_restarts_total",
-        "counter",
-        "Times the slot's worker was restarted.",
-        [("", _who(w), w.restarts) for w in workers],
-    )
-    lines += _family(
-        "qw_worker_cpu_percent",
-        "gauge",
-        "CPU use of the worker process (100 = one core).",
-        [("", _who(w), w.cpu_percent) for w in workers],
-    )
-    lines += _family(
-        "qw_worker_rss_bytes",
-        "gauge",
-        "Resident memory of the worker process.",
-        [("", _who(w), w.rss_bytes) for w in workers],
-    )
-    latency: list[Sample] = []
-    for w in workers:
-        lat = w.stats.claim_latency_micros
-        for quantile, value in (("0.5", lat.p50), ("0.9", lat.p90), ("0.99", lat.p99)):
-            latency.append(("", _who(w, quantile=quantile), value))
-        latency.append(("_count", _who(w), lat.samples))
-    lines += _family(
-        "qw_claim_latency_microseconds",
-        "summary",
-        "Claim round trip (append start to settled verdict) over the recent window.",
-        latency,
-    )
-    return "\n".join(lines) + "\n"
-
-
 # -- the server ------------------------------------------------------------------------------
 
 
 class _Handler(BaseHTTPRequestHandler):
     source: StatsSource  # set on the subclass made per server
     logs: str | None  # where task histories are read (None: the snapshot's location)
+    web: WebRoutes  # the browser's paths: the dashboard, its frames, the timeline, control
 
     def do_GET(self) -> None:
         path = self.path.split("?", 1)[0].rstrip("/") or "/"
-        if path == "/health":
+        answer = self.web.get(path)
+        if answer is not None:
+            self._send(*answer)
+        elif path == "/events":
+            self._stream()
+        elif path == "/health":
             trouble = health_problems(self.source.snapshot())
             if trouble:  # a log failing under a worker (a full disk): not healthy
                 self._send(503, "text/plain; charset=utf-8", "".join(f"{t}\n" for t in trouble))
@@ -350,7 +242,26 @@ class _Handler(BaseHTTPRequestHandler):
         elif path.startswith("/task/"):
             self._task(path.removeprefix("/task/"))
         else:
-            self._json(404, {"error": f"no such path {path}; try /health /stats /task/ID /metrics"})
+            self._json(
+                404, {"error": f"no such path {path}; try / /health /stats /task/ID /metrics"}
+            )
+
+    def do_POST(self) -> None:
+        path = self.path.split("?", 1)[0].rstrip("/") or "/"
+        length = self.headers.get("Content-Length", "0")
+        if not length.isdigit() or int(length) > MAX_POST_BODY:
+            self._json(413, {"error": f"a control request's body is at most {MAX_POST_BODY} bytes"})
+            return
+        body = self.rfile.read(int(length))
+        status, answer = self.web.post(path, self.headers.get(TOKEN_HEADER), body)
+        self._json(status, answer)
+
+    def _stream(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-store")
+        self.end_headers()
+        self.web.stream(self.wfile.write, self.wfile.flush)
 
     def _task(self, text: str) -> None:
         partitioned = getattr(self.source, "partition_task", None)
@@ -418,11 +329,15 @@ class _Handler(BaseHTTPRequestHandler):
     def _json(self, status: int, body: object) -> None:
         self._send(status, "application/json", json.dumps(body) + "\n")
 
-    def _send(self, status: int, content_type: str, body: str) -> None:
+    def _send(
+        self, status: int, content_type: str, body: str, headers: dict[str, str] | None = None
+    ) -> None:
         data = body.encode()
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(data)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.end_headers()
         self.wfile.write(data)
 
@@ -448,13 +363,22 @@ class _IPv6Server(_Server):
 
 class StatsServer:
     """The endpoint on (host, port); `start()` serves from a daemon thread. `logs` is where
-    /task/ID reads a task's history (the location with its password, if any); by default
-    the location the snapshot shows."""
+    /task/ID and /timeline read the logs (the location with its password, if any); by
+    default the location the snapshot shows. `control`: --http-control's kill and pause
+    (None: those paths do not exist)."""
 
     def __init__(
-        self, source: StatsSource, host: str, port: int, *, logs: str | None = None
+        self,
+        source: StatsSource,
+        host: str,
+        port: int,
+        *,
+        logs: str | None = None,
+        control: ControlDesk | None = None,
     ) -> None:
-        handler = type("StatsHandler", (_Handler,), {"source": source, "logs": logs})
+        self._web = WebRoutes(source, logs, control)
+        members = {"source": source, "logs": logs, "web": self._web}
+        handler = type("StatsHandler", (_Handler,), members)
         server_class = _IPv6Server if ":" in host else _Server
         # Binds now, so that a busy port is an error before any worker starts.
         self._server = server_class((host, port), handler)
@@ -472,6 +396,7 @@ class StatsServer:
         self._thread.start()
 
     def close(self) -> None:
+        self._web.stopping.set()  # the browsers' streams end
         if self._thread.is_alive():
             self._server.shutdown()
         self._server.server_close()

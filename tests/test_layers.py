@@ -64,7 +64,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("supervisor.run",),
     ("supervisor.tui",),
     ("supervisor.partitioned", "supervisor.timeline"),
-    ("supervisor.demos", "supervisor.http_api"),
+    ("supervisor.demos", "supervisor.http_api", "supervisor.http_metrics", "supervisor.web"),
     ("supervisor.cli", "supervisor"),
 ]
 

@@ -6,55 +6,14 @@ Skipped only when chromium is missing outside CI; in CI (CI=true) its absence fa
 
 from __future__ import annotations
 
-import os
-import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from queue_worker.ops import read_ops
 from queue_worker.proof.report import load_report
 from supervisor.timeline.svg import dom_id
-
-
-def chromium() -> str:
-    found = shutil.which("chromium") or shutil.which("chromium-browser")
-    if found is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("chromium is not installed, and CI=true: the browser test must run")
-        pytest.skip("chromium is not installed")
-    return found
-
-
-def browse(browser: str, page: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [
-            browser,
-            "--headless",
-            "--disable-gpu",
-            "--no-sandbox",
-            "--enable-logging=stderr",
-            "--v=0",
-            f"--user-data-dir={page.parent / 'chromium-profile'}",
-            *args,
-            page.as_uri(),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-
-
-def external_references(html: str) -> list[str]:
-    """Anything in the page that would fetch from elsewhere (the SVG namespace is a name,
-    not a fetch)."""
-    found = re.findall(r"""(?:src|href)\s*=\s*["']?\s*(?:https?:)?//[^"'\s>]*""", html)
-    found += re.findall(r"@import[^;]*", html)
-    found += re.findall(r"url\(\s*['\"]?(?!#)[^)]*\)", html)
-    return found
+from tests.browser import browse, chromium, external_references
 
 
 def test_a_real_run_with_a_kill_renders_every_lane_and_takeover(tmp_path: Path) -> None:

@@ -223,9 +223,18 @@ def up(
         str | None,
         typer.Option(
             metavar="HOST:PORT",
-            help="Serve /health /stats /task/ID /metrics (loopback unless a host is named).",
+            help="Serve the live dashboard on / for a browser, and /health /stats "
+            "/task/ID /metrics /timeline (loopback unless a host is named).",
         ),
     ] = None,
+    http_control: Annotated[
+        bool,
+        typer.Option(
+            "--http-control",
+            help="Kill and pause buttons on the --http page, for whoever has the token "
+            "qw up prints at start.",
+        ),
+    ] = False,
     no_tui: Annotated[bool, typer.Option("--no-tui", help="Plain lines, no dashboard.")] = False,
     exit_when_drained: Annotated[
         bool, typer.Option("--exit-when-drained", help="Exit 0 once no task is pending or held.")
@@ -286,6 +295,8 @@ def up(
     qw up works the queue it is given. Demo tasks come only when asked: --tasks K at
     start, --demo (or --rate R) while running.
     """
+    if http_control and http is None:
+        fail("--http-control needs --http HOST:PORT (the page its buttons are on)")
     location = location_of(directory, log)
     check_pick(location, pick)  # before anything is created
     if fresh:
@@ -312,6 +323,7 @@ def up(
     _check_handler(handler)
     ticker = None if app_module is None or exit_when_drained else _ticker(handler, location)
     server_address = _parse_http(http)
+    token = _control_token() if http_control else None
     options = SupervisorOptions(
         data_dir=directory,
         location=location,
@@ -338,6 +350,7 @@ def up(
         partitions,
         http=http,
         http_address=server_address,
+        control_token=token,
         rebalance=rebalance,
         tui=sys.stdout.isatty() and not no_tui,
     )
@@ -348,16 +361,18 @@ def up(
     server = None
     if server_address is not None:
         from supervisor.http_api import StatsServer
+        from supervisor.web.control import ControlDesk
 
+        desk = None if token is None else ControlDesk(supervisor, token)
         try:
-            server = StatsServer(supervisor, *server_address, logs=location)
+            server = StatsServer(supervisor, *server_address, logs=location, control=desk)
         except OSError as e:
             bad("--http", http, f"an address this machine can listen on ({e.strerror})")
         supervisor.http_address = server.address
     if ticker is not None:
         ticker.start()
     try:
-        code = _run(supervisor, server, tui=sys.stdout.isatty() and not no_tui)
+        code = _run(supervisor, server, tui=sys.stdout.isatty() and not no_tui, token=token)
     finally:
         if ticker is not None:
             ticker.stop()
@@ -445,8 +460,17 @@ def _parse_http(text: str | None) -> tuple[str, int] | None:
     return host, port
 
 
-def _run(supervisor: Supervisor, server: StatsServer | None, *, tui: bool) -> int:
-    """Start, watch until the supervisor ends, and say how it ended; returns the exit code."""
+def _control_token() -> str:
+    from supervisor.web.control import new_token
+
+    return new_token()
+
+
+def _run(
+    supervisor: Supervisor, server: StatsServer | None, *, tui: bool, token: str | None = None
+) -> int:
+    """Start, watch until the supervisor ends, and say how it ended; returns the exit code.
+    `token`: --http-control's, said with the page's address (and on the dashboard)."""
     from logstore import LogError
     from supervisor.run.end_state import left_text
     from supervisor.run.signals import stop_on_signals
@@ -459,13 +483,14 @@ def _run(supervisor: Supervisor, server: StatsServer | None, *, tui: bool) -> in
         except (LogError, OSError) as e:  # a log that is not ours, a directory we cannot use
             fail(str(e))
         try:
+            note = None
             if server is not None:
                 server.start()
-                typer.echo(f"qw: stats on http://{server.address}/stats", err=True)
+                note = partitioned_cli.announce_http(server.address, token)
             if tui:
                 from supervisor.tui.live import run_dashboard
 
-                run_dashboard(supervisor)
+                run_dashboard(supervisor, note=note)
             else:
                 run_progress(supervisor, sys.stdout)
             supervisor.wait()

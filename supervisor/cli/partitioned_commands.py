@@ -52,6 +52,7 @@ def up(
     *,
     http: str | None,
     http_address: tuple[str, int] | None = None,
+    control_token: str | None = None,
     rebalance: bool = False,
     tui: bool = False,
 ) -> int | None:
@@ -60,7 +61,8 @@ def up(
     `tui`: the live dashboard (`supervisor.partitioned.view`,
     `supervisor.partitioned.members_view`),
     else a status line a second;
-    `http_address`: serve /stats, /metrics, /health and /task/K:ID there."""
+    `http_address`: serve /stats, /metrics, /health and /task/K:ID there, and the page
+    (with kill and pause for `control_token`'s holder, when given)."""
     # Every option is checked before a new queue is created: a refused `qw up` writes nothing.
     manifest = manifest_at(options.location, asked, create=False)
     count = manifest.count if manifest is not None else asked
@@ -98,9 +100,11 @@ def up(
     server = None
     if http_address is not None:
         from supervisor.http_api import StatsServer
+        from supervisor.web.control import ControlDesk
 
+        desk = None if control_token is None else ControlDesk(view, control_token)
         try:
-            server = StatsServer(view, *http_address, logs=options.location)
+            server = StatsServer(view, *http_address, logs=options.location, control=desk)
         except OSError as e:
             fail(_unlistenable(http, e))
         if isinstance(sup, MemberSupervisor):  # in the status files (`qw status`)
@@ -108,7 +112,7 @@ def up(
         else:
             for part in sup.parts:
                 part.http_address = server.address
-    _run(sup, view if tui else None, server)
+    _run(sup, view if tui else None, server, control_token)
     code = sup.exit_code
     assert code is not None
     q = sup.snapshot().queue
@@ -123,6 +127,20 @@ def up(
     else:
         echo(f"qw: drained ({counts})")
     return code
+
+
+def announce_http(address: str, token: str | None) -> str | None:
+    """Say on stderr where the endpoints and the page are, and --http-control's token;
+    returns the line the terminal dashboard keeps showing about the token (None: none)."""
+    typer.echo(f"qw: stats on http://{address}/stats", err=True)
+    typer.echo(f"qw: dashboard on http://{address}/", err=True)
+    if token is None:
+        return None
+    from supervisor.web.control import announce
+
+    for line in announce(address, token):
+        typer.echo(line, err=True)
+    return f"page controls: http://{address}/#token={token}"
 
 
 def _check_listen(http: str | None, address: tuple[str, int]) -> None:
@@ -146,6 +164,7 @@ def _run(
     sup: PartitionedSupervisor | MemberSupervisor,
     dashboard: PartitionedView | MembersView | None,
     server: StatsServer | None,
+    token: str | None = None,
 ) -> None:
     """Start `sup`, show it (the dashboard, or a status line a second) until it has ended;
     on any way out, no worker is left behind."""
@@ -158,13 +177,14 @@ def _run(
         except (LogError, OSError) as e:
             fail(str(e))
         try:
+            note = None
             if server is not None:
                 server.start()
-                typer.echo(f"qw: stats on http://{server.address}/stats", err=True)
+                note = announce_http(server.address, token)
             if dashboard is not None:
                 from supervisor.tui.live import run_dashboard
 
-                run_dashboard(dashboard)
+                run_dashboard(dashboard, note=note)
             else:
                 run_partitioned_progress(sup, sys.stdout)
             sup.wait()

@@ -72,8 +72,11 @@ class DashboardSupervisor(Controls, Protocol):
         ...
 
 
-def run_dashboard(sup: DashboardSupervisor, *, refresh_per_second: float = 4.0) -> None:
-    """Show the dashboard until the supervisor has finished (`q` drains it first).
+def run_dashboard(
+    sup: DashboardSupervisor, *, refresh_per_second: float = 4.0, note: str | None = None
+) -> None:
+    """Show the dashboard until the supervisor has finished (`q` drains it first). `note`
+    stays on the status line while no key has anything to say (the browser page's token).
 
     Call it with stdout on a terminal. Keys are read from stdin when stdin is a terminal too;
     otherwise the dashboard only watches. KeyboardInterrupt, and SystemExit(143) for a
@@ -81,7 +84,7 @@ def run_dashboard(sup: DashboardSupervisor, *, refresh_per_second: float = 4.0) 
     """
     period = 1.0 / max(refresh_per_second, 0.1)
     console = Console()
-    dash = Dashboard(sup)
+    dash = Dashboard(sup, note=note)
     with (
         _sigterm_stops() as sigterm,
         _cbreak(sys.stdin) as keys,
@@ -110,8 +113,9 @@ class Dashboard:
     """The loop's state and its keys, without a terminal: a selection, a draining flag and
     the footer's message. `frame()` is the renderable for the current snapshot."""
 
-    def __init__(self, sup: DashboardSupervisor) -> None:
+    def __init__(self, sup: DashboardSupervisor, *, note: str | None = None) -> None:
         self.sup = sup
+        self.note = note  # the status line's when no key has a message
         self.selected: int | None = None
         self.draining = False
         self.message: str | None = None
@@ -130,7 +134,8 @@ class Dashboard:
         snap = dataclasses.replace(
             snap, selected=self.selected, draining=snap.draining or self.draining
         )
-        return full_screen(snap, now=at, height=height, message=self.message, view=self.view)
+        message = self.message or self.note
+        return full_screen(snap, now=at, height=height, message=message, view=self.view)
 
     def on_key(self, key: str, *, now: float | None = None) -> None:
         at = time.time() if now is None else now
