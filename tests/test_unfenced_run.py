@@ -26,7 +26,7 @@ from queue_worker.protocol.state import Verdict
 from supervisor.demos.fleet import DemoFailed
 from supervisor.demos.pause import PauseOptions, PauseRun, run_scenario
 from supervisor.timeline.svg import LABEL_W, WIDTH
-from tests.test_timeline_browser import browse, chromium, external_references
+from tests.browser import browse, chromium, external_references
 
 
 def qw(*args: str) -> subprocess.CompletedProcess[str]:
