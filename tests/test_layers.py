@@ -62,7 +62,7 @@ LAYERS: list[tuple[str, ...]] = [
     ),
     ("supervisor.run",),
     ("supervisor.tui",),
-    ("supervisor.partitioned", "supervisor.timeline"),
+    ("supervisor.partitioned", "supervisor.timeline", "supervisor.replay"),
     ("supervisor.demos", "supervisor.http_api"),
     ("supervisor.cli", "supervisor"),
 ]

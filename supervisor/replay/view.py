@@ -1,0 +1,310 @@
+"""The screen of `qw replay` at one moment: pure builders of rich Text lines.
+
+`screen_lines(moment, lanes, width, height)` lays the moment out in `height` lines of at
+most `width` columns: the record just applied with its verdict and `qw why`'s words for it,
+the ops records right after it, the counters, the tasks in play (holder, fencing token,
+attempts, lease left by the record's own clock), and each worker's lane as a strip with
+the current moment marked (▼ above, the cell reversed). At 80×24 every part fits; a larger
+screen gets more rows, wider strips and the legend. `plain_screen` is the same lines as
+text, for `--no-tui`.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from typing import Final
+
+from rich.text import Text
+
+from queue_worker.names import printable, worker_label
+from queue_worker.ops import OpRecord
+from queue_worker.proof.explain import op_text
+from queue_worker.protocol.records import Claim, Done, Renew, Unknown
+from queue_worker.times import clock_text, duration_text
+from supervisor.replay.model import Moment, Stepper
+from supervisor.timeline.model import Model, build_model
+from supervisor.timeline.text import LEGEND, lane_cells
+from supervisor.timeline.view import MAX_BARS, View, select
+
+#: the keys, as the bottom line shows them
+KEYS_LINE: Final = "→← step  ][ event  space play  +- speed  g go  / follow  ? keys  q quit"
+KEYS_HELP: Final = (
+    ("→ / ←", "apply / un-apply one record"),
+    ("] / [", "next / previous event: takeover, lease lost, stale DONE, FAIL, dead, kill, pause"),
+    ("space", "play at the run's own pace (again: stop)"),
+    ("+ / -", "play faster / slower"),
+    ("g", "go to a position (@1234) or a time (12:00:01.5, +4.5s); Home/End: the ends"),
+    ("/", "follow a task (7) or a worker (w1·1234): steps stop at its records; empty: all"),
+    ("?", "this list (any key closes it)"),
+    ("q", "quit"),
+)
+#: verdict words and their colours
+_STYLE: Final = {
+    "won": "green",
+    "takeover": "bold magenta",
+    "done": "bold green",
+    "renewed": "cyan",
+    "stale done": "bold red",
+    "lease lost": "bold red",
+    "stale fail": "red",
+    "released": "yellow",
+    "dead": "bold red",
+}
+#: the columns before a lane's cells
+_LABEL: Final = 10
+
+
+class Lanes:
+    """The workers' lanes of the whole run (`qw timeline`'s model of the same records),
+    and the window drawn around a moment on a run too long to draw whole."""
+
+    def __init__(self, stepper: Stepper) -> None:
+        tape = stepper.tape
+        self.model: Model = build_model(
+            zip(tape.positions, tape.records, strict=True), (), tape.ops
+        )
+        self._starts = sorted(b.start for b in self.model.bars)
+        self._view: View | None = None
+        self._window: tuple[int, int] | None = None
+
+    def view_at(self, now: int | None) -> View:
+        """The whole run, or (more than MAX_BARS claims) a window of them around `now`."""
+        model = self.model
+        if len(self._starts) <= MAX_BARS:
+            if self._view is None:
+                self._view = select(model, start=model.start, end=model.end)
+            return self._view
+        moment = model.start if now is None else now
+        window = self._window
+        if self._view is None or window is None or not window[0] <= moment <= window[1]:
+            import bisect
+
+            j = bisect.bisect_left(self._starts, moment)
+            half = MAX_BARS // 2 - 1
+            low = self._starts[max(0, j - half)]
+            high = self._starts[min(len(self._starts) - 1, j + half)]
+            self._view = select(model, start=min(low, moment), end=max(high, moment))
+            # move the window when the moment leaves its middle half
+            quarter = (high - low) // 4
+            self._window = (low + quarter, high - quarter)
+        return self._view
+
+
+def _record_line(moment: Moment) -> Text:
+    record = moment.record
+    line = Text()
+    if record is None:
+        line.append("before the first record: nothing applied yet", style="dim")
+        return line
+    line.append(f"@{moment.position} ", style="bold")
+    if isinstance(record, Unknown):
+        line.append(f"a record of unknown type {printable(record.code)!r}: skipped")
+        return line
+    kind = {Claim: "CLAIM", Renew: "RENEW", Done: "DONE"}.get(type(record), "FAIL")
+    line.append(f"{kind} ", style="bold")
+    line.append(f"task {record.task} by {worker_label(record.worker)}")
+    if not isinstance(record, Claim):
+        line.append(f" under claim @{record.claim}")
+    if moment.why is not None:
+        line.append(" → ")
+        line.append(moment.why.verdict, style=_STYLE.get(moment.why.verdict, "bold"))
+    return line
+
+
+def _held_by(moment: Moment, worker: str | None) -> str:
+    tasks = [str(p.task) for p in moment.in_play if p.lease.worker == worker]
+    if not tasks:
+        return "holding no task"
+    return (
+        f"holding task {', '.join(tasks)}"
+        if len(tasks) == 1
+        else f"holding tasks {', '.join(tasks)}"
+    )
+
+
+def _op_line(op: OpRecord, worker: str | None, moment: Moment) -> str:
+    if worker is None:
+        name = op.name or (f"pid {op.pid}" if op.pid is not None else "a process")
+        return f"then: {op.kind} of {printable(name)} by the {op.by} at {clock_text(op.at)}"
+    return "then: " + op_text(op, worker, _held_by(moment, worker))
+
+
+def _counters_line(moment: Moment) -> Text:
+    c = moment.counters
+    line = Text()
+    items = (
+        ("done", c.done, "green"),
+        ("takeovers", c.takeovers, "magenta"),
+        ("stale", c.stale, "red"),
+        ("lost", c.lost, ""),
+        ("leases lost", c.leases_lost, "red"),
+        ("released", c.released, "yellow"),
+        ("dead", c.dead, "red"),
+    )
+    for n, (name, value, style) in enumerate(items):
+        if n:
+            line.append("  ")
+        line.append(f"{name} ")
+        line.append(str(value), style=f"bold {style}".strip())
+    return line
+
+
+def _in_play_lines(moment: Moment, rows: int) -> list[Text]:
+    """The header and up to `rows` − 1 tasks (the current record's task first)."""
+    current = (
+        None if moment.record is None or isinstance(moment.record, Unknown) else moment.record.task
+    )
+    tasks = sorted(moment.in_play, key=lambda p: (p.task != current, p.lease.claim))
+    title = Text(f"in play: {len(tasks)} held", style="bold")
+    lines = [title]
+    if not tasks or rows < 2:
+        return lines
+    lines.append(
+        Text(f"{'task':>6}  {'holder':<14} {'token':>10}  {'attempts':>8}  lease left", style="dim")
+    )
+    room = rows - 2
+    shown = tasks if len(tasks) <= room else tasks[: max(0, room - 1)]
+    for p in shown:
+        left = p.left
+        when = f"{duration_text(left)}" if left >= 0 else f"lapsed {duration_text(-left)} ago"
+        style = "bold" if p.task == current else ("red" if left < 0 else "")
+        lines.append(
+            Text(
+                f"{p.task:>6}  {worker_label(p.lease.worker):<14} {'@' + str(p.lease.claim):>10}  "
+                f"{p.attempts:>8}  {when}",
+                style=style,
+            )
+        )
+    if len(shown) < len(tasks):
+        lines.append(Text(f"{'':>6}  … {len(tasks) - len(shown)} more", style="dim"))
+    return lines
+
+
+def _lane_lines(moment: Moment, lanes: Lanes, width: int, rows: int, legend: bool) -> list[Text]:
+    view = lanes.view_at(moment.now)
+    cells = max(10, width - _LABEL)
+    grid = lane_cells(view, cells)
+    span = max(1, view.end - view.start)
+    now = moment.now
+    col = None if now is None else min(cells - 1, max(0, (now - view.start) * cells // span))
+    head = f"{clock_text(view.start)} → {clock_text(view.end)} ({duration_text(span)})"
+    ruler = [" "] * cells
+    if col is not None:
+        ruler[col] = "▼"
+    lines = [Text(f"{'lanes':<{_LABEL}}{head}", style="bold"), Text(" " * _LABEL + "".join(ruler))]
+    workers = [lane for lane in view.lanes]
+    room = rows - 2 - (1 if legend else 0)
+    if moment.follow is not None:  # the followed worker's lane first
+        workers.sort(key=lambda lane: lane.label != moment.follow)
+    shown = workers if len(workers) <= room else workers[: max(0, room - 1)]
+    for lane in shown:
+        line = Text(f"{printable(lane.label)[: _LABEL - 1]:<{_LABEL}}")
+        for c, (char, style) in enumerate(grid[lane.worker]):
+            if c == col:
+                style = f"{style} reverse".strip()
+            elif col is not None and c > col:
+                style = f"{style} dim".strip()
+            line.append(char, style=style)
+        lines.append(line)
+    if len(shown) < len(workers):
+        lines.append(Text(f"… {len(workers) - len(shown)} more lanes", style="dim"))
+    if legend:
+        lines.append(Text("  ".join(LEGEND[:1] + LEGEND[2:]), style="dim"))
+    return lines
+
+
+def screen_lines(
+    moment: Moment,
+    lanes: Lanes,
+    width: int,
+    height: int,
+    *,
+    location: str = "",
+    status: str | None = None,
+    keys: bool = True,
+) -> list[Text]:
+    """The screen at `moment`: at most `height` lines, each at most `width` columns."""
+    big = height >= 36
+    lines: list[Text] = []
+    head = Text()
+    head.append("qw replay", style="bold")
+    where = f" {printable(location)}" if location else ""
+    head.append(where)
+    if moment.total:
+        head.append(f"  record {moment.place + 1}/{moment.total}")
+    if moment.now is not None:
+        head.append(f"  {clock_text(moment.now)}")
+    if moment.follow is not None:
+        head.append(f"  following {moment.follow}", style="bold cyan")
+    lines.append(head)
+    lines.append(_record_line(moment))
+    if moment.why is not None:
+        wrapped = textwrap.wrap(printable(moment.why.why), width - 5, break_on_hyphens=False)
+        keep = 4 if big else 2
+        if len(wrapped) > keep:
+            wrapped = wrapped[:keep]
+            wrapped[-1] = wrapped[-1][: width - 6] + "…"
+        for n, text in enumerate(wrapped):
+            lines.append(Text(("why: " if n == 0 else "     ") + text, style="italic" if n else ""))
+    for op in moment.ops[: 3 if big else 1]:
+        worker = _op_worker(lanes, op)
+        lines.append(Text(_op_line(op, worker, moment), style="bold yellow"))
+    if len(moment.ops) > (3 if big else 1):
+        lines.append(Text(f"… and {len(moment.ops) - 1} more ops records here", style="yellow"))
+    lines.append(_counters_line(moment))
+    bottom = (1 if status is not None else 0) + (1 if keys else 0)
+    room = max(0, height - len(lines) - bottom)
+    lane_count = len(lanes.view_at(moment.now).lanes)
+    legend = big and width >= 100
+    lane_rows = min(lane_count + 2 + (1 if legend else 0), max(3, room // 2))
+    play_rows = room - lane_rows
+    if play_rows < 2:  # tiny screen: the lanes give way to the tasks
+        lane_rows, play_rows = max(0, room - 2), min(room, 2)
+    lines += _in_play_lines(moment, play_rows)
+    pad = max(0, height - bottom - lane_rows - len(lines))
+    lines += [Text("")] * pad if keys else []
+    if lane_rows >= 3:
+        lines += _lane_lines(moment, lanes, width, lane_rows, legend)
+    if status is not None:
+        lines.append(Text(status, style="bold cyan"))
+    if keys:
+        lines.append(Text(KEYS_LINE if width >= len(KEYS_LINE) else "? keys  q quit", style="dim"))
+    for line in lines:
+        line.truncate(width, overflow="ellipsis")
+        line.no_wrap = True
+    return lines[:height] if keys else lines
+
+
+def _op_worker(lanes: Lanes, op: OpRecord) -> str | None:
+    lane = next((o.lane for o in lanes.model.ops if o.record == op), None)
+    return lane
+
+
+def help_lines(width: int) -> list[Text]:
+    """`?`: every key, and what it does."""
+    lines = [Text("qw replay: the keys", style="bold"), Text("")]
+    for key, what in KEYS_HELP:
+        for n, text in enumerate(textwrap.wrap(what, max(20, width - 10))):
+            lines.append(Text(f"{key if n == 0 else '':<8}  {text}"))
+    lines.append(Text(""))
+    lines.append(
+        Text(
+            "the screen: the record just applied and the rule that decided it (qw why's",
+            style="dim",
+        )
+    )
+    lines.append(
+        Text("words), the counters so far, the tasks held, the workers' lanes (▼ now)", style="dim")
+    )
+    for line in lines:
+        line.truncate(width, overflow="ellipsis")
+    return lines
+
+
+def plain_screen(moment: Moment, lanes: Lanes, width: int, height: int, location: str = "") -> str:
+    """The screen as plain text (no styles, no trailing spaces), for `--no-tui`."""
+    lines = screen_lines(moment, lanes, width, height, location=location, keys=False)
+    return "\n".join(line.plain.rstrip() for line in lines)
+
+
+__all__ = ["KEYS_HELP", "KEYS_LINE", "Lanes", "help_lines", "plain_screen", "screen_lines"]
