@@ -228,19 +228,19 @@ def screen_lines(
     lines: list[Text] = []
     head = Text()
     head.append("qw replay", style="bold")
-    where = f" {printable(location)}" if location else ""
-    head.append(where)
     if moment.total:
         head.append(f"  record {moment.place + 1}/{moment.total}")
     if moment.now is not None:
         head.append(f"  {clock_text(moment.now)}")
     if moment.follow is not None:
         head.append(f"  following {moment.follow}", style="bold cyan")
+    if location:  # last: a long path is what gets cut
+        head.append(f"  {printable(location)}", style="dim")
     lines.append(head)
     lines.append(_record_line(moment))
     if moment.why is not None:
         wrapped = textwrap.wrap(printable(moment.why.why), width - 5, break_on_hyphens=False)
-        keep = 4 if big else 2
+        keep = 5 if big else (3 if height >= 24 else 2)
         if len(wrapped) > keep:
             wrapped = wrapped[:keep]
             wrapped[-1] = wrapped[-1][: width - 6] + "…"
