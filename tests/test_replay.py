@@ -333,3 +333,24 @@ def test_the_player_in_a_real_terminal_steps_jumps_follows_and_quits(
         assert_terminal_restored(term)
     finally:
         term.kill_server()
+
+
+def test_on_a_long_run_the_lanes_are_a_stretch_begun_from_the_fold_before_it() -> None:
+    """A claim won long before the stretch the lanes draw, done inside it, is one bar that
+    ends DONE (the stretch's model starts from the snapshot's fold, not from nothing)."""
+    records: list[ClaimsRecord] = [Claim(0, A, T0, 100 * LEASE)]
+    for n in range(1, 40):
+        records.append(Claim(n, B, T0 + n * 1000, LEASE))
+        records.append(Done(n, B, T0 + n * 1000 + 500, 10 * (2 * n)))
+    positions = [10 * (i + 1) for i in range(len(records))]
+    records.append(Done(0, A, T0 + 50_000, 10))
+    positions.append(positions[-1] + 10)
+    tape = make_tape("mem", records, positions)
+    stepper = Stepper(tape, every=8)
+    assert stepper.counters.done == 40 and stepper.counters.stale == 0
+    lanes = Lanes(stepper)
+    view = lanes.view_at(len(tape) - 2)
+    assert view.start > T0  # a stretch, not the whole run
+    (bar,) = [b for b in view.bars if b.task == 0]
+    assert (bar.worker, bar.claim, bar.end_kind) == (A, 10, "done")
+    assert [lane.worker for lane in view.lanes] == [A, B]

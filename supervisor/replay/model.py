@@ -273,6 +273,11 @@ class Stepper:
                 return None
         return f"no task or worker {wanted!r} in this run (a task id, or a worker as w1·1234)"
 
+    def state_before(self, block: int) -> FoldState:
+        """The fold of the first `block` × `every` records (a snapshot, restored: the
+        cursor does not move)."""
+        return self.rules.restore(self._snaps[block][0])
+
     # -- what is shown ---------------------------------------------------------------------
 
     @property

@@ -20,6 +20,7 @@ from rich.live import Live
 
 from supervisor.replay.model import Stepper
 from supervisor.replay.view import Lanes, help_lines, screen_lines
+from supervisor.timeline.model import Model
 from supervisor.timeline.view import BoundError, parse_bound
 from supervisor.tui.live import (
     BACKSPACE,
@@ -59,6 +60,8 @@ class Player:
         self.help = False
         self.done = False
         self._anchor = (0.0, 0)  # (wall clock, tape clock) when playing began or sped
+        # the run's span as `parse_bound` reads a time (+4.5s counts from its start)
+        self._span = Model((), (), (), (), (), (), (), self.lanes.start, self.lanes.end)
 
     def frame(self, width: int, height: int) -> RenderableType:
         if self.help:
@@ -188,7 +191,7 @@ class Player:
             s.go_position(int(text.lstrip("@")))
             return None
         try:
-            s.go_time(parse_bound(text, self.lanes.model))
+            s.go_time(parse_bound(text, self._span))
         except BoundError as e:
             return f"g: {e}"
         return None

@@ -20,11 +20,12 @@ from queue_worker.names import printable, worker_label
 from queue_worker.ops import OpRecord
 from queue_worker.proof.explain import op_text
 from queue_worker.protocol.records import Claim, Done, Renew, Unknown
+from queue_worker.protocol.state import ClaimState
 from queue_worker.times import clock_text, duration_text
 from supervisor.replay.model import Moment, Stepper
-from supervisor.timeline.model import Model, build_model
+from supervisor.timeline.model import build_model
 from supervisor.timeline.text import LEGEND, lane_cells
-from supervisor.timeline.view import MAX_BARS, View, select
+from supervisor.timeline.view import View, select
 
 #: the keys, as the bottom line shows them
 KEYS_LINE: Final = "→← step  ][ event  space play  +- speed  g go  / follow  ? keys  q quit"
@@ -52,41 +53,49 @@ _STYLE: Final = {
 }
 #: the columns before a lane's cells
 _LABEL: Final = 10
+#: on a long run, the lanes show this many snapshots' worth of records around the moment
+STRETCH_BLOCKS: Final = 2
 
 
 class Lanes:
-    """The workers' lanes of the whole run (`qw timeline`'s model of the same records),
-    and the window drawn around a moment on a run too long to draw whole."""
+    """The workers' lanes (`qw timeline`'s model of the same records, its cells), drawn
+    for the whole run, or on a long run for a stretch of it around the moment."""
 
     def __init__(self, stepper: Stepper) -> None:
+        self.stepper = stepper
         tape = stepper.tape
-        self.model: Model = build_model(
-            zip(tape.positions, tape.records, strict=True), (), tape.ops
-        )
-        self._starts = sorted(b.start for b in self.model.bars)
+        #: the whole run's span (what `g +4.5s` counts from)
+        self.start = tape.clock[0] if len(tape) else 0
+        self.end = tape.clock[-1] if len(tape) else 0
+        self._whole = len(tape) <= STRETCH_BLOCKS * stepper.every
+        self._block: int | None = None
         self._view: View | None = None
-        self._window: tuple[int, int] | None = None
 
-    def view_at(self, now: int | None) -> View:
-        """The whole run, or (more than MAX_BARS claims) a window of them around `now`."""
-        model = self.model
-        if len(self._starts) <= MAX_BARS:
+    def view_at(self, place: int) -> View:
+        """The lanes' view for the cursor at `place`."""
+        stepper, tape = self.stepper, self.stepper.tape
+        if self._whole:
             if self._view is None:
+                claims = zip(tape.positions, tape.records, strict=True)
+                model = build_model(claims, (), tape.ops)
                 self._view = select(model, start=model.start, end=model.end)
             return self._view
-        moment = model.start if now is None else now
-        window = self._window
-        if self._view is None or window is None or not window[0] <= moment <= window[1]:
-            import bisect
-
-            j = bisect.bisect_left(self._starts, moment)
-            half = MAX_BARS // 2 - 1
-            low = self._starts[max(0, j - half)]
-            high = self._starts[min(len(self._starts) - 1, j + half)]
-            self._view = select(model, start=min(low, moment), end=max(high, moment))
-            # move the window when the moment leaves its middle half
-            quarter = (high - low) // 4
-            self._window = (low + quarter, high - quarter)
+        # STRETCH_BLOCKS snapshots' worth of records, the cursor in the middle half
+        every = stepper.every
+        blocks = (len(tape) + every - 1) // every
+        first = (max(0, place) + every // 2) // every - STRETCH_BLOCKS // 2
+        first = max(0, min(blocks - STRETCH_BLOCKS, first))
+        if self._view is None or self._block != first:
+            low, high = first * every, min(len(tape), (first + STRETCH_BLOCKS) * every)
+            state = stepper.state_before(first)
+            start = state if isinstance(state, ClaimState) else None
+            claims = zip(tape.positions[low:high], tape.records[low:high], strict=True)
+            begin, end = tape.clock[low], tape.clock[high - 1]
+            ops = [op for op in tape.ops if begin <= op.at <= end]
+            m = build_model(claims, (), ops, start)
+            # every bar of the stretch (select would keep MAX_BARS): the cells take them all
+            self._view = View(m, m.lanes, m.bars, m.marks, m.arrows, m.ops, begin, end, (), True)
+            self._block = first
         return self._view
 
 
@@ -181,7 +190,7 @@ def _in_play_lines(moment: Moment, rows: int) -> list[Text]:
 
 
 def _lane_lines(moment: Moment, lanes: Lanes, width: int, rows: int, legend: bool) -> list[Text]:
-    view = lanes.view_at(moment.now)
+    view = lanes.view_at(moment.place)
     cells = max(10, width - _LABEL)
     grid = lane_cells(view, cells)
     span = max(1, view.end - view.start)
@@ -254,7 +263,7 @@ def screen_lines(
     lines.append(_counters_line(moment))
     bottom = (1 if status is not None else 0) + (1 if keys else 0)
     room = max(0, height - len(lines) - bottom)
-    lane_count = len(lanes.view_at(moment.now).lanes)
+    lane_count = len(lanes.view_at(moment.place).lanes)
     legend = big and width >= 100
     lane_rows = min(lane_count + 2 + (1 if legend else 0), max(3, room // 2))
     play_rows = room - lane_rows
@@ -276,8 +285,7 @@ def screen_lines(
 
 
 def _op_worker(lanes: Lanes, op: OpRecord) -> str | None:
-    lane = next((o.lane for o in lanes.model.ops if o.record == op), None)
-    return lane
+    return lanes.stepper.tape.op_worker(op)
 
 
 def help_lines(width: int) -> list[Text]:
