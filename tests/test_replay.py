@@ -354,3 +354,80 @@ def test_on_a_long_run_the_lanes_are_a_stretch_begun_from_the_fold_before_it() -
     (bar,) = [b for b in view.bars if b.task == 0]
     assert (bar.worker, bar.claim, bar.end_kind) == (A, 10, "done")
     assert [lane.worker for lane in view.lanes] == [A, B]
+
+
+def test_the_players_keys_go_play_at_the_runs_pace_and_follow() -> None:
+    """The player without a terminal: `g` to a position and to a time, `space` moving the
+    cursor with the run's own clock (× the speed), `/` and its refusal, `?`, `q`."""
+    from supervisor.replay.player import Player
+    from supervisor.tui.live import ENTER, LEFT, RIGHT
+
+    claims = fenced_run()
+    tape = make_tape("mem", [r for _, r in claims], [p for p, _ in claims])
+    player = Player(Stepper(tape))
+    player.stepper.seek(-1)
+    for key in ["g", *"@55", ENTER]:  # the last record at or before @55: @50
+        player.on_key(key)
+    assert player.stepper.moment().position == 50 and player.message is None
+    for key in ["g", *"+2s", ENTER]:  # 2 s after the first record: the takeover at T0 + 2 s
+        player.on_key(key)
+    assert player.stepper.moment().position == 60
+    for key in ["g", *"soon", ENTER]:
+        player.on_key(key)
+    assert player.message is not None and "expected a claims-log position" in player.message
+    player.on_key(LEFT)
+    assert player.stepper.moment().position == 50
+    player.on_key(RIGHT)
+    assert player.stepper.moment().position == 60
+    # space: from @60 (T0 + 2 s), half a second of the wall clock at ×1 reaches @70
+    player.on_key(" ", now=100.0)
+    assert player.playing
+    assert not player.tick(now=100.4) and player.stepper.moment().position == 60
+    assert player.tick(now=100.5) and player.stepper.moment().position == 70
+    player.on_key("+", now=100.5)  # ×2: the next half second of the run in a quarter
+    assert player.speed == 2
+    assert player.tick(now=100.75) and player.stepper.moment().position == 80
+    assert not player.playing and player.message == "the end of the tape"
+    for key in ["/", *"w9·9", ENTER]:
+        player.on_key(key)
+    assert player.message is not None and "no task or worker" in player.message
+    for key in ["/", *"w1·1001", ENTER]:
+        player.on_key(key)
+    assert player.message == "following w1·1001"
+    player.stepper.seek(-1)
+    player.on_key("]")  # w1's first event: its stale DONE (the takeover is B's)
+    assert player.stepper.moment().position == 80 and player.message == STALE
+    player.on_key("?")
+    assert player.help
+    player.on_key("x")  # any key closes the list
+    assert not player.help and not player.done
+    player.on_key("q")
+    assert player.done
+
+
+def test_a_run_on_redis_is_replayed_as_report_at_replays_it(redis_url: str) -> None:
+    up = qw(
+        "up",
+        "--log",
+        redis_url,
+        "--workers",
+        "2",
+        "--tasks",
+        "5",
+        "--work-ms",
+        "1",
+        "--exit-when-drained",
+        "--no-tui",
+    )
+    assert up.returncode == 0, up.stdout + up.stderr
+    tape = load_tape(redis_url)
+    assert len(tape) >= 10  # a CLAIM and a DONE per task
+    stepper = Stepper(tape, every=3)
+    for place in (len(tape) - 1, len(tape) // 2, 2):
+        stepper.seek(place)
+        position = tape.positions[place]
+        assert stepper.counters == report_counters(load_report(redis_url, up_to=position))
+        out = qw("replay", "--log", redis_url, "--no-tui", "--at", str(position))
+        assert out.returncode == 0, out.stderr
+        assert f"@{position} " in out.stdout
+        assert f"done {stepper.counters.done}  " in out.stdout
