@@ -374,7 +374,7 @@ def test_the_players_keys_go_play_at_the_runs_pace_and_follow() -> None:
     assert player.stepper.moment().position == 60
     for key in ["g", *"soon", ENTER]:
         player.on_key(key)
-    assert player.message is not None and "expected a claims-log position" in player.message
+    assert "expected a claims-log position" in str(player.message)
     player.on_key(LEFT)
     assert player.stepper.moment().position == 50
     player.on_key(RIGHT)
@@ -387,10 +387,10 @@ def test_the_players_keys_go_play_at_the_runs_pace_and_follow() -> None:
     player.on_key("+", now=100.5)  # ×2: the next half second of the run in a quarter
     assert player.speed == 2
     assert player.tick(now=100.75) and player.stepper.moment().position == 80
-    assert not player.playing and player.message == "the end of the tape"
+    assert (player.playing, player.message) == (False, "the end of the tape")
     for key in ["/", *"w9·9", ENTER]:
         player.on_key(key)
-    assert player.message is not None and "no task or worker" in player.message
+    assert "no task or worker" in str(player.message)
     for key in ["/", *"w1·1001", ENTER]:
         player.on_key(key)
     assert player.message == "following w1·1001"
