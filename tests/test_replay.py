@@ -26,6 +26,7 @@ from queue_worker.protocol.records import Claim, ClaimsRecord, Done, Renew, Unkn
 from queue_worker.protocol.state import ClaimState
 from supervisor.replay.cli import RULE_NAMES
 from supervisor.replay.model import STALE, TAKEOVER, Counters, Stepper
+from supervisor.replay.player import Player
 from supervisor.replay.rules import RULES
 from supervisor.replay.tape import load_tape, make_tape
 from supervisor.replay.view import Lanes, plain_screen
@@ -356,10 +357,18 @@ def test_on_a_long_run_the_lanes_are_a_stretch_begun_from_the_fold_before_it() -
     assert [lane.worker for lane in view.lanes] == [A, B]
 
 
+def looks(player: Player) -> tuple[bool, str | None, bool, bool]:
+    """Playing, the message, the keys' list shown, done (read afresh at each call)."""
+    return player.playing, player.message, player.help, player.done
+
+
+def said(player: Player) -> str | None:
+    return player.message
+
+
 def test_the_players_keys_go_play_at_the_runs_pace_and_follow() -> None:
     """The player without a terminal: `g` to a position and to a time, `space` moving the
     cursor with the run's own clock (× the speed), `/` and its refusal, `?`, `q`."""
-    from supervisor.replay.player import Player
     from supervisor.tui.live import ENTER, LEFT, RIGHT
 
     claims = fenced_run()
@@ -368,41 +377,41 @@ def test_the_players_keys_go_play_at_the_runs_pace_and_follow() -> None:
     player.stepper.seek(-1)
     for key in ["g", *"@55", ENTER]:  # the last record at or before @55: @50
         player.on_key(key)
-    assert player.stepper.moment().position == 50 and player.message is None
+    assert player.stepper.moment().position == 50 and said(player) is None
     for key in ["g", *"+2s", ENTER]:  # 2 s after the first record: the takeover at T0 + 2 s
         player.on_key(key)
     assert player.stepper.moment().position == 60
     for key in ["g", *"soon", ENTER]:
         player.on_key(key)
-    assert "expected a claims-log position" in str(player.message)
+    assert "expected a claims-log position" in str(said(player))
     player.on_key(LEFT)
     assert player.stepper.moment().position == 50
     player.on_key(RIGHT)
     assert player.stepper.moment().position == 60
     # space: from @60 (T0 + 2 s), half a second of the wall clock at ×1 reaches @70
     player.on_key(" ", now=100.0)
-    assert player.playing
+    assert looks(player)[0]
     assert not player.tick(now=100.4) and player.stepper.moment().position == 60
     assert player.tick(now=100.5) and player.stepper.moment().position == 70
     player.on_key("+", now=100.5)  # ×2: the next half second of the run in a quarter
     assert player.speed == 2
     assert player.tick(now=100.75) and player.stepper.moment().position == 80
-    assert (player.playing, player.message) == (False, "the end of the tape")
+    assert looks(player)[:2] == (False, "the end of the tape")
     for key in ["/", *"w9·9", ENTER]:
         player.on_key(key)
-    assert "no task or worker" in str(player.message)
+    assert "no task or worker" in str(said(player))
     for key in ["/", *"w1·1001", ENTER]:
         player.on_key(key)
-    assert player.message == "following w1·1001"
+    assert said(player) == "following w1·1001"
     player.stepper.seek(-1)
     player.on_key("]")  # w1's first event: its stale DONE (the takeover is B's)
-    assert player.stepper.moment().position == 80 and player.message == STALE
+    assert player.stepper.moment().position == 80 and said(player) == STALE
     player.on_key("?")
-    assert player.help
+    assert looks(player)[2]
     player.on_key("x")  # any key closes the list
-    assert not player.help and not player.done
+    assert looks(player)[2:] == (False, False)
     player.on_key("q")
-    assert player.done
+    assert looks(player)[3]
 
 
 def test_a_run_on_redis_is_replayed_as_report_at_replays_it(redis_url: str) -> None:
