@@ -440,3 +440,22 @@ def test_a_run_on_redis_is_replayed_as_report_at_replays_it(redis_url: str) -> N
         assert out.returncode == 0, out.stderr
         assert f"@{position} " in out.stdout
         assert f"done {stepper.counters.done}  " in out.stdout
+
+
+@pytest.mark.parametrize(("width", "height"), [(80, 24), (120, 40), (200, 60)])
+def test_the_screen_fits_and_a_larger_one_shows_more(width: int, height: int) -> None:
+    from supervisor.replay.view import screen_lines
+
+    claims = fenced_run()
+    tape = make_tape("mem", [r for _, r in claims], [p for p, _ in claims])
+    stepper = Stepper(tape)
+    stepper.go_position(80)  # the stale DONE
+    lines = screen_lines(stepper.moment(), Lanes(stepper), width, height, status="paused")
+    text = "\n".join(line.plain for line in lines)
+    assert len(lines) == height and all(len(line.plain) <= width for line in lines), text
+    assert "@80 DONE task 0 by w1·1001 under claim @10 → stale done" in text
+    assert lines[-1].plain.startswith("→← step") and "w2·1002" in text and "▼" in text
+    big = height >= 36
+    assert ("events so far" in text) is big
+    assert ("@60 takeover: task 0 by w2·1002" in text) is big
+    assert ("! stale DONE" in text) is (big and width >= 100)  # the legend

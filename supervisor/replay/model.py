@@ -237,6 +237,18 @@ class Stepper:
                 return event
         return None
 
+    def events_before(self, count: int) -> tuple[Event, ...]:
+        """The last `count` events at or before the cursor (of the followed one), oldest
+        first."""
+        end = bisect.bisect_right(self._event_index, self.index)
+        found: list[Event] = []
+        for event in reversed(self.events[:end]):
+            if len(found) == count:
+                break
+            if self._matches(event):
+                found.append(event)
+        return tuple(reversed(found))
+
     def events_here(self) -> tuple[Event, ...]:
         """The events at the cursor."""
         low = bisect.bisect_left(self._event_index, self.index)

@@ -202,7 +202,7 @@ def _lane_lines(moment: Moment, lanes: Lanes, width: int, rows: int, legend: boo
         ruler[col] = "▼"
     lines = [Text(f"{'lanes':<{_LABEL}}{head}", style="bold"), Text(" " * _LABEL + "".join(ruler))]
     workers = [lane for lane in view.lanes]
-    room = rows - 2 - (1 if legend else 0)
+    room = rows - 2 - (len(_legend_lines(width)) if legend else 0)
     if moment.follow is not None:  # the followed worker's lane first
         workers.sort(key=lambda lane: lane.label != moment.follow)
     shown = workers if len(workers) <= room else workers[: max(0, room - 1)]
@@ -218,8 +218,42 @@ def _lane_lines(moment: Moment, lanes: Lanes, width: int, rows: int, legend: boo
     if len(shown) < len(workers):
         lines.append(Text(f"… {len(workers) - len(shown)} more lanes", style="dim"))
     if legend:
-        lines.append(Text("  ".join(LEGEND[:1] + LEGEND[2:]), style="dim"))
+        lines += _legend_lines(width)
     return lines
+
+
+def _event_lines(lanes: Lanes, rows: int) -> list[Text]:
+    """The events so far, newest last: what `[` steps back through."""
+    stepper = lanes.stepper
+    tape = stepper.tape
+    events = stepper.events_before(max(0, rows - 1))
+    lines = [Text("events so far (] [ jump between them)", style="bold")]
+    for event in events:
+        if event.op is not None:
+            worker = tape.op_worker(event.op)
+            who = worker_label(worker) if worker is not None else printable(event.op.name)
+            text = f"after @{tape.positions[event.place]}: {event.kind} of {who}"
+        else:
+            record = tape.records[event.place]
+            assert not isinstance(record, Unknown)
+            text = (
+                f"@{tape.positions[event.place]} {event.kind}: task {record.task} by "
+                f"{worker_label(record.worker)}"
+            )
+        style = "bold" if event.place == stepper.index else ""
+        at = event.op.at if event.op is not None else tape.clock[event.place]
+        lines.append(Text(f"  {clock_text(at)}  {text}", style=style))
+    return lines
+
+
+def _legend_lines(width: int) -> list[Text]:
+    """The lanes' legend, its items kept whole, as many on a line as fit."""
+    lines = [""]
+    for item in LEGEND:
+        if lines[-1] and len(lines[-1]) + 2 + len(item) > width:
+            lines.append("")
+        lines[-1] += ("  " if lines[-1] else "") + item
+    return [Text(line, style="dim") for line in lines]
 
 
 def screen_lines(
@@ -265,11 +299,20 @@ def screen_lines(
     room = max(0, height - len(lines) - bottom)
     lane_count = len(lanes.view_at(moment.place).lanes)
     legend = big and width >= 100
-    lane_rows = min(lane_count + 2 + (1 if legend else 0), max(3, room // 2))
+    legend_rows = len(_legend_lines(width)) if legend else 0
+    lane_rows = min(lane_count + 2 + legend_rows, max(3, room // 2))
     play_rows = room - lane_rows
     if play_rows < 2:  # tiny screen: the lanes give way to the tasks
         lane_rows, play_rows = max(0, room - 2), min(room, 2)
+    event_rows = 0
+    if big:  # a tall screen: the events so far share the middle with the tasks in play
+        wanted = min(len(moment.in_play) + 3, play_rows)
+        event_rows = min(play_rows - wanted, 10) if play_rows - wanted >= 3 else 0
+        play_rows -= event_rows
     lines += _in_play_lines(moment, play_rows)
+    if event_rows:
+        lines.append(Text(""))
+        lines += _event_lines(lanes, event_rows - 1)
     pad = max(0, height - bottom - lane_rows - len(lines))
     lines += [Text("")] * pad if keys else []
     if lane_rows >= 3:
