@@ -203,6 +203,8 @@ def test_following_a_task_or_a_worker_steps_only_over_its_records(run: Path) -> 
     assert seen == [p for p, r in claims if not isinstance(r, Unknown) and r.task == taken]
     assert stepper.previous_event() is not None  # its takeover
     assert TAKEOVER in [e.kind for e in stepper.events_here()]
+    assert stepper.previous_event() is not None  # before it: the kill of its holder
+    assert [e.kind for e in stepper.events_here() if e.op is not None] == [KILL]
     victim = next(op for op in tape.ops if op.kind == KILL)
     assert victim.worker is not None
     label = re.sub(r"^(w\d+)-(\d+)-\w+$", r"\1·\2", victim.worker)

@@ -120,6 +120,7 @@ class Follow(NamedTuple):
     task: int | None
     worker: str | None
     indices: Sequence[int]
+    ops: frozenset[OpRecord] = frozenset()  # for a task: the ops done to its holders
 
 
 class Stepper:
@@ -213,7 +214,7 @@ class Stepper:
         if event.op is not None:
             if f.worker is not None:
                 return self.tape.op_worker(event.op) == f.worker
-            return event.op.task == f.task
+            return event.op in f.ops
         record = self.tape.records[event.place]
         if isinstance(record, Unknown):
             return False
@@ -275,7 +276,11 @@ class Stepper:
             task = int(words)
             if task not in tape.by_task:
                 return f"no record names task {task}"
-            self.follow = Follow(f"task {task}", task, None, tape.by_task[task])
+            indices = tape.by_task[task]
+            records = [tape.records[i] for i in indices]
+            positions = [tape.positions[i] for i in indices]
+            ops = self.rules.ops_about(task, records, positions, tape.ops)
+            self.follow = Follow(f"task {task}", task, None, indices, frozenset(ops))
             return None
         wanted = text.strip()
         for worker in tape.by_worker:

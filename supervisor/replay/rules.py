@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Final, NamedTuple, Protocol
 
+from queue_worker.ops import OpRecord, held_by
 from queue_worker.proof.explain import explain_batches
 from queue_worker.protocol.records import ClaimsRecord
 from queue_worker.protocol.state import ClaimSnapshot, ClaimState, Lease, Outcome
@@ -58,6 +59,17 @@ class Rules(Protocol):
         log order, with their positions (a task's verdicts depend on its records only)."""
         ...
 
+    def ops_about(
+        self,
+        task: int,
+        records: Sequence[ClaimsRecord],
+        positions: Sequence[int],
+        ops: Sequence[OpRecord],
+    ) -> tuple[OpRecord, ...]:
+        """Of `ops`, those done to a process while it held `task` (or after it lost it,
+        when it wrote under its claim again): what following the task stops at."""
+        ...
+
 
 class QwRules:
     """qw's rules: the fold every worker runs (docs/protocol.md §3) and `qw why`'s words."""
@@ -83,6 +95,21 @@ class QwRules:
         last = positions[-1]
         step = next(s for s in reversed(story.steps) if s.position == last and s.kind != "CLOCK")
         return Why(step.verdict, step.why)
+
+    def ops_about(
+        self,
+        task: int,
+        records: Sequence[ClaimsRecord],
+        positions: Sequence[int],
+        ops: Sequence[OpRecord],
+    ) -> tuple[OpRecord, ...]:
+        # the ops `qw why` cites in the task's story (kind OP), matched back by time and
+        # worker: the teller decides which ops are about the task
+        story = explain_batches(task, None, [(records, positions)], ops, fold_others=False)
+        cited = {(s.at, s.worker) for s in story.steps if s.kind == "OP" and s.worker}
+        return tuple(
+            op for op in ops if any(at == op.at and w and held_by(op, w) for at, w in cited)
+        )
 
 
 QW_RULES: Final = QwRules()
