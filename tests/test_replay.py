@@ -399,6 +399,8 @@ def test_the_players_keys_go_play_at_the_runs_pace_and_follow() -> None:
     assert player.speed == 2
     assert player.tick(now=100.75) and player.stepper.moment().position == 80
     assert looks(player)[:2] == (False, "the end of the tape")
+    player.on_key(RIGHT)
+    assert said(player) == "no later record"
     for key in ["/", *"w9·9", ENTER]:
         player.on_key(key)
     assert "no task or worker" in str(said(player))

@@ -99,12 +99,14 @@ class Player:
         self.message = None
         if key == "q":
             self.done = True
-        elif key == RIGHT:
+        elif key in (RIGHT, LEFT):
             self.playing = False
-            s.step(1)
-        elif key == LEFT:
-            self.playing = False
-            s.step(-1)
+            before = s.index
+            s.step(1 if key == RIGHT else -1)
+            if s.index == before:
+                where = "later" if key == RIGHT else "earlier"
+                whose = f" of {s.follow.label}" if s.follow is not None else ""
+                self.message = f"no {where} record{whose}"
         elif key in ("]", "["):
             self.playing = False
             event = s.next_event() if key == "]" else s.previous_event()
