@@ -30,6 +30,16 @@ class FoldState(Protocol):
 
     def apply(self, record: ClaimsRecord, position: int) -> Outcome: ...
 
+    def apply_all(
+        self,
+        records: Sequence[ClaimsRecord],
+        positions: Sequence[int],
+        others: list[tuple[ClaimsRecord, Outcome]] | None = None,
+    ) -> None:
+        """`apply` each record; `others` receives every outcome but a CLAIM's WON and a
+        DONE's DONE (more may come: the replay counts DONEs by `done_count`)."""
+        ...
+
     def held_tasks(self) -> Iterator[tuple[int, Lease]]: ...
 
     def attempts(self, task: int) -> int: ...

@@ -1,5 +1,5 @@
-"""Reading a recorded run for a replay: the claims records (the tape), the ops records that
-sit on it, and how many tasks were published.
+"""Reading a recorded run for a replay: the claims records (the tape) and the ops records
+that sit on it.
 
 The tape is the claims log as every worker read it (`read_claims_batches`: the same
 records, at the same positions, as `qw report` replays). Ops records (kills, pauses,
@@ -10,6 +10,7 @@ tape after the last record written before it (by the records' own clocks).
 from __future__ import annotations
 
 import bisect
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -20,7 +21,6 @@ from queue_worker.partition_layout import partition_location, read_manifest
 from queue_worker.proof.log_reading import (
     ReportInputError,
     compacted_prefix,
-    count_tasks,
     has_logs,
     missing_logs_text,
     read_claims_batches,
@@ -40,10 +40,24 @@ class Tape:
     # has the time of the one before it
     clock: Sequence[int]
     ops: tuple[OpRecord, ...] = ()
-    tasks_published: int = 0
     by_task: dict[int, list[int]] = field(default_factory=dict)  # task -> record indices
-    by_worker: dict[str, list[int]] = field(default_factory=dict)  # worker -> indices
     op_index: tuple[int, ...] = ()  # each op's place: the index of the record before it
+
+    @functools.cached_property
+    def by_worker(self) -> dict[str, list[int]]:
+        """Worker id -> the indices of its records (made when first asked: following a
+        worker, or placing an ops record on a lane)."""
+        found: dict[str, list[int]] = {}
+        unknown = Unknown
+        for i, record in enumerate(self.records):
+            if type(record) is not unknown:
+                assert not isinstance(record, Unknown)  # (for the type checker)
+                indices = found.get(record.worker)
+                if indices is None:
+                    found[record.worker] = [i]
+                else:
+                    indices.append(i)
+        return found
 
     def __len__(self) -> int:
         return len(self.records)
@@ -109,13 +123,12 @@ def load_tape(location: str, ops_location: str | None = None) -> Tape:
         for batch, at in read_claims_batches(location):
             records.extend(batch)
             positions.extend(at)
-        published = count_tasks(location)
         ops, _ = read_ops(location)
         if not ops and ops_location is not None:
             ops, _ = read_ops(ops_location)
     except (LogError, OSError) as e:
         raise ReportInputError(str(e)) from e
-    return make_tape(location, records, positions, ops, published)
+    return make_tape(location, records, positions, ops)
 
 
 def make_tape(
@@ -123,11 +136,9 @@ def make_tape(
     records: Sequence[ClaimsRecord],
     positions: Sequence[int],
     ops: Sequence[OpRecord] = (),
-    tasks_published: int = 0,
 ) -> Tape:
     """A tape of these records (in log order, with their positions) and ops, indexed."""
     by_task: dict[int, list[int]] = {}
-    by_worker: dict[str, list[int]] = {}
     clock: list[int] = []
     now = 0
     unknown = Unknown
@@ -145,16 +156,9 @@ def make_tape(
             by_task[record.task] = [i]
         else:
             indices.append(i)
-        indices = by_worker.get(record.worker)
-        if indices is None:
-            by_worker[record.worker] = [i]
-        else:
-            indices.append(i)
     ordered = tuple(sorted(ops, key=lambda op: op.at))
     places = tuple(bisect.bisect_right(clock, op.at) - 1 for op in ordered)
-    return Tape(
-        location, records, positions, clock, ordered, tasks_published, by_task, by_worker, places
-    )
+    return Tape(location, records, positions, clock, ordered, by_task, places)
 
 
 __all__ = ["Tape", "load_tape", "make_tape", "partition_of"]
