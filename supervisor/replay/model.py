@@ -160,7 +160,6 @@ class Stepper:
         self._snaps = snaps
         self.events = tuple(events)
         self._event_index = [e.place for e in self.events]
-        self.final = counters
         # the cursor: the state after records 0..index, and the outcome of the last
         self.index = len(records) - 1
         self._state: FoldState = state
