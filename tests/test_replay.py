@@ -287,7 +287,7 @@ def test_a_partitioned_queue_is_replayed_one_partition_at_a_time(tmp_path: Path)
     assert beyond.returncode == 2 and "has partitions 0 to 1" in beyond.stderr
 
 
-def test_the_player_in_a_real_terminal_steps_jumps_follows_and_quits(
+def test_the_player_in_a_real_terminal_steps_jumps_follows_plays_and_quits(
     run: Path, tmp_path: Path
 ) -> None:
     import shutil
@@ -330,6 +330,18 @@ def test_the_player_in_a_real_terminal_steps_jumps_follows_and_quits(
         wait_until(lambda: "following task" in term.screen(), 10, "the keys closed")
         lines = term.screen().splitlines()
         assert all(len(line) <= 80 for line in lines)
+        term.send("/")  # follow everything again, go to the first record, and play
+        term.send("Enter")
+        wait_until(lambda: "following everything" in term.screen(), 10, "following all")
+        term.send("g")
+        term.send("-l", f"@{tape.positions[0]}")
+        term.send("Enter")
+        wait_until(lambda: f"record 1/{len(tape)}" in term.screen(), 10, "the first record")
+        term.send("+")  # ×2: the run's own pace, twice as fast
+        term.send("Space")
+        end = f"record {len(tape)}/{len(tape)}"
+        wait_until(lambda: end in term.screen(), 60, "the play to reach the end")
+        wait_until(lambda: "the end of the tape" in term.screen(), 10, "the play to stop")
         term.send("q")
         assert exit_status(term, "qw replay to quit", 20) == 0
         assert at_prompt(term) or "QW_EXIT=0" in term.screen()
