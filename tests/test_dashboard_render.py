@@ -29,8 +29,12 @@ from supervisor.tui.dashboard import (
 from supervisor.tui.live import (
     BACKSPACE,
     DOWN,
+    END,
     ENTER,
     ESC,
+    HOME,
+    LEFT,
+    RIGHT,
     UP,
     Dashboard,
     _Keys,
@@ -475,7 +479,8 @@ def test_parse_keys_drops_escape_sequences() -> None:
     assert parse_keys("k3p") == ["k", "3", "p"]
     assert parse_keys("\x1b") == [ESC]
     # up and down select; other arrows and ctrl-right are not commands
-    assert parse_keys("\x1b[A\x1b[1;5Cq\x1b[D\x1bOB") == [UP, "q", DOWN]
+    assert parse_keys("\x1b[A\x1b[1;5Cq\x1b[D\x1bOB") == [UP, "q", LEFT, DOWN]
+    assert parse_keys("\x1b[C\x1b[H\x1bOF") == [RIGHT, HOME, END]
     assert parse_keys("\x1bOPk") == ["k"]  # F1
     assert parse_keys("\r\t\x7f") == [ENTER, BACKSPACE]
 

@@ -63,7 +63,7 @@ LAYERS: list[tuple[str, ...]] = [
     ),
     ("supervisor.run",),
     ("supervisor.tui",),
-    ("supervisor.partitioned", "supervisor.timeline"),
+    ("supervisor.partitioned", "supervisor.timeline", "supervisor.replay"),
     ("supervisor.demos", "supervisor.http_api", "supervisor.http_metrics", "supervisor.web"),
     ("supervisor.cli", "supervisor"),
 ]

@@ -83,7 +83,7 @@ _ENDS = (Verdict.DONE, Verdict.RELEASED, Verdict.DEAD)
 _VERBS = {"kill": "killed", "pause": "paused", "resume": "resumed", "restart": "restarted"}
 
 
-def _op_text(op: OpRecord, worker: str, holding: str) -> str:
+def op_text(op: OpRecord, worker: str, holding: str) -> str:
     """ "w6·6975 killed by the operator at 03:31:52.103, holding this task" """
     who = worker_label(worker)
     when = clock_text(op.at)
@@ -192,9 +192,9 @@ class _Teller:
             if not held_by(op, worker) or op.at < start:
                 continue
             if end is None or op.at <= end:
-                text = _op_text(op, worker, "holding this task")
+                text = op_text(op, worker, "holding this task")
             elif op.at <= last:  # it wrote again under this claim later: worth telling
-                text = _op_text(op, worker, f"after losing this task (claim @{claim})")
+                text = op_text(op, worker, f"after losing this task (claim @{claim})")
             else:
                 continue
             return Step(claim, "OP", worker, op.at, op.kind, text, claim)

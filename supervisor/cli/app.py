@@ -4,6 +4,7 @@
     qw enqueue   add tasks
     qw status, tail, task, kill      look at a directory      (supervisor.cli.inspect_commands)
     qw report, why, demo             replay and explain       (supervisor.cli.report_commands)
+    qw replay                        step through a run       (supervisor.replay.cli)
 
 Errors are one line on stderr, ``qw: error: …``, naming the bad value and what was expected,
 with exit code 2 (typer's own usage errors are reshaped the same way by `main`).
@@ -47,6 +48,7 @@ from supervisor.options import (
     shown,
     whole,
 )
+from supervisor.replay import cli as replay_cli
 from supervisor.timeline import cli as timeline_cli
 from supervisor.width import echo
 
@@ -565,6 +567,7 @@ inspect_cli.register(app)
 report_cli.register(app)
 compact_cli.register(app)
 timeline_cli.register(app)
+replay_cli.register(app)
 retry_cli.register(app)
 
 

@@ -146,9 +146,14 @@ def build_model(
     claims: Iterable[tuple[int, ClaimsRecord]],
     enqueued: Sequence[int] = (),
     ops: Sequence[OpRecord] = (),
+    before: ClaimState | None = None,
 ) -> Model:
-    """Fold the claims records (in log order) and lay out what the timeline shows."""
-    state = ClaimState()
+    """Fold the claims records (in log order) and lay out what the timeline shows.
+
+    `before`: the fold of the records before `claims` (the model of a stretch of a long log,
+    `qw replay`'s lanes): the claims it holds are bars begun before the stretch. The
+    total-queue checks then judge the stretch alone."""
+    state = ClaimState() if before is None else before
     checker = QueueChecker()
     open_claims: dict[int, _Open] = {}  # claim position -> its bar in the making
     ended: dict[int, Bar] = {}  # claim position -> its bar, once ended
@@ -156,6 +161,13 @@ def build_model(
     arrows: list[Arrow] = []
     done_at: list[int] = []
     seen: dict[str, list[int]] = {}  # worker -> [first at, last at]
+    if before is not None:
+        for task, lease in before.held_tasks():
+            open_claims[lease.claim] = _Open(
+                task, lease.worker, lease.claim, lease.at, lease.expiry, False
+            )
+            span = seen.setdefault(lease.worker, [lease.at, lease.at])
+            span[0] = min(span[0], lease.at)
     positions: dict[int, int] = {}
 
     def close(o: _Open, end: int, kind: str, position: int | None, expiry: int) -> None:

@@ -57,18 +57,18 @@ def _legend(width: int) -> str:
     return "\n".join(lines)
 
 
-def render_lanes(view: View, width: int = 100, extra: Sequence[str] = ()) -> RenderableType:
-    """The lanes of `view` as a table `width` cells wide (plus the labels), then the
-    `extra` lines (a second layer's: supervisor.timeline.unfenced)."""
+Cell = tuple[str, str]  # a character and its rich style
+
+
+def lane_cells(view: View, cells: int) -> dict[str, list[Cell]]:
+    """Each lane of `view` as `cells` cells, each a slice of its window (`qw replay` draws
+    its lanes with these too)."""
     span = max(1, view.end - view.start)
-    cells = max(10, width)
 
     def col(t: int) -> int:
         return min(cells - 1, max(0, (t - view.start) * cells // span))
 
-    rows: dict[str, list[tuple[str, str]]] = {
-        lane.worker: [(" ", "")] * cells for lane in view.lanes
-    }
+    rows: dict[str, list[Cell]] = {lane.worker: [(" ", "")] * cells for lane in view.lanes}
     for o in view.ops:
         if o.lane in rows and o.kind in (PAUSE, SKEW):
             last = col(o.end if o.end is not None else view.end)
@@ -101,6 +101,15 @@ def render_lanes(view: View, width: int = 100, extra: Sequence[str] = ()) -> Ren
         if o.lane in rows and o.kind not in (PAUSE, SKEW):
             restart = o.kind == RESTART
             rows[o.lane][col(o.at)] = ("↺", "bold green") if restart else ("✕", "bold red")
+    return rows
+
+
+def render_lanes(view: View, width: int = 100, extra: Sequence[str] = ()) -> RenderableType:
+    """The lanes of `view` as a table `width` cells wide (plus the labels), then the
+    `extra` lines (a second layer's: supervisor.timeline.unfenced)."""
+    span = max(1, view.end - view.start)
+    cells = max(10, width)
+    rows = lane_cells(view, cells)
     table = Table(box=None, show_header=True, pad_edge=False, header_style="bold")
     table.add_column("worker", no_wrap=True)
     table.add_column(

@@ -42,12 +42,18 @@ __all__ = [
     "BACKSPACE",
     "DOWN",
     "ENTER",
+    "END",
     "ESC",
+    "HOME",
+    "LEFT",
+    "RIGHT",
     "UP",
     "Dashboard",
     "DashboardSupervisor",
+    "cbreak_keys",
     "parse_keys",
     "run_dashboard",
+    "sigterm_stops",
 ]
 
 #: how long the status line shows what the last key did
@@ -57,6 +63,10 @@ FILTER_MAX = 40
 ESC = "esc"
 UP = "up"
 DOWN = "down"
+LEFT = "left"
+RIGHT = "right"
+HOME = "home"
+END = "end"
 ENTER = "enter"
 BACKSPACE = "backspace"
 
@@ -230,9 +240,13 @@ class Dashboard:
 # -- keys ---------------------------------------------------------------------------------
 
 
+#: the final byte of a plain (unmodified) arrow, Home or End key's sequence
+_PLAIN = {"A": UP, "B": DOWN, "C": RIGHT, "D": LEFT, "H": HOME, "F": END}
+
+
 def parse_keys(data: str) -> list[str]:
-    """Split what one read returned into keys: characters, "esc" for a lone Escape, "up" and
-    "down" for the arrows, "enter" and "backspace".
+    """Split what one read returned into keys: characters, "esc" for a lone Escape, "up",
+    "down", "left" and "right" for the arrows, "home", "end", "enter" and "backspace".
 
     Other keys that send escape sequences (ESC [ C, ESC O P, ESC [1;5A …) arrive in the same
     read; they are dropped whole, so their letters are never taken for commands.
@@ -248,8 +262,8 @@ def parse_keys(data: str) -> list[str]:
                 i = start
                 while i < len(data) and not ("@" <= data[i] <= "~"):
                     i += 1
-                if i < len(data) and i == start and data[i] in "AB":  # no modifiers: a plain arrow
-                    keys.append(UP if data[i] == "A" else DOWN)
+                if i < len(data) and i == start and data[i] in _PLAIN:  # no modifiers
+                    keys.append(_PLAIN[data[i]])
                 i += 1
                 continue
             keys.append(ESC)
@@ -359,3 +373,8 @@ def _sigterm_stops() -> Iterator[_SigtermFlag]:
     finally:
         # None: a handler not installed from Python; the default is the closest to it
         signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+
+
+#: the terminal's helpers under the names other loops use (`qw replay`'s player)
+cbreak_keys = _cbreak
+sigterm_stops = _sigterm_stops
