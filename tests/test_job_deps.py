@@ -1,0 +1,221 @@
+"""Dependencies: `f.enqueue(..., after=[h1, h2])` waits for them, and is dead if one of them
+is (queue_worker.worker.dependencies): real `qw up --app` runs, the claims log read after."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from queue_worker import Queue, TaskFailed
+from queue_worker.proof.log_reading import read_claims
+from queue_worker.protocol.records import Claim, Done, Fail
+from queue_worker.protocol.state import ClaimState, Verdict
+
+QW = [sys.executable, "-m", "supervisor.cli.app"]
+
+APP = """
+import os
+import time
+
+from queue_worker import Queue
+
+queue = Queue(os.environ["QW_TEST_QUEUE"])
+
+
+@queue.task
+def step(path, name, pause=0.0):
+    time.sleep(pause)  # (long enough for an idle worker to look at the dependent)
+    with open(path, "a") as out:
+        out.write(name + "\\n")
+    return name
+
+
+@queue.task(max_attempts=1)
+def breaks(path):
+    raise ValueError("broken on purpose")
+"""
+
+
+def qw(
+    *args: str, cwd: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*QW, *args], cwd=cwd, capture_output=True, text=True, timeout=120, env=env, check=False
+    )
+
+
+def producer(location: str) -> tuple[Queue, Any, Any]:
+    """A producer's queue with the app's names (the names matter, not the functions)."""
+    queue = Queue(location)
+
+    @queue.task
+    def step(path: str, name: str, pause: float = 0.0) -> str:
+        raise AssertionError("runs in a worker")
+
+    @queue.task
+    def breaks(path: str) -> None:
+        raise AssertionError("runs in a worker")
+
+    return queue, step, breaks
+
+
+def run_until_drained(app_dir: Path, workers: int = 3) -> None:
+    env = {**os.environ, "QW_TEST_QUEUE": str(app_dir / ".qw")}
+    up = qw("up", "--no-tui", "--app", "deps_app", "--workers", str(workers),
+            "--exit-when-drained", "--dir", ".qw", cwd=app_dir, env=env)  # fmt: skip
+    assert up.returncode == 0, up.stdout + up.stderr
+
+
+@pytest.fixture
+def app_dir(tmp_path: Path) -> Path:
+    (tmp_path / "deps_app.py").write_text(APP)
+    return tmp_path
+
+
+def verdicts(location: str) -> list[tuple[int, Any, Verdict]]:
+    """Every claims record with its position and the fold's verdict, in log order."""
+    state, out = ClaimState(), []
+    for position, record in read_claims(location):
+        out.append((position, record, state.apply(record, position).verdict))
+    return out
+
+
+def test_a_task_runs_only_after_all_its_dependencies_are_done(app_dir: Path) -> None:
+    location, ran = str(app_dir / ".qw"), app_dir / "ran.txt"
+    queue, step, _ = producer(location)
+    with queue:
+        first = step.enqueue(str(ran), "first", pause=0.3)
+        second = step.enqueue(str(ran), "second", pause=0.3)
+        # a handle and an id; three workers: the third is idle while the two run
+        last = step.enqueue(str(ran), "last", after=[first, second.id])
+        assert last.state() == "pending"
+        run_until_drained(app_dir)
+        assert last.result(timeout=10) == "last"
+    assert ran.read_text().splitlines()[-1] == "last"
+    records = verdicts(location)
+    done_at = {r.task: p for p, r, v in records if isinstance(r, Done) and v is Verdict.DONE}
+    claims = [p for p, r, _ in records if isinstance(r, Claim) and r.task == last.id]
+    assert claims, "the dependent was claimed"
+    # no CLAIM of it, won or lost, before both DONEs: a worker never even tried it early
+    assert min(claims) > max(done_at[first.id], done_at[second.id])
+    shown = qw("task", str(last.id), "--dir", ".qw", cwd=app_dir)
+    assert shown.returncode == 0, shown.stderr
+    assert "after tasks 0, 1" in shown.stdout
+
+
+def test_a_task_whose_dependency_dies_is_dead_naming_it_and_never_runs(app_dir: Path) -> None:
+    location, ran = str(app_dir / ".qw"), app_dir / "ran.txt"
+    queue, step, breaks = producer(location)
+    with queue:
+        broken = breaks.enqueue(str(ran))  # 0: dead after its one attempt
+        fine = step.enqueue(str(ran), "fine")  # 1
+        doomed = step.enqueue(str(ran), "doomed", after=[broken, fine])  # 2
+        chained = step.enqueue(str(ran), "chained", after=[doomed])  # 3: dead in turn
+        cancelled = step.enqueue(str(ran), "cancelled")  # 4: cancelled before any worker
+        queue.cancel(cancelled.id)
+        orphaned = step.enqueue(str(ran), "orphaned", after=[cancelled])  # 5
+        run_until_drained(app_dir)
+        with pytest.raises(TaskFailed) as failed:
+            doomed.result(timeout=10)
+        assert failed.value.error == "dependency 0 is dead: ValueError: broken on purpose"
+        with pytest.raises(TaskFailed, match=r"dependency 2 is dead: dependency 0 is dead: "):
+            chained.result(timeout=10)
+        with pytest.raises(TaskFailed, match=r"^task 5 is dead: dependency 4 is dead: cancel"):
+            orphaned.result(timeout=10)
+        assert (doomed.state(), chained.state(), orphaned.state()) == ("dead",) * 3
+    assert ran.read_text() == "fine\n"  # none of the dependents ran
+    # each death is a dead FAIL under a winning claim, in the log: every reader folds it
+    dead = {
+        r.task: r for _, r, v in verdicts(location) if isinstance(r, Fail) and v is Verdict.DEAD
+    }
+    assert dead[2].claim >= 0 and dead[3].claim >= 0 and dead[5].claim >= 0
+    why = qw("why", "2", "--dir", ".qw", cwd=app_dir)
+    assert why.returncode == 0, why.stderr
+    assert "after tasks 0, 1" in why.stdout
+    assert "dead: dependency 0 is dead: ValueError: broken on purpose" in " ".join(
+        why.stdout.split()
+    )
+
+
+def test_a_dependency_that_is_not_a_task_is_refused_and_nothing_is_written(
+    tmp_path: Path,
+) -> None:
+    queue, step, _ = producer(str(tmp_path / ".qw"))
+    with queue:
+        first = step.enqueue("p", "first")
+        end = queue.log.end()
+        with pytest.raises(
+            ValueError, match=r"^after= names task 1, which is not in the tasks log"
+        ):
+            step.enqueue("p", "x", after=[first, 1])
+        with pytest.raises(ValueError, match=r"^after= holds True; expected a handle"):
+            step.enqueue("p", "x", after=[True])
+        with pytest.raises(ValueError, match=r"^after is 0; expected a list"):
+            step.enqueue("p", "x", after=0)
+        other = Queue(tmp_path / "other")
+        with other, pytest.raises(ValueError, match=r"^after= holds <TaskHandle 0>"):
+            step.enqueue("p", "x", after=[other.handle(other.enqueue(1))])
+        assert queue.log.end() == end
+
+
+@pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs redis-server")
+def test_after_on_a_redis_queue_is_refused_in_one_line(tmp_path: Path) -> None:
+    from tests.helpers import running_redis_server
+
+    binary = shutil.which("redis-server")
+    assert binary is not None
+    with running_redis_server(binary, tmp_path) as url:
+        queue, step, _ = producer(f"{url}/0")
+        with queue:
+            first = step.enqueue("p", "first")
+            end = queue.log.end()
+            with pytest.raises(ValueError, match=r"^after= is not supported on a Redis queue"):
+                step.enqueue("p", "x", after=[first])
+            assert queue.log.end() == end
+
+
+def test_immediate_mode_keeps_the_dependency_rule(tmp_path: Path) -> None:
+    queue = Queue(tmp_path / ".qw", immediate=True)
+
+    @queue.task
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    @queue.task
+    def broken() -> None:
+        raise KeyError("gone")
+
+    three = add.enqueue(1, 2)
+    assert add.enqueue(3, 4, after=[three]).result() == 7
+    dead = broken.enqueue()
+    with pytest.raises(TaskFailed, match=r"^task 3 is dead: dependency 2 is dead: KeyError"):
+        add.enqueue(1, 1, after=[three, dead]).result()
+    assert not (tmp_path / ".qw").exists()
+
+
+def test_the_task_index_keeps_dependencies_through_a_checkpoint(tmp_path: Path) -> None:
+    from queue_worker.history.checkpoint import _tasks_from, _tasks_plain
+    from queue_worker.protocol.records import TaskRecord, encode
+    from queue_worker.topics import TASKS_TOPIC, TaskIndex, open_topic
+
+    with open_topic(str(tmp_path / ".qw"), TASKS_TOPIC) as log:
+        for record in (
+            TaskRecord(None, 1, "step"),
+            TaskRecord(None, 1, "step", after=(0,)),
+            TaskRecord(None, 1, "step", after=(2,)),  # (hostile: itself, a wait for ever)
+        ):
+            log.append(encode(record))
+        index = TaskIndex(log.start)
+        index.catch_up(log)
+    assert index.after == {1: (0,)}
+    assert index.unreadable[2].endswith("depends on task 2, which is not an earlier task")
+    again = TaskIndex.restore(_tasks_from(_tasks_plain(index.snapshot(), {})))
+    assert again.after == {1: (0,)}
+    again.settle_below(2)
+    assert again.after == {}
