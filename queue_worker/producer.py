@@ -290,7 +290,8 @@ class Queue:
             raise ValueError(f"after is {after!r}; expected a list of task handles or ids")
         ids: set[int] = set()
         for item in after:
-            if isinstance(item, TaskHandle) and item.queue is self:
+            # (a handle of another Queue object on this location is of this queue too)
+            if isinstance(item, TaskHandle) and item.queue._location == self._location:
                 ids.add(item.id)
             elif type(item) is int and item >= 0:
                 ids.add(item)

@@ -39,6 +39,13 @@ def step(path, name, pause=0.0):
 @queue.task(max_attempts=1)
 def breaks(path):
     raise ValueError("broken on purpose")
+
+
+@queue.task
+def hold(flag):
+    while not os.path.exists(flag):  # (held until the test lets it go)
+        time.sleep(0.01)
+    return "let go"
 """
 
 
@@ -60,6 +67,10 @@ def producer(location: str) -> tuple[Queue, Any, Any]:
 
     @queue.task
     def breaks(path: str) -> None:
+        raise AssertionError("runs in a worker")
+
+    @queue.task
+    def hold(flag: str) -> str:
         raise AssertionError("runs in a worker")
 
     return queue, step, breaks
@@ -219,3 +230,146 @@ def test_the_task_index_keeps_dependencies_through_a_checkpoint(tmp_path: Path) 
     assert again.after == {1: (0,)}
     again.settle_below(2)
     assert again.after == {}
+
+
+def test_the_function_is_named_beside_the_task_in_stats_task_json_task_why_and_timeline(
+    app_dir: Path,
+) -> None:
+    import json
+    import signal
+    import urllib.request
+
+    from supervisor.timeline.load import load_model
+    from supervisor.timeline.svg import render_lanes
+    from supervisor.timeline.view import select
+    from tests.helpers import free_port, wait_until
+
+    location, flag = str(app_dir / ".qw"), app_dir / "flag"
+    port = free_port()
+    queue, *_ = producer(location)
+
+    def get(path: str) -> Any:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as answer:
+            return json.loads(answer.read())
+
+    def holding() -> bool:
+        try:
+            workers = get("/stats")["workers"]
+        except OSError:
+            return False  # (not serving yet)
+        return any(w["current"] == 0 and w["currentFunction"] == "hold" for w in workers)
+
+    env = {**os.environ, "QW_TEST_QUEUE": location}
+    up = subprocess.Popen(
+        [*QW, "up", "--no-tui", "--app", "deps_app", "--workers", "1", "--dir", ".qw",
+         "--http", f"127.0.0.1:{port}"],
+        cwd=app_dir, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        with queue:
+            held = queue.enqueue_call("hold", [str(flag)])
+            wait_until(holding, 60, "/stats to name the function of the task in hand")
+            flag.touch()
+            assert held.result(timeout=60) == "let go"
+            wait_until(lambda: get("/task/0")["done"], 60, "the supervisor's fold to see it")
+            task = get("/task/0")
+            assert (task["function"], task["after"]) == ("hold", [])
+            payload = queue.handle(queue.enqueue({"n": 1}))  # a payload task has none
+            assert get(f"/task/{payload.id}")["function"] is None
+    finally:
+        up.send_signal(signal.SIGTERM)
+        up.wait(60)
+    shown = qw("task", "0", "--dir", ".qw", cwd=app_dir)
+    assert shown.stdout.splitlines()[0].startswith("task 0 hold: done"), shown.stdout
+    why = qw("why", "0", "--dir", ".qw", cwd=app_dir, env={**os.environ, "COLUMNS": "80"})
+    assert "task 0 hold: done" in why.stdout, why.stdout
+    assert all(len(line) <= 80 for line in why.stdout.splitlines()), why.stdout
+    assert "CLAIM @" in render_lanes(select(load_model(location)))
+    assert " · task 0 hold" in render_lanes(select(load_model(location)))
+
+
+# -- periodic ticks: what `qw report` proves ---------------------------------------------------
+
+PERIODIC_APP = """
+from queue_worker import Queue
+
+queue = Queue(".qw")
+
+
+@queue.periodic(every=0.2)
+def tick():
+    with open("ticks.txt", "a") as out:
+        out.write("t\\n")
+"""
+
+
+def test_qw_report_proves_each_tick_of_two_supervisors_ran_at_most_once(tmp_path: Path) -> None:
+    import signal
+
+    from queue_worker.protocol.records import TaskRecord, decode_task, encode
+    from queue_worker.topics import CLAIMS_TOPIC, TASKS_TOPIC, open_topic
+    from tests.helpers import wait_until
+
+    (tmp_path / "pjobs.py").write_text(PERIODIC_APP)
+    ticks = tmp_path / "ticks.txt"
+    ups = [
+        subprocess.Popen(
+            [*QW, "up", "--no-tui", "--app", "pjobs", "--workers", "1"],
+            cwd=tmp_path,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for _ in range(2)
+    ]
+    try:
+        wait_until(lambda: ticks.exists() and len(ticks.read_text().splitlines()) >= 4, 60,
+                   "four ticks run")  # fmt: skip
+    finally:
+        for up in ups:
+            up.send_signal(signal.SIGINT)
+        for up in ups:
+            up.wait(60)
+    location = str(tmp_path / ".qw")
+    keys: list[str] = []
+    with open_topic(location, TASKS_TOPIC, read_only=True) as log:
+        for entry in log.iter_from(log.start):
+            record = decode_task(entry.data)
+            assert isinstance(record, TaskRecord) and record.key is not None
+            keys.append(record.key)
+    distinct = len(set(keys))
+    report = qw("report", "--dir", ".qw", cwd=tmp_path)
+    assert report.returncode == 0, report.stdout + report.stderr
+    line = f"periodic: tick — {distinct} ticks, each enqueued once and completed at most once"
+    assert line in report.stdout
+
+    # A writer that ignores the key: a later task of the first tick's key, run on its own
+    first_key = keys[0]
+    with open_topic(location, TASKS_TOPIC) as log:
+        log.append(encode(TaskRecord(None, 1, "tick", [], {}, key=first_key)), durable=True)
+    rogue = len(keys)
+    with open_topic(location, CLAIMS_TOPIC) as log:
+        claim = log.append(encode(Claim(rogue, "w9-1-abcd", 2, 10**12)), durable=True)
+        done = log.append(encode(Done(rogue, "w9-1-abcd", 3, claim, None)), durable=True)
+    report = qw("report", "--dir", ".qw", cwd=tmp_path)
+    assert report.returncode == 1, report.stdout + report.stderr
+    text = " ".join(report.stdout.split())
+    assert f"(key {first_key}): tasks 0 and {rogue} hold its key as distinct tasks" in text
+    assert f"(task {rogue} ran: DONE @{done})" in text
+    assert "completed 2 times (DONE @" in text and f", @{done})" in text
+    assert "1 against the rule" not in text  # two lines: distinct, and completed twice
+    assert f"periodic: tick — {distinct} ticks, 2 against the rule" in text
+
+
+def test_a_tick_run_again_by_a_takeover_s_loser_is_completed_twice() -> None:
+    from queue_worker.proof.periodic_proof import Completion, check_ticks
+
+    key = "periodic:tick:1764000000000000"
+    keyed = [(3, key), (4, key)]  # 4: the other supervisor's, resolved to 3
+    resolved = {3: Completion(90), 4: Completion(95, resolved_to=3)}
+    (once,) = check_ticks(keyed, resolved, {})
+    assert (once.ok, once.ticks) == (True, 1)
+    (twice,) = check_ticks(keyed, resolved, {3: [80]})  # a stale DONE of a claim that won
+    assert len(twice.problems) == 1
+    assert twice.problems[0].endswith(f"(key {key}): completed 2 times (DONE @80, @90)")
+    (wrong,) = check_ticks(keyed, {3: Completion(90), 4: Completion(95, resolved_to=1)}, {})
+    assert "task 4 resolved to task 1, not to the key's first, task 3" in wrong.problems[0]

@@ -102,17 +102,37 @@ def count_tasks(location: str | Path, start: int | None = None) -> int:
     return counted_tasks(location, start)[0]
 
 
-def counted_tasks(location: str | Path, start: int | None = None) -> tuple[int, int | None]:
-    """`count_tasks`, and the position of the last task counted (None: none)."""
+def counted_tasks(
+    location: str | Path, start: int | None = None, keyed: list[tuple[int, str]] | None = None
+) -> tuple[int, int | None]:
+    """`count_tasks`, and the position of the last task counted (None: none). `keyed`, when
+    given, receives (index among those counted, key) of each task with a key."""
     log = _open_existing(location, TASKS_TOPIC)
     if log is None:
         return 0, None
     count, last = 0, None
     with log:
         for entry in log.iter_from(log.start if start is None else start):
+            if keyed is not None and entry.data.startswith(_OPTIONS_PREFIXES):
+                key = _key_of(entry.data)
+                if key is not None:
+                    keyed.append((count, key))
             count += 1
             last = entry.position
     return count, last
+
+
+#: how a TASK with options begins on the wire ("S", or "A" with dependencies): the only
+#: ones with a key
+_OPTIONS_PREFIXES: Final = (b"\x97\x01\xa1S", b"\x97\x01\xa1A")
+
+
+def _key_of(data: bytes) -> str | None:
+    try:
+        record = decode_task(data)
+    except RecordDecodeError:
+        return None
+    return record.key if isinstance(record, TaskRecord) else None
 
 
 def verify_logs(

@@ -13,7 +13,9 @@ What the report proves (the exit code of `qw report`):
   fold discarded the result, but the work itself happened twice);
 - the accounting holds: every winning claim ended in exactly one way (done, failed, taken
   over) or still holds its task, and every task ever won is now done, held, dead or
-  waiting for its retry (so done ≤ tasks won ≤ done + held + dead + waiting).
+  waiting for its retry (so done ≤ tasks won ≤ done + held + dead + waiting);
+- each periodic tick was enqueued once and completed at most once (however many
+  supervisors enqueued it: `queue_worker.proof.periodic_proof`).
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from queue_worker.proof.log_reading import (  # re-exported: the readers of the 
     read_task,
     verify_logs,
 )
+from queue_worker.proof.periodic_proof import Completion, PeriodicProof, check_ticks
 from queue_worker.protocol.clock_jumps import ClockJump, ClockWatch
 from queue_worker.protocol.records import (
     Claim,
@@ -59,6 +62,7 @@ from queue_worker.topics import (
     MALFORMED,
     open_topics,
 )
+from queue_worker.worker.handlers import resolved_to
 
 if TYPE_CHECKING:
     from logstore.file.log import Verified
@@ -265,6 +269,8 @@ class Report:
     # each file log's segments, their lengths and its forced offset, as judged by the rule
     # of what a reader may cut (`log_reading.verify_logs`); empty on Redis
     verified: dict[str, Verified] = field(default_factory=dict)
+    # each periodic task's ticks: enqueued once, completed at most once (periodic_proof)
+    periodic: tuple[PeriodicProof, ...] = ()
 
     @property
     def completions_stale(self) -> int:
@@ -300,7 +306,8 @@ class Report:
 
     @property
     def ok(self) -> bool:
-        return not self.worked_twice and not self.accounting_errors()
+        periodic_ok = all(p.ok for p in self.periodic)
+        return not self.worked_twice and not self.accounting_errors() and periodic_ok
 
     @property
     def exit_code(self) -> int:
@@ -316,6 +323,9 @@ class Report:
         errors = self.accounting_errors()
         if errors:
             return f"FAIL: {errors[0]}"
+        broken = [line for p in self.periodic for line in p.problems]
+        if broken:
+            return f"FAIL: a periodic {broken[0]}"
         return (
             f"OK: every finished task was completed exactly once ({self.tasks_done} done), "
             "none was worked twice"
@@ -330,6 +340,7 @@ class Report:
             "worked_twice",
             "prefix",
             "clock_jumps",
+            "periodic",
         )
         data: dict[str, Any] = {
             f.name: json_safe(getattr(self, f.name)) for f in fields(self) if f.name not in skip
@@ -352,6 +363,10 @@ class Report:
             accounting_errors=self.accounting_errors(),
             checks=self.checks.to_json(),
             prefix=None if self.prefix is None else json_safe(self.prefix.summary()),
+            periodic=[
+                {"name": p.name, "ticks": p.ticks, "ok": p.ok, "problems": list(p.problems)}
+                for p in self.periodic
+            ],
         )
         return data
 
@@ -385,6 +400,7 @@ class _Replay:
     last_at: dict[int, int] = field(default_factory=dict)  # open claim -> its last record's at
     refs: dict[int, list[RecordRef]] = field(default_factory=dict)
     done_position: dict[int, int] = field(default_factory=dict)
+    resolved: dict[int, int] = field(default_factory=dict)  # a later task of a key -> first
     takeovers: list[Takeover] = field(default_factory=list)
     stale: list[StaleCompletion] = field(default_factory=list)
     worked_twice: dict[int, None] = field(default_factory=dict)  # ordered set
@@ -542,6 +558,9 @@ class _Replay:
             line.done += 1
             self.completions_accepted += 1
             self.done_position[r.task] = outcome.position
+            first = resolved_to(r.result)
+            if first is not None:
+                self.resolved[r.task] = first
             self.last_at.pop(r.claim, None)
             if outcome.holder is not None:
                 self.done_margins.append(outcome.holder.expiry - r.at)
@@ -580,6 +599,23 @@ class _Replay:
             self.dead.append(DeadTask(r.task, outcome.position, r.worker, r.error))
         else:
             line.released += 1
+
+    def periodic(self, keyed: list[tuple[int, str]]) -> tuple[PeriodicProof, ...]:
+        """The periodic ticks' proof (`periodic_proof.check_ticks`) of the keyed tasks."""
+        accepted: dict[int, Completion] = {}
+        reruns: dict[int, list[int]] = {}
+        for task, _ in keyed:
+            done = self.done_position.get(task)
+            refs = self.refs.get(task, ())
+            # the accepted DONE's claim: the last winning CLAIM before it (rule 2)
+            claims = [ref.position for ref in refs if ref.kind == "CLAIM"]
+            held = max((c for c in claims if done is None or c < done), default=None)
+            if done is not None:
+                accepted[task] = Completion(done, self.resolved.get(task))
+            for s in self.stale:
+                if s.task == task and s.claim_won and (done is None or s.claim != held):
+                    reruns.setdefault(task, []).append(s.position)
+        return check_ticks(keyed, accepted, reruns)
 
     def report(self, tasks_published: int) -> Report:
         st = self.state
@@ -699,7 +735,8 @@ def load_report(location: str | Path, up_to: int | None = None) -> Report:
             replay.apply(record, position)
             claims_last = position
         # after the claims: a live queue only grows
-        counted, tasks_last = counted_tasks(location, tasks_start)
+        keyed: list[tuple[int, str]] = []  # (index among those counted, key) of the ticks
+        counted, tasks_last = counted_tasks(location, tasks_start, keyed)
         published = before + counted
         # what the reads could not see: every segment's length, and the bytes after the
         # last record (the reads checked every frame before where they stopped)
@@ -716,6 +753,7 @@ def load_report(location: str | Path, up_to: int | None = None) -> Report:
             compacted_segments=segments,
             verified=verified,
             history_verified=history_verified,
+            periodic=replay.periodic([(before + i, key) for i, key in keyed]),
         )
     except (LogError, OSError) as e:  # a damaged or foreign log; a file we may not read
         raise ReportInputError(str(e)) from e
