@@ -46,6 +46,9 @@ def hold(flag):
     while not os.path.exists(flag):  # (held until the test lets it go)
         time.sleep(0.01)
     return "let go"
+
+
+queue.task(name="resize_every_thumbnail")(hold.function)
 """
 
 
@@ -373,3 +376,37 @@ def test_a_tick_run_again_by_a_takeover_s_loser_is_completed_twice() -> None:
     assert twice.problems[0].endswith(f"(key {key}): completed 2 times (DONE @80, @90)")
     (wrong,) = check_ticks(keyed, {3: Completion(90), 4: Completion(95, resolved_to=1)}, {})
     assert "task 4 resolved to task 1, not to the key's first, task 3" in wrong.problems[0]
+
+
+def test_the_dashboard_names_each_task_s_function_at_80x24(app_dir: Path) -> None:
+    import re
+
+    from tests.helpers import wait_until
+    from tests.test_tui_tmux import QW as QW_SCRIPT
+    from tests.test_tui_tmux import Tmux, worker_rows
+
+    if shutil.which("tmux") is None:
+        pytest.skip("tmux is not installed")
+    location, flag = str(app_dir / ".qw"), app_dir / "flag"
+    term = Tmux(app_dir / "tmux.sock", 80, 24)
+    try:
+        term.start(app_dir)
+        term.type_line(
+            f"QW_TEST_QUEUE={location} {QW_SCRIPT} up --app deps_app --workers 2 --dir .qw"
+        )
+        queue, *_ = producer(location)
+        with queue:
+            queue.enqueue_call("hold", [str(flag)])
+            queue.enqueue_call("resize_every_thumbnail", [str(flag)])
+
+            def tasks_shown() -> set[str]:
+                rows = worker_rows(term.screen()).values()
+                return {m[0] for row in rows for m in re.finditer(r"#\d+ \S+", row)}
+
+            wait_until(lambda: len(tasks_shown()) == 2, 60, "both tasks with their functions")
+            assert tasks_shown() == {"#0 hold", "#1 resize_ever…"}, term.screen()
+            screen = term.screen()
+            assert all(len(line) <= 80 for line in screen.splitlines()), screen
+            flag.touch()
+    finally:
+        term.kill_server()
