@@ -121,6 +121,27 @@ def test_a_task_runs_only_after_all_its_dependencies_are_done(app_dir: Path) -> 
     shown = qw("task", str(last.id), "--dir", ".qw", cwd=app_dir)
     assert shown.returncode == 0, shown.stderr
     assert "after tasks 0, 1" in shown.stdout
+    report = qw("report", "--dir", ".qw", cwd=app_dir)
+    assert report.returncode == 0, report.stdout + report.stderr
+    assert "dependencies: 1 task with them — 1 done after theirs, 0 dead, none run early" in (
+        report.stdout
+    )
+    # a writer that ignores the rule: task 4 (after 3, never done) completed all the same
+    from queue_worker.protocol.records import TaskRecord, encode
+    from queue_worker.topics import CLAIMS_TOPIC, TASKS_TOPIC, open_topic
+
+    with open_topic(location, TASKS_TOPIC) as log:
+        log.append(encode(TaskRecord(None, 1, "step", ["p", "never"])), durable=True)
+        log.append(encode(TaskRecord(None, 1, "step", ["p", "early"], after=(3,))), durable=True)
+    with open_topic(location, CLAIMS_TOPIC) as log:
+        claim = log.append(encode(Claim(4, "w9-1-abcd", 2, 10**12)), durable=True)
+        done = log.append(encode(Done(4, "w9-1-abcd", 3, claim, None)), durable=True)
+    report = qw("report", "--dir", ".qw", cwd=app_dir)
+    assert report.returncode == 1, report.stdout + report.stderr
+    assert (
+        f"task 4 was completed under claim @{claim} (DONE @{done}), but its dependency 3 "
+        "was never done"
+    ) in " ".join(report.stdout.split())
 
 
 def test_a_task_whose_dependency_dies_is_dead_naming_it_and_never_runs(app_dir: Path) -> None:
@@ -149,6 +170,11 @@ def test_a_task_whose_dependency_dies_is_dead_naming_it_and_never_runs(app_dir: 
         r.task: r for _, r, v in verdicts(location) if isinstance(r, Fail) and v is Verdict.DEAD
     }
     assert dead[2].claim >= 0 and dead[3].claim >= 0 and dead[5].claim >= 0
+    report = qw("report", "--dir", ".qw", cwd=app_dir)
+    assert report.returncode == 0, report.stdout + report.stderr
+    assert "dependencies: 3 tasks with them — 0 done after theirs, 3 dead, none run early" in (
+        report.stdout
+    )
     why = qw("why", "2", "--dir", ".qw", cwd=app_dir)
     assert why.returncode == 0, why.stderr
     assert "after tasks 0, 1" in why.stdout

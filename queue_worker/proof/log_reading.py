@@ -103,36 +103,38 @@ def count_tasks(location: str | Path, start: int | None = None) -> int:
 
 
 def counted_tasks(
-    location: str | Path, start: int | None = None, keyed: list[tuple[int, str]] | None = None
+    location: str | Path,
+    start: int | None = None,
+    options: list[tuple[int, TaskRecord]] | None = None,
 ) -> tuple[int, int | None]:
-    """`count_tasks`, and the position of the last task counted (None: none). `keyed`, when
-    given, receives (index among those counted, key) of each task with a key."""
+    """`count_tasks`, and the position of the last task counted (None: none). `options`,
+    when given, receives (index among those counted, record) of each task with options (a
+    key, dependencies: what the report proves of periodic ticks and of dependencies)."""
     log = _open_existing(location, TASKS_TOPIC)
     if log is None:
         return 0, None
     count, last = 0, None
     with log:
         for entry in log.iter_from(log.start if start is None else start):
-            if keyed is not None and entry.data.startswith(_OPTIONS_PREFIXES):
-                key = _key_of(entry.data)
-                if key is not None:
-                    keyed.append((count, key))
+            if options is not None and entry.data.startswith(_OPTIONS_PREFIXES):
+                record = _options_record(entry.data)
+                if record is not None:
+                    options.append((count, record))
             count += 1
             last = entry.position
     return count, last
 
 
-#: how a TASK with options begins on the wire ("S", or "A" with dependencies): the only
-#: ones with a key
+#: how a TASK with options begins on the wire ("S", or "A" with dependencies)
 _OPTIONS_PREFIXES: Final = (b"\x97\x01\xa1S", b"\x97\x01\xa1A")
 
 
-def _key_of(data: bytes) -> str | None:
+def _options_record(data: bytes) -> TaskRecord | None:
     try:
         record = decode_task(data)
     except RecordDecodeError:
         return None
-    return record.key if isinstance(record, TaskRecord) else None
+    return record if isinstance(record, TaskRecord) else None
 
 
 def verify_logs(
