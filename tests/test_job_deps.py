@@ -109,6 +109,10 @@ def test_a_task_runs_only_after_all_its_dependencies_are_done(app_dir: Path) -> 
         # a handle and an id; three workers: the third is idle while the two run
         last = step.enqueue(str(ran), "last", after=[first, second.id])
         assert last.state() == "pending"
+        shown = qw("task", str(last.id), "--dir", ".qw", cwd=app_dir)
+        assert shown.stdout.startswith(
+            "task 2 step: never claimed: it waits for tasks 0, 1 (no worker tries it before"
+        ), shown.stdout
         run_until_drained(app_dir)
         assert last.result(timeout=10) == "last"
     assert ran.read_text().splitlines()[-1] == "last"

@@ -421,4 +421,10 @@ def _story(
     if not isinstance(task_record, TaskRecord):
         return TaskStory(task, published, tuple(steps), state)
     function, after = task_record.function, task_record.after
+    if after and state == "never claimed":  # (the rule: queue_worker.worker.dependencies)
+        tasks = "task" if len(after) == 1 else "tasks"
+        state += (
+            f": it waits for {tasks} {', '.join(map(str, after))} (no worker tries it before "
+            "they are all done, or one is dead)"
+        )
     return TaskStory(task, published, tuple(steps), state, function, after)
