@@ -13,7 +13,7 @@ line of a terminal (a worker named with terminal escapes must not move the curso
 
 from __future__ import annotations
 
-__all__ = ["printable", "worker_label"]
+__all__ = ["function_label", "printable", "worker_label"]
 
 # Control characters (ESC above all) would be written to the terminal as they are: a
 # worker's name or a log line could move the cursor or recolour the screen.
@@ -24,6 +24,18 @@ def printable(text: str) -> str:
     """`text` safe for one line of the screen: tabs and newlines become spaces, other
     control characters become �."""
     return text.translate(_CONTROLS)
+
+
+#: the most cells a function's name takes beside a task id on a screen
+FUNCTION_CELLS = 12
+
+
+def function_label(function: str, cells: int = FUNCTION_CELLS) -> str:
+    """A task's function as screens show it beside the task's id (``#17 resize``): made
+    printable, and cut to `cells` characters with an ellipsis (a name, unlike a number,
+    still reads when cut)."""
+    text = printable(function)
+    return text if len(text) <= cells else text[: cells - 1] + "…"
 
 
 def worker_label(worker_id: str) -> str:

@@ -48,6 +48,7 @@ from queue_worker.protocol.records import (
     TaskRecord,
     decode_task,
     encode,
+    error_field,
     with_traceback,
 )
 from queue_worker.topics import READ_BATCH, TASKS_TOPIC, open_topic
@@ -93,6 +94,7 @@ class Queue:
         #: the first task of each key seen so far, and where that look has read to
         self._keys: dict[str, int] = {}
         self._keys_at: tuple[int, int] | None = None
+        self._duplicates: dict[int, int] = {}  # a later task of a key -> the first
         self._retried: set[int] = set()  # the dead tasks a task in the log retries
         if immediate:
             return
@@ -235,6 +237,7 @@ class Queue:
         priority: int = 0,
         key: str | None = None,
         retry_of: int | None = None,
+        after: Iterable[TaskHandle | int] = (),
     ) -> TaskHandle:
         """Append a task calling the function registered as `name`; its handle (the options:
         `TaskFunction.enqueue`). Raises RecordEncodeError, naming the call, when msgpack
@@ -245,13 +248,14 @@ class Queue:
             raise ValueError(f"priority is {priority!r}; expected an integer")
         if key is not None and not isinstance(key, str):
             raise ValueError(f"key is {key!r}; expected a string")
+        dependencies = self._dependencies(after)
         if (not_before or priority or key is not None) and is_redis_url(str(self._location)):
             raise ValueError(
                 "delay=, eta=, priority= and key= are not supported on a Redis queue by "
                 "this version of qw (its server picks the tasks); expected a data directory"
             )
         call = (None, at, name, list(args), dict(kwargs or {}))
-        record = TaskRecord(*call, not_before, priority, key, retry_of)
+        record = TaskRecord(*call, not_before, priority, key, retry_of, dependencies)
         try:
             data = encode(record)
         except RecordEncodeError as e:
@@ -272,6 +276,41 @@ class Queue:
 
         return TaskHandle(self, task_id)
 
+    def _dependencies(self, after: Iterable[TaskHandle | int]) -> tuple[int, ...]:
+        """The task ids of `after=` (handles of this queue's tasks, or ids), ascending, each
+        a task already in the tasks log (a later task of a key stands for its first). Raises
+        ValueError naming the first one that is not."""
+        from queue_worker.results import TaskHandle
+
+        if isinstance(after, TaskHandle | int | str | bytes) or not isinstance(after, Iterable):
+            raise ValueError(f"after is {after!r}; expected a list of task handles or ids")
+        ids: set[int] = set()
+        for item in after:
+            # (a handle of another Queue object on this location is of this queue too)
+            if isinstance(item, TaskHandle) and item.queue._location == self._location:
+                ids.add(item.id)
+            elif type(item) is int and item >= 0:
+                ids.add(item)
+            else:
+                raise ValueError(
+                    f"after= holds {item!r}; expected a handle of this queue's task or a task id"
+                )
+        if not ids:
+            return ()
+        if not self.immediate and is_redis_url(str(self._location)):
+            raise ValueError(
+                "after= is not supported on a Redis queue by this version of qw (its server "
+                "picks the tasks, and does not know dependencies); expected a data directory"
+            )
+        known = len(self._ran) if self.immediate else self._known_tasks()
+        unknown = [t for t in sorted(ids) if t >= known]
+        if unknown:
+            raise ValueError(
+                f"after= names task {unknown[0]}, which is not in the tasks log "
+                f"({known} tasks); expected the id of a task enqueued before"
+            )
+        return tuple(sorted({self._duplicates.get(t, t) for t in ids}))
+
     def _first_of_key(self, key: str) -> int | None:
         """The first task of `key` in the tasks log (None: none yet): the tasks with keys
         are indexed as far as the log goes, from where this producer's counting starts."""
@@ -280,13 +319,15 @@ class Queue:
         index, position = self._keys_at
         while entries := self.log.read(position, READ_BATCH):
             for entry in entries:
-                if entry.data.startswith(_OPTIONS_PREFIX):
+                if entry.data.startswith(_OPTIONS_PREFIXES):
                     try:
                         record = decode_task(entry.data)
                     except RecordDecodeError:
                         record = None
                     if isinstance(record, TaskRecord) and record.key is not None:
-                        self._keys.setdefault(record.key, index)
+                        first = self._keys.setdefault(record.key, index)
+                        if first != index:
+                            self._duplicates[index] = first
                     if isinstance(record, TaskRecord) and record.retry_of is not None:
                         self._retried.add(record.retry_of)
                 index += 1
@@ -312,8 +353,10 @@ class Queue:
         if record.function is None:
             return self.handle(self.enqueue(record.payload))
         args, kwargs = record.args, record.kwargs
+        # (a dead dependency would make the retry dead again: it waits for the others only)
+        after = [d for d in record.after if self._reader().state(d) not in ("dead", "cancelled")]
         return self.enqueue_call(
-            record.function, args, kwargs, priority=record.priority, retry_of=task_id
+            record.function, args, kwargs, priority=record.priority, retry_of=task_id, after=after
         )
 
     def cancel(self, task_id: int) -> None:
@@ -408,6 +451,11 @@ class Queue:
         task_id = len(self._ran)
         if record.key is not None:
             self._keys[record.key] = task_id
+        dead = [d for d in record.after if self._ran[d][0] == "dead"]
+        if dead:  # as a worker does (queue_worker.worker.dependencies)
+            error = str(self._ran[dead[0]][1]).partition("\n")[0]
+            self._ran.append(("dead", error_field(f"dependency {dead[0]} is dead: {error}")))
+            return TaskHandle(self, task_id)
         handlers = NamedHandlers(f"{self._location}", self.handlers(""))
         ctx = TaskContext(task_id, 1, threading.Event(), "immediate")
         outcome = run_task(handlers, record, ctx)
@@ -504,8 +552,9 @@ def check_payloads(payloads: Sequence[Any]) -> None:
         _encode_payload(index, payload, 0)
 
 
-#: how a task with options (type "S") begins on the wire: the only records with a key
-_OPTIONS_PREFIX = b"\x97\x01\xa1S"
+#: how a task with options (type "S", or "A" with dependencies) begins on the wire: the
+#: only records with a key
+_OPTIONS_PREFIXES = (b"\x97\x01\xa1S", b"\x97\x01\xa1A")
 
 
 def _not_before(at: int, delay: float | None, eta: datetime | None) -> int:

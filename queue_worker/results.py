@@ -30,6 +30,7 @@ from queue_worker.protocol.records import (
 )
 from queue_worker.protocol.state import ClaimState, Verdict
 from queue_worker.topics import CLAIMS_TOPIC, READ_BATCH, decode_claims_entry, open_topic
+from queue_worker.worker.handlers import resolved_to
 
 if TYPE_CHECKING:
     from queue_worker.producer import Queue
@@ -193,7 +194,7 @@ class ResultReader:
             if self._state.is_done(task):
                 if task in self._results:
                     result = self._results[task]
-                    first = _resolved_to(result)
+                    first = resolved_to(result)
                     if first is None:
                         return result
                     left = None if deadline is None else deadline - time.monotonic()
@@ -214,13 +215,3 @@ class ResultReader:
         if self._log is not None:
             self._log.close()
             self._log = None
-
-
-def _resolved_to(result: Any) -> int | None:
-    """The task a result says this one resolved to (a later task of a key), or None."""
-    from queue_worker.worker.handlers import RESOLVED_TO
-
-    if type(result) is dict and len(result) == 1:
-        first = result.get(RESOLVED_TO)
-        return first if type(first) is int else None
-    return None

@@ -37,9 +37,7 @@ R = TypeVar("R")
 
 #: keyword arguments of `enqueue` that are options of the task, not arguments of the
 #: function (never passed on to it): these it takes ...
-OPTIONS: Final = ("delay", "eta", "priority", "key")
-#: ... and these it refuses, until this version supports them
-NOT_YET: Final = ("after",)
+OPTIONS: Final = ("delay", "eta", "priority", "key", "after")
 
 
 class TaskFunction(Generic[P, R]):
@@ -80,13 +78,9 @@ class TaskFunction(Generic[P, R]):
         0 by default): the due tasks of a higher one are tried first (see
         queue_worker.worker.pick); `key` (a string): of the tasks with one key, the first
         in the tasks log is the task, and enqueueing another returns its handle (an
-        idempotent enqueue, for producers that retry)."""
-        for option in NOT_YET:
-            if option in kwargs:
-                raise ValueError(
-                    f"{self.name}.enqueue({option}=…): {option}= is not supported by this "
-                    "version of qw; expected the function's own arguments only"
-                )
+        idempotent enqueue, for producers that retry); `after` (handles or task ids of
+        tasks already enqueued): no worker tries it before they are all done, and it is
+        dead if one of them is (see queue_worker.worker.dependencies)."""
         options = {k: kwargs.pop(k) for k in OPTIONS if k in kwargs}
         return self.queue.enqueue_call(self.name, args, kwargs, **options)
 

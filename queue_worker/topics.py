@@ -556,6 +556,8 @@ class TaskIndexSnapshot(NamedTuple):
     #: (key, task) of the first task of each key, and (task, first) of each later one
     keys: tuple[tuple[str, int], ...] = ()
     duplicates: tuple[tuple[int, int], ...] = ()
+    #: (task, its dependencies) of each task with dependencies (type "A")
+    after: tuple[tuple[int, tuple[int, ...]], ...] = ()
 
     @property
     def known(self) -> int:
@@ -590,6 +592,9 @@ class TaskIndex:
         #: however long ago it ran), and task -> the first task of its key, for the later ones
         self.keys: dict[str, int] = {}
         self.duplicates: dict[int, int] = {}
+        #: task -> the earlier tasks it waits for (`enqueue(after=…)`): what the pick reads
+        #: (`queue_worker.worker.dependencies`)
+        self.after: dict[int, tuple[int, ...]] = {}
         # The bytes of small TASK records this worker is likely to run (`keep_payloads`),
         # so that winning one does not cost a read of the log (a tenth of a no-op task).
         self._kept: OrderedDict[int, bytes] = OrderedDict()
@@ -663,6 +668,15 @@ class TaskIndex:
                 first = self.keys.setdefault(record.key, task)
                 if first != task:
                     self.duplicates[task] = first
+            if record.after:
+                later = [d for d in record.after if d >= task]
+                if later:  # (no producer writes one: a cycle, or a wait for ever)
+                    self.unreadable[task] = (
+                        f"task record at position {entry.position} depends on task "
+                        f"{later[0]}, which is not an earlier task"
+                    )
+                else:
+                    self.after[task] = record.after
 
     def settle_below(self, watermark: int) -> None:
         """Every task below `watermark` is settled (the claims fold's watermark: done or
@@ -685,6 +699,8 @@ class TaskIndex:
             self.scheduled = {t: s for t, s in self.scheduled.items() if t >= watermark}
         if self.duplicates:
             self.duplicates = {t: f for t, f in self.duplicates.items() if t >= watermark}
+        if self.after:
+            self.after = {t: a for t, a in self.after.items() if t >= watermark}
 
     def snapshot(self) -> TaskIndexSnapshot:
         """The index as values that do not change with it: `TaskIndex.restore` of it gives
@@ -701,6 +717,7 @@ class TaskIndex:
             tuple((t, nb, p) for t, (nb, p) in self.scheduled.items()),
             tuple(self.keys.items()),
             tuple(self.duplicates.items()),
+            tuple(self.after.items()),
         )
 
     @classmethod
@@ -734,6 +751,7 @@ class TaskIndex:
         index.scheduled = {t: (not_before, priority) for t, not_before, priority in snap.scheduled}
         index.keys = dict(snap.keys)
         index.duplicates = dict(snap.duplicates)
+        index.after = dict(snap.after)
         ids = [*index.foreign, *index.unreadable]
         # an unreadable record is never also foreign (`_index` stops at the decode error)
         if len(set(ids)) != len(snap.foreign) + len(snap.unreadable):

@@ -7,7 +7,8 @@
                  knownTasks, consumedUpTo, doneTasks, heldByAnyone, claimLatencyMicros
                  {p50, p90, p99, samples}) and ours after them
     /task/{id}   JSON: done, heldBy, heldAt (ms), known, and ours (dead, state, attempts,
-                 payload, result, and the history of its records with their verdicts;
+                 function (a task by name's; null for a payload task), after (the tasks
+                 it waits for), payload, result, and the history of its records with their verdicts;
                  heldByLabel, leaseExpired by this machine's clock); 404 for an id that no
                  record names, 400 for one that is no task id (0 … 2^63 − 1)
     /metrics     the Prometheus text exposition format (version 0.0.4)
@@ -132,6 +133,7 @@ def worker_json(w: WorkerView) -> dict[str, Any]:
         "label": None if w.worker_id is None else worker_label(w.worker_id),
         "pid": w.pid,
         "state": w.state.value,
+        "currentFunction": s.current_function,  # the current task's, when it is by name
         "lostByVerdict": dict(s.lost),
         "indexedTasks": s.indexed_tasks,  # task positions its index holds: the live tasks
         "takeovers": s.takeovers,
@@ -208,6 +210,7 @@ def task_json(
         "expiresAt": None if holder is None else holder.expiry // 1000,
         "attempts": info.attempts,
         "lastError": info.last_error,
+        "function": None,  # a task by name's (from its history: the TASK record)
     }
     if history is not None:
         body.update(history.to_json())

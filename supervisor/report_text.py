@@ -301,6 +301,15 @@ def render_report(
     if r.workers:
         parts += [render_workers(r, plain), ""]
     parts += render_checks(r, plain)
+    for proof in r.periodic:  # each tick enqueued once, completed at most once
+        parts.append(Text(proof.line, style="" if plain or proof.ok else "red"))
+        parts += [Padding(Text(line), (0, 0, 0, 2)) for line in proof.problems]
+    deps = r.dependencies
+    if deps is not None:  # no task run before its dependencies were done
+        parts.append(Text(deps.line, style="" if plain or deps.ok else "red"))
+        parts += [Padding(Text(line), (0, 0, 0, 2)) for line in deps.problems]
+    if r.periodic or deps is not None:
+        parts.append(Text(""))
     style = "" if plain else ("bold green" if r.ok else "bold red")
     for line in worked_twice_lines(r) + r.accounting_errors():
         parts.append(Text(line, style="" if plain else "red"))

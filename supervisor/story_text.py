@@ -82,7 +82,7 @@ def story_rows(story: TaskStory, name: str | None = None) -> tuple[str, list[Row
                 printable(step.why),
             )
         )
-    return f"task {name or story.task}: {printable(story.state)}", rows
+    return f"task {story.named(name)}: {printable(story.state)}", rows
 
 
 def plain_wanted() -> bool:

@@ -28,6 +28,8 @@ class TaskHistory:
     story: TaskStory
     payload: Any  # JSON-safe; None when the tasks log has no readable record for it
     result: Any  # JSON-safe; the accepted DONE's result, None when it has none
+    function: str | None = None  # a task by name's function (None: a payload task)
+    after: tuple[int, ...] = ()  # the tasks it waits for (`enqueue(after=…)`)
 
     @property
     def exists(self) -> bool:
@@ -43,6 +45,8 @@ class TaskHistory:
         return {
             "state": self.story.state,
             "attempts": self.attempts,
+            "function": self.function,
+            "after": list(self.after),
             "payload": self.payload,
             "result": self.result,
             "history": self.story.to_json()["records"],
@@ -66,4 +70,7 @@ def read_task_history(location: str | Path, task: int) -> TaskHistory:
     accepted = [s.position for s in story.steps if s.kind == "DONE" and s.verdict == "done"]
     payload = task_record.payload if isinstance(task_record, TaskRecord) else None
     result = results.get(accepted[0]) if accepted else None
-    return TaskHistory(story, json_value(payload), json_value(result))
+    if not isinstance(task_record, TaskRecord):
+        return TaskHistory(story, None, json_value(result))
+    function, after = task_record.function, task_record.after
+    return TaskHistory(story, json_value(payload), json_value(result), function, after)

@@ -179,6 +179,19 @@ def test_worker_rows_show_every_figure() -> None:
         assert expected in row, f"{expected!r} missing from {row!r}"
 
 
+def test_a_task_by_name_shows_its_function_beside_its_id_within_80_columns() -> None:
+    running = {"current_task": 17, "current_since": NOW - 1, "lease_expiry": NOW + 9}
+    short = worker(0, "working", stats=stats(**running, current_function="resize"))
+    long = worker(1, "working", stats=stats(**running, current_function="thumbnail_\x1b[2Jall"))
+    payload = worker(2, "working", stats=stats(**running))
+    text = text_of(worker_table([short, long, payload], now=NOW), width=80)
+    assert "#17 resize" in row_of(text, "w0")
+    assert "#17 thumbnail_�…" in row_of(text, "w1")  # cut to 12, never an escape
+    assert re.search(r"#17 \S", row_of(text, "w2")) is None  # a payload task: its id alone
+    assert "9.0s" in row_of(text, "w0")  # the lease still fits beside it
+    assert all(len(line) <= 80 for line in text.splitlines()), text
+
+
 def test_a_worker_is_named_by_slot_and_pid_whole() -> None:
     w = worker(0, worker_id="w0-4194303-" + "ab" * 2, pid=4194303)
     assert " w0·4194303 " in row_of(text_of(worker_table([w], now=NOW), width=80), "w0")

@@ -398,8 +398,10 @@ def test_bad_delays_and_priorities_are_refused_and_nothing_is_written(tmp_path: 
             add.enqueue(1, 2, eta=datetime(2030, 1, 1))
         with pytest.raises(ValueError, match="priority is 'high'; expected an integer"):
             add.enqueue(1, 2, priority="high")
-        with pytest.raises(ValueError, match="after= is not supported"):
-            add.enqueue(1, 2, after=[])
+        with pytest.raises(ValueError, match=r"after= names task 7, which is not in the tasks"):
+            add.enqueue(1, 2, after=[7])
+        with pytest.raises(ValueError, match=r"after= holds 'x'; expected a handle"):
+            add.enqueue(1, 2, after=["x"])
         with pytest.raises(ValueError, match="key is 5; expected a string"):
             add.enqueue(1, 2, key=5)
         assert queue.log.end() == end

@@ -21,6 +21,7 @@ from queue_worker.protocol.records import (
     RENEW,
     SCHEMA,
     TASK,
+    TASK_AFTER,
     TASK_BY_NAME,
     TASK_SCHEDULED,
     Claim,
@@ -42,7 +43,7 @@ from queue_worker.protocol.records import (
 
 FAST = settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
-KNOWN_CODES = (CLAIM, RENEW, DONE, FAIL, TASK, TASK_BY_NAME, TASK_SCHEDULED, CANCEL)
+KNOWN_CODES = (CLAIM, RENEW, DONE, FAIL, TASK, TASK_BY_NAME, TASK_SCHEDULED, TASK_AFTER, CANCEL)
 
 # -- strategies --------------------------------------------------------------------------
 
@@ -106,6 +107,7 @@ payload_tasks = st.builds(
     priority=st.just(0),
     key=st.none(),
     retry_of=st.none(),
+    after=st.just(()),
     resolves_to=st.none(),
 )
 named_tasks = st.builds(
@@ -119,6 +121,7 @@ named_tasks = st.builds(
     priority=st.just(0),
     key=st.none(),
     retry_of=st.none(),
+    after=st.just(()),
     resolves_to=st.none(),
 )
 scheduled_tasks = st.builds(
@@ -132,9 +135,27 @@ scheduled_tasks = st.builds(
     priority=ints,
     key=st.none() | st.text(max_size=10),
     retry_of=st.none() | st.integers(min_value=0, max_value=2**63 - 1),
+    after=st.just(()),
     resolves_to=st.none(),
 ).filter(lambda t: bool(t.not_before or t.priority or t.key is not None or t.retry_of is not None))
-tasks = payload_tasks | named_tasks | scheduled_tasks
+#: tasks with dependencies (type "A"), with or without the other options
+tasks_after = st.builds(
+    TaskRecord,
+    payload=st.none(),
+    enqueued_at=ints,
+    function=st.text(max_size=20),
+    args=st.lists(msgpack_values, max_size=2),
+    kwargs=st.dictionaries(st.text(max_size=10), msgpack_values, max_size=2),
+    not_before=st.just(0) | ints,
+    priority=st.just(0),
+    key=st.none() | st.text(max_size=10),
+    retry_of=st.none(),
+    after=st.lists(st.integers(min_value=0, max_value=2**63 - 1), min_size=1, max_size=3).map(
+        tuple
+    ),
+    resolves_to=st.none(),
+)
+tasks = payload_tasks | named_tasks | scheduled_tasks | tasks_after
 claims_records: st.SearchStrategy[ClaimsRecord] = st.one_of(claims, renews, dones, fails)
 records: st.SearchStrategy[Record] = st.one_of(claims_records, tasks)
 
@@ -384,8 +405,23 @@ WRONG: dict[str, dict[int, st.SearchStrategy[Any]]] = {
         5: st.one_of(ints, st.text(max_size=3), st.lists(ints, max_size=2), st.just({1: 2})),
     },
     TASK_SCHEDULED: {2: not_ints, 3: not_strs, 6: st.one_of(ints, st.text(max_size=3))},
+    # (an "A" without "after", or with an empty or a non-id one, is malformed too)
+    TASK_AFTER: {
+        2: not_ints,
+        6: st.one_of(
+            ints,
+            st.just({}),
+            st.just({"after": []}),
+            st.just({"after": [-1]}),
+            st.just({"after": 3}),
+            st.just({"after": ["x"]}),
+        ),
+    },
 }
-FIELD_COUNTS = {CLAIM: 6, RENEW: 7, DONE: 7, FAIL: 8, TASK: 4, TASK_BY_NAME: 6, TASK_SCHEDULED: 7}
+FIELD_COUNTS = {
+    **{CLAIM: 6, RENEW: 7, DONE: 7, FAIL: 8, TASK: 4},
+    **{TASK_BY_NAME: 6, TASK_SCHEDULED: 7, TASK_AFTER: 7},
+}
 
 
 @FAST

@@ -35,7 +35,7 @@ def busy_stats() -> WorkerStats:
             stats.count_lost("lost: held")
             stats.count_lost("lost: held")
             stats.count_lost("lost: done")
-        elif f.name in ("last_error", "log_error", "exit_reason"):
+        elif f.name in ("last_error", "log_error", "exit_reason", "current_function"):
             setattr(stats, f.name, f"{f.name} text")
         elif f.name in ("current_since", "lease_expiry", "updated_at"):
             setattr(stats, f.name, next(numbers) + 0.25)

@@ -19,7 +19,8 @@ map::
     "tasks":  {"log": LOG, "next_position": int, "first": int|nil, "last": int|nil,
                "base": int, "settled": int, "positions": bytes, "foreign": [task],
                "unreadable": [[task, why]], "scheduled": [[task, not_before, priority]],
-               "keys": [[key, task]], "duplicates": [[task, first]]}
+               "keys": [[key, task]], "duplicates": [[task, first]],
+               "after": [[task, [task]]]}
     "claims": {"log": LOG, "next_position": int, "malformed": int, "last_malformed": str|nil,
                "state": {"position", "done_count", "dead_count", "unknown_count",
                          "watermark": int, "closed_above": [task], "dead": [[task, error]],
@@ -515,6 +516,7 @@ def _tasks_plain(index: TaskIndexSnapshot, log: dict[str, Any]) -> dict[str, Any
         "scheduled": [list(item) for item in index.scheduled],
         "keys": [list(item) for item in index.keys],
         "duplicates": [list(item) for item in index.duplicates],
+        "after": [[task, list(after)] for task, after in index.after],
     }
 
 
@@ -901,7 +903,20 @@ def _tasks_from(plain: dict[str, Any]) -> TaskIndexSnapshot:
         tuple((_int_item(t), _int_item(f)) for t, f in _pairs(plain, "duplicates"))
         if "duplicates" in plain
         else (),
+        _after(plain),
     )
+
+
+def _after(plain: dict[str, Any]) -> tuple[tuple[int, tuple[int, ...]], ...]:
+    """The index's tasks with dependencies (none in a checkpoint saved before)."""
+    if "after" not in plain:
+        return ()
+    found = []
+    for task, after in _pairs(plain, "after"):
+        if not isinstance(after, list) or not after:
+            raise CheckpointRefused(f"dependencies {after!r}; expected [task, [task, ...]]")
+        found.append((_int_item(task), tuple(_int_item(d) for d in after)))
+    return tuple(found)
 
 
 def _scheduled(plain: dict[str, Any]) -> tuple[tuple[int, int, int], ...]:

@@ -16,7 +16,7 @@ import operator
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
-from queue_worker.names import printable, worker_label
+from queue_worker.names import function_label, printable, worker_label
 from queue_worker.ops import DEATH, OpRecord, held_by
 from queue_worker.protocol.clock_jumps import ClockWatch
 from queue_worker.protocol.records import (
@@ -32,6 +32,9 @@ from queue_worker.protocol.records import (
 from queue_worker.protocol.state import ClaimSnapshot, ClaimState, Lease, Outcome, Verdict
 from queue_worker.times import ago_text, clock_text, duration_text
 from queue_worker.values import value_text
+
+#: how the dead FAIL of a task whose dependency died begins (queue_worker.worker.dependencies)
+DEPENDENCY_DEAD = "dependency "
 
 # NamedTuples and a plain class, not dataclasses: `dataclasses` (it imports inspect) and
 # building each class are ~15 ms of `qw task` and `qw why`, which are little else.
@@ -55,10 +58,20 @@ class TaskStory(NamedTuple):
     published: bool
     steps: tuple[Step, ...]
     state: str  # done | dead | held by … | waiting | never claimed | unpublished
+    function: str | None = None  # a task by name's function (its TASK record's)
+    after: tuple[int, ...] = ()  # the tasks it waits for (`enqueue(after=…)`)
+
+    def named(self, label: str | None = None) -> str:
+        """The task's id (or `label`: ``2:17`` on a partitioned queue) with its function
+        after it, as screens show it: ``17 resize``."""
+        shown = str(self.task) if label is None else label
+        return shown if self.function is None else f"{shown} {function_label(self.function)}"
 
     def to_json(self) -> dict[str, Any]:
         return {
             "task": self.task,
+            "function": self.function,
+            "after": list(self.after),
             "published": self.published,
             "state": self.state,
             "records": [
@@ -287,6 +300,9 @@ class _Teller:
         if v is Verdict.DEAD and type(r) is Cancel:
             self.closed_at = o.position
             why = f"cancelled: {printable(r.message)}"
+        elif v is Verdict.DEAD and r.message.startswith(DEPENDENCY_DEAD):
+            self.closed_at = o.position  # (written without running it: dependencies)
+            why = f"dead: {printable(r.message)}"
         elif v is Verdict.DEAD:
             self.closed_at = o.position
             why = f"dead: attempts used up; last error: {printable(r.message)}"
@@ -331,6 +347,9 @@ def call_text(record: TaskRecord) -> str:
     args = [value_text(a, 30) for a in record.args]
     args += [f"{printable(k)}={value_text(v, 30)}" for k, v in record.kwargs.items()]
     text = f"call {printable(record.function)}({', '.join(args)})"
+    if record.after:
+        tasks = "task" if len(record.after) == 1 else "tasks"
+        text += f", after {tasks} {', '.join(map(str, record.after))}"
     return text if record.retry_of is None else f"{text}, a retry of task {record.retry_of}"
 
 
@@ -398,4 +417,14 @@ def _story(
         why = f"unreadable: {printable(task_record)}"
         steps.insert(0, Step(task, "TASK", None, 0, "published", why))
     published = task_record is not None
-    return TaskStory(task, published, tuple(steps), teller.final_state(published, now_us))
+    state = teller.final_state(published, now_us)
+    if not isinstance(task_record, TaskRecord):
+        return TaskStory(task, published, tuple(steps), state)
+    function, after = task_record.function, task_record.after
+    if after and state == "never claimed":  # (the rule: queue_worker.worker.dependencies)
+        tasks = "task" if len(after) == 1 else "tasks"
+        state += (
+            f": it waits for {tasks} {', '.join(map(str, after))} (no worker tries it before "
+            "they are all done, or one is dead)"
+        )
+    return TaskStory(task, published, tuple(steps), state, function, after)

@@ -104,17 +104,39 @@ def count_tasks(location: str | Path, start: int | None = None) -> int:
     return counted_tasks(location, start)[0]
 
 
-def counted_tasks(location: str | Path, start: int | None = None) -> tuple[int, int | None]:
-    """`count_tasks`, and the position of the last task counted (None: none)."""
+def counted_tasks(
+    location: str | Path,
+    start: int | None = None,
+    options: list[tuple[int, TaskRecord]] | None = None,
+) -> tuple[int, int | None]:
+    """`count_tasks`, and the position of the last task counted (None: none). `options`,
+    when given, receives (index among those counted, record) of each task with options (a
+    key, dependencies: what the report proves of periodic ticks and of dependencies)."""
     log = _open_existing(location, TASKS_TOPIC)
     if log is None:
         return 0, None
     count, last = 0, None
     with log:
         for entry in log.iter_from(log.start if start is None else start):
+            if options is not None and entry.data.startswith(_OPTIONS_PREFIXES):
+                record = _options_record(entry.data)
+                if record is not None:
+                    options.append((count, record))
             count += 1
             last = entry.position
     return count, last
+
+
+#: how a TASK with options begins on the wire ("S", or "A" with dependencies)
+_OPTIONS_PREFIXES: Final = (b"\x97\x01\xa1S", b"\x97\x01\xa1A")
+
+
+def _options_record(data: bytes) -> TaskRecord | None:
+    try:
+        record = decode_task(data)
+    except RecordDecodeError:
+        return None
+    return record if isinstance(record, TaskRecord) else None
 
 
 def verify_logs(

@@ -13,7 +13,9 @@ What the report proves (the exit code of `qw report`):
   fold discarded the result, but the work itself happened twice);
 - the accounting holds: every winning claim ended in exactly one way (done, failed, taken
   over) or still holds its task, and every task ever won is now done, held, dead or
-  waiting for its retry (so done ≤ tasks won ≤ done + held + dead + waiting).
+  waiting for its retry (so done ≤ tasks won ≤ done + held + dead + waiting);
+- each periodic tick was enqueued once and completed at most once (however many
+  supervisors enqueued it: `queue_worker.proof.periodic_proof`).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from queue_worker.history.prefix import Prefix
 from queue_worker.names import worker_label
 from queue_worker.percentile import nearest_rank
 from queue_worker.proof.checker import QueueChecker, QueueChecks
+from queue_worker.proof.dependency_proof import DependencyProof, check_dependencies
 from queue_worker.proof.log_reading import (  # re-exported: the readers of the logs live there
     ReportInputError,
     compacted_prefix,
@@ -44,13 +47,16 @@ from queue_worker.proof.log_reading import (  # re-exported: the readers of the 
     read_task,
     verify_logs,
 )
+from queue_worker.proof.periodic_proof import Completion, PeriodicProof, check_ticks
 from queue_worker.protocol.clock_jumps import ClockJump, ClockWatch
 from queue_worker.protocol.records import (
+    Cancel,
     Claim,
     ClaimsRecord,
     Done,
     Fail,
     Renew,
+    TaskRecord,
     Unknown,
 )
 from queue_worker.protocol.state import ClaimState, Lease, Outcome, Verdict
@@ -59,6 +65,7 @@ from queue_worker.topics import (
     MALFORMED,
     open_topics,
 )
+from queue_worker.worker.handlers import resolved_to
 
 if TYPE_CHECKING:
     from logstore.file.log import Verified
@@ -235,7 +242,7 @@ class Report:
     completions: int  # DONE records written
     completions_accepted: int
     stale_completions: tuple[StaleCompletion, ...]
-    fails_accepted: int
+    fails_accepted: int  # FAILs that ended a win (a CANCEL of a task nobody held ends none)
     fails_stale: int
     dead: tuple[DeadTask, ...]
     held: tuple[HeldTask, ...]
@@ -265,6 +272,12 @@ class Report:
     # each file log's segments, their lengths and its forced offset, as judged by the rule
     # of what a reader may cut (`log_reading.verify_logs`); empty on Redis
     verified: dict[str, Verified] = field(default_factory=dict)
+    # tasks a CANCEL made dead before any claim won them (of the retained history)
+    cancelled_unclaimed: int = 0
+    # each periodic task's ticks: enqueued once, completed at most once (periodic_proof)
+    periodic: tuple[PeriodicProof, ...] = ()
+    # the tasks with dependencies: none run before them (dependency_proof); None: none
+    dependencies: DependencyProof | None = None
 
     @property
     def completions_stale(self) -> int:
@@ -291,7 +304,8 @@ class Report:
             )
         if self.tasks_done > self.tasks_won:
             errors.append(f"{self.tasks_done} tasks done but only {self.tasks_won} ever won")
-        accounted = self.tasks_done + self.tasks_held + self.tasks_dead + self.tasks_waiting
+        dead_won = self.tasks_dead - self.cancelled_unclaimed
+        accounted = self.tasks_done + self.tasks_held + dead_won + self.tasks_waiting
         if self.tasks_won != accounted:
             errors.append(
                 f"{self.tasks_won} tasks won but done + held + dead + waiting = {accounted}"
@@ -300,7 +314,14 @@ class Report:
 
     @property
     def ok(self) -> bool:
-        return not self.worked_twice and not self.accounting_errors()
+        periodic_ok = all(p.ok for p in self.periodic)
+        dependencies_ok = self.dependencies is None or self.dependencies.ok
+        return (
+            not self.worked_twice
+            and not self.accounting_errors()
+            and periodic_ok
+            and dependencies_ok
+        )
 
     @property
     def exit_code(self) -> int:
@@ -316,6 +337,11 @@ class Report:
         errors = self.accounting_errors()
         if errors:
             return f"FAIL: {errors[0]}"
+        broken = [line for p in self.periodic for line in p.problems]
+        if broken:
+            return f"FAIL: a periodic {broken[0]}"
+        if self.dependencies is not None and not self.dependencies.ok:
+            return f"FAIL: {self.dependencies.problems[0]}"
         return (
             f"OK: every finished task was completed exactly once ({self.tasks_done} done), "
             "none was worked twice"
@@ -330,6 +356,8 @@ class Report:
             "worked_twice",
             "prefix",
             "clock_jumps",
+            "periodic",
+            "dependencies",
         )
         data: dict[str, Any] = {
             f.name: json_safe(getattr(self, f.name)) for f in fields(self) if f.name not in skip
@@ -352,6 +380,11 @@ class Report:
             accounting_errors=self.accounting_errors(),
             checks=self.checks.to_json(),
             prefix=None if self.prefix is None else json_safe(self.prefix.summary()),
+            periodic=[
+                {"name": p.name, "ticks": p.ticks, "ok": p.ok, "problems": list(p.problems)}
+                for p in self.periodic
+            ],
+            dependencies=None if self.dependencies is None else json_safe(self.dependencies),
         )
         return data
 
@@ -385,6 +418,7 @@ class _Replay:
     last_at: dict[int, int] = field(default_factory=dict)  # open claim -> its last record's at
     refs: dict[int, list[RecordRef]] = field(default_factory=dict)
     done_position: dict[int, int] = field(default_factory=dict)
+    resolved: dict[int, int] = field(default_factory=dict)  # a later task of a key -> first
     takeovers: list[Takeover] = field(default_factory=list)
     stale: list[StaleCompletion] = field(default_factory=list)
     worked_twice: dict[int, None] = field(default_factory=dict)  # ordered set
@@ -405,6 +439,7 @@ class _Replay:
     completions: int = 0
     completions_accepted: int = 0
     fails_accepted: int = 0
+    cancelled_unclaimed: int = 0  # tasks a CANCEL made dead before any claim won them
     fails_stale: int = 0
     prefix: Prefix | None = None  # the compacted history this replay continues from
     won_before: int = 0  # tasks won in the prefix and closed there (done or dead)
@@ -542,6 +577,9 @@ class _Replay:
             line.done += 1
             self.completions_accepted += 1
             self.done_position[r.task] = outcome.position
+            first = resolved_to(r.result)
+            if first is not None:
+                self.resolved[r.task] = first
             self.last_at.pop(r.claim, None)
             if outcome.holder is not None:
                 self.done_margins.append(outcome.holder.expiry - r.at)
@@ -572,7 +610,10 @@ class _Replay:
         if outcome.verdict is Verdict.STALE_FAIL:
             self.fails_stale += 1
             return
-        self.fails_accepted += 1
+        if outcome.holder is not None or type(r) is not Cancel:
+            self.fails_accepted += 1  # (a FAIL that ended a win: a CANCEL of a held task too)
+        elif r.task not in self.won_tasks:
+            self.cancelled_unclaimed += 1  # dead, never won: no win to account for
         self.last_at.pop(r.claim, None)
         self.ref(r.task, RecordRef(outcome.position, "FAIL", r.worker, r.at, outcome.verdict))
         if outcome.verdict is Verdict.DEAD:
@@ -580,6 +621,37 @@ class _Replay:
             self.dead.append(DeadTask(r.task, outcome.position, r.worker, r.error))
         else:
             line.released += 1
+
+    def periodic(self, keyed: list[tuple[int, str]]) -> tuple[PeriodicProof, ...]:
+        """The periodic ticks' proof (`periodic_proof.check_ticks`) of the keyed tasks."""
+        accepted: dict[int, Completion] = {}
+        reruns: dict[int, list[int]] = {}
+        for task, _ in keyed:
+            done = self.done_position.get(task)
+            held = self._accepted_claim(task)
+            if done is not None:
+                accepted[task] = Completion(done, self.resolved.get(task))
+            for s in self.stale:
+                if s.task == task and s.claim_won and (done is None or s.claim != held):
+                    reruns.setdefault(task, []).append(s.position)
+        return check_ticks(keyed, accepted, reruns)
+
+    def _accepted_claim(self, task: int) -> int | None:
+        """The claim `task`'s accepted DONE acted under: the last winning CLAIM before it
+        (rule 2); None when it is not done."""
+        done = self.done_position.get(task)
+        if done is None:
+            return None
+        claims = (ref.position for ref in self.refs.get(task, ()) if ref.kind == "CLAIM")
+        return max((c for c in claims if c < done), default=None)
+
+    def dependencies(
+        self, after: list[tuple[int, tuple[int, ...]]], first_retained: int
+    ) -> DependencyProof | None:
+        """The dependencies' proof (`dependency_proof.check_dependencies`)."""
+        claims = {t: c for t, _ in after if (c := self._accepted_claim(t)) is not None}
+        dead = self.state.dead_tasks()
+        return check_dependencies(after, self.done_position, claims, dead, first_retained)
 
     def report(self, tasks_published: int) -> Report:
         st = self.state
@@ -616,6 +688,7 @@ class _Replay:
             completions_accepted=self.completions_accepted,
             stale_completions=tuple(self.stale),
             fails_accepted=self.fails_accepted,
+            cancelled_unclaimed=self.cancelled_unclaimed,
             fails_stale=self.fails_stale,
             dead=tuple(self.dead),
             held=held,
@@ -699,7 +772,8 @@ def load_report(location: str | Path, up_to: int | None = None) -> Report:
             replay.apply(record, position)
             claims_last = position
         # after the claims: a live queue only grows
-        counted, tasks_last = counted_tasks(location, tasks_start)
+        options: list[tuple[int, TaskRecord]] = []  # (index among those counted, record)
+        counted, tasks_last = counted_tasks(location, tasks_start, options)
         published = before + counted
         # what the reads could not see: every segment's length, and the bytes after the
         # last record (the reads checked every frame before where they stopped)
@@ -716,6 +790,10 @@ def load_report(location: str | Path, up_to: int | None = None) -> Report:
             compacted_segments=segments,
             verified=verified,
             history_verified=history_verified,
+            periodic=replay.periodic([(before + i, t.key) for i, t in options if t.key]),
+            dependencies=replay.dependencies(
+                [(before + i, t.after) for i, t in options if t.after], before
+            ),
         )
     except (LogError, OSError) as e:  # a damaged or foreign log; a file we may not read
         raise ReportInputError(str(e)) from e

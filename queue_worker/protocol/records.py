@@ -19,6 +19,7 @@ a one-letter type code; the rest are the type's fields in the order of the datac
     TASK   [1, "T", payload, enqueued_at]
     TASK   [1, "N", enqueued_at, function, args, kwargs]     (a task by name)
     TASK   [1, "S", enqueued_at, function, args, kwargs, options]
+    TASK   [1, "A", enqueued_at, function, args, kwargs, options]   (with "after" in options)
 
 A FAIL's error is one line, "Type: message"; when the handler raised, a newline and its
 traceback (the last lines, at most MAX_TRACEBACK_CHARS) follow (`Fail.message`,
@@ -32,7 +33,10 @@ does not know is ignored): "not_before" (µs, the producer's clock) and "priorit
 integer, higher first) choose what a worker tries (`queue_worker.worker.pick`), never who
 wins; "key" (a string): of the tasks with one key, the first in the tasks topic is the task,
 and a later one resolves to it (its worker records it done without running it);
-"retry_of" (a task id): the dead task this one retries (`qw retry`).
+"retry_of" (a task id): the dead task this one retries (`qw retry`). A task by name with
+dependencies ("after": the ids of earlier tasks, `enqueue(after=…)`) is of a fourth type
+("A", the layout of "S"): a reader that does not know dependencies leaves it alone (a record
+of unknown type) rather than run it before them (`queue_worker.worker.dependencies`).
 
 Times are integer microseconds since the Unix epoch (the writer's wall clock). `claim` is the
 log position of the CLAIM that the record acts under: the fencing token. A task id is an
@@ -70,6 +74,7 @@ DONE: Final = "D"
 FAIL: Final = "F"
 TASK_BY_NAME: Final = "N"
 TASK_SCHEDULED: Final = "S"
+TASK_AFTER: Final = "A"
 CANCEL: Final = "V"
 
 
@@ -107,6 +112,7 @@ class TaskRecord(NamedTuple):
     priority: int = 0  # higher first
     key: str | None = None  # the first task with a key is the task; later ones resolve to it
     retry_of: int | None = None  # the dead task this one retries (`qw retry`)
+    after: tuple[int, ...] = ()  # the earlier tasks it waits for (their ids, ascending)
     #: not on the wire: the earlier task of the same key this one resolves to, as the
     #: worker's task index found it (`TaskIndex.load`)
     resolves_to: int | None = None
@@ -427,8 +433,13 @@ def encode(record: Record) -> bytes:
         if t.retry_of is not None:
             _fields((t.retry_of, "retry_of", int))
             options["retry_of"] = t.retry_of
+        if t.after:
+            after = list(t.after)
+            if not all(type(d) is int for d in after):
+                raise RecordEncodeError(f"after is {_quote(t.after)}; expected task ids")
+            options["after"] = after
         if options:
-            items[1] = TASK_SCHEDULED
+            items[1] = TASK_AFTER if t.after else TASK_SCHEDULED
             items.append(options)
         return _pack(items, free_form=True)
     raise TypeError(f"cannot encode {_quote(record)}: not a qw record")
@@ -463,6 +474,7 @@ _FIELD_COUNTS: Final = {
     TASK: 4,
     TASK_BY_NAME: 6,
     TASK_SCHEDULED: 7,
+    TASK_AFTER: 7,
 }
 
 
@@ -576,10 +588,12 @@ def _decode_checked(items: Any) -> Record:
             _str(items[6], "error"),
             None if retry_at is None else _int(retry_at, "retry_at"),
         )
-    if code in (TASK_BY_NAME, TASK_SCHEDULED):
+    if code in (TASK_BY_NAME, TASK_SCHEDULED, TASK_AFTER):
         return _task_by_name(items)
     enqueued_at = _int(items[3], "enqueued_at")
-    return _NEW(TaskRecord, (items[2], enqueued_at, None, (), NO_KWARGS, 0, 0, None, None, None))
+    return _NEW(
+        TaskRecord, (items[2], enqueued_at, None, (), NO_KWARGS, 0, 0, None, None, (), None)
+    )
 
 
 def _task_by_name(items: list[Any]) -> TaskRecord:
@@ -590,7 +604,7 @@ def _task_by_name(items: list[Any]) -> TaskRecord:
         raise RecordDecodeError(f"field 'args' is {_quote(args)}; expected an array")
     if type(kwargs) is not dict or not all(type(k) is str for k in kwargs):
         raise RecordDecodeError(f"field 'kwargs' is {_quote(kwargs)}; expected a map keyed by str")
-    if items[1] == TASK_SCHEDULED:
+    if items[1] != TASK_BY_NAME:
         options = items[6]
         if type(options) is not dict:
             raise RecordDecodeError(f"field 'options' is {_quote(options)}; expected a map")
@@ -600,9 +614,18 @@ def _task_by_name(items: list[Any]) -> TaskRecord:
         key = None if key is None else _str(key, "key")
         retry_of = options.get("retry_of")
         retry_of = None if retry_of is None else _int(retry_of, "retry_of")
+        after = _after(options.get("after")) if items[1] == TASK_AFTER else ()
         call = (None, enqueued_at, function, args, kwargs)
-        return _NEW(TaskRecord, (*call, not_before, priority, key, retry_of, None))
-    return _NEW(TaskRecord, (None, enqueued_at, function, args, kwargs, 0, 0, None, None, None))
+        return _NEW(TaskRecord, (*call, not_before, priority, key, retry_of, after, None))
+    plain = (None, enqueued_at, function, args, kwargs, 0, 0, None, None, (), None)
+    return _NEW(TaskRecord, plain)
+
+
+def _after(value: Any) -> tuple[int, ...]:
+    """A task's dependencies (type "A"): a non-empty array of task ids."""
+    if type(value) is not list or not value:
+        raise RecordDecodeError(f"field 'after' is {_quote(value)}; expected an array of task ids")
+    return tuple(_task(d) for d in value)
 
 
 def decode_claims(data: bytes) -> ClaimsRecord:
@@ -706,7 +729,8 @@ def decode_task(data: bytes) -> TaskRecord | Unknown:
         version, enqueued_at = items[0], items[3]
         if type(version) is int and version >= 1 and type(enqueued_at) is int:
             return _NEW(
-                TaskRecord, (items[2], enqueued_at, None, (), NO_KWARGS, 0, 0, None, None, None)
+                TaskRecord,
+                (items[2], enqueued_at, None, (), NO_KWARGS, 0, 0, None, None, (), None),
             )
     record = _decode_checked(items)
     if not isinstance(record, TaskRecord) and not isinstance(record, Unknown):

@@ -44,6 +44,7 @@ from queue_worker.protocol.records import (
 from queue_worker.protocol.state import Verdict
 from queue_worker.topics import ClaimsFollower, Settled, TaskIndex
 from queue_worker.worker.config import WorkerConfig
+from queue_worker.worker.dependencies import refusal
 from queue_worker.worker.handlers import (
     Handler,
     HandlerOutcome,
@@ -278,6 +279,11 @@ class AttemptRunner:
             record = self._claiming.load_task(task)
         except RecordDecodeError as e:  # it will not decode next time either: fail for good
             return HandlerOutcome(error=f"RecordDecodeError: {e}", exception=e, permanent=True)
+        self._record.running(record.function)
+        if record.after and record.resolves_to is None:  # a dependency dead (or still open)
+            refused = refusal(record.after, self._claiming.claims.state)
+            if refused is not None:
+                return refused
         return run_task(self.handler, record, ctx, self.time_limits)
 
     def _attempt_failed(

@@ -368,6 +368,15 @@ def resolved_result(first: int) -> dict[str, int]:
     return {RESOLVED_TO: first}
 
 
+def resolved_to(result: Any) -> int | None:
+    """The task a DONE's result says its task resolved to (a later task of a key), or
+    None: the result of a run."""
+    if type(result) is dict and len(result) == 1:
+        first = result.get(RESOLVED_TO)
+        return first if type(first) is int else None
+    return None
+
+
 def _target(handler: Handler | NamedHandlers, name: str) -> Handler | None:
     if isinstance(handler, NamedHandlers):
         return handler.handlers.get(name)

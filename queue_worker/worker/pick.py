@@ -42,6 +42,9 @@ priority      the due, claimable tasks of a priority above 0 are tried before al
         the highest first, a lapsed lease's first within a priority, then the lowest id;
         those below 0 only when no other task is claimable.
 
+Dependencies (a task enqueued with `after=`: `TaskIndex.after`): a task one of whose
+dependencies is still open, and none dead, is not tried (`queue_worker.worker.dependencies`).
+
 A worker keeps what these need from one pick to the next in one `Picker`.
 
 On a Redis queue with server verdicts the server picks instead (queue_worker.redis.server_claim:
@@ -65,6 +68,7 @@ from typing import Final
 from queue_worker.protocol.state import ClaimState
 from queue_worker.topics import TaskIndex
 from queue_worker.worker.config import PICK_STRATEGIES
+from queue_worker.worker.dependencies import Waiting
 from queue_worker.worker.settings import DEFAULT_PICK
 
 #: random: samples tried before scanning the whole claimable set
@@ -470,6 +474,8 @@ class Picker:
                 own += self.slots
             self.own_from = own
         tasks.forget_kept_below(max(state.watermark, self.own_from))
+        if tasks.after:  # a task whose dependencies are not all done (or one dead) waits
+            excluded = Waiting(excluded, tasks.after, state)
         scheduled = tasks.scheduled
         self._due_at = None
         later: list[int] = []

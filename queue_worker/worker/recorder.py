@@ -142,11 +142,19 @@ class StatsRecorder:
                 self._claimed(*claimed)
             self.stats.current_task = task
             self.stats.current_claim = claim_position
+            self.stats.current_function = None  # (`running` names it once it is loaded)
             self.stats.current_since = time.time()
             self.stats.lease_expiry = self._wall_seconds(expiry)
             self.stats.state = "draining" if self._draining.is_set() else "working"
             self._on_task = True
         self.publisher.publish()
+
+    def running(self, function: str | None) -> None:
+        """The task in hand, loaded, calls `function` (None: a payload task): shown beside
+        its id. (One attribute set, no lock: a snapshot reads either value whole.)"""
+        if function is not None:
+            self.stats.current_function = function
+            self.publisher.publish()
 
     def off_task(self) -> None:
         """The task in hand is over, however it ended: the state is "idle". (At once when
@@ -161,6 +169,7 @@ class StatsRecorder:
         """`off_task`, under the stats lock."""
         self.stats.current_task = None
         self.stats.current_claim = None
+        self.stats.current_function = None
         self.stats.current_since = None
         self.stats.lease_expiry = None
         self.stats.state = "idle"

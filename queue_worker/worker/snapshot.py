@@ -68,6 +68,7 @@ class WorkerSnapshot:
     current_task: int | None = None
     current_since: float | None = None
     current_claim: int | None = None
+    current_function: str | None = None  # a task by name's function
     lease_expiry: float | None = None
     known_tasks: int = 0
     indexed_tasks: int = 0

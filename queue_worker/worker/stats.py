@@ -52,6 +52,7 @@ class WorkerStats:
     current_task: int | None = None
     current_since: float | None = None  # wall clock, seconds
     current_claim: int | None = None
+    current_function: str | None = None  # the task's function (a task by name), once loaded
     lease_expiry: float | None = None  # wall clock, seconds
     known_tasks: int = 0
     indexed_tasks: int = 0  # task positions the worker's index holds (live tasks: its memory)

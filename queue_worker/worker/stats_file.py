@@ -84,6 +84,7 @@ FIELDS: Final[dict[str, Callable[[object], Any]]] = {
     "current_task": as_int,
     "current_since": as_float,
     "current_claim": as_int,
+    "current_function": as_str,
     "lease_expiry": as_float,
     "known_tasks": _count,
     "indexed_tasks": _count,

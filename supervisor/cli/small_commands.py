@@ -170,7 +170,7 @@ def task(task_name: str, directory: Path, log: str | None, as_json: bool) -> Non
             text = json.dumps(body, indent=2, default=repr)
         typer.echo(text)
         return
-    echo(f"task {label}: {printable(story.state)}")
+    echo(f"task {story.named(label)}: {printable(story.state)}")
     if accepted:
         echo(f"  result  {value_text(result, 80)}")
     for step in story.steps:

@@ -21,9 +21,15 @@ from supervisor.timeline.model import Model, build_model
 def enqueue_times(location: str | Path) -> list[int]:
     """Each published task's enqueue time, by task id (-1 for a record that cannot be
     read). A data directory without a tasks log has none (nothing is created)."""
+    return read_tasks(location)[0]
+
+
+def read_tasks(location: str | Path) -> tuple[list[int], dict[int, str]]:
+    """`enqueue_times`, and the function of each task by name (by task id)."""
     text = str(location)
+    functions: dict[int, str] = {}
     if "://" not in text and not (Path(text) / f"{TASKS_TOPIC}.log").is_file():
-        return []
+        return [], functions
     times: list[int] = []
     compacted = compacted_prefix(location)  # ids go on from the tasks compaction removed
     with open_log(location, TASKS_TOPIC) as log:
@@ -36,8 +42,10 @@ def enqueue_times(location: str | Path) -> list[int]:
             except RecordDecodeError:
                 times.append(-1)
                 continue
+            if isinstance(record, TaskRecord) and record.function is not None:
+                functions[len(times)] = record.function
             times.append(record.enqueued_at if isinstance(record, TaskRecord) else -1)
-    return times
+    return times, functions
 
 
 def load_model(location: str | Path) -> Model:
@@ -45,8 +53,8 @@ def load_model(location: str | Path) -> Model:
     try:
         if not has_logs(location):
             raise ReportInputError(missing_logs_text(location))
-        enqueued = enqueue_times(location)
+        enqueued, functions = read_tasks(location)
         ops, _ = read_ops(location)
-        return build_model(read_claims(location), enqueued, ops)
+        return build_model(read_claims(location), enqueued, ops, functions)
     except (LogError, OSError) as e:
         raise ReportInputError(str(e)) from e

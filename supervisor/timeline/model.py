@@ -10,7 +10,7 @@ Times are µs since the epoch, as in the records.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final, NamedTuple
 
@@ -110,6 +110,7 @@ class Model:
     end: int
     positions: dict[int, int] = field(default_factory=dict)  # claims position -> at
     checks: QueueChecks = field(default_factory=QueueChecks)  # the total-queue classes
+    functions: Mapping[int, str] = field(default_factory=dict)  # task -> its function (by name)
 
     @property
     def empty(self) -> bool:
@@ -147,6 +148,7 @@ def build_model(
     enqueued: Sequence[int] = (),
     ops: Sequence[OpRecord] = (),
     before: ClaimState | None = None,
+    functions: Mapping[int, str] | None = None,
 ) -> Model:
     """Fold the claims records (in log order) and lay out what the timeline shows.
 
@@ -295,6 +297,7 @@ def build_model(
         end=max(end, start),
         positions=positions,
         checks=checker.result(len(enqueued)),
+        functions={} if functions is None else dict(functions),
     )
 
 

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from html import escape
 from typing import Final
 
-from queue_worker.names import worker_label
+from queue_worker.names import function_label, worker_label
 from queue_worker.ops import DEATH, KILL, PAUSE, RESTART, SKEW
 from queue_worker.proof.report import clock_text, duration_text
 from supervisor.timeline.labels import LOWER, UPPER, LabelSpace, text_width
@@ -40,6 +40,7 @@ RIGHT_PAD: Final = 24
 TOP: Final = 34  # the time axis above the lanes
 LANE_H: Final = 34
 BAR_H: Final = 12
+BAR_LABEL_PX: Final = 9.5  # a bar's label's font size (page.py: .bar-label)
 LEASE_H: Final = 22
 BOTTOM: Final = 14
 #: stale DONEs are labelled on the picture when there are at most this many in view
@@ -138,7 +139,10 @@ def render_lanes(view: View, overlay: Overlay | None = None) -> str:
         )
     out.append('<g class="plot" clip-path="url(#plot)">')
     out += [_op(o, scale, rows, h, LabelSpace()) for o in view.ops if o.kind in (PAUSE, SKEW)]
-    out += [_bar(b, scale, y(b.worker)) for b in view.bars if b.worker in rows]
+    functions = view.model.functions
+    out += [
+        _bar(b, scale, y(b.worker), functions.get(b.task)) for b in view.bars if b.worker in rows
+    ]
     worded = sum(1 for m in view.marks if m.kind == STALE) <= MAX_WORDED
     space = LabelSpace()  # the takeovers' labels first: they carry the fencing tokens
     arrows = [
@@ -196,7 +200,9 @@ def _axis(scale: Scale, h: int, view: View) -> list[str]:
     return out
 
 
-def _bar(b: Bar, scale: Scale, y: float) -> str:
+def _bar(b: Bar, scale: Scale, y: float, function: str | None = None) -> str:
+    """A claim's bar; `function`: its task's (a task by name), named in its title and, where
+    the bar is wide enough, in its label (``17 resize``)."""
     x0, x1 = scale.x(b.start), scale.x(b.end)
     xe = scale.x(b.expiry)
     cls = OUTCOME_CLASS[b.end_kind]
@@ -212,7 +218,7 @@ def _bar(b: Bar, scale: Scale, y: float) -> str:
         else f"ended: {how[b.end_kind]} @{b.end_position} at {clock_text(b.end)}"
     )
     lines = [
-        f"CLAIM @{b.claim} · task {b.task}",
+        f"CLAIM @{b.claim} · task {b.task}" + ("" if function is None else f" {function}"),
         f"worker {_who(b.worker)}",
         f"at {clock_text(b.start)} · {'won by takeover' if b.takeover else 'won'}",
         ended,
@@ -257,7 +263,12 @@ def _bar(b: Bar, scale: Scale, y: float) -> str:
         xl = scale.x(b.late)
         parts.append(f'<line class="late" x1="{xe}" y1="{y}" x2="{xl}" y2="{y}"/>')
     if x1 - x0 >= 26:
-        parts.append(f'<text class="bar-label" x="{(x0 + x1) / 2:.1f}" y="{y + 4}">{b.task}</text>')
+        label = str(b.task)
+        if function is not None:  # (the name where it fits, cut as every screen cuts it)
+            named = f"{b.task} {function_label(function)}"
+            label = named if text_width(named, BAR_LABEL_PX) + 6 <= x1 - x0 else label
+        x = (x0 + x1) / 2
+        parts.append(f'<text class="bar-label" x="{x:.1f}" y="{y + 4}">{esc(label)}</text>')
     parts.append("</g>")
     return "".join(parts)
 

@@ -15,7 +15,7 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from queue_worker.names import printable, worker_label
+from queue_worker.names import function_label, printable, worker_label
 from queue_worker.ops import PAUSE, RESTART, SKEW
 from queue_worker.proof.report import clock_text, duration_text
 from supervisor.timeline.model import DEAD, DONE, HELD, LOST, RELEASED, STALE, TAKEN_OVER
@@ -122,10 +122,13 @@ def render_lanes(view: View, width: int = 100, extra: Sequence[str] = ()) -> Ren
             line.append(char, style=style)
         table.add_row(printable(lane.label), line)
     parts: list[RenderableType] = [table]
+    functions = view.model.functions
     for a in view.arrows:
+        function = functions.get(a.task)
+        named = "" if function is None else f" ({function_label(function)})"
         parts.append(
             Text(
-                f"↷ takeover of task {a.task}: claim @{a.from_claim} "
+                f"↷ takeover of task {a.task}{named}: claim @{a.from_claim} "
                 f"({worker_label(a.from_worker)}) lapsed at {clock_text(a.from_expiry)} → "
                 f"CLAIM @{a.to_claim} ({worker_label(a.to_worker)}), "
                 f"{duration_text(a.to_at - a.from_expiry)} later",

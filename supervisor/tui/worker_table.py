@@ -9,7 +9,8 @@ A dead worker keeps its row, its task struck through and the log's lease countin
 (from the orphans the supervisor recorded), until its task is taken over: a restarted
 slot shows the new process's row with the dead one's row beneath it. When the rows do not
 all fit, the window shown keeps the selected row, or else that dead row, in view. A task
-is named as everywhere else: ``#17``, or ``2:17`` on a partitioned queue.
+is named as everywhere else: ``#17``, or ``2:17`` on a partitioned queue, with its function
+after it when it is a task by name (``#17 resize``, the name cut to 12 characters).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from rich.cells import cell_len
 from rich.console import Console, ConsoleOptions, JustifyMethod, RenderResult
 from rich.text import Text
 
+from queue_worker.names import function_label
 from supervisor.run.model import Orphan, SlotState, WorkerView
 from supervisor.tui.format import format_bytes, format_duration, format_micros
 
@@ -247,9 +249,11 @@ def _cells(
         task_cell, held, lease = Text("—", style="dim"), Text(""), Text("")
     elif dead:
         task_cell = Text(_task_name(task, w.partition), style="dim strike")
+        _with_function(task_cell, s.current_function)
         held, lease = Text(""), Text("")
     else:
         task_cell = Text(_task_name(task, w.partition), style="bold")
+        _with_function(task_cell, s.current_function)
         held = Text(format_duration(now - since) if since is not None else "")
         lease = _lease_cell(expiry, now)
 
@@ -277,6 +281,12 @@ def _task_name(task: int, partition: int | None) -> str:
     """A task as every screen names it: ``#17``, or ``2:17`` on a partitioned queue (a
     partition's ids are its own: ``#17`` alone would name a task of every partition)."""
     return f"#{task}" if partition is None else f"{partition}:{task}"
+
+
+def _with_function(cell: Text, function: str | None) -> None:
+    """The task's function after its id (``#17 resize``), when it is a task by name."""
+    if function is not None:
+        cell.append(f" {function_label(function)}", style="cyan")
 
 
 def _orphan_name(orphan: Orphan) -> str:
