@@ -249,11 +249,6 @@ class Queue:
             raise ValueError(f"priority is {priority!r}; expected an integer")
         if key is not None and not isinstance(key, str):
             raise ValueError(f"key is {key!r}; expected a string")
-        if (not_before or priority or key is not None) and is_redis_url(str(self._location)):
-            raise ValueError(
-                "delay=, eta=, priority= and key= are not supported on a Redis queue by "
-                "this version of qw (its server picks the tasks); expected a data directory"
-            )
         call = (None, at, name, list(args), dict(kwargs or {}))
         record = TaskRecord(*call, not_before, priority, key, retry_of)
         try:
@@ -262,6 +257,8 @@ class Queue:
             raise RecordEncodeError(f"{_call_text(record)} cannot be enqueued: {e}") from e
         if self.immediate:
             return self._run_now(record)
+        if (not_before or priority or key is not None) and is_redis_url(str(self._location)):
+            return self._enqueue_on_redis(data, key, not_before, priority)
         if key is not None:
             first = self._first_of_key(key)
             if first is not None:  # enqueued before: that task is the task
@@ -274,6 +271,25 @@ class Queue:
         self._reader().want(task_id, not_before)
         from queue_worker.results import TaskHandle
 
+        return TaskHandle(self, task_id)
+
+    def _enqueue_on_redis(
+        self, data: bytes, key: str | None, not_before: int, priority: int
+    ) -> TaskHandle:
+        """A task with options on Redis: appended with them where the server sees them, the
+        key's first task found in the same call (queue_worker.redis.task_options)."""
+        from logstore.redis.log import RedisLog
+        from queue_worker.redis.task_options import append_with_options
+        from queue_worker.results import TaskHandle
+
+        assert isinstance(self.log, RedisLog)
+        position, fresh = append_with_options(
+            self.log, data, key=key, not_before=not_before, priority=priority
+        )
+        task_id = self._index_of(position)
+        if not fresh:  # enqueued before: that task is the task
+            return self.handle(task_id)
+        self._reader().want(task_id, not_before)
         return TaskHandle(self, task_id)
 
     def _first_of_key(self, key: str) -> int | None:
@@ -330,11 +346,6 @@ class Queue:
 
         if self.immediate:
             raise QwError("an immediate queue runs each task at enqueue: none is left to cancel")
-        if is_redis_url(str(self._location)):
-            raise ValueError(
-                "cancel is not supported on a Redis queue by this version of qw (its server "
-                "folds the claims); expected a data directory"
-            )
         if not 0 <= task_id < self._known_tasks():
             raise ValueError(f"task {task_id} is not in the tasks log; expected a task id")
         self._reader().cancel(task_id, f"qw-cancel@{socket.gethostname()}-{os.getpid()}")
@@ -456,8 +467,13 @@ class Queue:
         return list(range(first, first + len(records)))
 
     def _index_of(self, position: int) -> int:
-        """The index of the record at `position` (one this producer appended)."""
+        """The index of the record at `position` (one this producer appended, or the first
+        task of a key on Redis: maybe before where this producer has counted to)."""
         index, at = self._counted, self._counted_position
+        if position < at:
+            index, at = self._count_from()
+            if position < at:
+                raise LogError(f"{self.log.name}: the record at {position} was compacted away")
         while True:
             try:
                 entries = self.log.read(at, READ_BATCH)

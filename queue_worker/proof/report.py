@@ -46,6 +46,7 @@ from queue_worker.proof.log_reading import (  # re-exported: the readers of the 
 )
 from queue_worker.protocol.clock_jumps import ClockJump, ClockWatch
 from queue_worker.protocol.records import (
+    Cancel,
     Claim,
     ClaimsRecord,
     Done,
@@ -260,6 +261,8 @@ class Report:
     # the counts above include it, the lists (takeovers, stale, dead) hold the retained part
     prefix: Prefix | None = None
     compacted_segments: int = 0  # segments compaction removed (both logs)
+    # tasks a CANCEL made dead before any claim won them (dead, never won)
+    cancelled_unclaimed: int = 0
     # what each Redis stream verified of its history (`Log.verify_history`), in a few words
     history_verified: tuple[str, ...] = ()
     # each file log's segments, their lengths and its forced offset, as judged by the rule
@@ -291,7 +294,8 @@ class Report:
             )
         if self.tasks_done > self.tasks_won:
             errors.append(f"{self.tasks_done} tasks done but only {self.tasks_won} ever won")
-        accounted = self.tasks_done + self.tasks_held + self.tasks_dead + self.tasks_waiting
+        dead_won = self.tasks_dead - self.cancelled_unclaimed
+        accounted = self.tasks_done + self.tasks_held + dead_won + self.tasks_waiting
         if self.tasks_won != accounted:
             errors.append(
                 f"{self.tasks_won} tasks won but done + held + dead + waiting = {accounted}"
@@ -406,6 +410,7 @@ class _Replay:
     completions_accepted: int = 0
     fails_accepted: int = 0
     fails_stale: int = 0
+    cancelled_unclaimed: int = 0
     prefix: Prefix | None = None  # the compacted history this replay continues from
     won_before: int = 0  # tasks won in the prefix and closed there (done or dead)
 
@@ -572,7 +577,13 @@ class _Replay:
         if outcome.verdict is Verdict.STALE_FAIL:
             self.fails_stale += 1
             return
-        self.fails_accepted += 1
+        if type(r) is Cancel:  # ends a win only when a claim held the task
+            if r.task not in self.won_tasks:
+                self.cancelled_unclaimed += 1
+            if outcome.holder is not None:
+                self.fails_accepted += 1
+        else:
+            self.fails_accepted += 1
         self.last_at.pop(r.claim, None)
         self.ref(r.task, RecordRef(outcome.position, "FAIL", r.worker, r.at, outcome.verdict))
         if outcome.verdict is Verdict.DEAD:
@@ -617,6 +628,7 @@ class _Replay:
             stale_completions=tuple(self.stale),
             fails_accepted=self.fails_accepted,
             fails_stale=self.fails_stale,
+            cancelled_unclaimed=self.cancelled_unclaimed,
             dead=tuple(self.dead),
             held=held,
             worked_twice=tuple(

@@ -56,6 +56,7 @@ from queue_worker.redis.server_verdicts import (
     ServerVerdict,
     ServerVerdicts,
     call_folding_script,
+    parked_keys,
     record_args,
     reply_verdict,
     state_keys,
@@ -101,7 +102,8 @@ class ServerClaims:
     def __init__(self, claims_log: RedisLog, tasks_log: RedisLog) -> None:
         self.log = claims_log
         self.tasks_key = tasks_log.key
-        self._keys = [*state_keys(claims_log), self.tasks_key]  # (after the log's own two)
+        # (after the log's own two)
+        self._keys = [*state_keys(claims_log), self.tasks_key, *parked_keys(claims_log)]
         self._next = claims_log.register_script(_NEXT_LUA)
         #: a worker's tasks claimed ahead and DONEs not sent yet (queue_worker.redis.claim_batch)
         self.batch = ClaimBatch()
