@@ -121,6 +121,11 @@ class Queue:
                 return tasks_counted(self._location, self.log)
             except CheckpointRefused:
                 pass
+        return self._count_from_start()
+
+    def _count_from_start(self) -> tuple[int, int]:
+        """Task 0 at the log's start; or, once compaction removed settled tasks, the first
+        retained task's id and position by the checkpoint's prefix."""
         start = self.log.start
         if start == self.log.origin:
             return 0, start
@@ -286,7 +291,13 @@ class Queue:
         position, fresh = append_with_options(
             self.log, data, key=key, not_before=not_before, priority=priority
         )
-        task_id = self._index_of(position)
+        try:
+            task_id = self._index_of(position)
+        except PositionCompactedError as e:  # (only a key's first task can be that old)
+            raise LogError(
+                f"{self.log.name}: the first task of key {key!r} was removed by compaction "
+                "(it had ended); expected a key not used before"
+            ) from e
         if not fresh:  # enqueued before: that task is the task
             return self.handle(task_id)
         self._reader().want(task_id, not_before)
@@ -472,8 +483,10 @@ class Queue:
         index, at = self._counted, self._counted_position
         if position < at:
             index, at = self._count_from()
+            if position < at:  # (before the checkpoint's count: from the log's start)
+                index, at = self._count_from_start()
             if position < at:
-                raise LogError(f"{self.log.name}: the record at {position} was compacted away")
+                raise PositionCompactedError(self.log.name, position, at)
         while True:
             try:
                 entries = self.log.read(at, READ_BATCH)
