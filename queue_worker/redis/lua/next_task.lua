@@ -1,5 +1,6 @@
 -- The claiming call (queue_worker.redis.server_claim, ServerClaims.next), after rules.lua.
--- KEYS[5] the tasks stream. ARGV[4..11] the previous task's DONE or FAIL (as verdict.lua
+-- KEYS[5] the tasks stream, KEYS[6] and KEYS[7] the tasks its cursor parked (due, by
+-- priority; delayed, by their delay's end: `park` below). ARGV[4..11] the previous task's DONE or FAIL (as verdict.lua
 -- takes a record; ARGV[4] '' for none), ARGV[12] the worker, ARGV[13] its lease, ARGV[14]
 -- its clock, ARGV[15] '1' to claim, ARGV[16] '1' to leave a predecessor's lapsed tasks to
 -- the others for one lease (the worker has siblings), ARGV[17] how many tasks to claim at
@@ -9,7 +10,8 @@
 -- verdict and state (the state a map, `reply_verdict`; '' each for none), the first
 -- CLAIM's id, verdict and state, its task, the task's payload record ('' each for none);
 -- when nothing was claimed, the last tasks entry read, the earliest time an open task
--- becomes claimable ('' for none), '1' when no task is open, and the time the pick went by
+-- becomes claimable or a delay ends ('' for none), '1' when no task is open or delayed,
+-- and the time the pick went by
 -- ('' for none)}, then the id, verdict and state of each earlier finish, then the id,
 -- verdict, state, task and payload of each CLAIM after the first.
 local wanted = tonumber(ARGV[17])
@@ -214,8 +216,8 @@ local function pick()
   if parked and pp == 0 then return from_parked() end
   local f = next_fresh()
   if f then return f[1], f[2], f[3], 0 end
-  -- below 0, or nothing at all (the cursor may have parked a task meanwhile)
-  if not parked then parked = top_parked() end
+  -- below 0, or nothing at all (the cursor may have parked a better one meanwhile)
+  parked, pp = top_parked(), -math.huge
   if parked then pp = parked[3] end
   if orphan and po >= pp then return from_orphan() end
   if parked then return from_parked() end
@@ -255,22 +257,23 @@ end
 if claimed == 0 then  -- nothing claimed: how far the tasks were read, and when to look again
   reply[9] = get_meta().tasks or ''
   local soonest = redis.call('ZRANGE', KEYS[4], 0, 0, 'WITHSCORES')
-  if get_meta().parked then  -- a delayed task's end is a change too
-    local delayed = redis.call('ZRANGE', KEYS[7], 0, 0, 'WITHSCORES')
-    if delayed[1] and (not soonest[1] or tonumber(delayed[2]) < tonumber(soonest[2])) then
-      soonest = delayed
-    end
-  end
+  local change = nil
   if soonest[1] then
-    local change = tonumber(soonest[2])
+    change = tonumber(soonest[2])
     if withheld then  -- the first lapse not yet due, or the end of the heir's wait
       local later = redis.call('ZRANGEBYSCORE', KEYS[4], '(' .. string.format('%d', now),
                                '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
       change = withheld
       if later[1] and tonumber(later[2]) < change then change = tonumber(later[2]) end
     end
-    reply[10] = string.format('%d', change)
-  else reply[11] = '1' end
+  end
+  if get_meta().parked then  -- a delay's end is a change too
+    local delayed = redis.call('ZRANGE', KEYS[7], 0, 0, 'WITHSCORES')
+    if delayed[1] and (not change or tonumber(delayed[2]) < change) then
+      change = tonumber(delayed[2])
+    end
+  end
+  if change then reply[10] = string.format('%d', change) else reply[11] = '1' end
   if now then reply[12] = string.format('%d', now) end
 end
 for _, v in ipairs(more) do reply[#reply + 1] = v end
