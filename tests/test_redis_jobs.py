@@ -45,11 +45,15 @@ def report_passes(location: str, cwd: Path) -> None:
     assert report.returncode == 0, report.stdout + report.stderr
 
 
+@pytest.mark.parametrize("mode", ["", "?verdicts=client"], ids=["server", "client"])
 def test_the_server_picks_by_priority_and_never_before_a_delay_s_end(
-    app_dir: Path, redis_url: str
+    app_dir: Path, redis_url: str, mode: str
 ) -> None:
+    """With server verdicts the server's pick; with client verdicts each worker's own (the
+    file log's pick rules, reading the options from the records)."""
     from queue_worker.proof.log_reading import read_claims
 
+    redis_url += mode
     queue, add, *_ = producer(redis_url)
     with queue:
         late = add.enqueue(100, 0, delay=1.0)
