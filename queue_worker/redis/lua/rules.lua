@@ -4,9 +4,9 @@
 -- last-append record, KEYS[3] the per-task state, KEYS[4] the index of open tasks (a sorted
 -- set: an open task's score is when it may next be claimed, its holder's expiry or its
 -- retry_at); KEYS[6] and KEYS[7], for the claiming script, the tasks passed over by its
--- cursor (next_task.lua). ARGV[1] the call number, ARGV[2] the last-append record's ttl (ms), ARGV[3]
--- the seq limit; after the script's own, the queue identity and the count of entries qw
--- removed from the stream are the last two KEYS, the queue id the last ARGV
+-- cursor (next_task.lua). ARGV[1] the call number, ARGV[2] the last-append record's ttl
+-- (ms), ARGV[3] the seq limit; after the script's own, the queue identity and the count of
+-- entries qw removed from the stream are the last two KEYS, the queue id the last ARGV
 -- (RedisLog.call_appending_script).
 local QUEUE_KEY, REMOVED_KEY, QUEUE_ID = KEYS[#KEYS - 1], KEYS[#KEYS], ARGV[#ARGV]
 
