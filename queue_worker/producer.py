@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, overload
+from typing import TYPE_CHECKING, Any, cast, overload
 
 from logstore import Durability, Log, LogError, PositionCompactedError, is_redis_url
 from queue_worker.errors import QwError
@@ -55,6 +55,7 @@ from queue_worker.topics import READ_BATCH, TASKS_TOPIC, open_topic
 
 # (loaded when first used: `qw enqueue` of payloads needs neither the fold nor the handlers)
 if TYPE_CHECKING:
+    from logstore.redis.log import RedisLog
     from queue_worker.periodic import Schedule
     from queue_worker.results import ResultReader, TaskHandle
     from queue_worker.tasks import TaskFunction
@@ -123,6 +124,11 @@ class Queue:
                 return tasks_counted(self._location, self.log)
             except CheckpointRefused:
                 pass
+        return self._count_from_start()
+
+    def _count_from_start(self) -> tuple[int, int]:
+        """Task 0 at the log's start; or, once compaction removed settled tasks, the first
+        retained task's id and position by the checkpoint's prefix."""
         start = self.log.start
         if start == self.log.origin:
             return 0, start
@@ -249,11 +255,6 @@ class Queue:
         if key is not None and not isinstance(key, str):
             raise ValueError(f"key is {key!r}; expected a string")
         dependencies = self._dependencies(after)
-        if (not_before or priority or key is not None) and is_redis_url(str(self._location)):
-            raise ValueError(
-                "delay=, eta=, priority= and key= are not supported on a Redis queue by "
-                "this version of qw (its server picks the tasks); expected a data directory"
-            )
         call = (None, at, name, list(args), dict(kwargs or {}))
         record = TaskRecord(*call, not_before, priority, key, retry_of, dependencies)
         try:
@@ -262,6 +263,8 @@ class Queue:
             raise RecordEncodeError(f"{_call_text(record)} cannot be enqueued: {e}") from e
         if self.immediate:
             return self._run_now(record)
+        if (not_before or priority or key is not None) and is_redis_url(str(self._location)):
+            return self._enqueue_on_redis(data, key, not_before, priority)
         if key is not None:
             first = self._first_of_key(key)
             if first is not None:  # enqueued before: that task is the task
@@ -310,6 +313,33 @@ class Queue:
                 f"({known} tasks); expected the id of a task enqueued before"
             )
         return tuple(sorted({self._duplicates.get(t, t) for t in ids}))
+
+    def _enqueue_on_redis(
+        self, data: bytes, key: str | None, not_before: int, priority: int
+    ) -> TaskHandle:
+        """A task with options on Redis: appended with them where the server sees them, the
+        key's first task found in the same call (queue_worker.redis.task_options)."""
+        from queue_worker.redis.task_options import append_with_options
+        from queue_worker.results import TaskHandle
+
+        position, fresh = append_with_options(
+            cast("RedisLog", self.log),  # (a redis:// location's topic is a stream)
+            data,
+            key=key,
+            not_before=not_before,
+            priority=priority,
+        )
+        try:
+            task_id = self._index_of(position)
+        except PositionCompactedError as e:  # (only a key's first task can be that old)
+            raise LogError(
+                f"{self.log.name}: the first task of key {key!r} was removed by compaction "
+                "(it had ended); expected a key not used before"
+            ) from e
+        if not fresh:  # enqueued before: that task is the task
+            return self.handle(task_id)
+        self._reader().want(task_id, not_before)
+        return TaskHandle(self, task_id)
 
     def _first_of_key(self, key: str) -> int | None:
         """The first task of `key` in the tasks log (None: none yet): the tasks with keys
@@ -368,11 +398,6 @@ class Queue:
 
         if self.immediate:
             raise QwError("an immediate queue runs each task at enqueue: none is left to cancel")
-        if is_redis_url(str(self._location)):
-            raise ValueError(
-                "cancel is not supported on a Redis queue by this version of qw (its server "
-                "folds the claims); expected a data directory"
-            )
         if not 0 <= task_id < self._known_tasks():
             raise ValueError(f"task {task_id} is not in the tasks log; expected a task id")
         self._reader().cancel(task_id, f"qw-cancel@{socket.gethostname()}-{os.getpid()}")
@@ -499,8 +524,15 @@ class Queue:
         return list(range(first, first + len(records)))
 
     def _index_of(self, position: int) -> int:
-        """The index of the record at `position` (one this producer appended)."""
+        """The index of the record at `position` (one this producer appended, or the first
+        task of a key on Redis: maybe before where this producer has counted to)."""
         index, at = self._counted, self._counted_position
+        if position < at:
+            index, at = self._count_from()
+            if position < at:  # (before the checkpoint's count: from the log's start)
+                index, at = self._count_from_start()
+            if position < at:
+                raise PositionCompactedError(self.log.name, position, at)
         while True:
             try:
                 entries = self.log.read(at, READ_BATCH)

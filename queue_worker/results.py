@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, cast
 
 from logstore import Durability, Log, PositionCompactedError
 from queue_worker.errors import QwError
@@ -33,6 +33,7 @@ from queue_worker.topics import CLAIMS_TOPIC, READ_BATCH, decode_claims_entry, o
 from queue_worker.worker.handlers import resolved_to
 
 if TYPE_CHECKING:
+    from logstore.redis.log import RedisLog
     from queue_worker.producer import Queue
 
 #: the longest single wait on the log (a wait with no time-out is a loop of these)
@@ -166,7 +167,14 @@ class ResultReader:
             raise ValueError(f"task {task} is {word}; expected a pending or held task")
         at = time.time_ns() // 1000
         record = Cancel(task, by, at, -1, f"cancelled by {by}", None)
-        self._opened().append(encode(record), durable=True)
+        log = self._opened()
+        # (server verdicts fold it as it is appended: a Redis queue's mode)
+        if log.verdicts == "server":
+            from queue_worker.redis.server_verdicts import ServerVerdicts
+
+            ServerVerdicts(cast("RedisLog", log)).append(record)
+        else:
+            log.append(encode(record), durable=True)
 
     def dead_tasks(self) -> list[int]:
         self.catch_up()

@@ -242,3 +242,105 @@ def test_a_worker_without_siblings_takes_its_predecessors_lapsed_task(
     heir = server.next("w0@h-2-bb", 60_000_000, 0, heirs=False)  # nobody to leave it to
     assert heir.claim is not None and heir.claim.task == 0
     assert heir.claimed is not None and heir.claimed.verdict is Verdict.TAKEOVER
+
+
+# -- delays, priorities and cancel: the server's pick against a model of the pick rules -----
+
+HOUR = 3_600_000_000
+# a task: its priority, and when it is due: "plain" (no options: a record without them),
+# "now" (options, no delay), "past" (a delay already over) or "later" (an hour ahead)
+task_specs = st.tuples(
+    st.sampled_from([-2, -1, 0, 0, 2, 5]), st.sampled_from(["plain", "now", "past", "later"])
+)
+# an op: a claim by the worker that finishes what it claims ("run"), by one that dies
+# holding it ("orphan": its lease lapsed a second ago), or a CANCEL of task n
+pick_ops = st.tuples(st.sampled_from(["run", "run", "orphan", "cancel"]), st.integers(0, 9))
+
+
+def _enqueue_spec(tasks: RedisLog, n: int, priority: int, due: str, now: int) -> None:
+    from queue_worker.redis.task_options import append_with_options
+
+    if due == "plain" and priority == 0:
+        tasks.append(encode(TaskRecord({"n": n}, 1)))
+        return
+    not_before = {"plain": 0, "now": 0, "past": 1, "later": now + HOUR}[due]
+    record = TaskRecord(None, 1, "f", [n], {}, not_before, priority)
+    append_with_options(tasks, encode(record), key=None, not_before=not_before, priority=priority)
+
+
+def _expected_pick(
+    fold: ClaimState, specs: list[tuple[int, int]], now: int
+) -> tuple[tuple[int, int, int], ...]:
+    """The tasks the pick rules would try first, best first: the highest priority; within
+    one, the lapsed leases (oldest first), then the lowest id; none not due."""
+    ranked = []
+    for task, (priority, not_before) in enumerate(specs):
+        if not_before > now or not fold.is_claimable(task, now):
+            continue
+        holder = fold.holder(task)
+        if holder is not None:
+            ranked.append((-priority, 0, holder.expiry, task))
+        else:
+            ranked.append((-priority, 1, task, task))
+    ranked.sort()
+    return tuple((r[0], r[1], r[3]) for r in ranked)
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    specs=st.lists(task_specs, min_size=1, max_size=10),
+    ops=st.lists(pick_ops, min_size=1, max_size=25),
+)
+def test_the_server_picks_by_priority_and_delay_as_the_pick_rules_say(
+    redis_url: str, specs: list[tuple[int, str]], ops: list[tuple[str, int]]
+) -> None:
+    """Tasks with priorities and delays, enqueued as producers do (in any order: a task of
+    a higher priority behind a backlog is found), claimed by workers that finish them or
+    die holding them, some cancelled: every CLAIM is the best task by the pick rules (never
+    one not due, never a cancelled one), every record the fold's verdict, and the report's
+    cross-check finds nothing."""
+    import time
+
+    from queue_worker.protocol.records import Cancel
+    from queue_worker.redis.server_verdicts import ServerVerdicts
+
+    now = time.time_ns() // 1000
+    tasks_log, claims = open_topics(f"{redis_url}?prefix=p{uuid.uuid4().hex[:10]}")
+    with tasks_log, claims:
+        assert isinstance(tasks_log, RedisLog) and isinstance(claims, RedisLog)
+        due_at = []
+        for n, (priority, due) in enumerate(specs):
+            _enqueue_spec(tasks_log, n, priority, due, now)
+            due_at.append((priority, now + HOUR if due == "later" else 0))
+        server, verdicts = ServerClaims(claims, tasks_log), ServerVerdicts(claims)
+        fold = ClaimState()
+
+        def folded(position: int) -> Verdict:
+            [entry] = claims.read(position, 1)
+            return fold.apply(decode_claims_entry(entry), entry.position).verdict
+
+        for i, (op, n) in enumerate(ops):
+            if op == "cancel":
+                if n < len(specs):
+                    answer = verdicts.append(Cancel(n, "op", i, -1, "cancelled by op", None))
+                    assert answer.verdict is folded(answer.position)
+                continue
+            worker, lease = ("a", NEVER) if op == "run" else (f"dies{i}", -1_000_000)
+            expected = _expected_pick(fold, due_at, time.time_ns() // 1000)
+            got = server.next(worker, lease, i)
+            if got.claimed is None or got.claim is None:
+                assert expected == (), i
+                continue
+            assert got.claimed.verdict.won and got.claimed.verdict is folded(got.claimed.position)
+            assert expected and got.claim.task == expected[0][2], (i, expected)
+            if op == "run":
+                done = Done(got.claim.task, worker, i, got.claimed.position, i)
+                ended = server.next(worker, lease, i, finish=done, claim=False)
+                assert ended.finished is not None
+                assert ended.finished.verdict is folded(ended.finished.position)
+        for task, (_, not_before) in enumerate(due_at):
+            if not_before:
+                assert fold.task_state(task) is None or fold.is_dead(task)  # never claimed
+        assert check_log(claims) == []

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from logstore import IdentityError, LogError
 from logstore.redis.log import RedisLog
 from queue_worker.compaction.verdict_trim import trim_claims
-from queue_worker.protocol.records import Claim, Done, Fail, Renew
+from queue_worker.protocol.records import Cancel, Claim, Done, Fail, Renew
 from queue_worker.protocol.state import ClaimState, Verdict
 from queue_worker.redis.server_verdicts import (
     ServerVerdicts,
@@ -52,7 +52,9 @@ acting = st.tuples(
 # compaction's step on the state (queue_worker.compaction.verdict_trim): the done tasks'
 # fields below the fold's watermark dropped, the state's ~below moved up to it
 trim_op = st.just(("T",))
-histories = st.lists(st.one_of(claims_op, acting, trim_op), min_size=1, max_size=40)
+# a CANCEL (`qw cancel`: a FAIL from no holder) of a task, pending, held or closed
+cancel_op = st.tuples(st.just("V"), st.integers(0, 4), st.sampled_from(WORKERS))
+histories = st.lists(st.one_of(claims_op, acting, trim_op, cancel_op), min_size=1, max_size=40)
 
 
 def _record(
@@ -62,6 +64,10 @@ def _record(
         _, task, worker, lease = op
         assert isinstance(task, int) and isinstance(worker, str) and isinstance(lease, int)
         return Claim(task, worker, at, lease)
+    if op[0] == "V":
+        _, task, by = op
+        assert isinstance(task, int) and isinstance(by, str)
+        return Cancel(task, by, at, -1, f"cancelled by {by}", None)
     kind, task, worker, back, own, lease, backoff = op
     assert isinstance(task, int) and isinstance(worker, str) and isinstance(back, int)
     assert isinstance(lease, int) and (backoff is None or isinstance(backoff, int))

@@ -267,13 +267,13 @@ class Report:
     # the counts above include it, the lists (takeovers, stale, dead) hold the retained part
     prefix: Prefix | None = None
     compacted_segments: int = 0  # segments compaction removed (both logs)
+    # tasks a CANCEL made dead before any claim won them (dead, never won)
+    cancelled_unclaimed: int = 0
     # what each Redis stream verified of its history (`Log.verify_history`), in a few words
     history_verified: tuple[str, ...] = ()
     # each file log's segments, their lengths and its forced offset, as judged by the rule
     # of what a reader may cut (`log_reading.verify_logs`); empty on Redis
     verified: dict[str, Verified] = field(default_factory=dict)
-    # tasks a CANCEL made dead before any claim won them (of the retained history)
-    cancelled_unclaimed: int = 0
     # each periodic task's ticks: enqueued once, completed at most once (periodic_proof)
     periodic: tuple[PeriodicProof, ...] = ()
     # the tasks with dependencies: none run before them (dependency_proof); None: none
@@ -439,8 +439,8 @@ class _Replay:
     completions: int = 0
     completions_accepted: int = 0
     fails_accepted: int = 0
-    cancelled_unclaimed: int = 0  # tasks a CANCEL made dead before any claim won them
     fails_stale: int = 0
+    cancelled_unclaimed: int = 0  # tasks a CANCEL made dead before any claim won them
     prefix: Prefix | None = None  # the compacted history this replay continues from
     won_before: int = 0  # tasks won in the prefix and closed there (done or dead)
 
@@ -610,10 +610,13 @@ class _Replay:
         if outcome.verdict is Verdict.STALE_FAIL:
             self.fails_stale += 1
             return
-        if outcome.holder is not None or type(r) is not Cancel:
-            self.fails_accepted += 1  # (a FAIL that ended a win: a CANCEL of a held task too)
-        elif r.task not in self.won_tasks:
-            self.cancelled_unclaimed += 1  # dead, never won: no win to account for
+        if type(r) is Cancel:  # ends a win only when a claim held the task
+            if r.task not in self.won_tasks:
+                self.cancelled_unclaimed += 1
+            if outcome.holder is not None:
+                self.fails_accepted += 1
+        else:
+            self.fails_accepted += 1
         self.last_at.pop(r.claim, None)
         self.ref(r.task, RecordRef(outcome.position, "FAIL", r.worker, r.at, outcome.verdict))
         if outcome.verdict is Verdict.DEAD:
@@ -688,8 +691,8 @@ class _Replay:
             completions_accepted=self.completions_accepted,
             stale_completions=tuple(self.stale),
             fails_accepted=self.fails_accepted,
-            cancelled_unclaimed=self.cancelled_unclaimed,
             fails_stale=self.fails_stale,
+            cancelled_unclaimed=self.cancelled_unclaimed,
             dead=tuple(self.dead),
             held=held,
             worked_twice=tuple(

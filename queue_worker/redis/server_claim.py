@@ -22,6 +22,14 @@ What the script picks (the pick rules of `queue_worker.worker.pick` as far as th
    state: ``~tasks``, the last tasks entry handed out, and ``~next``, its id + 1; a task id
    is its index in the tasks stream, as everywhere).
 
+With delays and priorities (a producer writes them beside the record:
+`queue_worker.redis.task_options`) the highest priority goes first, orphans first within a
+priority, then the lowest id; no task before its delay's end; those below 0 only when
+nothing else is. The cursor parks the tasks it passes without handing them out (a delay
+not over, a priority other than 0, every task up to one of a priority above 0 a producer
+noted in ``~ahead``) in two sorted sets beside the state (`parked_keys`): docs/redis.md,
+"Claiming on the server".
+
 This is the pick of every worker of such a queue: none of `--pick`'s strategies (first,
 random, spread: ways for workers that each pick for themselves to collide less) is its
 rule, and asking for one is refused (`queue_worker.worker.pick.Picker`,
@@ -56,6 +64,7 @@ from queue_worker.redis.server_verdicts import (
     ServerVerdict,
     ServerVerdicts,
     call_folding_script,
+    parked_keys,
     record_args,
     reply_verdict,
     state_keys,
@@ -101,7 +110,8 @@ class ServerClaims:
     def __init__(self, claims_log: RedisLog, tasks_log: RedisLog) -> None:
         self.log = claims_log
         self.tasks_key = tasks_log.key
-        self._keys = [*state_keys(claims_log), self.tasks_key]  # (after the log's own two)
+        # (after the log's own two)
+        self._keys = [*state_keys(claims_log), self.tasks_key, *parked_keys(claims_log)]
         self._next = claims_log.register_script(_NEXT_LUA)
         #: a worker's tasks claimed ahead and DONEs not sent yet (queue_worker.redis.claim_batch)
         self.batch = ClaimBatch()

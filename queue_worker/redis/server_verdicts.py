@@ -54,7 +54,7 @@ from logstore.redis.log import (
 )
 from logstore.redis.scripts import lua_file
 from queue_worker.errors import QwError
-from queue_worker.protocol.records import Claim, Done, Fail, Renew, encode
+from queue_worker.protocol.records import Cancel, Claim, Done, Fail, Renew, encode
 from queue_worker.protocol.state import ClaimState, Lease, Verdict
 
 #: the hash field that holds the id of the last entry the script folded (task fields are
@@ -127,6 +127,13 @@ def index_key(log: RedisLog) -> str:
     return redis_key(log.prefix, log.topic, "verdicts", "open")
 
 
+def parked_keys(log: RedisLog) -> list[str]:
+    """The tasks the claiming script's cursor passed over without handing them out, beside
+    `log`'s stream: those due (by priority, then id) and those whose delay is not over
+    (by its end): lua/next_task.lua."""
+    return [redis_key(log.prefix, log.topic, "verdicts", w) for w in ("ready", "waiting")]
+
+
 def state_keys(log: RedisLog) -> list[str]:
     """KEYS[3..4] of every script that folds claims records (after the stream's two)."""
     return [state_key(log), index_key(log)]
@@ -196,6 +203,8 @@ def _exact(value: int, name: str) -> int:
 
 def record_args(record: Claim | Renew | Done | Fail) -> list[bytes | int | str]:
     """A record's fields as `fold_in` takes them (after its bytes)."""
+    if type(record) is Cancel:  # (a FAIL from no holder: no claim, no retry)
+        return ["V", record.task, record.worker, "", "", "", record.message]
     claim = "" if isinstance(record, Claim) else format_id(*unpack_position(record.claim))
     lease: int | str = ""
     retry: int | str = ""

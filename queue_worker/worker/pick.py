@@ -48,7 +48,8 @@ dependencies is still open, and none dead, is not tried (`queue_worker.worker.de
 A worker keeps what these need from one pick to the next in one `Picker`.
 
 On a Redis queue with server verdicts the server picks instead (queue_worker.redis.server_claim:
-orphans first, then the tasks in order; no CLAIM is lost to another worker there, so what
+by priority, orphans first within one, then the tasks in order, none before its delay's end;
+no CLAIM is lost to another worker there, so what
 these strategies are for does not arise): a worker there asks for no strategy, and one asked
 for is refused (`Picker`), as `qw up --pick` is, rather than ignored.
 

@@ -425,10 +425,6 @@ def _ticker(spec: str, location: str) -> Ticker | None:
     app_queue = getattr(importlib.import_module(module_name), name)
     if not app_queue.schedules:
         return None
-    from logstore import is_redis_url
-
-    if is_redis_url(location):
-        bad("--app", spec, "periodic tasks on a data directory (not on Redis in this version)")
     return Ticker(Queue(location), app_queue.schedules)
 
 

@@ -55,6 +55,6 @@ def load_model(location: str | Path) -> Model:
             raise ReportInputError(missing_logs_text(location))
         enqueued, functions = read_tasks(location)
         ops, _ = read_ops(location)
-        return build_model(read_claims(location), enqueued, ops, functions)
+        return build_model(read_claims(location), enqueued, ops, functions=functions)
     except (LogError, OSError) as e:
         raise ReportInputError(str(e)) from e

@@ -3,16 +3,17 @@
 -- logstore/redis/lua/queue_refused.lua. KEYS[1] the claims stream, KEYS[2] this handle's
 -- last-append record, KEYS[3] the per-task state, KEYS[4] the index of open tasks (a sorted
 -- set: an open task's score is when it may next be claimed, its holder's expiry or its
--- retry_at). ARGV[1] the call number, ARGV[2] the last-append record's ttl (ms), ARGV[3]
--- the seq limit; after the script's own, the queue identity and the count of entries qw
--- removed from the stream are the last two KEYS, the queue id the last ARGV
+-- retry_at); KEYS[6] and KEYS[7], for the claiming script, the tasks passed over by its
+-- cursor (next_task.lua). ARGV[1] the call number, ARGV[2] the last-append record's ttl
+-- (ms), ARGV[3] the seq limit; after the script's own, the queue identity and the count of
+-- entries qw removed from the stream are the last two KEYS, the queue id the last ARGV
 -- (RedisLog.call_appending_script).
 local QUEUE_KEY, REMOVED_KEY, QUEUE_ID = KEYS[#KEYS - 1], KEYS[#KEYS], ARGV[#ARGV]
 
 -- What a call has read of the state, and what it writes at its end (`flush`): one HMGET
 -- of the fields of the whole queue, one HGET per task, one HSET for everything (every
 -- redis.call costs the server a few µs: this script is run once per record or task).
-local meta = nil   -- {through, tasks (cursor), next (task id), below}
+local meta = nil   -- {through, tasks (cursor), next (task id), below, ahead, parked}
 local cache = {}   -- task -> its state (a table), or false: no field
 local written = {} -- task -> its state packed, to write
 local order = {}   -- the tasks in `written`, in order
@@ -22,15 +23,19 @@ local prefetch = nil
 
 local function get_meta()
   if not meta then
-    local fields = {'~through', '~tasks', '~next', '~below'}
+    local fields = {'~through', '~tasks', '~next', '~below', '~ahead', '~parked'}
     for _, t in ipairs(prefetch or {}) do fields[#fields + 1] = t end
     local m = redis.call('HMGET', KEYS[3], unpack(fields))
-    for i = 5, #fields do
+    for i = 7, #fields do
       if m[i] then cache[fields[i]] = cmsgpack.unpack(m[i]) else cache[fields[i]] = false end
     end
     meta = {through = m[1] or '0-0', tasks = m[2] or nil,
             next = tonumber(m[3] or '0'), below = tonumber(m[4] or '0'),
-            folded = false, moved = false}
+            -- `ahead`: the last task of a priority above 0 a producer appended (its entry
+            -- id: the cursor must pass it before a fresh task is picked); `parked`: tasks
+            -- the cursor passed over wait in KEYS[6] or KEYS[7] (next_task.lua)
+            ahead = m[5] or nil, parked = m[6] == '1',
+            folded = false, moved = false, unahead = false, reparked = false}
   end
   return meta
 end
@@ -66,7 +71,13 @@ local function flush()
     args[#args + 1] = '~next'
     args[#args + 1] = string.format('%d', meta.next)
   end
+  if meta.reparked and meta.parked then
+    args[#args + 1] = '~parked'
+    args[#args + 1] = '1'
+  end
   if #args > 0 then redis.call('HSET', KEYS[3], unpack(args)) end
+  if meta.unahead then redis.call('HDEL', KEYS[3], '~ahead') end
+  if meta.reparked and not meta.parked then redis.call('HDEL', KEYS[3], '~parked') end
 end
 
 -- the id of the last entry ever added to a stream ('0-0': none), which a trim of its
@@ -114,9 +125,10 @@ end
 -- Append one record and fold it: {entry id, verdict, the task's state after it (the
 -- table itself, packed once with the whole reply; false for none)}, or an error reply.
 -- `task_entry`: a winning CLAIM's task's entry id in the tasks stream, kept in its state
--- (the claiming script reads the payload with it).
-local function fold_in(data, kind, task, worker, lease, claim, delta, err, task_entry)
-  if kind ~= 'C' and kind ~= 'R' and kind ~= 'D' and kind ~= 'F' then
+-- (the claiming script reads the payload with it); `priority` the task's (nil: 0), kept
+-- too (the pick of an orphan goes by it).
+local function fold_in(data, kind, task, worker, lease, claim, delta, err, task_entry, priority)
+  if kind ~= 'C' and kind ~= 'R' and kind ~= 'D' and kind ~= 'F' and kind ~= 'V' then
     flush()
     return redis.error_reply('QWTYPE ' .. kind)
   end
@@ -152,6 +164,7 @@ local function fold_in(data, kind, task, worker, lease, claim, delta, err, task_
       st.n = st.n + 1
       st.r = nil
       if task_entry then st.t = task_entry end
+      if priority and priority ~= 0 then st.p = priority end
     end
   elseif kind == 'R' then  -- Rule 3
     if holds() then st.e = at + tonumber(lease); verdict = 'renewed'
@@ -159,6 +172,9 @@ local function fold_in(data, kind, task, worker, lease, claim, delta, err, task_
   elseif kind == 'D' then  -- Rule 4
     if holds() then st = {s = 'd'}; verdict = 'done'
     else verdict, changed = 'stale done', false end
+  elseif kind == 'V' then  -- CANCEL, Rule 5: from anyone while the task is open
+    if st and st.s ~= 'o' then verdict, changed = 'stale fail', false
+    else st = {s = 'x', l = err}; verdict = 'dead' end
   else  -- FAIL, Rule 5
     if not holds() then verdict, changed = 'stale fail', false
     elseif delta == '' then st = {s = 'x', l = err}; verdict = 'dead'

@@ -1,9 +1,9 @@
 -- One record appended and folded (ServerVerdicts.append), after rules.lua.
--- ARGV[4] the record's bytes, ARGV[5] its type (C R D F), ARGV[6] the task, ARGV[7] the
--- worker, ARGV[8] the lease (C, R), ARGV[9] the claim's entry id (R, D, F), ARGV[10]
--- retry_at - at (F; '' for a dead task), ARGV[11] the error (F). Returns {entry id,
--- verdict, the task's state after it ('' for none)}, packed as one msgpack array
--- (`unpack_reply`).
+-- ARGV[4] the record's bytes, ARGV[5] its type (C R D F, or V: a CANCEL), ARGV[6] the
+-- task, ARGV[7] the worker (V: who cancelled), ARGV[8] the lease (C, R), ARGV[9] the
+-- claim's entry id (R, D, F), ARGV[10] retry_at - at (F; '' for a dead task), ARGV[11] the
+-- error (F, V). Returns {entry id, verdict, the task's state after it ('' for none)},
+-- packed as one msgpack array (`unpack_reply`).
 prefetch = {ARGV[6]}
 local saved, refused = prelude()
 if refused then return refused end
