@@ -180,3 +180,28 @@ def test_a_partitioned_queue_is_refused_in_one_line(command: str, tmp_path: Path
     (line,) = result.stderr.strip().splitlines()
     assert "--rules unfenced" in line and "partitioned queue" in line
     assert sorted(p.relative_to(data) for p in data.rglob("*")) == before
+
+
+def test_qw_replay_rules_unfenced_shows_the_difference_where_it_is(
+    paused_run: tuple[Path, PauseRun],
+) -> None:
+    """`qw replay --rules unfenced`: at the frozen worker's DONE the screen says, under qw's
+    verdict, how the original's rules judge it; the counter of differences counts it; at a
+    record judged alike there is no such line."""
+    data_dir, run = paused_run
+    stale = run.stale_done.position
+    at = qw("replay", "--dir", str(data_dir), "--no-tui", "--rules", "unfenced", "--at", str(stale))
+    assert at.returncode == 0, at.stderr
+    flat = " ".join(at.stdout.split())
+    assert f"unfenced: task {run.task}: {worker_label(run.victim)}'s DONE @{stale}" in flat, flat
+    assert "refused as stale under qw's rules" in flat and "completed twice" in flat, flat
+    differs = re.search(r"unfenced differs (\d+)", at.stdout)
+    assert differs is not None and int(differs.group(1)) >= 1, at.stdout
+    assert max(len(x) for x in at.stdout.splitlines()) <= 80
+    claim = run.victim_claim.position  # its CLAIM won under both rule sets
+    before = qw(
+        "replay", "--dir", str(data_dir), "--no-tui", "--rules", "unfenced", "--at", str(claim)
+    )
+    assert "unfenced:" not in before.stdout and "unfenced differs 0" in before.stdout, before.stdout
+    plain = qw("replay", "--dir", str(data_dir), "--no-tui", "--at", str(stale))
+    assert "unfenced:" not in plain.stdout and "unfenced differs" not in plain.stdout

@@ -12,8 +12,9 @@ from supervisor.options import DEFAULT_DIR, DirOption, LogOption, fail, location
 
 #: the largest log position (as `qw report --at` takes it)
 MAX_POSITION: Final = 2**63 - 1
-#: the rules `--rules` takes (supervisor.replay.rules.RULES; a test checks they agree)
-RULE_NAMES: Final = ("qw",)
+#: the rules `--rules` takes: qw's (supervisor.replay.rules.RULES; a test checks they
+#: agree), or qw's with the original's unfenced rules beside them
+RULE_NAMES: Final = ("qw", "unfenced")
 
 
 def register(app: typer.Typer) -> None:
@@ -52,7 +53,8 @@ def replay(
             "--rules",
             parser=one_of(*RULE_NAMES),
             metavar="|".join(RULE_NAMES),
-            help="The rules the records are judged by.",
+            help="The rules the records are judged by: qw's, or qw's with the original's "
+            "unfenced rules beside them (each record they judge differently is an event).",
         ),
     ] = "qw",
     no_tui: Annotated[
@@ -81,7 +83,7 @@ def replay(
         tape = load_tape(tape_location, None if tape_location == location else location)
     except ReportInputError as e:
         fail(str(e))
-    stepper = Stepper(tape, RULES[rules])
+    stepper = Stepper(tape, RULES["qw"], beside=rules == "unfenced")
     if at is not None:
         stepper.go_position(at)
     elif not no_tui:

@@ -111,6 +111,10 @@ class Moment(NamedTuple):
     in_play: tuple[InPlay, ...]
     ops: tuple[OpRecord, ...]  # the ops records that sit right after this record
     follow: str | None  # what is followed, in words
+    #: with `--rules unfenced`: how the original's rules judge this record differently
+    #: (None: alike), and how many records they judged differently so far
+    unfenced: str | None = None
+    differences: int | None = None
 
 
 class Follow(NamedTuple):
@@ -126,9 +130,14 @@ class Follow(NamedTuple):
 class Stepper:
     """The fold of the tape at a cursor (`index`), moved by steps, jumps and goes."""
 
-    def __init__(self, tape: Tape, rules: Rules = QW_RULES, every: int = EVERY) -> None:
+    def __init__(
+        self, tape: Tape, rules: Rules = QW_RULES, every: int = EVERY, beside: bool = False
+    ) -> None:
+        """`beside`: also judge the tape by the original's unfenced rules
+        (queue_worker.proof.unfenced), each record they judge differently an event."""
         self.tape = tape
         self.rules = rules
+        self.beside = beside
         self.every = every
         self.follow: Follow | None = None
         state = rules.fresh()
@@ -156,6 +165,18 @@ class Stepper:
         for op, place in zip(tape.ops, tape.op_index, strict=True):
             if op.kind in OP_EVENTS:
                 events.append(Event(place, op.kind, op))
+        #: place -> the original's judgement of it, where it differs from qw's
+        self.differences: dict[int, str] = {}
+        if beside:
+            from queue_worker.proof.unfenced import compare
+            from supervisor.unfenced_text import difference_text
+
+            place_of = {position: place for place, position in enumerate(positions)}
+            for d in compare(zip(positions, records, strict=True)).differences:
+                place = place_of[d.position]
+                self.differences[place] = difference_text(d)
+                events.append(Event(place, "unfenced differs"))
+        self._difference_places = sorted(self.differences)
         events.sort(key=lambda e: e.place)  # (stable: a record's verdict before its ops)
         self._snaps = snaps
         self.events = tuple(events)
@@ -354,6 +375,8 @@ class Stepper:
             in_play,
             tape.ops[low:high],
             None if self.follow is None else self.follow.label,
+            self.differences.get(i),
+            bisect.bisect_right(self._difference_places, i) if self.beside else None,
         )
 
 

@@ -277,6 +277,8 @@ def screen_lines(
         head.append(f"  {clock_text(moment.now)}")
     if moment.follow is not None:
         head.append(f"  following {moment.follow}", style="bold cyan")
+    if moment.differences is not None:  # --rules unfenced: records judged otherwise so far
+        head.append(f"  unfenced differs {moment.differences}", style="bold magenta")
     if location:  # last: a long path is what gets cut
         head.append(f"  {printable(location)}", style="dim")
     lines.append(head)
@@ -289,6 +291,14 @@ def screen_lines(
             wrapped[-1] = wrapped[-1][: width - 6] + "…"
         for n, text in enumerate(wrapped):
             lines.append(Text(("why: " if n == 0 else "     ") + text, style="italic" if n else ""))
+    if moment.unfenced is not None:  # --rules unfenced: the original's rules differ here
+        wrapped = textwrap.wrap(printable(moment.unfenced), width - 10, break_on_hyphens=False)
+        keep = 5 if big else (4 if height >= 24 else 2)
+        if len(wrapped) > keep:
+            wrapped = wrapped[:keep]
+            wrapped[-1] = wrapped[-1][: width - 11] + "…"
+        for n, text in enumerate(wrapped):
+            lines.append(Text(("unfenced: " if n == 0 else " " * 10) + text, style="bold magenta"))
     for op in moment.ops[: 3 if big else 1]:
         worker = _op_worker(lanes, op)
         lines.append(Text(_op_line(op, worker, moment), style="bold yellow"))
