@@ -21,6 +21,7 @@ SCRIPT_MODULES = (
     "logstore.redis.verdict_mode",
     "queue_worker.redis.server_verdicts",
     "queue_worker.redis.server_claim",
+    "queue_worker.redis.task_options",
     "queue_worker.compaction.verdict_trim",
     "queue_worker.history.redis_checkpoint",
 )
