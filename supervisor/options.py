@@ -19,6 +19,9 @@ from logstore.location import shown as shown  # re-exported: the commands import
 from queue_worker.topics import CLAIMS_TOPIC, TASKS_TOPIC
 from queue_worker.worker.settings import FSYNC_POLICIES, PICK_STRATEGIES, check_host
 
+#: the largest log position a command takes (`--at POSITION`: qw report, qw replay)
+MAX_POSITION: Final = 2**63 - 1
+
 EXIT_USAGE: Final = 2  # a bad option value, a bad input file, no data where one was named
 MAX_WORKERS: Final = 256
 DEFAULT_DIR: Final = Path(".qw")

@@ -38,8 +38,8 @@ from supervisor.tui.live import (
     UP,
     Dashboard,
     _Keys,
-    _sigterm_stops,
     parse_keys,
+    sigterm_stops,
 )
 from supervisor.tui.sparkline import sparkline
 
@@ -517,7 +517,7 @@ def test_keys_from_a_hung_up_terminal_stop_being_read() -> None:
 
 def test_sigterm_ends_the_loop_instead_of_the_process() -> None:
     before = signal.getsignal(signal.SIGTERM)
-    with _sigterm_stops() as sigterm:
+    with sigterm_stops() as sigterm:
         was = sigterm.received
         os.kill(os.getpid(), signal.SIGTERM)
         assert (was, sigterm.received) == (False, True)
@@ -528,7 +528,7 @@ def test_sigterm_goes_to_the_callers_handler_when_there_is_one() -> None:
     calls: list[int] = []
     before = signal.signal(signal.SIGTERM, lambda signum, frame: calls.append(signum))
     try:
-        with _sigterm_stops() as sigterm:
+        with sigterm_stops() as sigterm:
             os.kill(os.getpid(), signal.SIGTERM)
             assert calls == [signal.SIGTERM]
             assert not sigterm.received  # the caller decides (qw up drains)

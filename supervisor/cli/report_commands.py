@@ -18,7 +18,7 @@ from logstore.location import is_redis_url, shown
 from supervisor.cli import option_parsers, small_commands
 from supervisor.cli import partitioned_commands as partitioned_cli
 from supervisor.demos import demo_app
-from supervisor.options import DirOption, LogOption, one_of, whole
+from supervisor.options import MAX_POSITION, DirOption, LogOption, one_of, whole
 
 if TYPE_CHECKING:
     from queue_worker.proof.unfenced import Comparison
@@ -27,8 +27,6 @@ if TYPE_CHECKING:
 # runs: `qw --help` and the other commands do not pay for it.
 
 DEFAULT_DIR: Final = Path(".qw")
-#: the largest log position: every backend's positions fit in a signed 64-bit integer
-MAX_POSITION: Final = 2**63 - 1
 #: `qw report`: the server's verdicts (Redis) disagree with the fold
 # (queue_worker.proof.verdict_check)
 EXIT_VERDICTS_DISAGREE: Final = 3

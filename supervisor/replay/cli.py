@@ -6,12 +6,19 @@ from typing import Annotated, Final
 
 import typer
 
-from supervisor.options import DEFAULT_DIR, DirOption, LogOption, fail, location_of, one_of, whole
+from supervisor.options import (
+    DEFAULT_DIR,
+    MAX_POSITION,
+    DirOption,
+    LogOption,
+    fail,
+    location_of,
+    one_of,
+    whole,
+)
 
 # The tape, the fold and rich are imported when `qw replay` runs, not by every `qw`.
 
-#: the largest log position (as `qw report --at` takes it)
-MAX_POSITION: Final = 2**63 - 1
 #: the rules `--rules` takes: qw's (supervisor.replay.rules.RULES; a test checks they
 #: agree), or qw's with the original's unfenced rules beside them
 RULE_NAMES: Final = ("qw", "unfenced")

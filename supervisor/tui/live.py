@@ -96,8 +96,8 @@ def run_dashboard(
     console = Console()
     dash = Dashboard(sup, note=note)
     with (
-        _sigterm_stops() as sigterm,
-        _cbreak(sys.stdin) as keys,
+        sigterm_stops() as sigterm,
+        cbreak_keys(sys.stdin) as keys,
         # auto_refresh off: frames are drawn by this loop only, so no render thread competes
         # with it; stdio is not redirected, so processes forked meanwhile keep the real one.
         Live(
@@ -306,7 +306,7 @@ class _Keys:
 
 
 @contextlib.contextmanager
-def _cbreak(stream: TextIO) -> Iterator[_Keys]:
+def cbreak_keys(stream: TextIO) -> Iterator[_Keys]:
     """Keys one at a time without echo; the saved termios attributes come back on any exit.
 
     Yields where to read keys from: nothing, when stdin is not a terminal.
@@ -332,7 +332,7 @@ class _SigtermFlag:
 
 
 @contextlib.contextmanager
-def _sigterm_stops() -> Iterator[_SigtermFlag]:
+def sigterm_stops() -> Iterator[_SigtermFlag]:
     """Make SIGTERM end the dashboard's loop, so the terminal is restored before exiting.
 
     SIGTERM's default action ends the process at once and would leave the terminal in
@@ -373,8 +373,3 @@ def _sigterm_stops() -> Iterator[_SigtermFlag]:
     finally:
         # None: a handler not installed from Python; the default is the closest to it
         signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
-
-
-#: the terminal's helpers under the names other loops use (`qw replay`'s player)
-cbreak_keys = _cbreak
-sigterm_stops = _sigterm_stops
