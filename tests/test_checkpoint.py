@@ -37,6 +37,7 @@ from queue_worker.history.checkpoint import (
     save_checkpoint,
 )
 from queue_worker.protocol.records import (
+    Cancel,
     Claim,
     ClaimsRecord,
     Done,
@@ -46,7 +47,7 @@ from queue_worker.protocol.records import (
     TaskRecord,
     encode,
 )
-from queue_worker.protocol.state import Outcome, Verdict
+from queue_worker.protocol.state import ClaimState, Outcome, Verdict
 from queue_worker.topics import ClaimsFollower, TaskIndex, open_topics
 
 MS = 1_000
@@ -518,8 +519,6 @@ BAD_FILES: dict[str, Callable[[Path], bytes]] = {
     "a bool for an int": lambda d: with_state(d, watermark=True),
     "a dead count that is off": lambda d: with_state(d, dead_count=5),
     "an open task that is closed": lambda d: with_state(d, open=[[0, None, 1, None, None]]),
-    # (the scenario's fold has one dead task at the checkpoint, and two FAILs accepted)
-    "fewer FAILs accepted than tasks dead": lambda d: with_state(d, failed_count=0),
     "a negative count of FAILs": lambda d: with_state(d, failed_count=-1, failed_exact=False),
     "a number for the FAILs' exactness": lambda d: with_state(d, failed_exact=1),
     "a truncated file": lambda d: (d / CHECKPOINT_NAME).read_bytes()[:-7],
@@ -549,6 +548,17 @@ def test_the_checkpoint_keeps_the_fails_accepted(tmp_path: Path) -> None:
         full = replay(tasks_log, claims_log)[1].state
         fold_rest(loaded[1], claims_log)  # (the tail's FAIL is stale: not counted)
         assert (state.failed_count, state.failed_exact) == (full.failed_count, True) == (2, True)
+
+
+def test_a_fold_with_tasks_cancelled_before_any_claim_restores() -> None:
+    """A CANCEL of a task nobody held makes it dead with no FAIL accepted: the snapshot of
+    such a fold (a checkpoint's, a compacted prefix's) restores as it was."""
+    state = ClaimState()
+    for task in range(3):
+        state.apply(Cancel(task, "op", T0, -1, "cancelled by op", None), 48 + task)
+    snap = state.snapshot()
+    assert (snap.dead_count, snap.failed_count, snap.failed_exact) == (3, 0, True)
+    assert ClaimState.restore(snap).snapshot() == snap
 
 
 def version_3(body: dict[str, Any]) -> bytes:

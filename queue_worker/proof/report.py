@@ -451,8 +451,10 @@ class _Replay:
         replay = cls(state=ClaimState.restore(prefix.state), prefix=prefix)
         for name in PREFIX_COUNTERS:
             setattr(replay, name, getattr(prefix, name))
+        replay.lost_by_reason.update(dict(prefix.lost_by_reason))
         snap = prefix.state
-        replay.won_before = snap.done_count + snap.dead_count  # (a task closes only once won)
+        # (a task closes only once won, but for those a CANCEL made dead unclaimed)
+        replay.won_before = snap.done_count + snap.dead_count - prefix.cancelled_unclaimed
         replay.worked_twice = dict.fromkeys(prefix.worked_twice)
         checker = replay.checker
         dead = {t for t, _ in snap.dead}
@@ -487,9 +489,14 @@ class _Replay:
             **{name: getattr(self, name) for name in PREFIX_COUNTERS},
             takeovers=len(self.takeovers) + (before.takeovers if before else 0),
             stale_completions=len(self.stale) + (before.stale_completions if before else 0),
-            malformed=len(self.malformed) + (before.malformed if before else 0),
+            malformed=len(self.malformed) + self._malformed_before,
             worked_twice=tuple(self.worked_twice),
+            lost_by_reason=tuple(sorted(self.lost_by_reason.items())),
         )
+
+    @property
+    def _malformed_before(self) -> int:
+        return 0 if self.prefix is None else self.prefix.malformed
 
     def worker(self, name: str, at: int) -> WorkerLine:
         line = self.workers.get(name)
@@ -702,7 +709,8 @@ class _Replay:
             renewal_margin=Margin.of(self.renew_margins),
             completion_margin=Margin.of(self.done_margins),
             unpublished_tasks=unpublished,
-            unknown_records=st.unknown_count - len(self.malformed),
+            # (the fold's count includes the prefix's malformed records: so does this one)
+            unknown_records=st.unknown_count - len(self.malformed) - self._malformed_before,
             malformed=tuple(self.malformed),
             impossible_times=tuple(self.impossible_times),
             clock_jumps=tuple(self.clock_jumps),
