@@ -332,10 +332,13 @@ class Queue:
         try:
             task_id = self._index_of(position)
         except PositionCompactedError as e:  # (only a key's first task can be that old)
-            raise LogError(
-                f"{self.log.name}: the first task of key {key!r} was removed by compaction "
-                "(it had ended); expected a key not used before"
-            ) from e
+            first = self._keys_before(e.start).get(key or "")
+            if first is None:
+                raise LogError(
+                    f"{self.log.name}: the first task of key {key!r} was removed by "
+                    "compaction, and the checkpoint does not know it"
+                ) from e
+            task_id = first  # the task for ever: its handle says its result was removed
         if not fresh:  # enqueued before: that task is the task
             return self.handle(task_id)
         self._reader().want(task_id, not_before)
@@ -346,6 +349,8 @@ class Queue:
         are indexed as far as the log goes, from where this producer's counting starts."""
         if self._keys_at is None:
             self._keys_at = self._count_from()
+            if self._keys_at[1] != self.log.origin:  # (the tasks before: the checkpoint's)
+                self._keys.update(self._keys_before(self._keys_at[1]))
         index, position = self._keys_at
         while entries := self.log.read(position, READ_BATCH):
             for entry in entries:
@@ -364,6 +369,19 @@ class Queue:
             position = entries[-1].next
         self._keys_at = index, position
         return self._keys.get(key)
+
+    def _keys_before(self, position: int) -> dict[str, int]:
+        """The first task of each key among the tasks before `position`, whose records this
+        producer does not read: the checkpoint's index keeps them (`keys_counted`)."""
+        from queue_worker.history.checkpoint import CheckpointRefused, keys_counted
+
+        try:
+            return keys_counted(self._location, self.log)
+        except CheckpointRefused as e:
+            raise LogError(
+                f"{self.log.name}: the keys of the tasks before position {position} are not "
+                f"known: {e}"
+            ) from e
 
     def retry(self, task_id: int) -> TaskHandle:
         """Enqueue a dead task again: a new task with the same call (linked to the dead one

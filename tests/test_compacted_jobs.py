@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from queue_worker import Queue, ResultRemovedError
 from tests.test_jobs import app_dir, producer, qw
 
 __all__ = ["app_dir"]  # (a fixture: used by name)
@@ -85,3 +86,85 @@ def test_the_report_counts_a_compacted_file_queue_as_before(app_dir: Path) -> No
 @pytest.mark.redis
 def test_the_report_counts_a_compacted_redis_queue_as_before(app_dir: Path, redis_url: str) -> None:
     _counts_survive_compaction(app_dir, redis_url)
+
+
+# -- keys ------------------------------------------------------------------------------------
+
+
+def _noting(location: str) -> tuple[Queue, Any, Any]:
+    """A producer with the app's `note` (it appends a line to a file: each run shows)."""
+    queue, add, *_ = producer(location)
+
+    @queue.task
+    def note(path: str) -> int:
+        raise AssertionError("runs in a worker")
+
+    return queue, note, add
+
+
+def _a_key_is_its_first_task_for_ever(app_dir: Path, location: str) -> None:
+    ran = app_dir / "ran.txt"
+    queue, note, add = _noting(location)
+    with queue:
+        first = note.enqueue(str(ran), key="tick-1")
+    _up(app_dir, location)  # (it sets small segments, for the writers that open after it)
+    assert ran.read_text() == "ran\n"
+    more, _, add = _noting(location)
+    with more:
+        for n in range(150):  # (more segments: the first's go)
+            add.enqueue(n, 1)
+    _up(app_dir, location)
+    _compact(app_dir, location)
+    before = _report(app_dir, location)
+    assert before["prefix"]["tasks"] > first.id  # its record was removed
+    later, note, _ = _noting(location)
+    with later:  # a producer that comes after the compaction
+        again = note.enqueue(str(ran), key="tick-1")
+        assert again.id == first.id and again.state() == "done"
+        with pytest.raises(ResultRemovedError, match=f"task {first.id} is done, but its result"):
+            again.result(timeout=10)
+        fresh = note.enqueue(str(ran), key="tick-2")
+        assert fresh.id == before["tasks_published"]
+    _up(app_dir, location)
+    assert ran.read_text() == "ran\nran\n"  # tick-2 ran; tick-1 never again
+    after = _report(app_dir, location)
+    assert after["ok"] and after["tasks_published"] == before["tasks_published"] + 1
+
+
+def test_a_key_compaction_removed_the_first_task_of_is_that_task_on_files(
+    app_dir: Path,
+) -> None:
+    _a_key_is_its_first_task_for_ever(app_dir, str(app_dir / ".qw"))
+
+
+@pytest.mark.redis
+def test_a_key_compaction_removed_the_first_task_of_is_that_task_on_redis(
+    app_dir: Path, redis_url: str
+) -> None:
+    _a_key_is_its_first_task_for_ever(app_dir, redis_url)
+
+
+def test_a_key_before_the_checkpoint_s_end_is_not_forgotten(app_dir: Path) -> None:
+    """A producer on a long tasks log counts on from the checkpoint's end
+    (`COUNT_FROM_START_BYTES`), reading none of the records before: the keys of those
+    come from the checkpoint's index, so the key's task is not appended a second time."""
+    from queue_worker.compaction.files import fold_logs
+    from queue_worker.history.checkpoint import save_checkpoint
+    from queue_worker.producer import COUNT_FROM_START_BYTES
+    from queue_worker.topics import open_topics
+
+    location = str(app_dir / ".qw")
+    queue, note, add = _noting(location)
+    with queue:
+        first = note.enqueue("unused", key="tick-1")
+        add.enqueue("x" * COUNT_FROM_START_BYTES, "")  # (one record makes the log long)
+    tasks_log, claims_log = open_topics(location)
+    with tasks_log, claims_log:
+        tasks, claims = fold_logs(location, tasks_log, claims_log)
+        save_checkpoint(location, tasks, tasks_log, claims, claims_log)
+        end = tasks_log.end()
+    later, note, _ = _noting(location)
+    with later:
+        assert later._count_from()[1] == end  # (it counts from the checkpoint's end)
+        assert note.enqueue("unused", key="tick-1").id == first.id
+        assert later.log.end() == end  # nothing appended

@@ -699,6 +699,20 @@ def tasks_counted(location: Location, tasks_log: Log) -> tuple[int, int]:
     checks it (its identity, the first and last records covered, a crc32 of every byte
     covered): ids counted from a checkpoint of another log would be wrong for ever.
     CheckpointRefused otherwise (then count from the start)."""
+    index = _checked_index(location, tasks_log)
+    return index.known, index.next_position
+
+
+def keys_counted(location: Location, tasks_log: Log) -> dict[str, int]:
+    """The first task of each key among those the checkpoint's task index knows (it keeps
+    every key for ever), checked as `tasks_counted` checks: a producer that counts on from
+    the checkpoint, or from the first task compaction kept, reads none of the records
+    before, and a key's first task is the task however long ago it ran (even once
+    compaction removed it: protocol §2). CheckpointRefused when it cannot be used."""
+    return dict(_checked_index(location, tasks_log).keys)
+
+
+def _checked_index(location: Location, tasks_log: Log) -> TaskIndexSnapshot:
     with _refusals(location) as body:
         tasks = _map(body, "tasks")
         index = _tasks_from(tasks)
@@ -707,7 +721,7 @@ def tasks_counted(location: Location, tasks_log: Log) -> tuple[int, int]:
         _check_log(log_plain, tasks_log, first_task, last_task, index.next_position)
         _check_whole(log_plain, tasks_log, index.next_position)
         TaskIndex.restore(index)  # (its consistency checks)
-        return index.known, index.next_position
+        return index
 
 
 @contextlib.contextmanager

@@ -21,7 +21,9 @@ no worker reads the tasks stream: the server picks. So one script call
   out a task of lower priority (the one place where the server must look ahead).
 
 The hash of keys grows by one field per key (as the file log's task index, which keeps
-each key's first task for ever).
+each key's first task for ever). A field may name an entry compaction trimmed: the key's
+first task is still the task, and the producer finds its id in the fold checkpoint's index
+(a task's id is its index in the topic: a trimmed entry's cannot be counted).
 """
 
 from __future__ import annotations
