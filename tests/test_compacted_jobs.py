@@ -91,6 +91,23 @@ def test_the_report_counts_a_compacted_redis_queue_as_before(app_dir: Path, redi
     _counts_survive_compaction(app_dir, redis_url)
 
 
+def test_a_prefix_saved_before_the_cancelled_count_still_loads() -> None:
+    """A compacted prefix an older qw saved lacks `cancelled_unclaimed` and `lost_by_reason`
+    (the checkpoint's version is the same): it loads with none of them; a damaged one is
+    refused."""
+    from queue_worker.history.checkpoint import CheckpointRefused
+    from queue_worker.history.prefix import ADDED_LATER, Prefix
+    from queue_worker.protocol.state import ClaimState
+
+    prefix = Prefix(100, 3, ClaimState().snapshot(), cancelled_unclaimed=2,
+                    lost_by_reason=(("lost: held", 4),))  # fmt: skip
+    assert Prefix.from_plain(prefix.to_plain()) == prefix
+    older = {k: v for k, v in prefix.to_plain().items() if k not in ADDED_LATER}
+    assert Prefix.from_plain(older) == Prefix(100, 3, prefix.state)
+    with pytest.raises(CheckpointRefused, match="the prefix's lost claims by reason"):
+        Prefix.from_plain(prefix.to_plain() | {"lost_by_reason": {"lost: held": -1}})
+
+
 # -- keys ------------------------------------------------------------------------------------
 
 
