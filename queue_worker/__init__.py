@@ -12,6 +12,9 @@ The package's face, for code that enqueues tasks or writes handlers::
 
     add.enqueue(1, 2).result(timeout=10)   # 3, once `qw up --app myjobs` runs
 
+On a queue created with partitions, `Queue(location)` is the same (queue_worker.partitions.jobs):
+each task goes into one partition, and is named ``K:ID``.
+
 `TaskFailed` is what `result()` raises for a dead or cancelled task, with its error and
 traceback; `ResultRemovedError`, for a result compaction removed.
 
@@ -76,7 +79,7 @@ __all__ = [
 
 #: where each name of the face is defined (loaded on first use)
 _HOMES: Final = {
-    "Queue": "queue_worker.producer",
+    "Queue": "queue_worker.partitions.jobs",  # (producer.Queue, partitions included)
     "TaskFunction": "queue_worker.tasks",
     "TaskHandle": "queue_worker.results",
     "TaskFailed": "queue_worker.results",

@@ -43,8 +43,8 @@ WAIT_CHUNK_S: Final = 60.0
 class TaskFailed(QwError):
     """The task is dead: its last error ("Type: message") and the handler's traceback."""
 
-    def __init__(self, task_id: int, error: str) -> None:
-        self.task_id = task_id
+    def __init__(self, task_id: int | str, error: str) -> None:
+        self.task_id = task_id  # (a partitioned queue's task: its name, K:ID)
         self.error = error.partition("\n")[0]
         self.traceback = error_traceback(error)
         text = f"task {task_id} is dead: {self.error}"
@@ -56,13 +56,21 @@ class ResultRemovedError(QwError):
 
 
 class TaskHandle:
-    """A task this program enqueued (or looked up by id: `Queue.handle`)."""
+    """A task this program enqueued (or looked up by id: `Queue.handle`). Its `id` is its
+    index in the tasks log, or on a partitioned queue its name ``K:ID`` (a str: partition K,
+    index ID there; queue_worker.partitions.jobs), which `Queue.cancel` and the commands take
+    as they take an index."""
 
     __slots__ = ("id", "queue")
 
-    def __init__(self, queue: Queue, task_id: int) -> None:
+    def __init__(self, queue: Queue, task_id: int | str) -> None:
         self.queue = queue
-        self.id = task_id
+        self.id: Any = task_id  # (Any: the int of most queues passes where an int is asked)
+
+    @property
+    def partition(self) -> int | None:
+        """The task's partition (None: its queue has no partitions)."""
+        return None if isinstance(self.id, int) else int(self.id.partition(":")[0])
 
     def state(self) -> str:
         """``pending``, ``held``, ``done`` or ``dead`` (see the module docstring)."""

@@ -154,7 +154,8 @@ class PartitionedQueue:
             rng = random.Random()
         self._next = rng.randrange(manifest.count)
 
-    def _queue(self, partition: int) -> Queue:
+    def partition_queue(self, partition: int) -> Queue:
+        """The producer of partition `partition` (opened once, its identity checked)."""
         queue = self._queues.get(partition)
         if queue is None:
             queue = Queue(
@@ -198,7 +199,9 @@ class PartitionedQueue:
             partition = self.partition_for(None if keys is None else keys[i])
             groups.setdefault(partition, []).append(i)
         check_payloads(items)  # nothing anywhere when one payload cannot be encoded
-        queues = {p: self._queue(p) for p in sorted(groups)}  # each checked before any append
+        queues = {
+            p: self.partition_queue(p) for p in sorted(groups)
+        }  # each checked before any append
         refs: list[TaskRef | None] = [None] * len(items)
         for partition, indices in sorted(groups.items()):
             ids = queues[partition].enqueue_many([items[i] for i in indices])

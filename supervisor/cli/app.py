@@ -55,7 +55,7 @@ from supervisor.width import echo
 if TYPE_CHECKING:
     from queue_worker.periodic import Ticker
     from supervisor.http_api import StatsServer
-    from supervisor.run.supervisor import Supervisor
+    from supervisor.run.supervisor import Supervisor, SupervisorOptions
 
 # A command imports what it needs when it runs: `qw --help`, `qw status` or `qw enqueue`
 # should not pay for the supervisor, the HTTP server or the worker code (see the bench's
@@ -306,25 +306,29 @@ def up(
     from supervisor.run.forked import warm_server
 
     warm_server(location, workers)  # the fork server folds the queue while we make ready
-    from supervisor.run.supervisor import (
-        RestartPolicy,
-        Supervisor,
-        SupervisorOptions,
-        default_demo_rate,
-    )
+    from supervisor.run.supervisor import RestartPolicy, SupervisorOptions, default_demo_rate
 
     if exit_when_drained and (demo or rate):
         option, value = ("--rate", rate) if rate else ("--demo", True)
         bad(option, value, f"no {option} with --exit-when-drained (the queue would never drain)")
     if rate is None:  # demo traffic only when asked: without it, the workers work the queue
         rate = default_demo_rate(workers, work_ms) if demo else 0.0
+    server_address = _parse_http(http)
     if app_module is not None:
         if handler != DEMO_HANDLER:
             bad("--app", app_module, "either --app or --handler, not both")
+        _find_app(app_module)  # (before a partitioned queue is created for it)
+        partitioned_cli.prepare(
+            location,
+            partitions,
+            workers,
+            rebalance=rebalance,
+            http=http,
+            http_address=server_address,
+        )  # the app's Queue(location) opens the partitions: they must be there first
         handler = _app_handler(app_module)
     _check_handler(handler)
     ticker = None if app_module is None or exit_when_drained else _ticker(handler, location)
-    server_address = _parse_http(http)
     token = _control_token() if http_control else None
     options = SupervisorOptions(
         data_dir=directory,
@@ -347,18 +351,39 @@ def up(
         segment_bytes=segment_bytes,
         retention=Retention(retention, retention_bytes),
     )
-    code = partitioned_cli.up(
-        options,
-        partitions,
-        http=http,
-        http_address=server_address,
-        control_token=token,
-        rebalance=rebalance,
-        tui=sys.stdout.isatty() and not no_tui,
-    )
-    if code is not None:  # a partitioned queue: run and ended
-        raise typer.Exit(code)
+    try:
+        code = partitioned_cli.up(
+            options,
+            partitions,
+            http=http,
+            http_address=server_address,
+            control_token=token,
+            rebalance=rebalance,
+            tui=sys.stdout.isatty() and not no_tui,
+            ticker=ticker,
+        )
+        if code is None:  # a queue without partitions
+            code = _up_one(options, server_address, http, token, ticker, no_tui=no_tui)
+    finally:
+        if ticker is not None:
+            ticker.queue.close()
+    raise typer.Exit(code)
+
+
+def _up_one(
+    options: SupervisorOptions,
+    server_address: tuple[str, int] | None,
+    http: str | None,
+    token: str | None,
+    ticker: Ticker | None,
+    *,
+    no_tui: bool,
+) -> int:
+    """`qw up` on a queue without partitions: runs it and returns the exit code."""
+    from supervisor.run.supervisor import Supervisor
+
     supervisor = Supervisor(options)
+    location = options.location
     supervisor.location = shown(location)  # what the dashboard shows: no password
     server = None
     if server_address is not None:
@@ -374,12 +399,10 @@ def up(
     if ticker is not None:
         ticker.start()
     try:
-        code = _run(supervisor, server, tui=sys.stdout.isatty() and not no_tui, token=token)
+        return _run(supervisor, server, tui=sys.stdout.isatty() and not no_tui, token=token)
     finally:
         if ticker is not None:
             ticker.stop()
-            ticker.queue.close()
-    raise typer.Exit(code)
 
 
 def _app_handler(text: str) -> str:
@@ -413,13 +436,27 @@ def _app_handler(text: str) -> str:
     return f"{module_name}:{queues[0]}"
 
 
+def _find_app(text: str) -> None:
+    """One line and exit 2 when `--app`'s module is not there (found, not yet imported)."""
+    import importlib.util
+
+    _cwd_on_path()
+    module_name = text.partition(":")[0]
+    try:
+        found = bool(module_name) and importlib.util.find_spec(module_name) is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        bad("--app", text, f"a module importable from the current directory {os.getcwd()}")
+
+
 def _ticker(spec: str, location: str) -> Ticker | None:
     """What enqueues the ticks of the app's periodic tasks into the queue `qw up` works
-    (None: it has none)."""
+    (None: it has none; a partitioned queue's Queue puts each tick in one partition)."""
     import importlib
 
+    from queue_worker import Queue
     from queue_worker.periodic import Ticker
-    from queue_worker.producer import Queue
 
     module_name, _, name = spec.partition(":")
     app_queue = getattr(importlib.import_module(module_name), name)

@@ -21,6 +21,7 @@ from supervisor.options import fail, shown
 from supervisor.width import echo, fit_parts, output_width
 
 if TYPE_CHECKING:  # the supervisor is imported by `up` only (enqueue and report skip it)
+    from queue_worker.periodic import Ticker
     from supervisor.http_api import StatsServer
     from supervisor.partitioned.members import MemberSupervisor
     from supervisor.partitioned.members_view import MembersView
@@ -46,6 +47,38 @@ def manifest_at(location: str, asked: int | None = None, *, create: bool = True)
         fail(str(e))
 
 
+def prepare(
+    location: str,
+    asked: int | None,
+    workers: int,
+    *,
+    rebalance: bool = False,
+    http: str | None = None,
+    http_address: tuple[str, int] | None = None,
+) -> Manifest | None:
+    """The manifest `qw up` runs (None: the queue has no partitions), after every check of
+    the options: a new partitioned queue is created only then, so that a refused `qw up`
+    writes nothing. `qw up --app` calls it before importing the app, whose `Queue(location)`
+    must find the partitions."""
+    manifest = manifest_at(location, asked, create=False)
+    count = manifest.count if manifest is not None else asked
+    if count is None or count == 1:
+        if rebalance:
+            fail("--rebalance: the queue has no partitions (create it with --partitions P)")
+        return None
+    if not rebalance:
+        try:
+            slot_partitions(workers, count)
+        except ValueError as e:
+            fail(f"--workers {workers}: {e} (or --rebalance: a member takes several)")
+    if manifest is None:
+        if http_address is not None:
+            _check_listen(http, http_address)
+        manifest = manifest_at(location, count)
+        assert manifest is not None
+    return manifest
+
+
 def up(
     options: SupervisorOptions,
     asked: int | None,
@@ -55,6 +88,7 @@ def up(
     control_token: str | None = None,
     rebalance: bool = False,
     tui: bool = False,
+    ticker: Ticker | None = None,
 ) -> int | None:
     """`qw up` on a partitioned queue: runs it and returns the exit code. `rebalance`:
     member processes that share the partitions with every other `qw up --rebalance`.
@@ -62,24 +96,18 @@ def up(
     `supervisor.partitioned.members_view`),
     else a status line a second;
     `http_address`: serve /stats, /metrics, /health and /task/K:ID there, and the page
-    (with kill and pause for `control_token`'s holder, when given)."""
-    # Every option is checked before a new queue is created: a refused `qw up` writes nothing.
-    manifest = manifest_at(options.location, asked, create=False)
-    count = manifest.count if manifest is not None else asked
-    if count is None or count == 1:
-        if rebalance:
-            fail("--rebalance: the queue has no partitions (create it with --partitions P)")
-        return None
-    if not rebalance:
-        try:
-            slot_partitions(options.workers, count)
-        except ValueError as e:
-            fail(f"--workers {options.workers}: {e} (or --rebalance: a member takes several)")
+    (with kill and pause for `control_token`'s holder, when given); `ticker`: the app's
+    periodic ticks, enqueued while the workers run."""
+    manifest = prepare(
+        options.location,
+        asked,
+        options.workers,
+        rebalance=rebalance,
+        http=http,
+        http_address=http_address,
+    )
     if manifest is None:
-        if http_address is not None:
-            _check_listen(http, http_address)
-        manifest = manifest_at(options.location, count)
-        assert manifest is not None
+        return None
     from supervisor.partitioned.members import MemberSupervisor
     from supervisor.partitioned.run import PartitionedSupervisor
 
@@ -112,7 +140,7 @@ def up(
         else:
             for part in sup.parts:
                 part.http_address = server.address
-    _run(sup, view if tui else None, server, control_token)
+    _run(sup, view if tui else None, server, control_token, ticker)
     code = sup.exit_code
     assert code is not None
     q = sup.snapshot().queue
@@ -165,9 +193,10 @@ def _run(
     dashboard: PartitionedView | MembersView | None,
     server: StatsServer | None,
     token: str | None = None,
+    ticker: Ticker | None = None,
 ) -> None:
-    """Start `sup`, show it (the dashboard, or a status line a second) until it has ended;
-    on any way out, no worker is left behind."""
+    """Start `sup` (and `ticker` once it runs), show it (the dashboard, or a status line a
+    second) until it has ended; on any way out, no worker is left behind."""
     from supervisor.partitioned.run import run_partitioned_progress
     from supervisor.run.signals import stop_on_signals
 
@@ -177,6 +206,8 @@ def _run(
         except (LogError, OSError) as e:
             fail(str(e))
         try:
+            if ticker is not None:
+                ticker.start()
             note = None
             if server is not None:
                 server.start()
@@ -195,6 +226,8 @@ def _run(
         finally:
             if server is not None:
                 server.close()
+            if ticker is not None:
+                ticker.stop()
 
 
 def task_parser(high: int) -> Callable[[str], str]:

@@ -3,11 +3,16 @@ same call (linked to the dead one: `retry_of`) or the same payload; `qw cancel I
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
+from supervisor.cli import partitioned_commands as partitioned_cli
+from supervisor.cli.option_parsers import TASK_NAME
 from supervisor.options import DEFAULT_DIR, DirOption, LogOption, bad, fail, location_of
+
+#: what ID is, in both commands' help
+ID_HELP = "; PARTITION:ID on a partitioned queue."
 
 
 def register(app: typer.Typer) -> None:
@@ -16,27 +21,40 @@ def register(app: typer.Typer) -> None:
 
 
 def cancel(
-    task: Annotated[int, typer.Argument(metavar="ID", help="The pending or held task.")],
+    task: Annotated[
+        str,
+        typer.Argument(parser=TASK_NAME, metavar="ID", help="The pending or held task" + ID_HELP),
+    ],
     directory: DirOption = DEFAULT_DIR,
     log: LogOption = None,
 ) -> None:
     """Cancel a task: a CANCEL record makes it dead. A pending task never runs; a held
     one's next renewal is refused, so its handler sees ctx.cancelled."""
     from logstore import LogError
-    from queue_worker.producer import Queue
+    from queue_worker import Queue
 
-    if task < 0:
-        bad("ID", task, "a task id >= 0")
+    location = location_of(directory, log)
+    named = _named(location, task)
     try:
-        with Queue(location_of(directory, log)) as queue:
-            queue.cancel(task)
+        with Queue(location) as queue:
+            queue.cancel(named)
     except (ValueError, LogError) as e:
         fail(str(e))
     typer.echo(f"task {task} cancelled")
 
 
+def _named(location: str, task: str) -> Any:
+    """`task` as the queue's handles name it: an id, or PARTITION:ID on a partitioned
+    queue (one line and exit 2 for a name that does not fit the queue: `task_location`)."""
+    _, task_id, label = partitioned_cli.task_location(location, task)
+    return label if ":" in label else task_id
+
+
 def retry(
-    task: Annotated[int | None, typer.Argument(metavar="[ID]", help="The dead task.")] = None,
+    task: Annotated[
+        str | None,
+        typer.Argument(parser=TASK_NAME, metavar="[ID]", help="The dead task" + ID_HELP),
+    ] = None,
     dead: Annotated[
         bool, typer.Option("--dead", help="Every dead task that no task retries yet.")
     ] = False,
@@ -49,16 +67,15 @@ def retry(
     it retries); a dead payload task carries no such link, so it is listed, for qw retry ID.
     """
     from logstore import LogError
-    from queue_worker.producer import Queue
+    from queue_worker import Queue
 
     if (task is None) == (not dead):
         bad("ID", task, "one task id, or --dead (not both)")
-    if task is not None and task < 0:
-        bad("ID", task, "a task id >= 0")
     location = location_of(directory, log)
+    named: Any = None if task is None else _named(location, task)
     try:
         with Queue(location) as queue:
-            ids, payloads = ([task], []) if task is not None else queue.dead_not_retried()
+            ids, payloads = ([named], []) if task is not None else queue.dead_not_retried()
             for dead_id in ids:
                 new = queue.retry(dead_id)
                 typer.echo(f"task {dead_id} retried as task {new.id}")
