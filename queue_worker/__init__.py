@@ -38,7 +38,7 @@ from queue_worker.errors import QwError
 
 if TYPE_CHECKING:
     from queue_worker.history.checkpoint import CheckpointError, CheckpointRefused
-    from queue_worker.producer import Queue
+    from queue_worker.partitions.jobs import Queue
     from queue_worker.proof.report import ReportInputError
     from queue_worker.protocol.records import RecordDecodeError, RecordEncodeError, TaskIdRangeError
     from queue_worker.results import ResultRemovedError as ResultRemovedError
@@ -79,7 +79,7 @@ __all__ = [
 
 #: where each name of the face is defined (loaded on first use)
 _HOMES: Final = {
-    "Queue": "queue_worker.partitions.jobs",  # (producer.Queue, partitions included)
+    "Queue": "queue_worker.partitions.jobs",  # (producer.Queue, or a partitioned queue's)
     "TaskFunction": "queue_worker.tasks",
     "TaskHandle": "queue_worker.results",
     "TaskFailed": "queue_worker.results",

@@ -36,11 +36,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, cast, overload
+from typing import TYPE_CHECKING, Any, cast, overload
 
 from logstore import Durability, Log, LogError, PositionCompactedError, is_redis_url
 from queue_worker.errors import QwError
-from queue_worker.partition_layout import read_manifest
 from queue_worker.protocol.clock import Clock, now_us, seconds_to_us
 from queue_worker.protocol.records import (
     Done,
@@ -66,21 +65,9 @@ if TYPE_CHECKING:
 #: what loading the checkpoint's modules costs `qw enqueue`, which needs none of the fold's)
 COUNT_FROM_START_BYTES = 1 << 20
 
-_Q = TypeVar("_Q", bound="Queue")
-
 
 class Queue:
-    """A producer handle on one queue's tasks log; `Queue(location)` of a partitioned queue
-    is its `partitioned` subclass, over one Queue per partition."""
-
-    #: set by queue_worker.partitions.jobs (a layer above) when loaded: the face's Queue is
-    partitioned: ClassVar[type[Queue] | None] = None
-
-    def __new__(cls: type[_Q], location: str | Path, *args: Any, **kwargs: Any) -> _Q:
-        mine = kwargs.get("tasks_log") is None and not kwargs.get("immediate")
-        if cls is Queue and mine and cls.partitioned and read_manifest(location) is not None:
-            return cast("_Q", object.__new__(cls.partitioned))
-        return object.__new__(cls)
+    """A producer handle on one queue's tasks log."""
 
     def __init__(
         self,

@@ -15,11 +15,12 @@ from queue_worker import Queue, QwError, TaskContext, time_limit
 
 
 def test_the_face_names_are_the_real_things() -> None:
+    from queue_worker.partitions.jobs import Queue as JobsQueue
     from queue_worker.producer import Queue as ProducerQueue
     from queue_worker.worker.handlers import TaskContext as HandlersContext
     from queue_worker.worker.handlers import time_limit as handlers_time_limit
 
-    assert Queue is ProducerQueue
+    assert Queue is JobsQueue and issubclass(Queue, ProducerQueue)  # (partitions: jobs.py)
     assert TaskContext is HandlersContext
     assert time_limit is handlers_time_limit
     for name in queue_worker.__all__:

@@ -1,6 +1,8 @@
-"""Tasks by name on a partitioned queue: `Queue(location)` of a queue created with
-partitions is a `PartitionedJobs`, so that a program's `@queue.task`, `f.enqueue(...)`,
-`handle.result()`, `queue.cancel(id)` and `@queue.periodic` are the same on it.
+"""Tasks by name on a partitioned queue: the face's `Queue(location)` (`from queue_worker
+import Queue`) of a queue created with partitions is a `PartitionedJobs`, so that a
+program's `@queue.task`, `f.enqueue(...)`, `handle.result()`, `queue.cancel(id)` and
+`@queue.periodic` are the same on it. (`queue_worker.producer.Queue`, below the
+partitions, opens one queue's tasks log, and refuses a partitioned queue's location.)
 
 It registers functions as any Queue does, and puts each call into one partition through
 that partition's own Queue (`PartitionedQueue.partition_queue`: the one implementation of
@@ -25,13 +27,13 @@ import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from logstore import is_redis_url
+from queue_worker import producer
 from queue_worker.errors import QwError
 from queue_worker.partition_layout import PartitionError, TaskRef, parse_task_ref, read_manifest
 from queue_worker.partitions.queue import PartitionedQueue
-from queue_worker.producer import Queue
 from queue_worker.protocol.clock import Clock, now_us
 from queue_worker.protocol.records import with_traceback
 from queue_worker.results import ResultRemovedError, TaskFailed, TaskHandle
@@ -39,6 +41,21 @@ from queue_worker.results import ResultRemovedError, TaskFailed, TaskHandle
 __all__ = ["PartitionedJobs", "Queue"]
 
 _TASK_ID = re.compile(r"\btask (\d+)\b")
+_Q = TypeVar("_Q", bound="Queue")
+
+
+class Queue(producer.Queue):
+    """The face's Queue: `producer.Queue` on a queue without partitions (or with
+    `immediate=` or `tasks_log=`), a `PartitionedJobs` on a partitioned queue's location."""
+
+    def __new__(cls: type[_Q], location: str | Path, *args: Any, **kwargs: Any) -> _Q:
+        one = kwargs.get("immediate") or kwargs.get("tasks_log") is not None
+        if cls is Queue and not one and read_manifest(location) is not None:
+            return cast("_Q", object.__new__(PartitionedJobs))  # (then its __init__ runs)
+        return object.__new__(cls)
+
+    def __enter__(self: _Q) -> _Q:
+        return self
 
 
 class PartitionedJobs(Queue):
@@ -190,6 +207,3 @@ def _naming(partition: int) -> Iterator[None]:
         if text == str(e):
             raise
         raise type(e)(text) from None
-
-
-Queue.partitioned = PartitionedJobs
