@@ -79,7 +79,7 @@ __all__ = [
 
 #: where each name of the face is defined (loaded on first use)
 _HOMES: Final = {
-    "Queue": "queue_worker.partitions.jobs",  # (producer.Queue, or a partitioned queue's)
+    "Queue": "queue_worker.partitions.jobs",  # (producer.Queue, on partitions too)
     "TaskFunction": "queue_worker.tasks",
     "TaskHandle": "queue_worker.results",
     "TaskFailed": "queue_worker.results",

@@ -224,10 +224,10 @@ class Reader:
 
         def ready() -> bool:
             assert proc.poll() is None, f"{block.where}: `{command}` exited:\n{out.read_text()}"
-            if argv[1] == "up":
-                return (
-                    data_dir(argv, self.cwd) / "run" / "supervisors" / f"{proc.pid}.json"
-                ).exists()
+            if argv[1] == "up":  # (a partitioned queue's: in each partition's run dir)
+                status = Path("run") / "supervisors" / f"{proc.pid}.json"
+                where = data_dir(argv, self.cwd)
+                return (where / status).exists() or (where / "p0" / status).exists()
             return out.stat().st_size > 0
 
         wait_until(ready, 60, f"`{command}` ({block.where}) to be running")
