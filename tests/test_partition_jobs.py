@@ -71,13 +71,13 @@ def app_dir(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def up_app(app_dir: Path, *args: str) -> Iterator[subprocess.Popen[str]]:
-    """`qw up --app myjobs …` on app_dir/.qw while the test runs; drained after it."""
-    location = str(app_dir / ".qw")
+def up_app(app_dir: Path, *args: str, url: str | None = None) -> Iterator[subprocess.Popen[str]]:
+    """`qw up --app myjobs …` on app_dir/.qw (or `url`) while the test runs; drained after."""
+    location = url or str(app_dir / ".qw")
+    where = ["--log", location] if url else ["--dir", location]
     with (app_dir / "up.out").open("w") as out:
         proc = subprocess.Popen(
-            [*QW, "up", "--no-tui", "--app", "myjobs", "--dir", location, "--backoff", "0.01",
-             *args],
+            [*QW, "up", "--no-tui", "--app", "myjobs", *where, "--backoff", "0.01", *args],
             cwd=app_dir, stdout=out, stderr=subprocess.STDOUT, text=True,
             env={**os.environ, "QW_TEST_QUEUE": location},
         )  # fmt: skip
@@ -260,3 +260,23 @@ def test_an_app_s_periodic_ticks_run_once_each_over_the_partitions(tmp_path: Pat
     assert len(ran) == len({key for _, key in ran})  # no tick ran twice
     assert len(ran) == len(ticks.read_text().splitlines())
     assert {k for k, _ in ran} == {0, 1}  # the ticks' keys hash over both partitions
+
+
+@pytest.mark.redis
+def test_an_app_on_a_partitioned_redis_queue_gets_its_results(
+    app_dir: Path, redis_url: str
+) -> None:
+    for _ in up_app(app_dir, "--partitions", "2", "--workers", "2", url=redis_url):
+        queue, add, *_ = producer(redis_url)
+        with queue:
+            handles = [add.enqueue(n, 1, priority=n % 3) for n in range(8)]
+            assert [h.result(timeout=60) for h in handles] == [n + 1 for n in range(8)]
+            assert {h.partition for h in handles} == {0, 1}
+            keyed = add.enqueue(1, 2, key="once")  # (the key's first task, found by the server)
+            assert add.enqueue(5, 5, key="once").id == keyed.id and keyed.result(timeout=60) == 3
+            later = add.enqueue(7, 7, delay=600)
+            queue.cancel(later.id)
+            with pytest.raises(TaskFailed, match=f"^task {later.id} is dead: cancelled by"):
+                later.result(timeout=60)
+    result = qw("report", "--log", redis_url, cwd=app_dir)
+    assert result.returncode == 0, result.stdout + result.stderr
