@@ -195,6 +195,19 @@ def test_refused_task_names_and_dependencies_write_nothing(tmp_path: Path) -> No
         assert first[1].state() == "cancelled"
 
 
+def test_qw_up_refuses_an_app_it_cannot_find_before_it_creates_the_partitions(
+    app_dir: Path,
+) -> None:
+    for args, says in (
+        (["--app", "nosuch"], "got 'nosuch'; expected a module importable from the current"),
+        (["--app", "myjobs", "--workers", "1"], "--workers 1: 1 workers for 2 partitions"),
+    ):
+        refused = qw("up", "--no-tui", "--partitions", "2", *args, cwd=app_dir)
+        assert refused.returncode == 2 and says in refused.stderr, refused.stderr
+        assert len(refused.stderr.splitlines()) == 1
+        assert not (app_dir / ".qw").exists()
+
+
 def _held(location: str) -> tuple[int, int] | None:
     """A task held now in the partition at `location`, and its holder's pid."""
     state = ClaimState()

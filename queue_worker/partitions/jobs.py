@@ -40,7 +40,8 @@ from queue_worker.results import ResultRemovedError, TaskFailed, TaskHandle
 
 __all__ = ["PartitionedJobs", "Queue"]
 
-_TASK_ID = re.compile(r"\btask (\d+)\b")
+#: how a partition's Queue names a task in its errors: "task 7 is …", "after= names task 7, …"
+_TASK_ID = re.compile(r"^((?:after= names )?task )(\d+)\b")
 _Q = TypeVar("_Q", bound="Queue")
 
 
@@ -70,10 +71,10 @@ class PartitionedJobs(Queue):
         tasks_log: object = None,
         clock: Clock = now_us,
     ) -> None:
-        """`immediate` and `tasks_log` are a single queue's (`Queue.__new__` never gives
-        them here)."""
-        if immediate or tasks_log is not None:
-            raise QwError("a partitioned queue has no immediate mode and no given tasks log")
+        """`immediate`, `tasks_log` and `clock` are a single queue's (`Queue.__new__` never
+        gives the first two here)."""
+        if immediate or tasks_log is not None or clock is not now_us:
+            raise QwError("a partitioned queue has no immediate mode, given tasks log or clock")
         manifest = read_manifest(location)
         if manifest is None:
             raise PartitionError(f"{location} holds no partitioned queue")
@@ -82,7 +83,6 @@ class PartitionedJobs(Queue):
         self.immediate = False
         self._location = location if is_redis_url(str(location)) else Path(location)
         self.partitions = PartitionedQueue(location, manifest, fsync)
-        self._clock = clock
 
     def enqueue_call(
         self,
@@ -115,8 +115,9 @@ class PartitionedJobs(Queue):
         if isinstance(after, TaskHandle | int | str | bytes) or not isinstance(after, Iterable):
             raise ValueError(f"after is {after!r}; expected a list of task handles or names")
         refs = {self._ref(item, "after= holds") for item in after}
+        hashed = key if isinstance(key, str) else None  # (another type: the Queue refuses it)
         if not refs:
-            return self.partitions.partition_for(key), []
+            return self.partitions.partition_for(hashed), []
         found = sorted({ref.partition for ref in refs})
         if len(found) > 1:
             raise ValueError(
@@ -124,9 +125,9 @@ class PartitionedJobs(Queue):
                 "of one partition (a task waits only for tasks of its own partition)"
             )
         partition = found[0]
-        if key is not None and self.partitions.partition_for(key) != partition:
+        if hashed is not None and self.partitions.partition_for(hashed) != partition:
             raise ValueError(
-                f"key {key!r} belongs to partition {self.partitions.partition_for(key)}, but "
+                f"key {key!r} belongs to partition {self.partitions.partition_for(hashed)}, but "
                 f"after= names tasks of partition {partition}; expected a key of that partition, "
                 "or no key"
             )
@@ -203,7 +204,7 @@ def _naming(partition: int) -> Iterator[None]:
         error = with_traceback(e.error, e.traceback)
         raise TaskFailed(f"{partition}:{e.task_id}", error) from None
     except (ValueError, TimeoutError, ResultRemovedError) as e:
-        text = _TASK_ID.sub(rf"task {partition}:\1", str(e))
+        text = _TASK_ID.sub(rf"\g<1>{partition}:\2", str(e), count=1)
         if text == str(e):
             raise
         raise type(e)(text) from None
