@@ -96,7 +96,7 @@ class Queue:
         self._keys: dict[str, int] = {}
         self._keys_at: tuple[int, int] | None = None
         self._duplicates: dict[int, int] = {}  # a later task of a key -> the first
-        self._retried: set[int] = set()  # the dead tasks a task in the log retries
+        self._retried: dict[int, int] = {}  # a dead task -> the first task that retries it
         if immediate:
             return
         self._owns_log = tasks_log is None
@@ -332,7 +332,7 @@ class Queue:
         try:
             task_id = self._index_of(position)
         except PositionCompactedError as e:  # (only a key's first task can be that old)
-            first = self._keys_before(e.start).get(key or "")
+            first = self._links_before(e.start)[0].get(key or "")
             if first is None:
                 raise LogError(
                     f"{self.log.name}: the first task of key {key!r} was removed by "
@@ -350,7 +350,9 @@ class Queue:
         if self._keys_at is None:
             self._keys_at = self._count_from()
             if self._keys_at[1] != self.log.origin:  # (the tasks before: the checkpoint's)
-                self._keys.update(self._keys_before(self._keys_at[1]))
+                keys, retried = self._links_before(self._keys_at[1])
+                self._keys.update(keys)
+                self._retried.update(retried)
         index, position = self._keys_at
         while entries := self.log.read(position, READ_BATCH):
             for entry in entries:
@@ -364,29 +366,31 @@ class Queue:
                         if first != index:
                             self._duplicates[index] = first
                     if isinstance(record, TaskRecord) and record.retry_of is not None:
-                        self._retried.add(record.retry_of)
+                        self._retried.setdefault(record.retry_of, index)
                 index += 1
             position = entries[-1].next
         self._keys_at = index, position
         return self._keys.get(key)
 
-    def _keys_before(self, position: int) -> dict[str, int]:
-        """The first task of each key among the tasks before `position`, whose records this
-        producer does not read: the checkpoint's index keeps them (`keys_counted`)."""
-        from queue_worker.history.checkpoint import CheckpointRefused, keys_counted
+    def _links_before(self, position: int) -> tuple[dict[str, int], dict[int, int]]:
+        """The first task of each key, and the first retry of each dead task retried, among
+        the tasks before `position`, whose records this producer does not read: the
+        checkpoint's index keeps them (`links_counted`)."""
+        from queue_worker.history.checkpoint import CheckpointRefused, links_counted
 
         try:
-            return keys_counted(self._location, self.log)
+            return links_counted(self._location, self.log)
         except CheckpointRefused as e:
             raise LogError(
-                f"{self.log.name}: the keys of the tasks before position {position} are not "
-                f"known: {e}"
+                f"{self.log.name}: the keys and retries of the tasks before position "
+                f"{position} are not known: {e}"
             ) from e
 
     def retry(self, task_id: int) -> TaskHandle:
         """Enqueue a dead task again: a new task with the same call (linked to the dead one
-        by `retry_of`) or the same payload; its handle. ValueError when the task is not dead
-        or its record cannot be read."""
+        by `retry_of`) or the same payload; its handle. ValueError when the task is not dead,
+        a task retries it already (its retry is in the tasks log), or its record cannot be
+        read."""
         from queue_worker.proof.log_reading import read_task
 
         if self.immediate:
@@ -394,6 +398,12 @@ class Queue:
         state = self._reader().state(task_id)
         if state != "dead":
             raise ValueError(f"task {task_id} is {state}; expected a dead task")
+        self._first_of_key("")  # (reads the retries in the tasks log as far as it goes)
+        if task_id in self._retried:
+            raise ValueError(
+                f"task {task_id} was retried already, by task {self._retried[task_id]}; "
+                "expected a dead task that no task retries yet"
+            )
         record = read_task(self._location, task_id)
         if not isinstance(record, TaskRecord):
             why = "it is not in the tasks log" if record is None else record

@@ -558,6 +558,8 @@ class TaskIndexSnapshot(NamedTuple):
     duplicates: tuple[tuple[int, int], ...] = ()
     #: (task, its dependencies) of each task with dependencies (type "A")
     after: tuple[tuple[int, tuple[int, ...]], ...] = ()
+    #: (dead task, the first task that retries it) of each task retried (`retry_of`)
+    retried: tuple[tuple[int, int], ...] = ()
 
     @property
     def known(self) -> int:
@@ -595,6 +597,9 @@ class TaskIndex:
         #: task -> the earlier tasks it waits for (`enqueue(after=…)`): what the pick reads
         #: (`queue_worker.worker.dependencies`)
         self.after: dict[int, tuple[int, ...]] = {}
+        #: dead task -> the first task that retries it (for ever, as the keys: `qw retry`
+        #: never retries a dead task twice, however long ago its retry was enqueued)
+        self.retried: dict[int, int] = {}
         # The bytes of small TASK records this worker is likely to run (`keep_payloads`),
         # so that winning one does not cost a read of the log (a tenth of a no-op task).
         self._kept: OrderedDict[int, bytes] = OrderedDict()
@@ -668,6 +673,8 @@ class TaskIndex:
                 first = self.keys.setdefault(record.key, task)
                 if first != task:
                     self.duplicates[task] = first
+            if record.retry_of is not None:
+                self.retried.setdefault(record.retry_of, task)
             if record.after:
                 later = [d for d in record.after if d >= task]
                 if later:  # (no producer writes one: a cycle, or a wait for ever)
@@ -718,6 +725,7 @@ class TaskIndex:
             tuple(self.keys.items()),
             tuple(self.duplicates.items()),
             tuple(self.after.items()),
+            tuple(self.retried.items()),
         )
 
     @classmethod
@@ -752,6 +760,7 @@ class TaskIndex:
         index.keys = dict(snap.keys)
         index.duplicates = dict(snap.duplicates)
         index.after = dict(snap.after)
+        index.retried = dict(snap.retried)
         ids = [*index.foreign, *index.unreadable]
         # an unreadable record is never also foreign (`_index` stops at the decode error)
         if len(set(ids)) != len(snap.foreign) + len(snap.unreadable):

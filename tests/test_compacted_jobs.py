@@ -1,7 +1,8 @@
-"""Cancelled tasks and keys after `qw compact`, on files and on Redis: the report of the
-compacted queue counts as the one before it did, and a key whose first task compaction
-removed still resolves to that task (protocol §2, "key"). Real `qw up` workers, real
-compactions, a real redis-server."""
+"""Cancelled tasks, keys and retries after `qw compact`, on files and on Redis: the report of
+the compacted queue counts as the one before it did, a key whose first task compaction
+removed still resolves to that task (protocol §2, "key"), and a dead task whose retry
+compaction removed is not retried again (protocol §2, "retry_of"). Real `qw up` workers,
+real compactions, a real redis-server."""
 
 from __future__ import annotations
 
@@ -108,6 +109,36 @@ def test_a_prefix_saved_before_the_cancelled_count_still_loads() -> None:
         Prefix.from_plain(prefix.to_plain() | {"lost_by_reason": {"lost: held": -1}})
 
 
+def _small_segments(location: str) -> None:
+    """Small segments (what `qw up` sets) from the first record on: some go at compaction."""
+    if not location.startswith("redis"):
+        for topic in (TASKS_TOPIC, CLAIMS_TOPIC):
+            open_log(location, topic, family=TOPICS, segment_bytes=SEGMENT_BYTES).close()
+
+
+def test_a_checkpoint_saved_before_the_retries_still_loads(tmp_path: Path) -> None:
+    """The task index keeps each dead task's first retry, and so does its checkpoint
+    ("retried"); one an older qw saved lacks it (the checkpoint's version is the same): it
+    loads with no retries; a damaged one is refused."""
+    from queue_worker.history.checkpoint import CheckpointRefused, _tasks_from, _tasks_plain
+    from queue_worker.protocol.records import TaskRecord, encode
+    from queue_worker.topics import TaskIndex
+
+    with open_log(str(tmp_path / ".qw"), TASKS_TOPIC, family=TOPICS) as log:
+        for retry_of in (None, 0, 0, None):  # (task 2 retries task 0 too: 1 is its retry)
+            log.append(encode(TaskRecord(None, 0, "f", [], {}, retry_of=retry_of)))
+        index = TaskIndex(log.start)
+        index.catch_up(log)
+    snap = index.snapshot()
+    assert snap.retried == ((0, 1),)
+    plain = _tasks_plain(snap, {})
+    assert _tasks_from(plain) == snap and TaskIndex.restore(snap).retried == {0: 1}
+    older = {k: v for k, v in plain.items() if k != "retried"}
+    assert _tasks_from(older) == snap._replace(retried=())
+    with pytest.raises(CheckpointRefused):
+        _tasks_from(plain | {"retried": [[0, "1"]]})
+
+
 # -- keys ------------------------------------------------------------------------------------
 
 
@@ -124,9 +155,7 @@ def _noting(location: str) -> tuple[Queue, Any, Any]:
 
 def _a_key_is_its_first_task_for_ever(app_dir: Path, location: str) -> None:
     ran = app_dir / "ran.txt"
-    if not location.startswith("redis"):  # small segments (what `qw up` sets): some go
-        for topic in (TASKS_TOPIC, CLAIMS_TOPIC):
-            open_log(location, topic, family=TOPICS, segment_bytes=SEGMENT_BYTES).close()
+    _small_segments(location)
     queue, note, add = _noting(location)
     with queue:
         first = note.enqueue(str(ran), key="tick-1")
@@ -187,3 +216,108 @@ def test_a_key_before_the_checkpoint_s_end_is_not_forgotten(app_dir: Path) -> No
         assert later._count_from()[1] == end  # (it counts from the checkpoint's end)
         assert note.enqueue("unused", key="tick-1").id == first.id
         assert later.log.end() == end  # nothing appended
+
+
+# -- retries ---------------------------------------------------------------------------------
+
+#: a task that dies (one attempt) while its file exists, and is done once it is gone
+FAILS_WHILE = """
+
+@queue.task(max_attempts=1)
+def fails_while(path):
+    if os.path.exists(path):
+        raise ValueError(f"{path} exists")
+"""
+
+
+def _retried_dead_tasks(app_dir: Path, location: str, flag: Path) -> dict[int, int]:
+    """Three tasks that die (while `flag` exists), then `qw retry --dead`: the retries, by
+    the dead task each retries (pending: `flag` is gone)."""
+    with (app_dir / "myjobs.py").open("a") as app:
+        app.write(FAILS_WHILE)
+    flag.touch()
+    queue, *_ = producer(location)
+    with queue:
+        dead = [queue.enqueue_call("fails_while", [str(flag)]).id for _ in range(3)]
+    _up(app_dir, location)
+    flag.unlink()
+    retried = qw("retry", "--dead", *_place(location), cwd=app_dir)
+    assert retried.returncode == 0, retried.stderr
+    lines = [line.split() for line in retried.stdout.splitlines()]
+    retries = {int(words[1]): int(words[-1]) for words in lines}
+    assert sorted(retries) == dead, retried.stdout
+    return retries
+
+
+def _nothing_retried_again(app_dir: Path, location: str, retries: dict[int, int]) -> None:
+    """`qw retry --dead` finds no dead task to retry, and `qw retry ID` of one already
+    retried says by which task; neither appends anything."""
+    with Queue(location) as queue:
+        end = queue.log.end()
+    again = qw("retry", "--dead", *_place(location), cwd=app_dir)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.strip() == "no dead task to retry"
+    dead, retry = min(retries.items())
+    refused = qw("retry", str(dead), *_place(location), cwd=app_dir)
+    assert refused.returncode == 2
+    assert refused.stderr.strip() == (
+        f"qw: error: task {dead} was retried already, by task {retry}; "
+        "expected a dead task that no task retries yet"
+    )
+    with Queue(location) as queue:
+        assert queue.log.end() == end
+
+
+def _a_retried_task_is_not_retried_after_compaction(app_dir: Path, location: str) -> None:
+    _small_segments(location)
+    retries = _retried_dead_tasks(app_dir, location, app_dir / "fail")
+    queue, add, *_ = producer(location)
+    with queue:
+        for n in range(150):  # (more segments: the retries' go)
+            add.enqueue(n, 1)
+    _up(app_dir, location)  # the retries run, and are done
+    _compact(app_dir, location)
+    compacted = _report(app_dir, location)
+    assert compacted["ok"], compacted["verdict"]
+    assert compacted["prefix"]["tasks"] > max(retries.values())  # their records were removed
+    with Queue(location) as later:
+        assert {later.state(t) for t in retries} == {"dead"}
+        assert {later.state(t) for t in retries.values()} == {"done"}
+    _nothing_retried_again(app_dir, location, retries)
+
+
+def test_a_dead_task_retried_is_not_retried_again_after_compaction_on_files(
+    app_dir: Path,
+) -> None:
+    _a_retried_task_is_not_retried_after_compaction(app_dir, str(app_dir / ".qw"))
+
+
+@pytest.mark.redis
+def test_a_dead_task_retried_is_not_retried_again_after_compaction_on_redis(
+    app_dir: Path, redis_url: str
+) -> None:
+    _a_retried_task_is_not_retried_after_compaction(app_dir, redis_url)
+
+
+def test_a_retry_before_the_checkpoint_s_end_is_not_forgotten(app_dir: Path) -> None:
+    """A producer on a long tasks log counts on from the checkpoint's end, reading none of
+    the records before: the retries among those come from the checkpoint's index, so a
+    dead task retried is not retried a second time."""
+    from queue_worker.compaction.files import fold_logs
+    from queue_worker.history.checkpoint import save_checkpoint
+    from queue_worker.producer import COUNT_FROM_START_BYTES
+    from queue_worker.topics import open_topics
+
+    location = str(app_dir / ".qw")
+    retries = _retried_dead_tasks(app_dir, location, app_dir / "fail")
+    queue, add, *_ = producer(location)
+    with queue:
+        add.enqueue("x" * COUNT_FROM_START_BYTES, "")  # (one record makes the log long)
+    tasks_log, claims_log = open_topics(location)
+    with tasks_log, claims_log:
+        tasks, claims = fold_logs(location, tasks_log, claims_log)
+        save_checkpoint(location, tasks, tasks_log, claims, claims_log)
+        end = tasks_log.end()
+    with Queue(location) as later:
+        assert later._count_from()[1] == end  # (it counts from the checkpoint's end)
+    _nothing_retried_again(app_dir, location, retries)

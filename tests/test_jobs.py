@@ -464,6 +464,12 @@ def test_qw_retry_enqueues_a_dead_task_again_linked_to_it(app_dir: Path) -> None
     assert (record.function, record.args, record.retry_of) == ("always_fails", [7], failing.id)
     again = qw("retry", "--dead", cwd=app_dir)  # the retry is pending: nothing to retry
     assert again.stdout.strip() == "no dead task to retry"
+    twice = qw("retry", str(failing.id), cwd=app_dir)  # never a second retry of one task
+    assert (twice.returncode, twice.stdout) == (2, "")
+    assert twice.stderr.strip() == (
+        f"qw: error: task {failing.id} was retried already, by task 2; expected a dead task "
+        "that no task retries yet"
+    )
 
 
 # -- periodic tasks --------------------------------------------------------------------------

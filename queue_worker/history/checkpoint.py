@@ -20,7 +20,7 @@ map::
                "base": int, "settled": int, "positions": bytes, "foreign": [task],
                "unreadable": [[task, why]], "scheduled": [[task, not_before, priority]],
                "keys": [[key, task]], "duplicates": [[task, first]],
-               "after": [[task, [task]]]}
+               "after": [[task, [task]]], "retried": [[task, retry]]}
     "claims": {"log": LOG, "next_position": int, "malformed": int, "last_malformed": str|nil,
                "state": {"position", "done_count", "dead_count", "unknown_count",
                          "watermark": int, "closed_above": [task], "dead": [[task, error]],
@@ -517,6 +517,7 @@ def _tasks_plain(index: TaskIndexSnapshot, log: dict[str, Any]) -> dict[str, Any
         "keys": [list(item) for item in index.keys],
         "duplicates": [list(item) for item in index.duplicates],
         "after": [[task, list(after)] for task, after in index.after],
+        "retried": [list(item) for item in index.retried],
     }
 
 
@@ -703,13 +704,16 @@ def tasks_counted(location: Location, tasks_log: Log) -> tuple[int, int]:
     return index.known, index.next_position
 
 
-def keys_counted(location: Location, tasks_log: Log) -> dict[str, int]:
-    """The first task of each key among those the checkpoint's task index knows (it keeps
-    every key for ever), checked as `tasks_counted` checks: a producer that counts on from
-    the checkpoint, or from the first task compaction kept, reads none of the records
-    before, and a key's first task is the task however long ago it ran (even once
-    compaction removed it: protocol §2). CheckpointRefused when it cannot be used."""
-    return dict(_checked_index(location, tasks_log).keys)
+def links_counted(location: Location, tasks_log: Log) -> tuple[dict[str, int], dict[int, int]]:
+    """The first task of each key, and the first retry of each dead task retried, among
+    the tasks the checkpoint's task index knows (it keeps both for ever), checked as
+    `tasks_counted` checks: a producer that counts on from the checkpoint, or from the
+    first task compaction kept, reads none of the records before, yet a key's first task
+    is the task however long ago it ran (even once compaction removed it: protocol §2),
+    and a dead task retried is never retried again. CheckpointRefused when it cannot be
+    used."""
+    index = _checked_index(location, tasks_log)
+    return dict(index.keys), dict(index.retried)
 
 
 def _checked_index(location: Location, tasks_log: Log) -> TaskIndexSnapshot:
@@ -918,6 +922,9 @@ def _tasks_from(plain: dict[str, Any]) -> TaskIndexSnapshot:
         if "duplicates" in plain
         else (),
         _after(plain),
+        tuple((_int_item(t), _int_item(r)) for t, r in _pairs(plain, "retried"))
+        if "retried" in plain
+        else (),
     )
 
 

@@ -62,6 +62,7 @@ def retry(
     log: LogOption = None,
 ) -> None:
     """Enqueue a dead task again: a new task, the same call. Prints each new task's id.
+    A task is retried once: a dead task that a task retries already is refused.
 
     --dead retries the dead tasks by name that no task retries yet (a retry names the task
     it retries); a dead payload task carries no such link, so it is listed, for qw retry ID.
