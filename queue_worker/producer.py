@@ -263,8 +263,9 @@ class Queue:
             raise RecordEncodeError(f"{_call_text(record)} cannot be enqueued: {e}") from e
         if self.immediate:
             return self._run_now(record)
-        if (not_before or priority or key is not None) and is_redis_url(str(self._location)):
-            return self._enqueue_on_redis(data, key, not_before, priority)
+        options = not_before or priority or key is not None or dependencies
+        if options and is_redis_url(str(self._location)):
+            return self._enqueue_on_redis(data, key, not_before, priority, dependencies)
         if key is not None:
             first = self._first_of_key(key)
             if first is not None:  # enqueued before: that task is the task
@@ -300,11 +301,6 @@ class Queue:
                 )
         if not ids:
             return ()
-        if not self.immediate and is_redis_url(str(self._location)):
-            raise ValueError(
-                "after= is not supported on a Redis queue by this version of qw (its server "
-                "picks the tasks, and does not know dependencies); expected a data directory"
-            )
         known = len(self._ran) if self.immediate else self._known_tasks()
         unknown = [t for t in sorted(ids) if t >= known]
         if unknown:
@@ -315,7 +311,7 @@ class Queue:
         return tuple(sorted({self._duplicates.get(t, t) for t in ids}))
 
     def _enqueue_on_redis(
-        self, data: bytes, key: str | None, not_before: int, priority: int
+        self, data: bytes, key: str | None, not_before: int, priority: int, after: Sequence[int]
     ) -> TaskHandle:
         """A task with options on Redis: appended with them where the server sees them, the
         key's first task found in the same call (queue_worker.redis.task_options)."""
@@ -328,6 +324,7 @@ class Queue:
             key=key,
             not_before=not_before,
             priority=priority,
+            after=after,
         )
         try:
             task_id = self._index_of(position)

@@ -208,22 +208,6 @@ def test_a_dependency_that_is_not_a_task_is_refused_and_nothing_is_written(
         assert queue.log.end() == end
 
 
-@pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs redis-server")
-def test_after_on_a_redis_queue_is_refused_in_one_line(tmp_path: Path) -> None:
-    from tests.helpers import running_redis_server
-
-    binary = shutil.which("redis-server")
-    assert binary is not None
-    with running_redis_server(binary, tmp_path) as url:
-        queue, step, _ = producer(f"{url}/0")
-        with queue:
-            first = step.enqueue("p", "first")
-            end = queue.log.end()
-            with pytest.raises(ValueError, match=r"^after= is not supported on a Redis queue"):
-                step.enqueue("p", "x", after=[first])
-            assert queue.log.end() == end
-
-
 def test_immediate_mode_keeps_the_dependency_rule(tmp_path: Path) -> None:
     queue = Queue(tmp_path / ".qw", immediate=True)
 

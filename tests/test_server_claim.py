@@ -18,6 +18,7 @@ from queue_worker.protocol.state import ClaimState, Verdict
 from queue_worker.redis.server_claim import ServerClaims
 from queue_worker.redis.server_verdicts import fold_view
 from queue_worker.topics import decode_claims_entry, open_topics
+from queue_worker.worker.dependencies import waits
 
 pytestmark = pytest.mark.redis
 
@@ -269,13 +270,19 @@ def _enqueue_spec(tasks: RedisLog, n: int, priority: int, due: str, now: int) ->
 
 
 def _expected_pick(
-    fold: ClaimState, specs: list[tuple[int, int]], now: int
+    fold: ClaimState,
+    specs: list[tuple[int, int]],
+    now: int,
+    after: dict[int, tuple[int, ...]] | None = None,
 ) -> tuple[tuple[int, int, int], ...]:
     """The tasks the pick rules would try first, best first: the highest priority; within
-    one, the lapsed leases (oldest first), then the lowest id; none not due."""
+    one, the lapsed leases (oldest first), then the lowest id; none not due, none waiting
+    for a dependency (`after`)."""
     ranked = []
     for task, (priority, not_before) in enumerate(specs):
         if not_before > now or not fold.is_claimable(task, now):
+            continue
+        if after and task in after and waits(after[task], fold):
             continue
         holder = fold.holder(task)
         if holder is not None:
@@ -343,4 +350,93 @@ def test_the_server_picks_by_priority_and_delay_as_the_pick_rules_say(
         for task, (_, not_before) in enumerate(due_at):
             if not_before:
                 assert fold.task_state(task) is None or fold.is_dead(task)  # never claimed
+        assert check_log(claims) == []
+
+
+# -- dependencies: a task waits while one of them is open and none is dead -------------------
+
+# a task: its priority, when it is due, and which earlier tasks it depends on (bits of an
+# integer: bit k is task k)
+dependent_specs = st.tuples(
+    st.sampled_from([-1, 0, 0, 0, 2]), st.sampled_from(["plain", "plain", "later"]),
+    st.integers(0, 2**10 - 1),
+)  # fmt: skip
+# an op: a claim by a worker that finishes what it claims ("run"), fails it for good
+# ("die"), or dies holding it ("orphan"); or a CANCEL of task n
+dependency_ops = st.tuples(
+    st.sampled_from(["run", "run", "die", "orphan", "cancel"]), st.integers(0, 9)
+)
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    specs=st.lists(dependent_specs, min_size=1, max_size=10),
+    ops=st.lists(dependency_ops, min_size=1, max_size=30),
+)
+def test_the_server_never_hands_out_a_task_whose_dependency_is_open_and_none_dead(
+    redis_url: str, specs: list[tuple[int, str, int]], ops: list[tuple[str, int]]
+) -> None:
+    """Tasks with dependencies (and priorities, delays), claimed by workers that finish
+    them, fail them for good or die holding them, some cancelled: every CLAIM is the best
+    task by the pick rules, none waiting (a dependency open, none dead), and each task whose
+    dependencies close is handed out once they do, the verdict of every record the fold's;
+    at the end every task is closed or waits (a delay, or a dependency still open)."""
+    import time
+
+    from queue_worker.protocol.records import Cancel
+    from queue_worker.redis.server_verdicts import ServerVerdicts
+    from queue_worker.redis.task_options import append_with_options
+
+    now = time.time_ns() // 1000
+    tasks_log, claims = open_topics(f"{redis_url}?prefix=d{uuid.uuid4().hex[:10]}")
+    with tasks_log, claims:
+        assert isinstance(tasks_log, RedisLog) and isinstance(claims, RedisLog)
+        due_at, after = [], {}
+        for n, (priority, due, bits) in enumerate(specs):
+            deps = tuple(d for d in range(n) if bits >> d & 1)
+            not_before = now + HOUR if due == "later" else 0
+            record = TaskRecord(None, 1, "f", [n], {}, not_before, priority, after=deps)
+            append_with_options(
+                tasks_log, encode(record), key=None, not_before=not_before, priority=priority,
+                after=deps,
+            )  # fmt: skip
+            due_at.append((priority, not_before))
+            if deps:
+                after[n] = deps
+        event(f"{len(after)} of {len(specs)} tasks with dependencies")
+        server, verdicts = ServerClaims(claims, tasks_log), ServerVerdicts(claims)
+        fold = ClaimState()
+
+        def folded(position: int) -> Verdict:
+            [entry] = claims.read(position, 1)
+            return fold.apply(decode_claims_entry(entry), entry.position).verdict
+
+        for i, (op, n) in enumerate([*ops, *[("run", 0)] * len(specs)]):
+            if op == "cancel":
+                if n < len(specs):
+                    answer = verdicts.append(Cancel(n, "op", i, -1, "cancelled by op", None))
+                    assert answer.verdict is folded(answer.position)
+                continue
+            worker, lease = ("a", NEVER) if op != "orphan" else (f"dies{i}", -1_000_000)
+            expected = _expected_pick(fold, due_at, time.time_ns() // 1000, after)
+            got = server.next(worker, lease, i)
+            if got.claimed is None or got.claim is None:
+                assert expected == (), i
+                continue
+            assert got.claimed.verdict.won and got.claimed.verdict is folded(got.claimed.position)
+            assert expected and got.claim.task == expected[0][2], (i, expected)
+            position = got.claimed.position
+            end: Done | Fail | None = None
+            if op == "run":
+                end = Done(got.claim.task, worker, i, position, i)
+            elif op == "die":
+                end = Fail(got.claim.task, worker, i, position, f"E: {i}", None)
+            if end is not None:
+                ended = server.next(worker, lease, i, finish=end, claim=False)
+                assert ended.finished is not None
+                assert ended.finished.verdict is folded(ended.finished.position)
+        for task, (_, not_before) in enumerate(due_at):  # the runs at the end ran them all
+            assert fold.is_closed(task) or not_before or waits(after.get(task, ()), fold), task
         assert check_log(claims) == []

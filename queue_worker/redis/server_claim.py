@@ -109,9 +109,8 @@ class ServerClaims:
 
     def __init__(self, claims_log: RedisLog, tasks_log: RedisLog) -> None:
         self.log = claims_log
-        self.tasks_key = tasks_log.key
-        # (after the log's own two)
-        self._keys = [*state_keys(claims_log), self.tasks_key, *parked_keys(claims_log)]
+        # (after the log's own two: folding_keys, with the tasks stream as the caller has it)
+        self._keys = [*state_keys(claims_log), tasks_log.key, *parked_keys(claims_log)]
         self._next = claims_log.register_script(_NEXT_LUA)
         #: a worker's tasks claimed ahead and DONEs not sent yet (queue_worker.redis.claim_batch)
         self.batch = ClaimBatch()

@@ -37,6 +37,7 @@ server verdicts must use them.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any, Final, NamedTuple
 
 import msgpack
@@ -52,10 +53,11 @@ from logstore.redis.log import (
     redis_key,
     unpack_position,
 )
-from logstore.redis.scripts import lua_file
+from logstore.redis.scripts import lua_file, lua_source
 from queue_worker.errors import QwError
 from queue_worker.protocol.records import Cancel, Claim, Done, Fail, Renew, encode
 from queue_worker.protocol.state import ClaimState, Lease, Verdict
+from queue_worker.topics import TASKS_TOPIC
 
 #: the hash field that holds the id of the last entry the script folded (task fields are
 #: decimal digits only)
@@ -66,11 +68,12 @@ BELOW: Final = "~below"
 #: a time, < 2^51 µs until the year 2041 and < 2^53 until 2255, plus this stays exact)
 MAX_EXACT: Final = 2**52
 
-# The fold's rules (lua/rules.lua), shared by every script that appends claims records
-# (this module's and queue_worker.redis.server_claim's), after the identity check they call
-# first; each script's own body follows them (lua/verdict.lua, lua/next_task.lua), and each
-# file says what it takes and answers.
-RULES_LUA: Final = QUEUE_LUA + lua_file("queue_worker.redis", "rules.lua")
+# The fold's rules (lua/rules.lua) and the parked tasks a record may let go (lua/parked.lua),
+# shared by every script that appends claims records (this module's and
+# queue_worker.redis.server_claim's), after the identity check they call first; each
+# script's own body follows them (lua/verdict.lua, lua/next_task.lua), and each file says
+# what it takes and answers.
+RULES_LUA: Final = QUEUE_LUA + lua_source("queue_worker.redis", "rules.lua", "parked.lua")
 _VERDICT_LUA: Final = RULES_LUA + lua_file("queue_worker.redis", "verdict.lua")
 _SNAPSHOT_LUA: Final = lua_file("queue_worker.redis", "snapshot.lua")
 
@@ -117,6 +120,28 @@ class ServerState(NamedTuple):
         return server_view(packed)
 
 
+class TaskViews:
+    """Some tasks' states as the server holds them (`ServerVerdicts.views`): what a worker
+    with server verdicts asks of a task's dependencies (`worker.dependencies.refusal`)."""
+
+    __slots__ = ("_views",)
+
+    def __init__(self, views: Mapping[int, TaskView | None]) -> None:
+        self._views = views
+
+    def is_closed(self, task: int) -> bool:
+        view = self._views.get(task)
+        return view is not None and view.status != "open"
+
+    def is_dead(self, task: int) -> bool:
+        view = self._views.get(task)
+        return view is not None and view.status == "dead"
+
+    def dead_error(self, task: int) -> str | None:
+        view = self._views.get(task)
+        return view.error if view is not None and view.status == "dead" else None
+
+
 def state_key(log: RedisLog) -> str:
     """The hash the script keeps beside `log`'s stream (same prefix: same cluster slot)."""
     return redis_key(log.prefix, log.topic, "verdicts")
@@ -129,14 +154,22 @@ def index_key(log: RedisLog) -> str:
 
 def parked_keys(log: RedisLog) -> list[str]:
     """The tasks the claiming script's cursor passed over without handing them out, beside
-    `log`'s stream: those due (by priority, then id) and those whose delay is not over
-    (by its end): lua/next_task.lua."""
-    return [redis_key(log.prefix, log.topic, "verdicts", w) for w in ("ready", "waiting")]
+    `log`'s stream: those due (by priority, then id), those whose delay is not over (by its
+    end) and those waiting for a dependency (by it): lua/parked.lua."""
+    parts = ("ready", "waiting", "after")
+    return [redis_key(log.prefix, log.topic, "verdicts", w) for w in parts]
 
 
 def state_keys(log: RedisLog) -> list[str]:
-    """KEYS[3..4] of every script that folds claims records (after the stream's two)."""
+    """The per-task state and the index of open tasks, beside `log`'s stream."""
     return [state_key(log), index_key(log)]
+
+
+def folding_keys(log: RedisLog) -> list[str]:
+    """KEYS[3..8] of every script that folds claims records (after the stream's two): the
+    state, the open tasks, the tasks stream and the parked tasks (a record that closes a
+    task may let the tasks waiting for it go: lua/parked.lua)."""
+    return [*state_keys(log), redis_key(log.prefix, TASKS_TOPIC), *parked_keys(log)]
 
 
 def fold_view(state: ClaimState, task: int) -> TaskView | None:
@@ -315,7 +348,7 @@ def call_folding_script(
     log: RedisLog, script: Script, keys: list[str], args: list[bytes | int | str]
 ) -> object:
     """Run a script built on RULES_LUA (KEYS: the stream, the last-append record, then
-    `keys`: `state_keys(log)` and the script's own, built once by the caller), turning its
+    `keys`: `folding_keys(log)` and the script's own, built once by the caller), turning its
     refusals into errors that say why."""
     try:
         return log.call_appending_script(script, keys, args)
@@ -343,7 +376,7 @@ class ServerVerdicts:
     def __init__(self, log: RedisLog) -> None:
         self.log = log
         self.key = state_key(log)
-        self._keys = state_keys(log)
+        self._keys = folding_keys(log)
         self._append = log.register_script(_VERDICT_LUA)
         self._snapshot = log.register_script(_SNAPSHOT_LUA)
 
@@ -358,6 +391,19 @@ class ServerVerdicts:
         args = [data, *record_args(record)]
         raw = call_folding_script(self.log, self._append, self._keys, args)
         return reply_verdict(self.log, *unpack_reply(self.log, raw, 3))
+
+    def views(self, tasks: Sequence[int]) -> TaskViews:
+        """The states of `tasks` on the server now (one HMGET). Done and dead are final,
+        so a view read after a CLAIM tells what the pick that made it went by."""
+        fields = [BELOW, *(str(task) for task in tasks)]
+        log, key = self.log, self.key
+        raw = log._call("read from", lambda: log._client.hmget(key, fields))
+        packed = {t: v for t, v in zip(tasks, raw[1:], strict=True) if isinstance(v, bytes)}
+        state = ServerState(None, None, packed, {}, int(raw[0] or 0))
+        try:
+            return TaskViews({task: state.view(task) for task in tasks})
+        except ValueError as e:
+            raise LogError(f"{log.name}: unexpected state in {key}: {e}") from e
 
     def state(self) -> ServerState | None:
         """The server's per-task state with the stream's end, read at one moment; None when

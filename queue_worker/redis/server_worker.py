@@ -25,6 +25,7 @@ import contextlib
 import math
 import threading
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, cast
 
 from logstore import Entry, Log, LogError, RecordTooLargeError
@@ -40,7 +41,7 @@ from queue_worker.protocol.records import (
 from queue_worker.protocol.state import Outcome, Verdict
 from queue_worker.redis.claim_batch import ClaimBatch
 from queue_worker.redis.server_claim import NextTask, ServerClaims, wants_server_verdicts
-from queue_worker.redis.server_verdicts import ServerVerdict, TaskView
+from queue_worker.redis.server_verdicts import ServerVerdict, TaskView, TaskViews
 from queue_worker.topics import Settled, on_server_clock
 from queue_worker.worker.attempt import StepKind, StepResult
 from queue_worker.worker.base import AheadClaim, WorkerBase, WorkerOptions
@@ -167,6 +168,10 @@ class ServerVerdictWorker(WorkerBase):
             return record
         self.tasks.catch_up(self.tasks_log)  # not indexed as we go: the server picks
         return self.tasks.load(self.tasks_log, task)
+
+    def dependency_states(self, after: Sequence[int]) -> TaskViews:
+        """The server's, which holds the fold (ours is not read as we go)."""
+        return self._server.verdict_log.server.views(after)
 
     def claim_to_append_ahead(self) -> Claim | None:
         """The server picks the task: the id here is unused."""

@@ -1,5 +1,5 @@
-"""A task with options appended to a Redis queue: its key, delay and priority where the
-server sees them (the producer's side of `lua/next_task.lua`'s pick).
+"""A task with options appended to a Redis queue: its key, delay, priority and dependencies
+where the server sees them (the producer's side of `lua/next_task.lua`'s pick).
 
 On the file log every worker reads the tasks log, so the pick rules read a task's options
 from its record (`queue_worker.worker.pick`) and the first task of a key is found by
@@ -16,6 +16,9 @@ no worker reads the tasks stream: the server picks. So one script call
   readers of the record read only ``d``), which the claiming script reads when its cursor
   reaches the entry: a task not due yet, or of a priority other than 0, is parked until the
   pick wants it;
+- its dependencies (`after=`), in the entry's field ``a`` (the ids, ``"3,5"``), which the
+  claiming script reads there too: a task one of whose dependencies is open, and none dead,
+  waits beside the state until one closes (``lua/parked.lua``);
 - a priority above 0 (server verdicts only): the entry id in the field ``~ahead`` of the
   claims verdict state, so that the claiming script moves its cursor past it before it hands
   out a task of lower priority (the one place where the server must look ahead).
@@ -28,6 +31,7 @@ first task is still the task, and the producer finds its id in the fold checkpoi
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Final
 
 from logstore import AppendError, LogError
@@ -44,7 +48,13 @@ def keys_key(log: RedisLog) -> str:
 
 
 def append_with_options(
-    log: RedisLog, data: bytes, *, key: str | None, not_before: int, priority: int
+    log: RedisLog,
+    data: bytes,
+    *,
+    key: str | None,
+    not_before: int,
+    priority: int,
+    after: Sequence[int] = (),
 ) -> tuple[int, bool]:
     """Append the task record `data` with its options; (its position, True), or, when `key`
     has a task already, (that first task's position, False) and nothing is appended."""
@@ -52,9 +62,10 @@ def append_with_options(
     state = redis_key(log.prefix, CLAIMS_TOPIC, "verdicts")
     options = f"{not_before} {priority}" if not_before or priority else ""
     ahead = "1" if priority > 0 and log.verdicts == "server" else "0"
+    dependencies = ",".join(str(task) for task in after)
     try:
         raw = log.call_appending_script(
-            script, [keys_key(log), state], [data, key or "", options, ahead]
+            script, [keys_key(log), state], [data, key or "", options, ahead, dependencies]
         )
     except AppendError as e:
         if "QWSEQ" in str(e):

@@ -24,7 +24,7 @@ import enum
 import random
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Final, NamedTuple, Protocol
 
 from logstore import Log, LogError, RecordTooLargeError
@@ -44,7 +44,7 @@ from queue_worker.protocol.records import (
 from queue_worker.protocol.state import Verdict
 from queue_worker.topics import ClaimsFollower, Settled, TaskIndex
 from queue_worker.worker.config import WorkerConfig
-from queue_worker.worker.dependencies import refusal
+from queue_worker.worker.dependencies import DependencyStates, refusal
 from queue_worker.worker.handlers import (
     Handler,
     HandlerOutcome,
@@ -114,6 +114,11 @@ class Claiming(Protocol):
 
     def load_task(self, task: int) -> TaskRecord:
         """The task's record."""
+        ...
+
+    def dependency_states(self, after: Sequence[int]) -> DependencyStates:
+        """Where the task's dependencies `after` stand (done, dead, open), by a fold that has
+        read at least as far as our winning CLAIM."""
         ...
 
     def claim_to_append_ahead(self) -> Claim | None:
@@ -281,7 +286,7 @@ class AttemptRunner:
             return HandlerOutcome(error=f"RecordDecodeError: {e}", exception=e, permanent=True)
         self._record.running(record.function)
         if record.after and record.resolves_to is None:  # a dependency dead (or still open)
-            refused = refusal(record.after, self._claiming.claims.state)
+            refused = refusal(record.after, self._claiming.dependency_states(record.after))
             if refused is not None:
                 return refused
         return run_task(self.handler, record, ctx, self.time_limits)

@@ -26,7 +26,7 @@ import secrets
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, TypedDict, TypeVar
 
@@ -50,7 +50,7 @@ from queue_worker.worker.recovery import OutageRecovery
 from queue_worker.worker.stats import WorkerStats
 
 if TYPE_CHECKING:
-    pass
+    from queue_worker.worker.dependencies import DependencyStates
 
 
 # A NamedTuple, not a frozen dataclass: one is made every task (see docs/speed.md).
@@ -291,6 +291,10 @@ class WorkerBase(abc.ABC):
 
     @abc.abstractmethod
     def load_task(self, task: int) -> TaskRecord: ...
+
+    def dependency_states(self, after: Sequence[int]) -> DependencyStates:
+        """Our own fold, settled past our CLAIM."""
+        return self.claims.state
 
     @abc.abstractmethod
     def claim_to_append_ahead(self) -> Claim | None: ...

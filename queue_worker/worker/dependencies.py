@@ -8,7 +8,9 @@ waiting   while one of them is open (neither done nor dead) and none is dead, no
 ready     once all of them are done it is claimable as any task, and runs.
 doomed    once one of them is dead it is claimable too, and the worker whose CLAIM wins does
           not run it: it writes a dead FAIL under that claim, "dependency D is dead: <D's
-          error>" (`refusal`).
+          error>" (`refusal`, asked of the worker's own fold, or of the server's state on a
+          Redis queue with server verdicts, where the server's pick keeps the waiting:
+          queue_worker/redis/lua/parked.lua).
 
 The fold does not decide the death itself: it reads no tasks topic (protocol Rule 0), so it
 does not know the dependencies. It needs not: what decides is in the claims log before the
@@ -22,10 +24,22 @@ its usual backoff instead of running it.
 from __future__ import annotations
 
 from collections.abc import Container, Mapping, Sequence
+from typing import Protocol
 
 from queue_worker.protocol.records import error_field
 from queue_worker.protocol.state import ClaimState
 from queue_worker.worker.handlers import HandlerOutcome
+
+
+class DependencyStates(Protocol):
+    """What `refusal` asks of a fold: the worker's own (`ClaimState`), or the server's
+    (`queue_worker.redis.server_verdicts.TaskViews`)."""
+
+    def is_closed(self, task: int) -> bool: ...
+
+    def is_dead(self, task: int) -> bool: ...
+
+    def dead_error(self, task: int) -> str | None: ...
 
 
 def waits(after: Sequence[int], state: ClaimState) -> bool:
@@ -58,7 +72,7 @@ class Waiting:
         return task in self.excluded
 
 
-def refusal(after: Sequence[int], state: ClaimState) -> HandlerOutcome | None:
+def refusal(after: Sequence[int], state: DependencyStates) -> HandlerOutcome | None:
     """What the winner of a claim writes instead of running the task: a dead FAIL naming a
     dead dependency (the lowest), a FAIL to retry when one is still open; None: all done."""
     for dependency in after:

@@ -6,8 +6,9 @@
 -- last-append record's ttl (ms), ARGV[3] the seq limit, ARGV[4] the record, ARGV[5] its
 -- key ('' for none), ARGV[6] its delay's end and priority ("<not_before> <priority>": the
 -- entry's field 'o', read by next_task.lua; '' for none), ARGV[7] '1' when the claiming
--- script must look ahead for it (a priority above 0 on a queue with server verdicts), the
--- last ARGV the queue id. Returns {'1', the new entry's id}, or {'0', the entry id of the
+-- script must look ahead for it (a priority above 0 on a queue with server verdicts),
+-- ARGV[8] its dependencies (the ids of earlier tasks, "3,5": the entry's field 'a', read by
+-- next_task.lua; '' for none), the last ARGV the queue id. Returns {'1', the new entry's id}, or {'0', the entry id of the
 -- key's first task} when the key has one: nothing is appended.
 local QUEUE_KEY, REMOVED_KEY, QUEUE_ID = KEYS[#KEYS - 1], KEYS[#KEYS], ARGV[#ARGV]
 local refused = queue_refused(QUEUE_KEY, QUEUE_ID)
@@ -25,9 +26,10 @@ if ARGV[5] ~= '' then
   local first = redis.call('HGET', KEYS[3], ARGV[5])
   if first then return answer('0', first) end
 end
-local id
-if ARGV[6] ~= '' then id = redis.call('XADD', KEYS[1], '*', 'd', ARGV[4], 'o', ARGV[6])
-else id = redis.call('XADD', KEYS[1], '*', 'd', ARGV[4]) end
+local entry = {'d', ARGV[4]}
+if ARGV[6] ~= '' then entry[#entry + 1], entry[#entry + 2] = 'o', ARGV[6] end
+if ARGV[8] ~= '' then entry[#entry + 1], entry[#entry + 2] = 'a', ARGV[8] end
+local id = redis.call('XADD', KEYS[1], '*', unpack(entry))
 if tonumber(string.match(id, '-(%d+)$')) >= tonumber(ARGV[3]) then
   redis.call('XDEL', KEYS[1], id)
   redis.call('INCRBY', REMOVED_KEY, 1)

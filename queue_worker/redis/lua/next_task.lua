@@ -1,6 +1,7 @@
--- The claiming call (queue_worker.redis.server_claim, ServerClaims.next), after rules.lua.
--- KEYS[5] the tasks stream, KEYS[6] and KEYS[7] the tasks its cursor parked (due, by
--- priority; delayed, by their delay's end: `park` below). ARGV[4..11] the previous task's DONE or FAIL (as verdict.lua
+-- The claiming call (queue_worker.redis.server_claim, ServerClaims.next), after rules.lua
+-- and parked.lua. KEYS[5] the tasks stream, KEYS[6], KEYS[7] and KEYS[8] the tasks its
+-- cursor parked (due, by priority; delayed, by their delay's end; waiting for a dependency,
+-- by it: parked.lua). ARGV[4..11] the previous task's DONE or FAIL (as verdict.lua
 -- takes a record; ARGV[4] '' for none), ARGV[12] the worker, ARGV[13] its lease, ARGV[14]
 -- its clock, ARGV[15] '1' to claim, ARGV[16] '1' to leave a predecessor's lapsed tasks to
 -- the others for one lease (the worker has siblings), ARGV[17] how many tasks to claim at
@@ -40,18 +41,21 @@ for _, b in ipairs(finishes) do
   end
   finished_ms = tonumber(string.match(f[1], '^(%d+)-'))
 end
--- a tasks entry's record, and its delay's end and priority (its 'o' field, written by a
--- producer of a task with either: queue_worker.redis.task_options; 0, 0 without one)
+wake()  -- (the tasks waiting for one these finishes closed: the pick may hand them out)
+-- a tasks entry's record, its delay's end and priority (its 'o' field, written by a
+-- producer of a task with either: queue_worker.redis.task_options; 0, 0 without one), and
+-- its dependencies (its 'a' field, "3,5"; nil without)
 local function fields_of(entry)
-  local fields, payload, nb, prio = entry[2], '', 0, 0
+  local fields, payload, nb, prio, deps = entry[2], '', 0, 0, nil
   for j = 1, #fields, 2 do
     if fields[j] == 'd' then payload = fields[j + 1]
     elseif fields[j] == 'o' then
       local a, b = string.match(fields[j + 1], '^(%-?%d+) (%-?%d+)$')
       if a then nb, prio = tonumber(a), tonumber(b) end
+    elseif fields[j] == 'a' then deps = fields[j + 1]
     end
   end
-  return payload, nb, prio
+  return payload, nb, prio, deps
 end
 local function payload_of(entry) return (fields_of(entry)) end
 local function entry_payload(task_entry)
@@ -78,16 +82,9 @@ local function fill()
   fetched = true
 end
 -- Tasks the cursor passes over without handing them out (a delay not over, a priority
--- other than 0, or a lower id than a task of a priority above 0 further on) wait beside
--- the state: in KEYS[7] until their delay ends (scored by it), then in KEYS[6] (scored by
--- minus their priority: the highest first, then the lowest id, by the member's padded id).
-local function member_of(task, entry) return string.format('%020d', tonumber(task)) .. ' ' .. entry end
-local function park(task, entry, nb, prio)
-  local m = get_meta()
-  if nb > now then redis.call('ZADD', KEYS[7], nb, member_of(task, entry) .. ' ' .. prio)
-  else redis.call('ZADD', KEYS[6], -prio, member_of(task, entry)) end
-  if not m.parked then m.parked, m.reparked = true, true end
-end
+-- other than 0, a lower id than a task of a priority above 0 further on, or a dependency
+-- still open) wait beside the state: in KEYS[8] while a dependency is open, in KEYS[7]
+-- until their delay ends, then in KEYS[6] (parked.lua: `wait`, `park`).
 -- the cursor moved on by one entry: its task id
 local function passed(e)
   local m = get_meta()
@@ -115,8 +112,9 @@ local function look_ahead()
       local id = ids[i]
       -- (untouched: no field, not below ~below, nothing of this call's for it)
       if not states[i] and cache[id] == nil and tonumber(id) >= m.below then
-        local _, nb, prio = fields_of(e)
-        if nb > now then
+        local _, nb, prio, deps = fields_of(e)
+        if deps and wait(id, e[1], nb, prio, deps) then  -- (waits for a dependency)
+        elseif nb > now then
           waiting[#waiting + 1] = nb
           waiting[#waiting + 1] = member_of(id, e[1]) .. ' ' .. prio
         else
@@ -175,9 +173,11 @@ local function next_fresh()
     local id = passed(e)
     -- a task some CLAIM of another path has touched is the index's, or closed
     if not load(id) then
-      local payload, nb, prio = fields_of(e)
-      if nb <= now and prio == 0 then return {id, e[1], payload} end
-      park(id, e[1], nb, prio)
+      local payload, nb, prio, deps = fields_of(e)
+      if not (deps and wait(id, e[1], nb, prio, deps)) then  -- (else: waits for one)
+        if nb <= now and prio == 0 then return {id, e[1], payload} end
+        park(id, e[1], nb, prio, now)
+      end
     end
   end
 end

@@ -3,8 +3,9 @@
 -- logstore/redis/lua/queue_refused.lua. KEYS[1] the claims stream, KEYS[2] this handle's
 -- last-append record, KEYS[3] the per-task state, KEYS[4] the index of open tasks (a sorted
 -- set: an open task's score is when it may next be claimed, its holder's expiry or its
--- retry_at); KEYS[6] and KEYS[7], for the claiming script, the tasks passed over by its
--- cursor (next_task.lua). ARGV[1] the call number, ARGV[2] the last-append record's ttl
+-- retry_at), KEYS[5] the tasks stream, KEYS[6], KEYS[7] and KEYS[8] the tasks the claiming
+-- script's cursor passed over (parked.lua; the same KEYS for every folding script, since a
+-- record that closes a task may let the tasks waiting for it go). ARGV[1] the call number, ARGV[2] the last-append record's ttl
 -- (ms), ARGV[3] the seq limit; after the script's own, the queue identity and the count of
 -- entries qw removed from the stream are the last two KEYS, the queue id the last ARGV
 -- (RedisLog.call_appending_script).
@@ -13,7 +14,7 @@ local QUEUE_KEY, REMOVED_KEY, QUEUE_ID = KEYS[#KEYS - 1], KEYS[#KEYS], ARGV[#ARG
 -- What a call has read of the state, and what it writes at its end (`flush`): one HMGET
 -- of the fields of the whole queue, one HGET per task, one HSET for everything (every
 -- redis.call costs the server a few µs: this script is run once per record or task).
-local meta = nil   -- {through, tasks (cursor), next (task id), below, ahead, parked}
+local meta = nil   -- {through, tasks (cursor), next (task id), below, ahead, parked, after}
 local cache = {}   -- task -> its state (a table), or false: no field
 local written = {} -- task -> its state packed, to write
 local order = {}   -- the tasks in `written`, in order
@@ -23,19 +24,21 @@ local prefetch = nil
 
 local function get_meta()
   if not meta then
-    local fields = {'~through', '~tasks', '~next', '~below', '~ahead', '~parked'}
+    local fields = {'~through', '~tasks', '~next', '~below', '~ahead', '~parked', '~after'}
     for _, t in ipairs(prefetch or {}) do fields[#fields + 1] = t end
     local m = redis.call('HMGET', KEYS[3], unpack(fields))
-    for i = 7, #fields do
+    for i = 8, #fields do
       if m[i] then cache[fields[i]] = cmsgpack.unpack(m[i]) else cache[fields[i]] = false end
     end
     meta = {through = m[1] or '0-0', tasks = m[2] or nil,
             next = tonumber(m[3] or '0'), below = tonumber(m[4] or '0'),
             -- `ahead`: the last task of a priority above 0 a producer appended (its entry
             -- id: the cursor must pass it before a fresh task is picked); `parked`: tasks
-            -- the cursor passed over wait in KEYS[6] or KEYS[7] (next_task.lua)
-            ahead = m[5] or nil, parked = m[6] == '1',
-            folded = false, moved = false, unahead = false, reparked = false}
+            -- the cursor passed over wait in KEYS[6] or KEYS[7] (next_task.lua); `after`:
+            -- tasks wait in KEYS[8] for a dependency to close (parked.lua)
+            ahead = m[5] or nil, parked = m[6] == '1', after = m[7] == '1',
+            folded = false, moved = false, unahead = false, reparked = false,
+            reafter = false}
   end
   return meta
 end
@@ -75,9 +78,14 @@ local function flush()
     args[#args + 1] = '~parked'
     args[#args + 1] = '1'
   end
+  if meta.reafter and meta.after then
+    args[#args + 1] = '~after'
+    args[#args + 1] = '1'
+  end
   if #args > 0 then redis.call('HSET', KEYS[3], unpack(args)) end
   if meta.unahead then redis.call('HDEL', KEYS[3], '~ahead') end
   if meta.reparked and not meta.parked then redis.call('HDEL', KEYS[3], '~parked') end
+  if meta.reafter and not meta.after then redis.call('HDEL', KEYS[3], '~after') end
 end
 
 -- the id of the last entry ever added to a stream ('0-0': none), which a trim of its
@@ -121,6 +129,11 @@ local function save(reply)
   redis.call('SET', KEYS[2], ARGV[1] .. ' ' .. packed, 'PX', ARGV[2])
   return packed
 end
+
+-- the tasks a call closed (done or dead) while tasks wait for a dependency (`~after`), and
+-- the time of the last: the waiting ones are looked at once the call's records are folded
+-- (parked.lua, `wake`)
+local closed, closed_at = {}, 0
 
 -- Append one record and fold it: {entry id, verdict, the task's state after it (the
 -- table itself, packed once with the whole reply; false for none)}, or an error reply.
@@ -191,7 +204,9 @@ local function fold_in(data, kind, task, worker, lease, claim, delta, err, task_
     cache[task] = st
     if not written[task] then order[#order + 1] = task end
     written[task] = cmsgpack.pack(st)
-    if st.s ~= 'o' then redis.call('ZREM', KEYS[4], task)
+    if st.s ~= 'o' then
+      redis.call('ZREM', KEYS[4], task)
+      if m.after then closed[#closed + 1], closed_at = task, at end
     elseif st.c then redis.call('ZADD', KEYS[4], st.e, task)
     else redis.call('ZADD', KEYS[4], st.r, task) end
   end
