@@ -28,7 +28,9 @@ priority, then the lowest id; no task before its delay's end; those below 0 only
 nothing else is. The cursor parks the tasks it passes without handing them out (a delay
 not over, a priority other than 0, every task up to one of a priority above 0 a producer
 noted in ``~ahead``) in two sorted sets beside the state (`parked_keys`): docs/redis.md,
-"Claiming on the server".
+"Claiming on the server". A task with dependencies (`after=`) whose dependency is open,
+and none dead, waits in a third, under each open one, until a record that closes one lets
+it go (lua/parked.lua): then it is parked as the others, and handed out.
 
 This is the pick of every worker of such a queue: none of `--pick`'s strategies (first,
 random, spread: ways for workers that each pick for themselves to collide less) is its
