@@ -8,9 +8,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings
 
 from supervisor.run.supervisor import Supervisor, SupervisorOptions
+from tests.examples import examples
 from tests.helpers import redis_server_binary, running_redis_server
+from tests.tiers import mark_slow_variants
+
+# The properties that name no count of examples: hypothesis's 100 under `make test-all`, a
+# fifth under `make test` (tests/examples.py).
+settings.register_profile("qw", max_examples=examples(100))
+settings.load_profile("qw")
 
 #: the width the commands the tests run lay their output out for. Piped, a command fits the
 #: reader's width (COLUMNS, else 80: supervisor.width); the tests' tmp_path names are
@@ -66,3 +74,9 @@ def make_supervisor(tmp_path: Path) -> Iterator[Any]:
         if sup.started_at and not sup.finished:
             sup.stop_now()
             sup.wait(30)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Before `-m "not slow"` deselects: the variants tests/tiers.py leaves to make test-all."""
+    mark_slow_variants(items)

@@ -34,10 +34,11 @@ from queue_worker.protocol.records import (
     decode_claims_py,
     encode,
 )
+from tests.examples import examples
 from tests.test_records import msgpack_values
 from tests.test_records import records as any_records
 
-SETTINGS = settings(max_examples=300, deadline=None)
+SETTINGS = settings(max_examples=examples(300), deadline=None)
 C_MODULE = records._c_module()
 C_DECODE: records.ClaimsDecoder | None = None if C_MODULE is None else C_MODULE.decode_claims_all
 C_ENTRIES: records.EntriesDecoder | None = (

@@ -49,6 +49,7 @@ from queue_worker.protocol.records import (
 )
 from queue_worker.protocol.state import ClaimState, Outcome, Verdict
 from queue_worker.topics import ClaimsFollower, TaskIndex, open_topics
+from tests.examples import examples
 
 MS = 1_000
 T0 = 1_700_000_000 * 1_000_000
@@ -244,7 +245,7 @@ def logs_with_checkpoint(
     return index, follower
 
 
-@settings(max_examples=75, deadline=None)
+@settings(max_examples=examples(75), deadline=None)
 @given(steps=claims_steps(), tasks=task_kinds, data=st.data())
 def test_restored_fold_matches_full_replay(
     steps: list[Step], tasks: list[str], data: st.DataObject
@@ -627,7 +628,7 @@ plain_values = st.recursive(
 )
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(
     junk=st.binary(max_size=200)
     | st.builds(pack, plain_values)
@@ -653,7 +654,7 @@ def replace_somewhere(data: st.DataObject, value: Any) -> Any:
     return data.draw(plain_values)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(data=st.data())
 def test_a_damaged_body_with_a_good_checksum_never_raises(data: st.DataObject) -> None:
     """A writer's bug, not damage: the checksum is right and the content is not. A load

@@ -38,11 +38,14 @@ from queue_worker.protocol.records import (
     decode_claims_all,
     encode,
 )
+from tests.examples import examples
 from tests.test_cdecode import any_payloads, plain
 
-SETTINGS = settings(max_examples=200, deadline=None)
+SETTINGS = settings(max_examples=examples(200), deadline=None)
 FILE_SETTINGS = settings(
-    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=examples(60),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 C_MODULE = records._c_module()
 LOOPS: dict[str, SpanLoop] = {"python": claims_span.decode_claims_frames_py}

@@ -30,6 +30,8 @@ def shown(result: subprocess.CompletedProcess[str]) -> str:
     return output
 
 
+# covered in make test by the demo command: the pause and skew demos
+@pytest.mark.slow
 def test_collisions_shows_pick_first_losing_the_most_attempts(tmp_path: Path) -> None:
     out = shown(
         qw_demo(
@@ -50,6 +52,8 @@ def test_collisions_shows_pick_first_losing_the_most_attempts(tmp_path: Path) ->
     assert "pick=first lost" in out
 
 
+# covered in make test by a takeover after a kill: test_check_redistribution
+@pytest.mark.slow
 def test_redistribution_shows_a_survivor_taking_over_a_killed_holders_task(
     tmp_path: Path,
 ) -> None:

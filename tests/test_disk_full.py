@@ -57,6 +57,9 @@ def health(port: int) -> tuple[int, str]:
         return e.code, e.read().decode()
 
 
+# make test runs the same path in
+# test_a_disk_filling_up_mid_run_is_named_by_the_events_health_status_and_exit_code
+@pytest.mark.slow
 def test_a_full_disk_shows_in_stats_health_and_status_and_a_drain_still_ends(
     tmp_path: Path,
 ) -> None:
@@ -215,6 +218,9 @@ def test_a_disk_filling_up_mid_run_is_named_by_the_events_health_status_and_exit
     assert last.startswith("qw: error: stopped on a log: w") and failed in last and full in last
 
 
+# make test runs the same path in
+# test_a_disk_filling_up_mid_run_is_named_by_the_events_health_status_and_exit_code
+@pytest.mark.slow
 def test_a_disk_freed_again_is_said_and_the_run_ends_cleanly(
     small_disk: Path, tmp_path: Path
 ) -> None:

@@ -27,6 +27,7 @@ from queue_worker.protocol.records import (
 )
 from queue_worker.protocol.state import ClaimState
 from supervisor.cli.report_commands import register
+from tests.examples import examples
 from tests.test_state_model import claims_logs
 
 S = 1_000_000  # µs
@@ -200,7 +201,7 @@ def test_qw_why_on_a_damaged_log_is_exit_2_naming_the_offset(data_dir: Path) -> 
     assert "claims.log" in result.output and "byte offset" in result.output
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(claims_logs(), st.integers(min_value=0, max_value=4), st.lists(st.integers(0, 50)))
 def test_the_story_from_batches_is_the_story_record_by_record(
     log: list[ClaimsRecord], task: int, cuts: list[int]
@@ -233,7 +234,7 @@ def test_the_story_from_batches_is_the_story_record_by_record(
     assert teller.state == whole
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     claims_logs(), st.integers(min_value=0, max_value=4), st.lists(st.integers(0, 50)), st.data()
 )

@@ -26,6 +26,7 @@ from logstore.file.framing import (
     scan_frames,
     walk_frames,
 )
+from tests.examples import examples
 
 PATH = "/data/claims.log"
 MAX = 1000
@@ -111,7 +112,7 @@ def test_a_limit_returns_a_prefix_and_decoding_resumes_from_consumed(
     assert seen == flat
 
 
-@settings(max_examples=60)
+@settings(max_examples=examples(60))
 @given(batches)
 def test_every_truncation_decodes_as_a_prefix_of_whole_batches(
     batch_list: list[list[bytes]],
@@ -132,7 +133,7 @@ def test_every_truncation_decodes_as_a_prefix_of_whole_batches(
             assert unread.needed > cut - FILE_HEADER_SIZE - unread.consumed
 
 
-@settings(max_examples=60)
+@settings(max_examples=examples(60))
 @given(batches, st.integers(min_value=1, max_value=40))
 def test_a_truncation_padded_with_zeros_is_a_torn_tail(
     batch_list: list[list[bytes]], zeros: int
@@ -329,7 +330,7 @@ def frame_ends(batch_list: list[list[bytes]]) -> list[int]:
     return ends
 
 
-@settings(max_examples=60)
+@settings(max_examples=examples(60))
 @given(batches.filter(bool), st.data())
 def test_frames_before_the_verified_offset_come_back_without_the_rest_of_their_batch(
     batch_list: list[list[bytes]], data: st.DataObject

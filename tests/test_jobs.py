@@ -487,6 +487,9 @@ def tick():
 """
 
 
+# covered in make test by test_job_deps's two supervisors, whose report proves each tick ran at
+# most once
+@pytest.mark.slow
 def test_two_supervisors_on_one_queue_run_each_tick_once(tmp_path: Path) -> None:
     from queue_worker.proof.log_reading import read_claims
     from queue_worker.protocol.records import Done, decode_task

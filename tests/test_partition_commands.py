@@ -10,6 +10,8 @@ import signal
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from queue_worker.names import worker_label
 from queue_worker.partition_layout import partition_location
 from queue_worker.proof.report import read_claims
@@ -110,6 +112,8 @@ def test_status_gives_each_partition_its_workers_and_held_tasks_and_the_totals(
         up.wait(60)
 
 
+# covered in make test by K:ID names: test_partitions's qw task and why
+@pytest.mark.slow
 def test_tail_prints_every_partitions_records_named_k_id(tmp_path: Path) -> None:
     data = tmp_path / "qw"
     result = qw(
@@ -139,6 +143,9 @@ def test_tail_prints_every_partitions_records_named_k_id(tmp_path: Path) -> None
     ]
 
 
+# make test runs the same path in
+# test_status_gives_each_partition_its_workers_and_held_tasks_and_the_totals
+@pytest.mark.slow
 def test_timeline_draws_a_section_per_partition(tmp_path: Path) -> None:
     data = tmp_path / "qw"
     result = qw(

@@ -70,6 +70,9 @@ def rows(screen: str) -> dict[str, tuple[int, str]]:
     return {m.group(2): (int(m.group(3)), m.group(4)) for m in ROW.finditer(screen)}
 
 
+# covered in make test by a kill at 80x24 in tmux: test_tui_tmux; the partitioned rows:
+# the others here
+@pytest.mark.slow
 def test_dashboard_shows_partitions_and_a_kill_taken_over_in_its_partition(
     term: Tmux, tmp_path: Path
 ) -> None:

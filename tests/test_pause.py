@@ -72,6 +72,9 @@ def _holder(tail: ClaimsTail) -> Lease | None:
     return next((lease for _, lease in tail.follower.state.held_tasks()), None)
 
 
+# make test runs the same path in
+# test_a_resumed_holder_that_ignores_its_lost_lease_is_refused_and_reported
+@pytest.mark.slow
 def test_a_resumed_holder_that_honours_cancellation_writes_nothing(data_dir: Path) -> None:
     # The demo handler stops as soon as the lease is lost (ctx.sleep). Its task is long
     # enough that it is still sleeping when the worker wakes: the worker's lease keeper,
@@ -132,6 +135,8 @@ def _claim_of(tail: ClaimsTail, lease: Lease) -> Claim:
     return seen.record
 
 
+# covered in make test by test_a_lease_lapsed_while_paused_is_dropped_and_says_so
+@pytest.mark.slow
 def test_a_handler_whose_sleep_ran_out_while_stopped_is_cancelled(data_dir: Path) -> None:
     """The default handler's ctx.sleep ends while the worker is stopped (work < pause), and
     another worker has taken the task over. Resumed, the sleep reports cancellation instead

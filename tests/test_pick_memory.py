@@ -17,6 +17,7 @@ from queue_worker.protocol.records import TaskRecord, encode
 from queue_worker.protocol.state import ClaimState
 from queue_worker.topics import TaskIndex
 from queue_worker.worker.pick import SPREAD_GRACE_US, FreshTasks, Picker
+from tests.examples import examples
 
 
 def picker(strategy: str, slots: int) -> Picker:
@@ -51,7 +52,7 @@ def test_a_spread_pick_keeps_the_runs_of_the_grace_only() -> None:
     assert most <= 12  # unbounded: one run per catch-up, 4,999
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     gaps=st.lists(st.tuples(st.integers(1, 5), st.integers(0, 2 * SPREAD_GRACE_US)), max_size=40),
     later=st.integers(0, 2 * SPREAD_GRACE_US),

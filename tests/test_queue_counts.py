@@ -30,6 +30,7 @@ from queue_worker.protocol.records import Claim, Done, Fail, Renew, Unknown, dec
 from queue_worker.topics import open_topics
 from supervisor.cli.queue_counts import QueueCounts, queue_counts, sum_counts
 from supervisor.run.monitor import Monitor
+from tests.examples import examples
 from tests.test_compaction import make_queue
 from tests.test_damage import flip_a_byte_in_the_middle
 
@@ -121,7 +122,7 @@ def frozen_clock(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @settings(
-    max_examples=40,
+    max_examples=examples(40),
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )

@@ -40,8 +40,11 @@ from queue_worker.protocol.records import (
     decode_task,
     encode,
 )
+from tests.examples import examples
 
-FAST = settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FAST = settings(
+    max_examples=examples(250), deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 
 KNOWN_CODES = (CLAIM, RENEW, DONE, FAIL, TASK, TASK_BY_NAME, TASK_SCHEDULED, TASK_AFTER, CANCEL)
 

@@ -44,6 +44,9 @@ WIDE = Plan(workers=8, tasks=3000, work_ms=60, lease_s=3.0, tasks_between_kills=
 KILLS_PER_SERVER_RESTART = 3 if not LONG else 5
 
 
+# covered in make test by a kill -9 of workers: test_chaos; of the server:
+# test_redis_e2e's server restarts
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "verdicts", [pytest.param("client", marks=pytest.mark.slow), "server"]
 )  # make test: the default mode

@@ -340,6 +340,8 @@ def test_members_on_the_cluster_rebalance_after_a_kill_9(
     assert all(t.gap_after_expiry >= 0 for t in takeovers)
 
 
+# covered in make test by the cluster's trim: test_members_trim's cluster test
+@pytest.mark.slow
 def test_retention_trims_each_partition_on_the_cluster(queue_url: str, tmp_path: Path) -> None:
     """`qw compact --log` on a partitioned queue of the cluster: each partition's checkpoint
     key, start key and streams share its hash tag (one slot), so the trim script and the

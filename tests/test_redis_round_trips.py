@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from logstore.base import CorruptLogError
 from logstore.redis.log import RedisLog, redis_key
+from tests.examples import examples
 from tests.helpers import lose_first_script_reply
 
 pytestmark = pytest.mark.redis
@@ -49,7 +50,9 @@ def test_a_handle_names_its_keys_through_it(redis_url: str) -> None:
 
 
 @settings(
-    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=examples(15),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(
     others=st.lists(st.binary(max_size=40), max_size=12),

@@ -256,6 +256,8 @@ def test_no_tui_at_prints_the_screen_the_player_draws(run: Path) -> None:
     assert set(RULE_NAMES) == {*RULES, "unfenced"}  # (unfenced: beside qw's, not instead)
 
 
+# covered in make test by the file log's replay; --partition K opens that partition's logs
+@pytest.mark.slow
 def test_a_partitioned_queue_is_replayed_one_partition_at_a_time(tmp_path: Path) -> None:
     data = tmp_path / "parts"
     up = qw(
@@ -430,6 +432,9 @@ def test_the_players_keys_go_play_at_the_runs_pace_and_follow() -> None:
     assert looks(player)[3]
 
 
+# covered in make test by test_each_position_forwards_and_back_is_what_report_at_replays (the tape
+# reads any Log)
+@pytest.mark.slow
 def test_a_run_on_redis_is_replayed_as_report_at_replays_it(redis_url: str) -> None:
     up = qw(
         "up",

@@ -31,6 +31,7 @@ from queue_worker.protocol.records import Claim, ClaimsRecord, Done, Fail, Renew
 from queue_worker.topics import MALFORMED
 from supervisor.cli.report_commands import register
 from supervisor.report_text import render_report
+from tests.examples import examples
 
 LEASE = 1_000  # µs: every scripted claim's lease unless a test says otherwise
 
@@ -304,7 +305,7 @@ def claims_logs(draw: st.DrawFn) -> list[tuple[int, ClaimsRecord]]:
     return s.records
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=examples(80), deadline=None)
 @given(claims_logs())
 def test_the_accounting_holds_on_every_prefix_of_any_log(
     records: list[tuple[int, ClaimsRecord]],

@@ -19,6 +19,7 @@ from queue_worker.redis.server_claim import ServerClaims
 from queue_worker.redis.server_verdicts import fold_view
 from queue_worker.topics import decode_claims_entry, open_topics
 from queue_worker.worker.dependencies import waits
+from tests.examples import examples
 
 pytestmark = pytest.mark.redis
 
@@ -113,7 +114,9 @@ calls = st.tuples(
 
 
 @settings(
-    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=examples(40),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(history=st.lists(calls, min_size=1, max_size=30), tasks=st.integers(0, 12))
 def test_the_claiming_scripts_verdicts_are_the_folds(
@@ -294,7 +297,9 @@ def _expected_pick(
 
 
 @settings(
-    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=examples(40),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(
     specs=st.lists(task_specs, min_size=1, max_size=10),
@@ -369,7 +374,9 @@ dependency_ops = st.tuples(
 
 
 @settings(
-    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=examples(40),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(
     specs=st.lists(dependent_specs, min_size=1, max_size=10),

@@ -25,6 +25,7 @@ from queue_worker.redis.server_verdicts import (
     state_key,
 )
 from queue_worker.topics import decode_claims_entry
+from tests.examples import examples
 from tests.helpers import lose_first_script_reply
 
 pytestmark = pytest.mark.redis
@@ -94,7 +95,9 @@ def claims_log(redis_url: str) -> Iterator[RedisLog]:
 
 
 @settings(
-    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=examples(60),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(history=histories)
 def test_every_verdict_and_task_state_is_the_folds(

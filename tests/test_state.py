@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from queue_worker.protocol.records import Claim, ClaimsRecord, Done, Fail, Renew, Unknown
 from queue_worker.protocol.state import ClaimState, Lease, Outcome, Verdict
+from tests.examples import examples
 
 S = 1_000_000  # one second, in the records' microseconds
 LEASE = 30 * S
@@ -400,7 +401,7 @@ RECORDS_FOR_CLOCK: list[ClaimsRecord] = [
 ]
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(st.lists(st.integers(min_value=-(2**62), max_value=2**62), min_size=1, max_size=30))
 def test_the_verdict_does_not_depend_on_the_readers_clock(nows: list[int]) -> None:
     plain, expected = fold(RECORDS_FOR_CLOCK)
@@ -573,7 +574,7 @@ def test_closing_in_reverse_order_compacts_at_the_end() -> None:
     assert not state._closed_above and not state._open
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.permutations(range(40)), st.lists(st.booleans(), min_size=40, max_size=40))
 def test_closing_in_any_order_answers_right(order: list[int], deaths: list[bool]) -> None:
     state = ClaimState()

@@ -14,11 +14,12 @@ from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, rule
 
 from queue_worker.protocol.records import Claim, ClaimsRecord, Done, Fail, Renew, Unknown
 from queue_worker.protocol.state import ClaimSnapshot, ClaimState, Lease, Outcome, Verdict
+from tests.examples import examples
 
 V = Verdict
 UNIT = 1_000  # the logs below move in steps of a millisecond (records are in microseconds)
 WORKERS = ("a", "b", "c")  # few names: several claims share one, as two processes could
-SETTINGS = settings(max_examples=200, deadline=None)
+SETTINGS = settings(max_examples=examples(200), deadline=None)
 
 # -- random claims logs ----------------------------------------------------------------------
 
@@ -432,7 +433,7 @@ class FoldAgainstReference(RuleBasedStateMachine):
 
 TestFoldAgainstReference = FoldAgainstReference.TestCase
 TestFoldAgainstReference.settings = settings(
-    max_examples=200, stateful_step_count=50, deadline=None
+    max_examples=examples(200), stateful_step_count=50, deadline=None
 )
 
 

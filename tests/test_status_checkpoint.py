@@ -27,6 +27,7 @@ from queue_worker.history.checkpoint import CHECKPOINT_NAME, FORMAT, VERSION, re
 from queue_worker.history.checkpoint import save_checkpoint as save
 from queue_worker.protocol.records import Claim, Fail, encode
 from queue_worker.topics import open_topics
+from tests.examples import examples
 from tests.test_checkpoint import append_tasks, replay, topics
 from tests.test_compaction import make_queue
 from tests.test_queue_counts import (
@@ -106,7 +107,7 @@ new_step = st.tuples(  # after it: any time, the window's seconds included
 
 
 @settings(
-    max_examples=60,
+    max_examples=examples(60),
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )

@@ -14,6 +14,7 @@ from supervisor.console import PLAIN_WIDTH, plain_console
 from supervisor.report_text import render_story
 from supervisor.story_text import PLAIN_WIDTH as STORY_PLAIN_WIDTH
 from supervisor.story_text import plain_story
+from tests.examples import examples
 
 
 @pytest.fixture(autouse=True)
@@ -76,7 +77,7 @@ def _rich(story: TaskStory, name: str | None) -> str:
     return out.getvalue()
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(400), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(story=stories, name=st.one_of(st.none(), st.sampled_from(["3", "p1:7"])))
 def test_the_plain_story_is_what_rich_prints(story: TaskStory, name: str | None) -> None:
     text = plain_story(story, name)

@@ -28,6 +28,7 @@ from queue_worker.protocol.records import RecordDecodeError, TaskRecord, encode
 from queue_worker.topics import TaskIndex, TaskSettledError, open_topics
 from queue_worker.worker.config import WorkerConfig
 from queue_worker.worker.loop import Worker
+from tests.examples import examples
 
 UNKNOWN_TYPE: bytes = msgpack.packb([1, "X", "from a newer writer"])
 GARBAGE = b"\xc1 not msgpack"
@@ -85,7 +86,7 @@ def _check(
     assert index.snapshot().last == reference.snapshot().last
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(steps=st.lists(_step, max_size=80), compact_min=st.integers(1, 8))
 def test_answers_for_live_tasks_are_the_unpruned_index_answers(
     steps: list[tuple[Any, ...]], compact_min: int

@@ -10,12 +10,17 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from queue_worker.ops import read_ops
 from queue_worker.proof.report import load_report
 from supervisor.timeline.svg import dom_id
 from tests.browser import browse, chromium, external_references
 
 
+# covered in make test by a page in headless Chromium: test_web_browser; the timeline's
+# lanes: test_timeline
+@pytest.mark.slow
 def test_a_real_run_with_a_kill_renders_every_lane_and_takeover(tmp_path: Path) -> None:
     browser = chromium()
     run = tmp_path / "run"

@@ -13,6 +13,7 @@ from queue_worker.proof.unfenced import RulesComparison, UnfencedState, Unfenced
 from queue_worker.protocol.records import Cancel, Claim, ClaimsRecord, Done, Fail, Renew, Unknown
 from queue_worker.protocol.state import ClaimState, Verdict
 from supervisor.unfenced_text import comparison_json, comparison_lines, difference_text
+from tests.examples import examples
 
 S = 1_000_000  # one second, in the records' microseconds
 A = "w0-15186-a1b2"  # people see it as w0·15186
@@ -211,7 +212,7 @@ def logs(draw: st.DrawFn) -> list[ClaimsRecord]:
     return records
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(logs())
 def test_fencing_only_refuses_completions(records: list[ClaimsRecord]) -> None:
     """Every DONE qw accepts, the original accepts too; and the comparison names exactly the

@@ -106,6 +106,8 @@ def test_qw_report_rules_unfenced_says_it_in_words(paused_run: tuple[Path, Pause
     assert f"completed more than once: task {run.task}" in result.stdout
 
 
+# covered in make test by test_qw_report_rules_unfenced_says_it_in_words
+@pytest.mark.slow
 def test_qw_report_rules_unfenced_json(paused_run: tuple[Path, PauseRun]) -> None:
     data_dir, run = paused_run
     result = qw("report", "--dir", str(data_dir), "--rules", "unfenced", "--json")
@@ -120,6 +122,8 @@ def test_qw_report_rules_unfenced_json(paused_run: tuple[Path, PauseRun]) -> Non
     assert "unfenced" not in json.loads(qw("report", "--dir", str(data_dir), "--json").stdout)
 
 
+# covered in make test by the report's and the replay's tests here
+@pytest.mark.slow
 def test_qw_timeline_rules_unfenced(paused_run: tuple[Path, PauseRun], tmp_path: Path) -> None:
     data_dir, run = paused_run
     text = qw("timeline", "--dir", str(data_dir), "--rules", "unfenced", "--text")
@@ -139,6 +143,8 @@ def test_qw_timeline_rules_unfenced(paused_run: tuple[Path, PauseRun], tmp_path:
     assert 'class="completed-twice"' in beside.read_text()
 
 
+# covered in make test by a page in headless Chromium: test_web_browser
+@pytest.mark.slow
 def test_the_layer_in_a_real_browser(paused_run: tuple[Path, PauseRun], tmp_path: Path) -> None:
     browser = chromium()
     data_dir, run = paused_run

@@ -130,6 +130,10 @@ def test_a_result_over_the_record_limit_is_a_fail_naming_the_limit_and_the_size(
     assert_names_the_limit_and_the_size(error, poison.get("size", LIMIT))
 
 
+# covered in make test by
+# test_a_result_over_the_record_limit_is_a_fail_naming_the_limit_and_the_size (the worker's check
+# is one for both logs)
+@pytest.mark.slow
 @pytest.mark.redis
 def test_a_result_over_the_record_limit_is_a_fail_on_redis_too(
     tmp_path: Path, redis_url: str
