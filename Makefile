@@ -33,16 +33,17 @@ $(VENV)/.installed-bench: $(BUILD_INPUTS) | $(BIN)/python
 up: $(VENV)/.installed
 	$(BIN)/qw up --workers $(WORKERS) --demo $(ARGS)
 
-## test: the fast tier, two test processes at once: every module, every kill -9 path, the
+## test: the fast tier, three test processes at once (the tests spend much of their time
+## waiting on real processes; docs/running.md, "The tests"): every module, every kill -9 path, the
 ## real terminal, Redis and the browser at least once (tests marked `slow` are left out,
 ## and each property draws a fifth of its examples: tests/examples.py)
 test: $(VENV)/.installed-test
-	$(BIN)/python -m pytest -q -n 2 -m "not slow" $(ARGS)
+	$(BIN)/python -m pytest -q -n 3 -m "not slow" $(ARGS)
 
 ## test-all: every test, the slow ones too, and each property's full count of examples
 ## (includes a short chaos run; QW_CHAOS=long for the long one)
 test-all: $(VENV)/.installed-test
-	QW_TESTS=all $(BIN)/python -m pytest -q -n 2 $(ARGS)
+	QW_TESTS=all $(BIN)/python -m pytest -q -n 3 $(ARGS)
 
 ## lint: ruff and mypy (strict)
 lint: $(VENV)/.installed-test
