@@ -87,6 +87,9 @@ def test_the_report_counts_a_compacted_file_queue_as_before(app_dir: Path) -> No
     _counts_survive_compaction(app_dir, str(app_dir / ".qw"))
 
 
+# covered in make test by test_the_report_counts_a_compacted_file_queue_as_before (the prefix is
+# one for both logs)
+@pytest.mark.slow
 @pytest.mark.redis
 def test_the_report_counts_a_compacted_redis_queue_as_before(app_dir: Path, redis_url: str) -> None:
     _counts_survive_compaction(app_dir, redis_url)
@@ -292,6 +295,9 @@ def test_a_dead_task_retried_is_not_retried_again_after_compaction_on_files(
     _a_retried_task_is_not_retried_after_compaction(app_dir, str(app_dir / ".qw"))
 
 
+# covered in make test by test_a_dead_task_retried_is_not_retried_again_after_compaction_on_files
+# (the producer's links_counted is one for both logs)
+@pytest.mark.slow
 @pytest.mark.redis
 def test_a_dead_task_retried_is_not_retried_again_after_compaction_on_redis(
     app_dir: Path, redis_url: str
