@@ -8,7 +8,7 @@ The machine this runs on may be shared: absolute figures move with its load, so 
 comparison is made between figures measured in the same run (runs interleaved, medians
 of repeats), and the header records the load average at the start.
 
-    python -m bench.run_all                    # everything, ~10 minutes
+    python -m bench.run_all                    # everything, ~20 minutes
     python -m bench.run_all --quick            # a smoke run, ~2 minutes
     python -m bench.run_all --only drain,latency
 """
@@ -28,6 +28,7 @@ from pathlib import Path
 
 from bench import (
     fold_bench,
+    jobs_bench,
     latency_bench,
     long_bench,
     memory_bench,
@@ -42,6 +43,7 @@ from bench.queue_bench import DrainResults
 
 SECTIONS = (
     "e2e",
+    "jobs",
     "start",
     "drain",
     "latency",
@@ -195,6 +197,9 @@ def run(args: argparse.Namespace) -> int:
                 start_bench.run_end_to_end(
                     root, sizes.worker_counts, sizes.drain_tasks, sizes.repeats
                 )
+            ),
+            "jobs": lambda: jobs_bench.jobs_section(
+                root, sizes.drain_tasks, jobs_bench.WORKERS, sizes.repeats
             ),
             "start": lambda: start_bench.start_section(root, sizes.drain_tasks, sizes.repeats),
             "drain": drain,
